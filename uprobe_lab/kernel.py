@@ -1,0 +1,61 @@
+"""Kernel versions the lab models, and what each one changed about a probe hit.
+
+The course compares versions, so every rule that changed over time is a field here instead of an
+``if version >= ...`` scattered through the code. Sources: ../shared/reference/kernel-notes.md
+(version history) and the commits it names.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__NR_getpgid = 121
+__NR_uretprobe = 335  # merged number (arch/x86/entry/syscalls/syscall_64.tbl); v1 of the patch used 462
+__NR_uprobe = 336  # 6.18
+__NR_uretprobe_v1 = 462  # seed 002_092cc4b90f5a8685.txt; renumbered 463 -> 467 -> 335 during the 6.11 cycle
+
+URETPROBE_SYSCALL_HISTORY = [
+    (462, "v1 on the list (seed 002)"),
+    (463, "190fec72df4a 'uprobe: Wire up uretprobe system call' ('64' abi)"),
+    (467, "63ded110979b 'uprobe: Change uretprobe syscall scope and number' (common)"),
+    (335, "54233a425403 'uretprobe: change syscall number, again' - released in 6.11"),
+]
+
+
+@dataclass(frozen=True)
+class KernelVersion:
+    name: str
+    uretprobe_syscall: bool  # 6.11 ff474a78cef5: return through sys_uretprobe, not an int3
+    emulate_all_nops: bool  # 6.16 610f6e14c29d: every x86_nops[len] pattern is emulated
+    optimize_nop5: bool  # 6.18: nop5 rewritten into a call to [uprobes-trampoline] + sys_uprobe
+    trampoline_sls_int3: bool  # 6.18 354492a0e1bc: int3 after each trampoline's ret
+
+    @property
+    def trampoline_handler_name(self) -> str:
+        # The uretprobe syscall patch renamed the static handle_trampoline().
+        return "uprobe_handle_trampoline" if self.uretprobe_syscall else "handle_trampoline"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+KERNELS = {
+    "6.10": KernelVersion("6.10", False, False, False, False),
+    "6.11": KernelVersion("6.11", True, False, False, False),
+    "6.16": KernelVersion("6.16", True, True, False, False),
+    "6.18": KernelVersion("6.18", True, True, True, True),
+}
+DEFAULT_KERNEL = "6.18"
+
+
+def get_kernel(version: str | KernelVersion | None = None) -> KernelVersion:
+    """Look a version up by name ('6.10', '6.11', '6.16', '6.18'); None gives the default."""
+    if isinstance(version, KernelVersion):
+        return version
+    name = DEFAULT_KERNEL if version is None else str(version)
+    try:
+        return KERNELS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown kernel version {name!r}: the lab models {', '.join(KERNELS)} "
+            f"(the versions where a probe hit's cost changed)"
+        ) from None

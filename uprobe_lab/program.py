@@ -1,0 +1,166 @@
+"""A program image: bytes at a load address, with symbols, a listing, and a tiny label assembler.
+
+Both architectures use it; the instruction encoders live in uprobe_lab.x86.asm and
+uprobe_lab.arm64.asm. Every encoding is checked against Capstone in tests/.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import capstone
+
+CAPSTONE_MODES = {
+    "x86_64": (capstone.CS_ARCH_X86, capstone.CS_MODE_64),
+    "arm64": (capstone.CS_ARCH_ARM64, capstone.CS_MODE_ARM),
+}
+
+
+def disassembler(arch: str, detail: bool = False) -> capstone.Cs:
+    try:
+        cs_arch, cs_mode = CAPSTONE_MODES[arch]
+    except KeyError:
+        raise ValueError(f"unknown architecture {arch!r}: use one of {', '.join(CAPSTONE_MODES)}") from None
+    md = capstone.Cs(cs_arch, cs_mode)
+    md.detail = detail
+    return md
+
+
+def disasm(code: bytes, arch: str = "x86_64", address: int = 0) -> list[tuple[int, bytes, str]]:
+    """(address, bytes, 'mnemonic op_str') for each instruction Capstone decodes in ``code``."""
+    return [
+        (insn.address, bytes(insn.bytes), f"{insn.mnemonic} {insn.op_str}".strip())
+        for insn in disassembler(arch).disasm(code, address)
+    ]
+
+
+@dataclass(frozen=True)
+class Symbol:
+    name: str
+    addr: int
+    size: int
+
+
+@dataclass
+class Program:
+    arch: str
+    base: int
+    code: bytes
+    symbols: dict[str, Symbol] = field(default_factory=dict)
+
+    @property
+    def end(self) -> int:
+        return self.base + len(self.code)
+
+    def resolve(self, name: str, offset: int = 0) -> int:
+        """Address of ``name`` + ``offset``; a clear error for unknown names or offsets past the symbol."""
+        try:
+            sym = self.symbols[name]
+        except KeyError:
+            known = ", ".join(sorted(self.symbols))
+            raise KeyError(f"no symbol {name!r} in this program; known symbols: {known}") from None
+        if not 0 <= offset < max(sym.size, 1):
+            raise ValueError(f"offset {offset} is outside {name} (size {sym.size})")
+        return sym.addr + offset
+
+    def symbol_at(self, addr: int) -> tuple[str, int] | None:
+        """(name, offset) of the symbol containing ``addr``."""
+        for sym in self.symbols.values():
+            if sym.addr <= addr < sym.addr + max(sym.size, 1):
+                return sym.name, addr - sym.addr
+        return None
+
+    def instructions(self, name: str | None = None) -> list[tuple[int, bytes, str]]:
+        """Capstone listing of one symbol, or of every symbol in address order."""
+        syms = [self.symbols[name]] if name else sorted(self.symbols.values(), key=lambda s: s.addr)
+        out = []
+        for sym in syms:
+            start = sym.addr - self.base
+            out += disasm(self.code[start : start + sym.size], self.arch, sym.addr)
+        return out
+
+    def instruction_starts(self, name: str) -> list[int]:
+        return [addr for addr, _, _ in self.instructions(name)]
+
+    def listing(self, name: str | None = None) -> str:
+        lines = []
+        syms = [self.symbols[name]] if name else sorted(self.symbols.values(), key=lambda s: s.addr)
+        for sym in syms:
+            lines.append(f"{sym.addr:016x} <{sym.name}>:")
+            for addr, raw, text in self.instructions(sym.name):
+                lines.append(f"  {addr:x}:  {raw.hex(' '):<30} {text}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        names = ", ".join(sorted(self.symbols, key=lambda n: self.symbols[n].addr))
+        return f"<Program {self.arch} {self.base:#x}-{self.end:#x}: {names}>"
+
+
+class Assembler:
+    """Collects bytes and labels; fixups patch relative branches once every label is known.
+
+    An encoder for one architecture appends instructions with ``emit`` and registers a fixup
+    ``(position, label, patch)`` where ``patch(code, position, target_addr)`` writes the field.
+    """
+
+    def __init__(self, arch: str, base: int):
+        self.arch = arch
+        self.base = base
+        self.buf = bytearray()
+        self.labels: dict[str, int] = {}
+        self.fixups: list[tuple[int, str, Callable[[bytearray, int, int, int], None]]] = []
+        self._sym_starts: list[tuple[str, int]] = []
+
+    @property
+    def here(self) -> int:
+        return self.base + len(self.buf)
+
+    def emit(self, raw: bytes) -> None:
+        self.buf += raw
+
+    def label(self, name: str) -> None:
+        if name in self.labels:
+            raise ValueError(f"label {name!r} defined twice")
+        self.labels[name] = self.here
+
+    def function(self, name: str) -> None:
+        """Start a symbol; its size runs to the next symbol (or the end)."""
+        self.label(name)
+        self._sym_starts.append((name, self.here))
+
+    def _close_symbol(self) -> None:
+        if self._sym_starts and self._sym_starts[-1][0]:
+            self._sym_starts.append(("", self.here))
+
+    def align(self, boundary: int, fill: bytes) -> None:
+        self._close_symbol()
+        while self.here % boundary:
+            self.buf += fill[: min(len(fill), boundary - self.here % boundary)]
+
+    def pad_to(self, addr: int, fill: bytes) -> None:
+        if addr < self.here:
+            raise ValueError(f"cannot pad backwards to {addr:#x} from {self.here:#x}")
+        self._close_symbol()
+        while self.here < addr:
+            self.buf += fill[: min(len(fill), addr - self.here)]
+
+    def end_function(self) -> None:
+        """Close the last symbol here, so padding after it is not counted in its size."""
+        self._close_symbol()
+
+    def fixup(self, label: str, patch: Callable[[bytearray, int, int, int], None], insn_len: int) -> None:
+        """Register ``patch(buf, insn_offset, insn_addr, target)`` for the instruction just emitted."""
+        start = len(self.buf) - insn_len
+        self.fixups.append((start, label, patch))
+
+    def link(self) -> Program:
+        for start, label, patch in self.fixups:
+            if label not in self.labels:
+                raise KeyError(f"undefined label {label!r}")
+            patch(self.buf, start, self.base + start, self.labels[label])
+        symbols = {}
+        bounds = self._sym_starts + [("", self.here)]
+        for (name, addr), (_, nxt) in zip(bounds, bounds[1:]):
+            if name:
+                symbols[name] = Symbol(name, addr, nxt - addr)
+        return Program(self.arch, self.base, bytes(self.buf), symbols)

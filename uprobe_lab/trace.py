@@ -1,0 +1,94 @@
+"""The event vocabulary shared by the emulator and the cost model.
+
+Every mechanism reports what a probe hit cost in these words, never in seconds. The emulator emits
+events as it runs; the cost model (uprobe_lab.model) prices them. Counting is always on and cheap;
+keeping each event with its instruction pointer is opt-in (``Trace(record=True)``) because it is what
+the stepping widgets show, and what the hot benchmark loop must not pay for.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+# kind -> what it means. Kinds are plain strings so a DataFrame or a CSV can carry them.
+EVENT_KINDS = {
+    "user_insns": "instructions executed in user mode (program, XOL slot, trampolines)",
+    "exceptions": "entries into the kernel by an exception (any kind below)",
+    "exc_bp": "x86 #BP: an int3 was executed",
+    "exc_db": "x86 #DB: the trap flag fired after a single-stepped instruction",
+    "exc_brk": "arm64 BRK exception",
+    "exc_step": "arm64 hardware single-step exception",
+    "syscalls": "entries into the kernel by the syscall instruction",
+    "iret": "return to user by iret (the slow, general exception return on x86)",
+    "sysret": "return to user by sysret (the fast syscall return on x86)",
+    "eret": "return to user by eret (arm64)",
+    "probe_lookups": "find_active_uprobe: a breakpoint address looked up in the probe tree",
+    "consumers": "consumer handlers run (entry or return)",
+    "emulated": "probed instruction emulated/simulated in the kernel instead of stepped",
+    "xol_steps": "probed instruction single-stepped out of line in an XOL slot",
+    "uaccess_bytes": "bytes copied from or to user memory by the kernel",
+    "pages_pinned": "user pages pinned and mapped into the kernel (arm64 STP v2)",
+    "ri_pushed": "return instances pushed (uretprobe entry)",
+    "ri_popped": "return instances popped (uretprobe return)",
+    "text_patches": "writes of probe text (int3, call, original bytes)",
+    "cpu_syncs": "cross-CPU syncs while patching text",
+    "signals": "signals delivered to the process",
+}
+
+
+@dataclass(frozen=True)
+class Event:
+    seq: int
+    kind: str
+    n: int
+    ip: int | None
+    note: str
+
+
+@dataclass
+class Trace:
+    """Counts of every event kind; with ``record=True`` also the events in order."""
+
+    record: bool = False
+    counts: Counter = field(default_factory=Counter)
+    events: list[Event] = field(default_factory=list)
+
+    def emit(self, kind: str, n: int = 1, ip: int | None = None, note: str = "") -> None:
+        self.counts[kind] += n
+        if self.record:
+            self.events.append(Event(len(self.events), kind, n, ip, note))
+
+    def snapshot(self) -> Counter:
+        return Counter(self.counts)
+
+    def since(self, snapshot: Counter) -> Counter:
+        """Counts accumulated after ``snapshot`` was taken (zero kinds dropped)."""
+        diff = Counter(self.counts)
+        diff.subtract(snapshot)
+        return Counter({k: v for k, v in diff.items() if v})
+
+    def clear(self) -> None:
+        self.counts.clear()
+        self.events.clear()
+
+    def dataframe(self):
+        """The recorded events as a pandas DataFrame (seq, kind, n, ip, note)."""
+        import pandas as pd
+
+        rows = [
+            {"seq": e.seq, "kind": e.kind, "n": e.n, "ip": None if e.ip is None else hex(e.ip), "note": e.note}
+            for e in self.events
+        ]
+        return pd.DataFrame(rows, columns=["seq", "kind", "n", "ip", "note"])
+
+
+def per_hit(counts: Counter, hits: int) -> dict[str, float]:
+    """Average counts per hit, in the vocabulary's order."""
+    if hits <= 0:
+        raise ValueError(f"per_hit needs a positive number of hits, got {hits}")
+    out = {}
+    for kind in EVENT_KINDS:
+        if counts.get(kind):
+            value = counts[kind] / hits
+            out[kind] = int(value) if value == int(value) else round(value, 3)
+    return out
