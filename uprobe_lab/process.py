@@ -1,0 +1,256 @@
+"""An emulated process: a Unicorn CPU, an address space of named mappings, and signals.
+
+The architecture subclasses (uprobe_lab.x86.process, uprobe_lab.arm64.process) add the register
+layout and turn Unicorn's interrupts into kernel entries. Everything the kernel model does to the
+process goes through this class: memory access (``read``/``write``, counted as uaccess when the
+kernel copies from or to user memory), registers (``regs()``, a pt_regs-shaped view for one kernel
+entry), mappings (``map``, shown like /proc/PID/maps), and signals (``force_sig``).
+"""
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+from unicorn import UC_PROT_EXEC, UC_PROT_READ, UC_PROT_WRITE, Uc, UcError
+from unicorn.unicorn_py3.unicorn import uclib
+
+from .kernel import KernelVersion, get_kernel
+from .trace import Trace
+
+PAGE_SIZE = 0x1000
+MASK64 = (1 << 64) - 1
+DEFAULT_MAX_INSNS = 10_000_000  # every run is guarded: no emulation can spin forever
+
+SIGNALS = {"SIGILL": 4, "SIGTRAP": 5, "SIGSEGV": 11}
+
+
+class LabError(Exception):
+    """A problem with what the learner asked for; the message says what and how to fix it."""
+
+
+class ProcessKilled(LabError):
+    """The emulated process got a fatal signal (as the kernel would deliver it)."""
+
+
+@dataclass
+class Mapping:
+    start: int
+    end: int
+    perms: str  # as in /proc/PID/maps, e.g. "r-xp"
+    name: str
+
+    def __contains__(self, addr: int) -> bool:
+        return self.start <= addr < self.end
+
+    def line(self) -> str:
+        return f"{self.start:08x}-{self.end:08x} {self.perms} 00000000 00:00 0    {self.name}"
+
+
+@dataclass
+class RunResult:
+    stop: str  # "until", "signal", "count" (instruction budget exhausted)
+    ip: int
+    signal: str | None = None
+    reason: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.stop == "until"
+
+
+class RegsView:
+    """A pt_regs-shaped view of the CPU for one kernel entry.
+
+    Reads go to Unicorn lazily (each costs a ctypes call) and are cached; writes are kept until
+    ``flush()``, which writes back only registers whose value changed. That keeps the common
+    probe hit - read ip, run consumers, emulate a nop - down to one register read.
+    Subclasses set ``UC_REGS`` (pt_regs name -> Unicorn register id).
+    """
+
+    UC_REGS: dict[str, int] = {}
+    __slots__ = ("_proc", "_vals", "_orig")
+
+    def __init__(self, proc: "EmulatedProcess"):
+        self._proc = proc
+        self._vals: dict[str, int] = {}
+        self._orig: dict[str, int] = {}
+
+    def get(self, name: str) -> int:
+        try:
+            return self._vals[name]
+        except KeyError:
+            value = self._proc.reg_read(self.UC_REGS[name])
+            self._vals[name] = self._orig[name] = value
+            return value
+
+    def set(self, name: str, value: int) -> None:
+        if name not in self._orig:
+            self.get(name)
+        self._vals[name] = value & MASK64
+
+    def preset(self, name: str, value: int) -> None:
+        """Record a value the hardware already put there (e.g. ip after syscall) without a write-back."""
+        self._vals[name] = self._orig[name] = value & MASK64
+
+    def changed(self) -> dict[str, int]:
+        return {n: v for n, v in self._vals.items() if self._orig.get(n) != v}
+
+    def flush(self) -> None:
+        for name, value in self.changed().items():
+            self._proc.reg_write(self.UC_REGS[name], value)
+            self._orig[name] = value
+
+    def as_dict(self) -> dict[str, int]:
+        return {name: self.get(name) for name in self.UC_REGS}
+
+    def __repr__(self) -> str:
+        return " ".join(f"{n}={v:#x}" for n, v in self.as_dict().items())
+
+
+def _make_reg_properties(cls):
+    for name in cls.UC_REGS:
+        setattr(cls, name, property(lambda self, n=name: self.get(n), lambda self, v, n=name: self.set(n, v)))
+    return cls
+
+
+class EmulatedProcess:
+    """Base class: memory, mappings, run loop, signals. See the arch subclasses."""
+
+    arch = ""
+    uc_arch = uc_mode = 0
+    Regs = RegsView
+    PC = SP = 0  # Unicorn ids of the program counter and stack pointer
+
+    def __init__(self, kernel: str | KernelVersion | None = None, record: bool = False):
+        from .uprobes import MmUprobes, UprobeTask  # the generic core keeps per-mm and per-task state
+
+        self.kernel = get_kernel(kernel)
+        self.trace = Trace(record=record)
+        self.uc = Uc(self.uc_arch, self.uc_mode)
+        self.mappings: list[Mapping] = []
+        self.mm = MmUprobes()
+        self.utask = UprobeTask()
+        self.dmesg: list[str] = []
+        self.signal: str | None = None
+        self.signal_reason = ""
+        self.program = None
+        self._uch = self.uc._uch
+        self._cval = ctypes.c_uint64()
+        self._cref = ctypes.byref(self._cval)
+
+    # --- registers: direct ctypes calls, the Python wrapper costs ~3x more per access ---
+    def reg_read(self, reg_id: int) -> int:
+        uclib.uc_reg_read(self._uch, reg_id, self._cref)
+        return self._cval.value
+
+    def reg_write(self, reg_id: int, value: int) -> None:
+        self._cval.value = value & MASK64
+        uclib.uc_reg_write(self._uch, reg_id, self._cref)
+
+    def regs(self) -> RegsView:
+        return self.Regs(self)
+
+    @property
+    def pc(self) -> int:
+        return self.reg_read(self.PC)
+
+    @property
+    def sp(self) -> int:
+        return self.reg_read(self.SP)
+
+    # --- memory ---
+    def map(self, name: str, start: int, size: int, perms: str = "r-xp", data: bytes = b"") -> Mapping:
+        if start % PAGE_SIZE or size % PAGE_SIZE or size <= 0:
+            raise LabError(f"mapping {name!r} must be page aligned: start={start:#x} size={size:#x}")
+        for m in self.mappings:
+            if start < m.end and m.start < start + size:
+                raise LabError(f"mapping {name!r} at {start:#x} overlaps {m.name} {m.start:#x}-{m.end:#x}")
+        prot = (UC_PROT_READ if "r" in perms else 0) | (UC_PROT_WRITE if "w" in perms else 0)
+        prot |= UC_PROT_EXEC if "x" in perms else 0
+        # Unicorn must be able to write our own bytes in (the kernel writes text through the page
+        # cache, not through the user's permissions), so map writable first, then protect.
+        self.uc.mem_map(start, size, UC_PROT_READ | UC_PROT_WRITE | UC_PROT_EXEC)
+        if data:
+            self.uc.mem_write(start, bytes(data))
+        self.uc.mem_protect(start, size, prot or UC_PROT_READ)
+        mapping = Mapping(start, start + size, perms, name)
+        self.mappings.append(mapping)
+        self.mappings.sort(key=lambda m: m.start)
+        return mapping
+
+    def mapping_at(self, addr: int) -> Mapping | None:
+        for m in self.mappings:
+            if addr in m:
+                return m
+        return None
+
+    def find_mapping(self, name: str) -> Mapping | None:
+        return next((m for m in self.mappings if m.name == name), None)
+
+    def maps(self) -> str:
+        """The address space as /proc/PID/maps prints it."""
+        return "\n".join(m.line() for m in self.mappings)
+
+    def read(self, addr: int, size: int) -> bytes:
+        try:
+            return bytes(self.uc.mem_read(addr, size))
+        except UcError:
+            raise LabError(f"address {addr:#x} (+{size}) is not mapped in the emulated process") from None
+
+    def write(self, addr: int, data: bytes) -> None:
+        try:
+            self.uc.mem_write(addr, bytes(data))
+        except UcError:
+            raise LabError(f"address {addr:#x} (+{len(data)}) is not mapped in the emulated process") from None
+
+    def read_u64(self, addr: int) -> int:
+        return int.from_bytes(self.read(addr, 8), "little")
+
+    def write_u64(self, addr: int, value: int) -> None:
+        self.write(addr, (value & MASK64).to_bytes(8, "little"))
+
+    # Kernel accesses to user memory: counted, and failing like copy_{from,to}_user instead of raising.
+    def copy_from_user(self, addr: int, size: int) -> bytes | None:
+        try:
+            data = bytes(self.uc.mem_read(addr, size))
+        except UcError:
+            return None
+        self.trace.emit("uaccess_bytes", size)
+        return data
+
+    def copy_to_user(self, addr: int, data: bytes) -> bool:
+        if self.mapping_at(addr) is None or "w" not in self.mapping_at(addr).perms:
+            return False
+        self.uc.mem_write(addr, bytes(data))
+        self.trace.emit("uaccess_bytes", len(data))
+        return True
+
+    # --- signals ---
+    def force_sig(self, sig: str, reason: str = "") -> None:
+        """Deliver a fatal signal: the emulated process stops, as with the signal's default action."""
+        self.signal = sig
+        self.signal_reason = reason
+        self.trace.emit("signals", note=f"{sig}: {reason}")
+        self.uc.emu_stop()
+
+    # --- running ---
+    def run(self, start: int, until: int, max_insns: int = DEFAULT_MAX_INSNS) -> RunResult:
+        """Run from ``start`` until the pc reaches ``until``, a signal, or ``max_insns`` instructions."""
+        if max_insns <= 0:
+            raise LabError(f"max_insns must be positive, got {max_insns}")
+        if self.signal:
+            raise ProcessKilled(f"the process already died of {self.signal} ({self.signal_reason}); make a new one")
+        try:
+            self.uc.emu_start(start, until, count=max_insns)
+        except UcError as err:
+            self.force_sig("SIGSEGV", f"{err} at pc={self.pc:#x}")
+        pc = self.pc
+        if self.signal:
+            return RunResult("signal", pc, self.signal, self.signal_reason)
+        if pc == until:
+            return RunResult("until", pc)
+        return RunResult("count", pc, reason=f"stopped after {max_insns} instructions at {pc:#x}")
+
+    def __repr__(self) -> str:
+        state = f" killed by {self.signal}" if self.signal else ""
+        return f"<{type(self).__name__} kernel {self.kernel} {len(self.mappings)} mappings{state}>"

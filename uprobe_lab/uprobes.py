@@ -1,0 +1,456 @@
+"""The generic uprobe core: twin of kernel/events/uprobes.c (and include/linux/uprobes.h).
+
+Probes, consumers, the breakpoint handler (``handle_swbp`` -> ``handler_chain``), single-stepping
+out of line through the XOL area, return instances and ``uprobe_handle_trampoline``. The
+architecture's part is reached through ``proc.arch_ops`` with the kernel's arch hook names
+(``arch_uprobe_analyze_insn``, ``arch_uprobe_skip_sstep``, ``arch_uprobe_pre_xol``, ...).
+
+What the lab leaves out: one process and one thread (so no RCU, SRCU, refcounts, hprobe leases
+or the ri_timer), probes keyed by virtual address instead of inode+offset, consumer filters only
+as a per-consumer callable, and session cookies.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .process import PAGE_SIZE, LabError
+
+UPROBE_HANDLER_REMOVE = 1
+UPROBE_HANDLER_IGNORE = 2
+MAX_URETPROBE_DEPTH = 64
+MASK64 = (1 << 64) - 1
+UPROBE_NO_TRAMPOLINE_VADDR = MASK64  # ~0UL
+TASK_SIZE = 0x7FFFFFFFF000  # x86-64 with 4-level paging; the XOL page goes just below it
+
+# enum rp_check
+RP_CHECK_CALL, RP_CHECK_CHAIN_CALL, RP_CHECK_RET = range(3)
+
+
+class UnprobeableInstruction(LabError):
+    """arch_uprobe_analyze_insn refused the instruction (the kernel returns -ENOTSUPP/-ENOEXEC)."""
+
+
+class UprobeConsumer:
+    """A uprobe consumer (struct uprobe_consumer).
+
+    ``handler(regs) -> int`` runs at the probe (0, UPROBE_HANDLER_REMOVE or UPROBE_HANDLER_IGNORE);
+    ``ret_handler(regs, func)`` runs when the probed function returns; ``filter(proc) -> bool``
+    says whether this consumer still wants the probe in that process (no filter: always).
+    A consumer with both handlers is a session consumer: its ret_handler runs only for the
+    calls where its handler returned 0, as in the kernel.
+    """
+
+    def __init__(self, handler: Callable | None = None, ret_handler: Callable | None = None,
+                 filter: Callable | None = None, name: str = ""):
+        if handler is None and ret_handler is None:
+            raise LabError("a consumer needs a handler, a ret_handler, or both")
+        self.handler = handler
+        self.ret_handler = ret_handler
+        self.filter = filter
+        self.name = name or "consumer"
+
+    @property
+    def session(self) -> bool:
+        return self.handler is not None and self.ret_handler is not None
+
+    def __repr__(self) -> str:
+        kinds = "+".join(k for k, f in (("entry", self.handler), ("return", self.ret_handler)) if f)
+        return f"<{type(self).__name__} {self.name} ({kinds})>"
+
+
+class CountingConsumer(UprobeConsumer):
+    """What the kernel bench attaches: a BPF program that only increments a hit counter.
+
+    With ``ret=True`` it counts at function return, like the bench's uretprobe programs.
+    ``seen`` keeps the last registers it saw, for tests and notebooks.
+    """
+
+    def __init__(self, ret: bool = False, name: str = ""):
+        self.hits = 0
+        self.seen: dict | None = None
+        self.funcs: list[int] = []
+        if ret:
+            super().__init__(ret_handler=self._count_ret, name=name or "count-return")
+        else:
+            super().__init__(handler=self._count, name=name or "count")
+
+    def _count(self, regs) -> int:
+        self.hits += 1
+        return 0
+
+    def _count_ret(self, regs, func: int) -> None:
+        self.hits += 1
+        if len(self.funcs) < 16:
+            self.funcs.append(func)
+
+
+@dataclass
+class Uprobe:
+    vaddr: int
+    arch: object  # the arch's ArchUprobe: decoded instruction and how to execute it
+    consumers: list[UprobeConsumer] = field(default_factory=list)
+    symbol: str = ""
+    applied: bool = True  # breakpoint present in this mm (unapply_uprobe clears it)
+
+    @property
+    def insn(self) -> bytes:
+        return self.arch.insn
+
+    def __repr__(self) -> str:
+        where = f" {self.symbol}" if self.symbol else ""
+        return f"<Uprobe {self.vaddr:#x}{where} {self.arch.describe()} consumers={len(self.consumers)}>"
+
+
+@dataclass
+class ReturnInstance:
+    uprobe: Uprobe
+    func: int
+    stack: int
+    orig_ret_vaddr: int
+    chained: bool
+    session_consumers: list[UprobeConsumer] = field(default_factory=list)
+
+
+@dataclass
+class XolArea:
+    """The ``[uprobes]`` page: slot 0 holds the return trampoline, the others hold XOL copies."""
+
+    vaddr: int
+    slot_bytes: int
+    bitmap: list[bool]
+
+    def slot_vaddr(self, slot: int) -> int:
+        return self.vaddr + slot * self.slot_bytes
+
+
+@dataclass
+class MmUprobes:
+    """Per-mm state: the probes applied, the XOL area, and x86's nop5 trampolines."""
+
+    probes: dict[int, Uprobe] = field(default_factory=dict)
+    xol_area: XolArea | None = None
+    tramps: list[int] = field(default_factory=list)  # [uprobes-trampoline] pages (x86, 6.18)
+
+    @property
+    def has_uprobes(self) -> bool:  # MMF_HAS_UPROBES
+        return any(p.applied for p in self.probes.values())
+
+
+@dataclass
+class UprobeTask:
+    """Per-task state (struct uprobe_task)."""
+
+    return_instances: list[ReturnInstance] = field(default_factory=list)  # top of stack is [-1]
+    depth: int = 0
+    active_uprobe: Uprobe | None = None
+    vaddr: int = 0
+    xol_vaddr: int = 0
+    xol_slot: int = -1
+    state: str = "RUNNING"  # RUNNING, SSTEP, SSTEP_ACK
+    saved_tf: bool = False
+
+
+# --- registration -------------------------------------------------------------------------
+
+def resolve_probe_address(proc, target, offset: int = 0) -> tuple[int, str]:
+    """A symbol (+offset) or an absolute address -> (vaddr, 'symbol+off'); it must start an instruction."""
+    program = proc.program
+    if isinstance(target, str):
+        if program is None:
+            raise LabError("no program is loaded, so symbols cannot be resolved")
+        vaddr = program.resolve(target, offset)
+    else:
+        vaddr = int(target) + offset
+    label = ""
+    if program is not None and (hit := program.symbol_at(vaddr)):
+        name, off = hit
+        label = f"{name}+{off:#x}" if off else name
+        starts = program.instruction_starts(name)
+        if vaddr not in starts:
+            nearest = max((s for s in starts if s < vaddr), default=None)
+            hint = f"; the instruction starts at {nearest:#x}" if nearest is not None else ""
+            raise LabError(f"{vaddr:#x} ({label}) is inside an instruction, not at its start{hint}")
+    elif proc.mapping_at(vaddr) is None or "x" not in proc.mapping_at(vaddr).perms:
+        raise LabError(f"{vaddr:#x} is not in an executable mapping of the process")
+    return vaddr, label
+
+
+def uprobe_register(proc, target, consumer: UprobeConsumer, offset: int = 0) -> Uprobe:
+    """Attach ``consumer`` at a symbol(+offset) or address; installs the breakpoint on first use.
+
+    Twin of uprobe_register() + install_breakpoint(): the original bytes are analysed once
+    (arch_uprobe_analyze_insn, which may refuse them) and kept; the text gets the arch's
+    breakpoint through set_swbp().
+    """
+    vaddr, label = resolve_probe_address(proc, target, offset)
+    uprobe = proc.mm.probes.get(vaddr)
+    if uprobe is None:
+        arch = proc.arch_ops
+        insn = proc.read(vaddr, arch.MAX_UINSN_BYTES if proc.mapping_at(vaddr + arch.MAX_UINSN_BYTES - 1)
+                         else proc.mapping_at(vaddr).end - vaddr)
+        auprobe = arch.arch_uprobe_analyze_insn(insn, vaddr, proc.kernel)
+        uprobe = Uprobe(vaddr, auprobe, symbol=label)
+        proc.mm.probes[vaddr] = uprobe
+        arch.set_swbp(proc, auprobe, vaddr)
+    uprobe.consumers.append(consumer)
+    return uprobe
+
+
+def uprobe_unregister(proc, uprobe: Uprobe, consumer: UprobeConsumer) -> None:
+    """Detach a consumer; the last one out restores the original instruction (set_orig_insn)."""
+    if consumer not in uprobe.consumers:
+        raise LabError(f"{consumer!r} is not attached to {uprobe!r}")
+    uprobe.consumers.remove(consumer)
+    if not uprobe.consumers:
+        if uprobe.applied:
+            proc.arch_ops.set_orig_insn(proc, uprobe.arch, uprobe.vaddr)
+        del proc.mm.probes[uprobe.vaddr]
+
+
+def unapply_uprobe(proc, uprobe: Uprobe) -> None:
+    """Remove the breakpoint from this mm but keep the probe registered (all filters said no)."""
+    proc.arch_ops.set_orig_insn(proc, uprobe.arch, uprobe.vaddr)
+    uprobe.applied = False
+
+
+def filter_chain(proc, uprobe: Uprobe) -> bool:
+    return any(c.filter is None or c.filter(proc) for c in uprobe.consumers)
+
+
+# --- the XOL area -------------------------------------------------------------------------
+
+def get_xol_area(proc) -> XolArea:
+    """Map ``[uprobes]`` on first need (__create_xol_area): slot 0 gets the return trampoline."""
+    area = proc.mm.xol_area
+    if area is None:
+        arch = proc.arch_ops
+        slots = PAGE_SIZE // arch.UPROBE_XOL_SLOT_BYTES
+        vaddr = TASK_SIZE - PAGE_SIZE  # get_unmapped_area hint: "Try to map as high as possible"
+        page = bytearray(PAGE_SIZE)
+        tramp = arch.arch_uretprobe_trampoline(proc)
+        page[: len(tramp)] = tramp
+        proc.map("[uprobes]", vaddr, PAGE_SIZE, "r-xp", bytes(page))
+        area = XolArea(vaddr, arch.UPROBE_XOL_SLOT_BYTES, [True] + [False] * (slots - 1))
+        proc.mm.xol_area = area
+    return area
+
+
+def uprobe_get_trampoline_vaddr(proc) -> int:
+    area = proc.mm.xol_area
+    return area.vaddr if area else UPROBE_NO_TRAMPOLINE_VADDR
+
+
+def xol_get_insn_slot(proc, uprobe: Uprobe) -> int:
+    area = get_xol_area(proc)
+    try:
+        slot = area.bitmap.index(False)
+    except ValueError:
+        raise LabError("all XOL slots are busy (one thread cannot need more than one)") from None
+    area.bitmap[slot] = True
+    utask = proc.utask
+    utask.xol_slot = slot
+    utask.xol_vaddr = area.slot_vaddr(slot)
+    proc.write(utask.xol_vaddr, uprobe.arch.ixol)  # arch_uprobe_copy_ixol: through the page, not uaccess
+    return utask.xol_vaddr
+
+
+def xol_free_insn_slot(proc) -> None:
+    utask = proc.utask
+    if utask.xol_slot > 0:
+        proc.mm.xol_area.bitmap[utask.xol_slot] = False
+    utask.xol_slot = -1
+    utask.xol_vaddr = 0
+
+
+# --- the breakpoint path ------------------------------------------------------------------
+
+def uprobe_pre_sstep_notifier(proc) -> bool:
+    """Claim the trap for uprobes only if this mm has probes or pending return instances."""
+    return proc.mm.has_uprobes or bool(proc.utask.return_instances)
+
+
+def find_active_uprobe(proc, bp_vaddr: int) -> tuple[Uprobe | None, bool]:
+    """(uprobe, is_swbp): the probe at bp_vaddr, or whether a breakpoint insn is there at all."""
+    proc.trace.emit("probe_lookups")
+    uprobe = proc.mm.probes.get(bp_vaddr)
+    if uprobe is not None and uprobe.applied:
+        return uprobe, True
+    return None, proc.arch_ops.is_swbp_at(proc, bp_vaddr)
+
+
+def handle_swbp(proc, regs) -> None:
+    """A breakpoint trapped: run consumers, then emulate or single-step the original instruction.
+
+    Order as in 6.18: the trampoline check first, then lookup, ``handler_chain``,
+    ``arch_uprobe_optimize`` after the hit, the "consumer moved ip" check, emulation, XOL.
+    """
+    arch = proc.arch_ops
+    bp_vaddr = arch.uprobe_get_swbp_addr(regs)
+    if bp_vaddr == uprobe_get_trampoline_vaddr(proc):
+        uprobe_handle_trampoline(proc, regs)
+        return
+    uprobe, is_swbp = find_active_uprobe(proc, bp_vaddr)
+    if uprobe is None:
+        if is_swbp:
+            proc.force_sig("SIGTRAP", f"breakpoint at {bp_vaddr:#x} with no uprobe")
+        else:
+            regs.ip = bp_vaddr  # the probe went away under us: restart the original instruction
+        return
+    regs.ip = bp_vaddr  # "change it in advance for ->handler() and restart"
+    handler_chain(proc, uprobe, regs)
+    if proc.signal:
+        return
+    arch.arch_uprobe_optimize(proc, uprobe.arch, bp_vaddr)
+    if regs.ip != bp_vaddr:  # a consumer took execution elsewhere: skip the instruction
+        return
+    if arch.arch_uprobe_skip_sstep(proc, uprobe.arch, regs):
+        proc.trace.emit("emulated", ip=bp_vaddr, note=uprobe.arch.describe())
+        return
+    pre_ssout(proc, uprobe, regs, bp_vaddr)
+
+
+def handler_chain(proc, uprobe: Uprobe, regs) -> None:
+    ri = None
+    remove = True
+    for consumer in list(uprobe.consumers):
+        rc = 0
+        if consumer.handler is not None:
+            proc.trace.emit("consumers", ip=uprobe.vaddr, note=f"{consumer.name} handler")
+            rc = consumer.handler(regs) or 0
+            if rc not in (0, UPROBE_HANDLER_REMOVE, UPROBE_HANDLER_IGNORE):
+                raise LabError(f"{consumer!r} returned {rc}; a handler returns 0, "
+                               "UPROBE_HANDLER_REMOVE or UPROBE_HANDLER_IGNORE")
+        remove &= rc == UPROBE_HANDLER_REMOVE
+        if consumer.ret_handler is None or rc in (UPROBE_HANDLER_REMOVE, UPROBE_HANDLER_IGNORE):
+            continue
+        if ri is None:
+            ri = ReturnInstance(uprobe, 0, 0, 0, False)
+        if consumer.session:
+            ri.session_consumers.append(consumer)
+    if ri is not None:
+        prepare_uretprobe(proc, uprobe, regs, ri)
+    if remove and uprobe.consumers and not filter_chain(proc, uprobe):
+        unapply_uprobe(proc, uprobe)
+
+
+def pre_ssout(proc, uprobe: Uprobe, regs, bp_vaddr: int) -> None:
+    utask = proc.utask
+    xol_get_insn_slot(proc, uprobe)
+    utask.vaddr = bp_vaddr
+    proc.arch_ops.arch_uprobe_pre_xol(proc, uprobe.arch, regs)
+    utask.active_uprobe = uprobe
+    utask.state = "SSTEP"
+    proc.trace.emit("xol_steps", ip=bp_vaddr, note=f"slot {utask.xol_slot} at {utask.xol_vaddr:#x}")
+
+
+def uprobe_post_sstep_notifier(proc) -> bool:
+    utask = proc.utask
+    if utask.active_uprobe is None:
+        return False
+    utask.state = "SSTEP_ACK"
+    return True
+
+
+def handle_singlestep(proc, regs) -> None:
+    utask = proc.utask
+    uprobe = utask.active_uprobe
+    err = proc.arch_ops.arch_uprobe_post_xol(proc, uprobe.arch, regs)
+    utask.active_uprobe = None
+    utask.state = "RUNNING"
+    xol_free_insn_slot(proc)
+    if err:
+        proc.force_sig("SIGILL", "execute the probed insn, sending SIGILL.")
+
+
+# --- return probes ------------------------------------------------------------------------
+
+def prepare_uretprobe(proc, uprobe: Uprobe, regs, ri: ReturnInstance) -> None:
+    utask = proc.utask
+    area = get_xol_area(proc)
+    if utask.depth >= MAX_URETPROBE_DEPTH:
+        proc.dmesg.append("uprobe: omit uretprobe due to nestedness limit pid/tgid=1/1")
+        return
+    trampoline_vaddr = area.vaddr
+    orig_ret_vaddr = proc.arch_ops.arch_uretprobe_hijack_return_addr(proc, trampoline_vaddr, regs)
+    if orig_ret_vaddr == -1:
+        return
+    chained = orig_ret_vaddr == trampoline_vaddr
+    cleanup_return_instances(proc, chained, regs)
+    if chained:
+        if not utask.return_instances:
+            proc.dmesg.append("uprobe: handle tail call: no return instance (attack from user space?)")
+            return
+        orig_ret_vaddr = utask.return_instances[-1].orig_ret_vaddr
+    ri.func = regs.ip
+    ri.stack = regs.sp
+    ri.orig_ret_vaddr = orig_ret_vaddr
+    ri.chained = chained
+    utask.depth += 1
+    utask.return_instances.append(ri)
+    proc.trace.emit("ri_pushed", ip=ri.func, note=f"return to {orig_ret_vaddr:#x}{' (chained)' if chained else ''}")
+
+
+def cleanup_return_instances(proc, chained: bool, regs) -> None:
+    """Drop the instances a longjmp() left behind (their frames are gone)."""
+    utask = proc.utask
+    ctx = RP_CHECK_CHAIN_CALL if chained else RP_CHECK_CALL
+    while utask.return_instances and not proc.arch_ops.arch_uretprobe_is_alive(
+            utask.return_instances[-1], ctx, regs):
+        utask.return_instances.pop()
+        utask.depth -= 1
+        proc.trace.emit("ri_popped", note="dropped: frame no longer on the stack")
+
+
+def find_next_ret_chain(utask: UprobeTask, index: int) -> int:
+    """Index (into return_instances) of the next chain below the one whose top is ``index``; -1 if none."""
+    while True:
+        chained = utask.return_instances[index].chained
+        index -= 1
+        if not chained:
+            return index
+
+
+def uprobe_handle_trampoline(proc, regs) -> None:
+    """A return reached the trampoline: restore the real return address and run ret handlers.
+
+    Instances whose frames a longjmp() skipped are popped without running handlers (``valid``).
+    Called from handle_swbp (int3 trampoline, before 6.11: then named handle_trampoline) or
+    from sys_uretprobe.
+    """
+    utask = proc.utask
+    if not utask.return_instances:
+        proc.force_sig("SIGILL", "handle uretprobe, sending SIGILL.")
+        return
+    arch = proc.arch_ops
+    while True:
+        top = len(utask.return_instances) - 1
+        next_chain = find_next_ret_chain(utask, top)
+        valid = next_chain < 0 or arch.arch_uretprobe_is_alive(utask.return_instances[next_chain], RP_CHECK_RET, regs)
+        regs.ip = utask.return_instances[top].orig_ret_vaddr
+        while len(utask.return_instances) - 1 > next_chain:
+            ri = utask.return_instances.pop()
+            utask.depth -= 1
+            proc.trace.emit("ri_popped", ip=ri.orig_ret_vaddr, note="" if valid else "skipped by longjmp")
+            if valid:
+                handle_uretprobe_chain(proc, ri, regs)
+        if valid:
+            return
+
+
+def handle_uretprobe_chain(proc, ri: ReturnInstance, regs) -> None:
+    for consumer in list(ri.uprobe.consumers):
+        if consumer.ret_handler is None:
+            continue
+        if consumer.session and consumer not in ri.session_consumers:
+            continue
+        proc.trace.emit("consumers", ip=ri.func, note=f"{consumer.name} ret_handler")
+        consumer.ret_handler(regs, ri.func)
+
+
+def handle_syscall_uprobe(proc, regs, bp_vaddr: int) -> None:
+    """sys_uprobe's probe hit (6.18): consumers only - no emulation, no single-step."""
+    uprobe, _ = find_active_uprobe(proc, bp_vaddr)
+    if uprobe is None:
+        return
+    handler_chain(proc, uprobe, regs)

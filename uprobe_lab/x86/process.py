@@ -1,0 +1,121 @@
+"""An emulated x86-64 process, and the hardware effects Unicorn leaves out.
+
+Unicorn raises interrupt 3 after an int3 (rip already past it) and interrupt 1 after an
+instruction executed with the trap flag set - exactly #BP and #DB. It does *not* do what the
+``syscall`` instruction does to registers: the CPU saves the next rip in rcx and rflags in r11.
+The syscall hook does that here, and because Unicorn itself adds 2 to rip after the hook, a
+kernel that moves rip (sys_uretprobe, sys_uprobe) must be written back 2 bytes short.
+"""
+from __future__ import annotations
+
+from unicorn import UC_ARCH_X86, UC_HOOK_CODE, UC_HOOK_INSN, UC_HOOK_INTR, UC_MODE_64
+from unicorn import x86_const as X
+
+from ..process import EmulatedProcess, LabError, RegsView, _make_reg_properties
+from . import uprobes as x86_uprobes
+
+X86_EFLAGS_TF = 0x100
+SYSCALL_INSN_SIZE = 2
+
+STACK_TOP = 0x7FFFFFFDE000  # below [uprobes], which the kernel maps as high as it can
+STACK_SIZE = 0x21000
+EXIT_ADDR = 0x7FFFF7FF0000  # unmapped: returning here ends a call() (Unicorn stops before fetching)
+
+
+@_make_reg_properties
+class PtRegs(RegsView):
+    """x86-64 struct pt_regs, by the kernel's field names (ax, cx, r11, ip, flags, sp, ...)."""
+
+    UC_REGS = {
+        "r15": X.UC_X86_REG_R15, "r14": X.UC_X86_REG_R14, "r13": X.UC_X86_REG_R13, "r12": X.UC_X86_REG_R12,
+        "bp": X.UC_X86_REG_RBP, "bx": X.UC_X86_REG_RBX, "r11": X.UC_X86_REG_R11, "r10": X.UC_X86_REG_R10,
+        "r9": X.UC_X86_REG_R9, "r8": X.UC_X86_REG_R8, "ax": X.UC_X86_REG_RAX, "cx": X.UC_X86_REG_RCX,
+        "dx": X.UC_X86_REG_RDX, "si": X.UC_X86_REG_RSI, "di": X.UC_X86_REG_RDI, "ip": X.UC_X86_REG_RIP,
+        "flags": X.UC_X86_REG_EFLAGS, "sp": X.UC_X86_REG_RSP,
+    }
+    __slots__ = ()
+
+
+GPRS = [n for n in PtRegs.UC_REGS if n not in ("ip", "flags")]
+
+
+class X86Process(EmulatedProcess):
+    """An x86-64 process: text, stack, and (once a probe needs it) the ``[uprobes]`` XOL page."""
+
+    arch = "x86_64"
+    uc_arch, uc_mode = UC_ARCH_X86, UC_MODE_64
+    Regs = PtRegs
+    PC, SP = X.UC_X86_REG_RIP, X.UC_X86_REG_RSP
+    arch_ops = x86_uprobes
+
+    def __init__(self, kernel=None, record: bool = False, count_insns: bool = False,
+                 uretprobe_saves_regs: bool = True):
+        super().__init__(kernel, record)
+        # False selects the broken teaching trampoline that does not save rcx/r11 around syscall
+        self.uretprobe_saves_regs = uretprobe_saves_regs
+        self.syscalls = x86_uprobes.syscall_table(self.kernel)
+        self.map("[stack]", STACK_TOP - STACK_SIZE, STACK_SIZE, "rw-p")
+        self.uc.hook_add(UC_HOOK_INTR, self._on_interrupt)
+        self.uc.hook_add(UC_HOOK_INSN, self._on_syscall, None, 1, 0, X.UC_X86_INS_SYSCALL)
+        self.count_insns = count_insns
+        if count_insns:
+            self.uc.hook_add(UC_HOOK_CODE, self._on_insn)
+
+    def load(self, program, path: str = "/lab/bench") -> None:
+        """Map a Program's text read-execute, named like the file it would come from."""
+        if program.arch != self.arch:
+            raise LabError(f"program is for {program.arch}, this process is {self.arch}")
+        size = -(-len(program.code) // 0x1000) * 0x1000
+        self.map(path, program.base, size, "r-xp", program.code)
+        self.program = program
+
+    # --- hardware -> kernel entries ---
+    def _on_insn(self, uc, address, size, user_data):
+        self.trace.emit("user_insns", ip=address)
+
+    def _on_interrupt(self, uc, intno, user_data):
+        if intno == 3:
+            x86_uprobes.exc_int3(self)
+        elif intno == 1:
+            x86_uprobes.exc_debug(self)
+        else:
+            self.force_sig("SIGSEGV", f"unexpected interrupt {intno}")
+
+    def _on_syscall(self, uc, user_data):
+        regs = self.regs()
+        rip = regs.get("ip")
+        next_ip = rip + SYSCALL_INSN_SIZE
+        # What the syscall instruction itself does (Unicorn does neither):
+        regs.set("cx", next_ip)
+        regs.set("r11", regs.get("flags"))
+        regs.preset("ip", next_ip)  # pt_regs->ip is the instruction after syscall
+        x86_uprobes.do_syscall_64(self, regs)
+        final_ip = regs.get("ip")
+        regs.preset("ip", rip)  # Unicorn's rip still points at the syscall...
+        if final_ip != next_ip:
+            regs.set("ip", final_ip - SYSCALL_INSN_SIZE)  # ...and Unicorn adds 2 after this hook
+        regs.flush()
+
+    # --- conveniences for notebooks and tests ---
+    def call(self, target, *args: int, max_insns: int = 10_000_000):
+        """Call a function with System V arguments and return rax; target is a symbol or address."""
+        addr = self.program.resolve(target) if isinstance(target, str) else target
+        regs = self.regs()
+        for name, value in zip(("di", "si", "dx", "cx", "r8", "r9"), args):
+            regs.set(name, value)
+        sp = (STACK_TOP - 0x100) & ~0xF
+        regs.set("sp", sp - 8)
+        regs.flush()
+        self.write_u64(sp - 8, EXIT_ADDR)
+        result = self.run(addr, EXIT_ADDR, max_insns)
+        if not result.ok:
+            raise_for(result)
+        return self.reg_read(X.UC_X86_REG_RAX)
+
+
+def raise_for(result) -> None:
+    from ..process import ProcessKilled
+
+    if result.signal:
+        raise ProcessKilled(f"the emulated process died of {result.signal}: {result.reason}")
+    raise LabError(result.reason)
