@@ -1,0 +1,205 @@
+"""Every benchmark number published in the seed documents, as one tidy table.
+
+The numbers come from the five seed texts in ``../shared/seeds`` (see its README.md), one row per
+number, each row attributed to the seed file it was read from:
+
+* ``000_721b81d609a5b978.txt`` - commit message of "uprobe: Add uretprobe syscall to speed up return
+  probe" (merged in 6.11): uretprobe-nop/push/ret, "current" vs "with the fix", on an Intel i7-1165G7
+  and an AMD Ryzen 7 5700U.
+* ``002_092cc4b90f5a8685.txt`` - v1 of the same patch with its review thread: the same two machines
+  with base and uprobe-* rows as well. The thread quotes the table three more times, unchanged; it is
+  recorded once. Its figures come from a different run than 000's (e.g. Intel current uretprobe-nop
+  1.487 here, 1.498 in 000), so both are kept.
+* ``003_4679909cb9325581.txt`` - RFCv2 12/18 "uprobes/x86: Add support to optimize uprobes": the
+  nop5 table, "current" vs "after the change". No CPU is named.
+* ``004_cbdec0ce398daa32.txt`` - Ingo Molnar's reply to the RFCv2 cover letter: quotes the 003 table
+  (and, before it, the cover letter's run, whose numbers equal 003's "after" rows) and sums it up as
+  "+169% and a +91%", which fits uprobe-nop5 and uretprobe-nop5, the rows marked ``-->``.
+* ``001_a91640efe4f91e99.txt`` - "arm64: uprobes: Simulate STP for pushing fp/lr into user stack" on a
+  Kunpeng916: Redis GET/SET requests per second and grep seconds (no uprobe / single-stepped STP /
+  emulated STP), and the uprobe-*/uretprobe-* bench as "xol-stp" vs "simulated-stp". The mail names
+  the machine once, above the Redis figures; the bench rows are taken to be from the same machine.
+  Its bench lines also print a per-cpu rate, equal to the rate because they ran on 1 cpu.
+
+Columns of :func:`load_published`:
+
+``source``      seed file name
+``table``       short id of the table inside that source (``intel``, ``amd``, ``nop5-bench``,
+                ``kunpeng916-bench``, ``redis``, ``grep``)
+``cpu``         the machine as the seed names it (``unspecified (x86-64)`` when it names none)
+``arch``        ``x86_64`` or ``arm64``
+``variant``     the column heading as the seed names it (``current``, ``fix`` for "with the fix",
+                ``after`` for "after the change", ``xol-stp``, ``simulated-stp``, ``no-uprobe``,
+                ``single-stepped-stp``, ``emulated-stp``)
+``kernel``      the kernel behaviour the variant stands for: ``6.10`` / ``6.11`` for the uretprobe
+                syscall (000, 002); ``6.11`` / ``6.18`` for the nop5 optimisation (003, 004: before
+                it nop5 was single-stepped, as in 6.11-6.15); ``xol-stp`` / ``simulated-stp`` /
+                ``no-uprobe`` for the arm64 patch (001), which was never merged
+``bench``       kernel bench name without ``trig-`` (``base``, ``usermode-count``, ``uprobe-nop5``...),
+                or ``redis-get``, ``redis-set``, ``grep``
+``value``       float, in ``unit`` (``M/s``, ``RPS`` or ``s``; for ``s`` lower is better)
+``pm``          the ``±`` figure where the seed gives one, else NaN
+``stated_speedup``  the speedup the seed itself prints for this row (``31%``, ``+169%``), else NA
+``note``        where the seed's own arithmetic or spelling disagrees with its table, else NA
+"""
+from __future__ import annotations
+
+import math
+import re
+from importlib import resources
+
+import pandas as pd
+
+COLUMNS = [
+    "source", "table", "cpu", "arch", "variant", "kernel", "bench",
+    "value", "unit", "pm", "stated_speedup", "note",
+]
+TEXT_COLUMNS = [c for c in COLUMNS if c not in ("value", "pm")]
+
+# (before, after) variant pairs that a seed compares; the after row carries the stated speedup.
+VARIANT_PAIRS = [
+    ("current", "fix"),
+    ("current", "after"),
+    ("xol-stp", "simulated-stp"),
+    ("single-stepped-stp", "emulated-stp"),
+]
+SPEEDUP_COLUMNS = [
+    "source", "table", "cpu", "arch", "bench", "unit", "before_variant", "after_variant",
+    "before_kernel", "after_kernel", "before", "after", "ratio", "speedup_pct",
+    "stated_speedup", "stated_pct", "agreement", "discrepancy",
+]
+# Units where a smaller number is the better one.
+LOWER_IS_BETTER_UNITS = {"s"}
+
+
+def load_published() -> pd.DataFrame:
+    """The published numbers, one row per number, in the order the seeds print them.
+
+    Text columns are pandas ``string`` (so ``kernel`` stays ``"6.10"``, not 6.1); ``value`` and ``pm``
+    are float64 with NaN where the seed gives no ``±``; empty ``stated_speedup``/``note`` are NA.
+    """
+    ref = resources.files("uprobe_lab") / "data" / "published.csv"
+    with ref.open("r", encoding="utf-8") as f:
+        df = pd.read_csv(f, dtype=str, keep_default_na=False)
+    if list(df.columns) != COLUMNS:
+        raise ValueError(f"published.csv columns are {list(df.columns)}, expected {COLUMNS}")
+    for col in TEXT_COLUMNS:
+        df[col] = df[col].astype("string")
+    for col in ("stated_speedup", "note"):
+        df[col] = df[col].mask(df[col] == "", pd.NA)
+    df["value"] = df["value"].astype("float64")
+    df["pm"] = df["pm"].replace("", "nan").astype("float64")
+    return df
+
+
+def _parse_pct(text) -> tuple[float, int] | None:
+    """'31%' -> (31.0, 0); '+29.3%' -> (29.3, 1); NA -> None."""
+    if text is None or text is pd.NA or (isinstance(text, float) and math.isnan(text)):
+        return None
+    m = re.fullmatch(r"\s*\+?(\d+(?:\.(\d+))?)\s*%\s*", str(text))
+    if not m:
+        raise ValueError(f"cannot read a percentage from {text!r}")
+    return float(m.group(1)), len(m.group(2) or "")
+
+
+def _agreement(computed: float, stated: float, decimals: int) -> str:
+    """How a stated percentage relates to the one computed from the table.
+
+    'rounded' - the computed value rounds (half up) to the stated one;
+    'truncated' - it only matches when the digits after the stated precision are dropped;
+    'differs' - neither.
+    """
+    scale = 10 ** decimals
+    target = round(stated * scale)
+    scaled = computed * scale
+    if math.floor(scaled + 0.5) == target:
+        return "rounded"
+    if math.floor(scaled + 1e-9) == target:
+        return "truncated"
+    return "differs"
+
+
+def seed_speedups(df: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Before -> after change for every (source, table, bench) a seed compares, next to what it states.
+
+    ``ratio`` is after/before. ``speedup_pct`` is the gain in the better direction:
+    ``100 * (after/before - 1)`` for rates (M/s, RPS) and ``100 * (before/after - 1)`` for times (s).
+    ``stated_pct`` is the seed's own figure (NaN where it states none); ``agreement`` says whether the
+    computed figure rounds to it (``rounded``), only matches when truncated (``truncated``), or
+    neither (``differs``); ``discrepancy`` is True for the last two.
+    """
+    if df is None:
+        df = load_published()
+    out = []
+    keys = ["source", "table", "bench"]
+    for (source, table, bench), grp in df.groupby(keys, sort=False):
+        by_variant = {v: row for v, row in zip(grp["variant"], grp.itertuples(index=False))}
+        for before_v, after_v in VARIANT_PAIRS:
+            if before_v not in by_variant or after_v not in by_variant:
+                continue
+            b, a = by_variant[before_v], by_variant[after_v]
+            if b.unit != a.unit:
+                raise ValueError(f"{source} {table} {bench}: unit {b.unit!r} vs {a.unit!r}")
+            ratio = a.value / b.value
+            gain = (1 / ratio if b.unit in LOWER_IS_BETTER_UNITS else ratio) - 1
+            speedup_pct = 100 * gain
+            parsed = _parse_pct(a.stated_speedup)
+            if parsed is None:
+                stated_pct, agreement = math.nan, pd.NA
+            else:
+                stated_pct, decimals = parsed
+                agreement = _agreement(speedup_pct, stated_pct, decimals)
+            out.append({
+                "source": source, "table": table, "cpu": a.cpu, "arch": a.arch, "bench": bench,
+                "unit": a.unit,
+                "before_variant": before_v, "after_variant": after_v,
+                "before_kernel": b.kernel, "after_kernel": a.kernel,
+                "before": b.value, "after": a.value,
+                "ratio": ratio, "speedup_pct": speedup_pct,
+                "stated_speedup": a.stated_speedup, "stated_pct": stated_pct,
+                "agreement": agreement,
+                "discrepancy": parsed is not None and agreement != "rounded",
+            })
+    res = pd.DataFrame(out, columns=SPEEDUP_COLUMNS)
+    for col in ("source", "table", "cpu", "arch", "bench", "unit", "before_variant",
+                "after_variant", "before_kernel", "after_kernel", "stated_speedup", "agreement"):
+        res[col] = res[col].astype("string")
+    for col in ("before", "after", "ratio", "speedup_pct", "stated_pct"):
+        res[col] = res[col].astype("float64")
+    res["discrepancy"] = res["discrepancy"].astype(bool)
+    return res
+
+
+def format_bench_line(bench: str, value: float, pm: float | None = None, unit: str = "M/s") -> str:
+    """One line as run_bench_uprobes.sh prints it: ``printf "%-15s: %s"`` around bench's
+    ``"%8.3lf \u00b1 %5.3lfM/s"`` summary. Non-bench figures (RPS, seconds) keep the seed's digits."""
+    if unit == "M/s" and pm is not None and not (isinstance(pm, float) and math.isnan(pm)):
+        return "%-15s: %8.3f \u00b1 %5.3fM/s" % (bench, value, pm)
+    if unit == "M/s":
+        return "%-15s: %8.3fM/s" % (bench, value)
+    return "%-15s: %8s %s" % (bench, repr(float(value)), unit)
+
+
+def format_bench_table(df: pd.DataFrame, headers: bool | None = None) -> str:
+    """Rows of ``df`` (e.g. a slice of :func:`load_published`) in run_bench_uprobes.sh's format::
+
+        uprobe-nop     :    3.016 ± 0.000M/s
+
+    With ``headers`` (default: only when ``df`` spans more than one source/table/variant), each group
+    is preceded by ``<source> <table> <variant> (<cpu>, kernel <kernel>):`` and separated by a blank line.
+    """
+    group_keys = ["source", "table", "variant"]
+    groups = list(df.groupby(group_keys, sort=False)) if len(df) else []
+    if headers is None:
+        headers = len(groups) > 1
+    if not headers:
+        return "\n".join(
+            format_bench_line(r.bench, r.value, r.pm, r.unit) for r in df.itertuples(index=False)
+        )
+    blocks = []
+    for (source, table, variant), grp in groups:
+        first = grp.iloc[0]
+        lines = [f"{source} {table} {variant} ({first['cpu']}, kernel {first['kernel']}):"]
+        lines += [format_bench_line(r.bench, r.value, r.pm, r.unit) for r in grp.itertuples(index=False)]
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
