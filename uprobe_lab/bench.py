@@ -1,0 +1,118 @@
+"""The kernel bench's trigger benchmarks, run on the emulator.
+
+Names follow tools/testing/selftests/bpf/benchs/run_bench_uprobes.sh without the ``trig-``
+prefix. Each bench is measured twice, because the two questions need different instruments:
+events per hit come from a process that counts every user instruction (exact, slow), and
+emulated hits/s from one that does not (fast). Like the kernel bench, both warm up first, so
+the figures describe the steady state (after a 6.18 nop5 site has been optimised, for example).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from .arches import make_process
+from .kernel import get_kernel
+from .process import LabError
+from .trace import per_hit
+from .uprobes import CountingConsumer, uprobe_register
+
+TARGETS = {
+    "nop": "uprobe_target_nop", "push": "uprobe_target_push", "ret": "uprobe_target_ret",
+    "nop5": "uprobe_target_nop5", "nop5-pagecross": "uprobe_target_nop5_pagecross",
+}
+X86_ONLY = {"nop5", "nop5-pagecross"}
+
+
+@dataclass(frozen=True)
+class BenchSpec:
+    name: str
+    target: str  # symbol the producer loop calls
+    probe: str | None  # None: no probe; "uprobe" or "uretprobe"
+
+
+def bench_spec(name: str, arch: str = "x86_64") -> BenchSpec:
+    if name == "usermode-count":
+        return BenchSpec(name, "uprobe_target_nop", None)
+    if name == "syscall-count":
+        return BenchSpec(name, "getpgid_syscall", None)
+    kind, _, target = name.partition("-")
+    if kind in ("uprobe", "uretprobe") and target in TARGETS:
+        if target in X86_ONLY and arch != "x86_64":
+            raise LabError(f"{name} is x86-64 only (the kernel bench builds it under #ifdef __x86_64__)")
+        return BenchSpec(name, TARGETS[target], kind)
+    raise LabError(f"unknown bench {name!r}; known: {', '.join(bench_names(arch))}")
+
+
+def bench_names(arch: str = "x86_64") -> list[str]:
+    targets = [t for t in TARGETS if arch == "x86_64" or t not in X86_ONLY]
+    return ["usermode-count", "syscall-count"] + [f"{k}-{t}" for k in ("uprobe", "uretprobe") for t in targets]
+
+
+def _prepare(spec: BenchSpec, arch: str, kernel, count_insns: bool, options: dict):
+    proc = make_process(arch, kernel, count_insns=count_insns, **options)
+    consumer = None
+    if spec.probe:
+        consumer = CountingConsumer(ret=spec.probe == "uretprobe")
+        uprobe_register(proc, spec.target, consumer)
+    return proc, consumer, proc.program.resolve(spec.target)
+
+
+def events_per_hit(name: str, arch: str = "x86_64", kernel=None, **options) -> dict[str, float]:
+    """Steady-state events of one hit: the difference between a 16- and an 8-iteration run, / 8."""
+    spec = bench_spec(name, arch)
+    proc, _, target = _prepare(spec, arch, kernel, True, options)
+    proc.call("producer_loop", 4, target)  # warm-up: first hits may patch text or map pages
+    before = proc.trace.snapshot()
+    proc.call("producer_loop", 8, target)
+    middle = proc.trace.snapshot()
+    proc.call("producer_loop", 16, target)
+    after = proc.trace.counts
+    steady = {k: (after[k] - middle[k]) - (middle[k] - before[k]) for k in set(after) | set(middle)}
+    return per_hit({k: v for k, v in steady.items() if v}, 8)
+
+
+def run_bench(name: str, arch: str = "x86_64", kernel=None, iterations: int = 20_000, **options) -> dict:
+    """One bench on the emulator: {bench, arch, mode, kernel, iterations, hits, events_per_hit, hits_per_s}."""
+    if iterations <= 0:
+        raise LabError(f"iterations must be positive, got {iterations}")
+    kernel = get_kernel(kernel)
+    spec = bench_spec(name, arch)
+    events = events_per_hit(name, arch, kernel, **options)
+    proc, consumer, target = _prepare(spec, arch, kernel, False, options)
+    proc.call("producer_loop", 16, target)  # warm-up
+    start_hits = consumer.hits if consumer else 0
+    t0 = time.perf_counter()
+    proc.call("producer_loop", iterations, target, max_insns=iterations * 1000)
+    elapsed = time.perf_counter() - t0
+    hits = consumer.hits - start_hits if consumer else iterations
+    result = {"bench": name, "arch": arch, "mode": "emulated", "kernel": kernel.name,
+              "iterations": iterations, "hits": hits, "events_per_hit": events,
+              "hits_per_s": round(hits / elapsed, 1)}
+    result.update({k: v for k, v in options.items() if isinstance(v, (str, int, float, bool))})
+    return result
+
+
+def run_benches(names=None, arch: str = "x86_64", kernel=None, iterations: int = 20_000, progress=None,
+                **options) -> list[dict]:
+    names = list(names or bench_names(arch))
+    results = []
+    for name in names:
+        results.append(run_bench(name, arch, kernel, iterations, **options))
+        if progress:
+            progress(name)
+    return results
+
+
+def format_table(results: list[dict]) -> str:
+    """A table like the kernel's run_bench_uprobes.sh, plus the events each hit cost."""
+    lines = []
+    for r in results:
+        if r.get("mode") == "emulated":
+            ev = r["events_per_hit"]
+            kinds = ("exceptions", "syscalls", "sysret", "iret", "eret", "emulated", "xol_steps", "consumers")
+            brief = " ".join(f"{k}={ev[k]}" for k in kinds if ev.get(k))
+            lines.append(f"{r['bench']:<25}: {r['hits_per_s'] / 1e6:8.3f}M/s emulated  [{r['arch']} {r['kernel']}] {brief}")
+        else:
+            lines.append(f"{r['bench']:<25}: {r['mops']:8.3f} ± {r.get('stddev', 0.0):5.3f}M/s  [{r['mode']}]")
+    return "\n".join(lines)
