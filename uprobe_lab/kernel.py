@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .errors import LabError
+
 __NR_getpgid = 121
 __NR_uretprobe = 335  # merged number (arch/x86/entry/syscalls/syscall_64.tbl); v1 of the patch used 462
 __NR_uprobe = 336  # 6.18
@@ -55,7 +57,7 @@ def get_kernel(version: str | KernelVersion | None = None) -> KernelVersion:
     try:
         return KERNELS[name]
     except KeyError:
-        raise ValueError(
+        raise LabError(
             f"unknown kernel version {name!r}: the lab models {', '.join(KERNELS)} "
             f"(the versions where a probe hit's cost changed)"
         ) from None

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from unicorn import UC_PROT_EXEC, UC_PROT_READ, UC_PROT_WRITE, Uc, UcError
 from unicorn.unicorn_py3.unicorn import uclib
 
+from .errors import LabError, ProcessKilled
 from .kernel import KernelVersion, get_kernel
 from .trace import Trace
 
@@ -22,14 +23,6 @@ MASK64 = (1 << 64) - 1
 DEFAULT_MAX_INSNS = 10_000_000  # every run is guarded: no emulation can spin forever
 
 SIGNALS = {"SIGILL": 4, "SIGTRAP": 5, "SIGSEGV": 11}
-
-
-class LabError(Exception):
-    """A problem with what the learner asked for; the message says what and how to fix it."""
-
-
-class ProcessKilled(LabError):
-    """The emulated process got a fatal signal (as the kernel would deliver it)."""
 
 
 @dataclass
@@ -96,9 +89,11 @@ class RegsView:
         return {n: v for n, v in self._vals.items() if self._orig.get(n) != v}
 
     def flush(self) -> None:
-        for name, value in self.changed().items():
-            self._proc.reg_write(self.UC_REGS[name], value)
-            self._orig[name] = value
+        orig = self._orig
+        for name, value in self._vals.items():
+            if orig.get(name) != value:
+                self._proc.reg_write(self.UC_REGS[name], value)
+                orig[name] = value
 
     def as_dict(self) -> dict[str, int]:
         return {name: self.get(name) for name in self.UC_REGS}
@@ -202,6 +197,12 @@ class EmulatedProcess:
             self.uc.mem_write(addr, bytes(data))
         except UcError:
             raise LabError(f"address {addr:#x} (+{len(data)}) is not mapped in the emulated process") from None
+
+    def poke_text(self, addr: int, data: bytes) -> None:
+        """Write instruction bytes (the kernel writes text through the page cache, not as the user)
+        and drop Unicorn's translated blocks for them, or the CPU would keep running the old code."""
+        self.write(addr, data)
+        self.uc.ctl_remove_cache(addr, addr + len(data))
 
     def read_u64(self, addr: int) -> int:
         return int.from_bytes(self.read(addr, 8), "little")

@@ -56,7 +56,7 @@ class Trace:
     def emit(self, kind: str, n: int = 1, ip: int | None = None, note: str = "") -> None:
         self.counts[kind] += n
         if self.record:
-            self.events.append(Event(len(self.events), kind, n, ip, note))
+            self.events.append(Event(len(self.events), kind, n, ip, note() if callable(note) else note))
 
     def snapshot(self) -> Counter:
         return Counter(self.counts)

@@ -251,7 +251,7 @@ def xol_get_insn_slot(proc, uprobe: Uprobe) -> int:
     utask = proc.utask
     utask.xol_slot = slot
     utask.xol_vaddr = area.slot_vaddr(slot)
-    proc.write(utask.xol_vaddr, uprobe.arch.ixol)  # arch_uprobe_copy_ixol: through the page, not uaccess
+    proc.poke_text(utask.xol_vaddr, uprobe.arch.ixol)  # arch_uprobe_copy_ixol: through the page, not uaccess
     return utask.xol_vaddr
 
 
@@ -305,7 +305,7 @@ def handle_swbp(proc, regs) -> None:
     if regs.ip != bp_vaddr:  # a consumer took execution elsewhere: skip the instruction
         return
     if arch.arch_uprobe_skip_sstep(proc, uprobe.arch, regs):
-        proc.trace.emit("emulated", ip=bp_vaddr, note=uprobe.arch.describe())
+        proc.trace.emit("emulated", ip=bp_vaddr, note=uprobe.arch.describe)
         return
     pre_ssout(proc, uprobe, regs, bp_vaddr)
 
@@ -313,10 +313,10 @@ def handle_swbp(proc, regs) -> None:
 def handler_chain(proc, uprobe: Uprobe, regs) -> None:
     ri = None
     remove = True
-    for consumer in list(uprobe.consumers):
+    for consumer in tuple(uprobe.consumers):
         rc = 0
         if consumer.handler is not None:
-            proc.trace.emit("consumers", ip=uprobe.vaddr, note=f"{consumer.name} handler")
+            proc.trace.emit("consumers", ip=uprobe.vaddr, note=consumer.name)
             rc = consumer.handler(regs) or 0
             if rc not in (0, UPROBE_HANDLER_REMOVE, UPROBE_HANDLER_IGNORE):
                 raise LabError(f"{consumer!r} returned {rc}; a handler returns 0, "

@@ -161,3 +161,27 @@ def jcc8(a: Assembler, cond: str, label: str) -> None:
 def jcc32(a: Assembler, cond: str, label: str) -> None:
     a.emit(bytes([0x0F, 0x80 + JCC[cond], 0, 0, 0, 0]))
     a.fixup(label, _patch_rel32, 6)
+
+
+ALU_RR = {"add": 0x01, "or": 0x09, "and": 0x21, "sub": 0x29, "xor": 0x31, "cmp": 0x39}
+
+
+def alu_rr(op: str, dst: str, src: str) -> bytes:
+    """add/or/and/sub/xor/cmp %src, %dst (64-bit, REX.W op /r)."""
+    d, s = REG64[dst], REG64[src]
+    rex = 0x48 | (0x04 if s >= 8 else 0) | (0x01 if d >= 8 else 0)
+    return bytes([rex, ALU_RR[op], 0xC0 | ((s & 7) << 3) | (d & 7)])
+
+
+def inc(reg: str) -> bytes:
+    r = REG64[reg]
+    return bytes([0x48 | (1 if r >= 8 else 0), 0xFF, 0xC0 | (r & 7)])
+
+
+def lea_disp8(dst: str, base: str, disp: int) -> bytes:
+    """lea disp8(%base), %dst (base must not be rsp/r12, which need a SIB byte)."""
+    d, b = REG64[dst], REG64[base]
+    if b & 7 == 4:
+        raise ValueError("lea_disp8 does not encode an rsp/r12 base")
+    rex = 0x48 | (0x04 if d >= 8 else 0) | (0x01 if b >= 8 else 0)
+    return bytes([rex, 0x8D, 0x40 | ((d & 7) << 3) | (b & 7)]) + struct.pack("<b", disp)

@@ -11,7 +11,8 @@ from __future__ import annotations
 from unicorn import UC_ARCH_X86, UC_HOOK_CODE, UC_HOOK_INSN, UC_HOOK_INTR, UC_MODE_64
 from unicorn import x86_const as X
 
-from ..process import EmulatedProcess, LabError, RegsView, _make_reg_properties
+from ..errors import LabError, ProcessKilled
+from ..process import EmulatedProcess, RegsView, _make_reg_properties
 from . import uprobes as x86_uprobes
 
 X86_EFLAGS_TF = 0x100
@@ -114,8 +115,6 @@ class X86Process(EmulatedProcess):
 
 
 def raise_for(result) -> None:
-    from ..process import ProcessKilled
-
     if result.signal:
         raise ProcessKilled(f"the emulated process died of {result.signal}: {result.reason}")
     raise LabError(result.reason)

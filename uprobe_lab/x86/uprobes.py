@@ -282,16 +282,16 @@ def set_swbp(proc, auprobe: ArchUprobe, vaddr: int) -> None:
     from .optimize import is_optimized
     if ARCH_UPROBE_FLAG_CAN_OPTIMIZE in auprobe.flags and is_optimized(proc, vaddr):
         return
-    proc.write(vaddr, bytes([UPROBE_SWBP_INSN]))
+    proc.poke_text(vaddr, bytes([UPROBE_SWBP_INSN]))
     proc.trace.emit("text_patches", ip=vaddr, note="int3")
 
 
 def set_orig_insn(proc, auprobe: ArchUprobe, vaddr: int) -> None:
-    from .optimize import is_optimized, swbp_unoptimize
-    if ARCH_UPROBE_FLAG_CAN_OPTIMIZE in auprobe.flags and is_optimized(proc, vaddr):
-        swbp_unoptimize(proc, auprobe, vaddr)
+    from . import optimize
+    if ARCH_UPROBE_FLAG_CAN_OPTIMIZE in auprobe.flags and optimize.is_optimized(proc, vaddr):
+        optimize.swbp_unoptimize(proc, auprobe, vaddr)
         return
-    proc.write(vaddr, auprobe.insn[:1])
+    proc.poke_text(vaddr, auprobe.insn[:1])
     proc.trace.emit("text_patches", ip=vaddr, note="original first byte")
 
 
@@ -304,7 +304,7 @@ def uprobe_get_swbp_addr(regs) -> int:
 
 
 def arch_uprobe_optimize(proc, auprobe: ArchUprobe, vaddr: int) -> None:
-    if proc.kernel.optimize_nop5:
+    if proc.kernel.optimize_nop5 and ARCH_UPROBE_FLAG_CAN_OPTIMIZE in auprobe.flags:
         from .optimize import arch_uprobe_optimize as optimize
         optimize(proc, auprobe, vaddr)
 

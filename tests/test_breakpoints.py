@@ -1,0 +1,219 @@
+"""Breakpoint uprobes on x86-64: the trap path, transparency, consumers, errors."""
+import random
+
+import pytest
+
+from uprobe_lab.arches import make_process
+from uprobe_lab.bench import events_per_hit, run_bench
+from uprobe_lab.process import LabError, ProcessKilled
+from uprobe_lab.uprobes import (UPROBE_HANDLER_IGNORE, UPROBE_HANDLER_REMOVE, CountingConsumer,
+                                UnprobeableInstruction, UprobeConsumer, uprobe_register, uprobe_unregister)
+from uprobe_lab.x86 import asm
+from uprobe_lab.x86.process import GPRS, STACK_TOP, X86Process
+from uprobe_lab.x86.randprog import random_function
+
+KERNELS = ["6.10", "6.11", "6.16", "6.18"]
+TARGETS = ["uprobe_target_nop", "uprobe_target_push", "uprobe_target_ret", "uprobe_target_nop5",
+           "uprobe_target_nop5_pagecross", "opaque_noop_func", "getpgid_syscall", "producer_loop"]
+
+
+def final_state(proc):
+    regs = proc.regs()
+    state = {name: regs.get(name) for name in GPRS}
+    state["flags"] = regs.get("flags") & 0x8D5  # arithmetic flags
+    state["stack"] = proc.read(STACK_TOP - 0x400, 0x400)
+    return state
+
+
+def run_program(program, kernel, probe_at=None, entry=None):
+    proc = X86Process(kernel)
+    proc.load(program)
+    consumer = CountingConsumer()
+    if probe_at is not None:
+        uprobe_register(proc, probe_at, consumer)
+    proc.call(entry or next(iter(program.symbols)))
+    return final_state(proc), consumer.hits
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_bench_targets_are_unchanged_by_a_probe_on_each_instruction(kernel):
+    from uprobe_lab.x86.programs import bench_program
+    program = bench_program()
+    for target in TARGETS:
+        args = (3, program.resolve("uprobe_target_push")) if target == "producer_loop" else ()
+        base = make_process("x86_64", kernel)
+        base.call(target, *args)
+        expected = final_state(base)
+        for addr in program.instruction_starts(target):
+            proc = make_process("x86_64", kernel)
+            consumer = CountingConsumer()
+            try:
+                uprobe_register(proc, addr, consumer)
+            except UnprobeableInstruction:  # syscall in getpgid_syscall
+                assert proc.read(addr, 2) == asm.SYSCALL
+                continue
+            proc.call(target, *args)
+            assert consumer.hits >= 1, hex(addr)
+            assert final_state(proc) == expected, f"{target} probed at {addr:#x}"
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_programs_are_unchanged_by_probes(seed):
+    rng = random.Random(seed)
+    program = random_function(rng, n=20)
+    for kernel in ("6.11", "6.18"):
+        expected, _ = run_program(program, kernel)
+        for addr in program.instruction_starts("fuzz_target"):
+            got, hits = run_program(program, kernel, probe_at=addr)
+            assert got == expected, f"seed {seed} kernel {kernel} probe at {addr:#x}"
+
+
+def test_int3_without_a_probe_is_sigtrap():
+    proc = make_process("x86_64")
+    with pytest.raises(ProcessKilled, match="SIGTRAP"):
+        proc.call(proc.program.resolve("uprobe_target_nop") + 2)  # int3 padding after the function
+    assert proc.signal == "SIGTRAP"
+
+
+def test_int3_is_sigtrap_even_when_other_probes_exist():
+    proc = make_process("x86_64")
+    uprobe_register(proc, "uprobe_target_nop", CountingConsumer())
+    result = proc.run(proc.program.resolve("uprobe_target_nop") + 2, 0x1234)  # padding int3
+    assert result.signal == "SIGTRAP" and "no uprobe" in result.reason
+
+
+def test_syscall_writes_rcx_and_r11_like_the_cpu():
+    proc = make_process("x86_64")
+    regs = proc.regs()
+    regs.cx, regs.r11 = 0x1111, 0x2222
+    regs.flush()
+    start = proc.program.resolve("getpgid_syscall")
+    proc.run(start, start + 9)  # stop right after the syscall, before ret
+    regs = proc.regs()
+    assert regs.cx == start + 9  # rip of the next instruction
+    assert regs.r11 == regs.flags  # rflags
+    assert regs.ax == 1  # getpgid()
+    assert proc.trace.counts["syscalls"] == 1 and proc.trace.counts["sysret"] == 1
+
+
+def test_unknown_syscall_is_enosys_and_uretprobe_syscall_is_unknown_on_6_10():
+    proc = X86Process("6.10")
+    code = asm.mov_imm32("rax", 335) + asm.SYSCALL + asm.RET
+    proc.map("/lab/sc", 0x500000, 0x1000, "r-xp", code)
+    proc.run(0x500000, 0x500000 + len(code) - 1)
+    assert proc.regs().ax == (-38) & (2**64 - 1)
+
+
+def test_ret_costs_two_exceptions_and_uses_an_xol_slot():
+    proc = make_process("x86_64", record=True)
+    uprobe_register(proc, "uprobe_target_ret", CountingConsumer())
+    assert proc.find_mapping("[uprobes]") is None  # mapped on first need
+    proc.call("uprobe_target_ret")
+    kinds = [e.kind for e in proc.trace.events]
+    assert kinds.count("exc_bp") == 1 and kinds.count("exc_db") == 1 and kinds.count("xol_steps") == 1
+    xol = proc.find_mapping("[uprobes]")
+    assert xol is not None and xol.perms == "r-xp" and xol.end == 0x7FFFFFFFF000
+    slot1 = xol.start + 128
+    assert proc.read(slot1, 1) == b"\xc3"  # the ret was copied into slot 1
+    assert proc.mm.xol_area.bitmap[:2] == [True, False]  # slot 0 reserved, slot 1 freed again
+
+
+def test_install_keeps_the_original_bytes_and_unregister_restores_them():
+    proc = make_process("x86_64")
+    addr = proc.program.resolve("uprobe_target_push")
+    c = CountingConsumer()
+    u = uprobe_register(proc, "uprobe_target_push", c)
+    assert proc.read(addr, 1) == b"\xcc" and u.insn == b"\x55"
+    uprobe_unregister(proc, u, c)
+    assert proc.read(addr, 1) == b"\x55" and not proc.mm.probes
+
+
+def test_consumer_return_codes():
+    proc = make_process("x86_64")
+    ignore = UprobeConsumer(handler=lambda regs: UPROBE_HANDLER_IGNORE,
+                            ret_handler=lambda regs, func: pytest.fail("IGNORE must not hijack the return"))
+    uprobe_register(proc, "uprobe_target_nop", ignore)
+    proc.call("uprobe_target_nop")
+    assert proc.mm.xol_area is None  # no return instance, so no trampoline was needed
+
+    proc = make_process("x86_64")
+    filtered = UprobeConsumer(handler=lambda regs: UPROBE_HANDLER_REMOVE, filter=lambda p: False)
+    u = uprobe_register(proc, "uprobe_target_nop", filtered)
+    proc.call("producer_loop", 3, proc.program.resolve("uprobe_target_nop"))
+    assert not u.applied and proc.read(u.vaddr, 1) == b"\x90"  # removed from this mm after the first hit
+    assert proc.trace.counts["consumers"] == 1
+
+    proc = make_process("x86_64")
+    keep = UprobeConsumer(handler=lambda regs: UPROBE_HANDLER_REMOVE)  # no filter: the probe stays
+    u = uprobe_register(proc, "uprobe_target_nop", keep)
+    proc.call("producer_loop", 3, proc.program.resolve("uprobe_target_nop"))
+    assert u.applied and proc.trace.counts["consumers"] == 3
+
+
+def test_consumer_sees_pt_regs_at_the_probe():
+    proc = make_process("x86_64")
+    seen = {}
+    uprobe_register(proc, "uprobe_target_push", UprobeConsumer(handler=lambda r: seen.update(ip=r.ip, sp=r.sp) or 0))
+    proc.call("uprobe_target_push")
+    assert seen["ip"] == proc.program.resolve("uprobe_target_push")
+    assert seen["sp"] % 16 == 8  # just after a call
+
+
+def test_a_consumer_can_redirect_execution():
+    proc = make_process("x86_64")
+    ret_addr = proc.program.resolve("uprobe_target_ret")
+
+    def skip(regs):
+        regs.ip = ret_addr  # take execution elsewhere: the probed push must not run
+        return 0
+    uprobe_register(proc, "uprobe_target_push", UprobeConsumer(handler=skip))
+    assert proc.call("uprobe_target_push") != 1  # mov eax, 1 never ran
+    assert proc.trace.counts["emulated"] == 0
+
+
+def test_bad_input_errors():
+    proc = make_process("x86_64")
+    with pytest.raises(KeyError, match="no symbol 'missing'"):
+        uprobe_register(proc, "missing", CountingConsumer())
+    with pytest.raises(LabError, match="inside an instruction"):
+        uprobe_register(proc, "uprobe_target_push", CountingConsumer(), offset=2)
+    with pytest.raises(LabError, match="not in an executable mapping"):
+        uprobe_register(proc, 0x1000, CountingConsumer())
+    with pytest.raises(UnprobeableInstruction):
+        uprobe_register(proc, "getpgid_syscall", CountingConsumer(), offset=7)  # the syscall
+    with pytest.raises(LabError, match="positive"):
+        run_bench("uprobe-nop", iterations=0)
+    with pytest.raises(LabError, match="positive"):
+        proc.run(proc.program.base, 0, max_insns=0)
+    with pytest.raises(LabError, match="unknown bench"):
+        run_bench("uprobe-bogus")
+    with pytest.raises(LabError, match="unknown kernel"):
+        make_process("x86_64", "5.4")
+    with pytest.raises(LabError, match="unknown architecture"):
+        make_process("riscv")
+
+
+def test_runaway_code_is_stopped_by_the_guard():
+    proc = X86Process()
+    proc.map("/lab/spin", 0x500000, 0x1000, "r-xp", b"\xeb\xfe")  # jmp .
+    result = proc.run(0x500000, 0x600000, max_insns=1000)
+    assert result.stop == "count" and result.ip == 0x500000
+
+
+@pytest.mark.parametrize("kernel,bench,expected", [
+    ("6.18", "uprobe-nop", {"exceptions": 1, "iret": 1, "emulated": 1, "consumers": 1, "syscalls": 0}),
+    ("6.18", "uprobe-push", {"exceptions": 1, "emulated": 1, "uaccess_bytes": 8}),
+    ("6.18", "uprobe-ret", {"exceptions": 2, "exc_db": 1, "xol_steps": 1, "iret": 2, "emulated": 0}),
+    ("6.11", "uprobe-nop5", {"exceptions": 2, "xol_steps": 1}),
+    ("6.16", "uprobe-nop5", {"exceptions": 1, "emulated": 1, "syscalls": 0}),
+    ("6.18", "usermode-count", {"exceptions": 0, "syscalls": 0, "user_insns": 5}),
+    ("6.18", "syscall-count", {"exceptions": 0, "syscalls": 1, "sysret": 1}),
+])
+def test_events_per_hit(kernel, bench, expected):
+    events = events_per_hit(bench, "x86_64", kernel)
+    assert {k: events.get(k, 0) for k in expected} == expected
+
+
+def test_bench_hits_equal_iterations():
+    r = run_bench("uprobe-ret", kernel="6.18", iterations=500)
+    assert r["hits"] == 500 and r["hits_per_s"] > 0 and r["events_per_hit"]["exceptions"] == 2

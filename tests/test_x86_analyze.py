@@ -1,0 +1,89 @@
+"""arch_uprobe_analyze_insn decides as the kernel does: emulate, single-step out of line, or refuse."""
+import pytest
+
+from uprobe_lab.kernel import get_kernel
+from uprobe_lab.program import disasm
+from uprobe_lab.uprobes import UnprobeableInstruction
+from uprobe_lab.x86.uprobes import analyze_hex, arch_uprobe_analyze_insn
+
+# (bytes, Capstone's text, action on 6.11, action on 6.16+)
+TABLE = [
+    ("90", "nop", "emulate", "emulate"),
+    ("f390", "pause", "emulate", "emulate"),  # prefix* + 0x90
+    ("6690", "nop", "emulate", "emulate"),
+    ("0f1f440000", "nop dword ptr [rax + rax]", "xol", "emulate"),  # nop5: stepped until 6.16
+    ("0f1f00", "nop dword ptr [rax]", "xol", "emulate"),
+    ("0f1f840000000000", "nop dword ptr [rax + rax]", "xol", "emulate"),  # x86_nops[8]
+    ("0f1f840000000001", "nop dword ptr [rax + rax + 0x1000000]", "xol", "xol"),  # not byte-identical
+    ("55", "push rbp", "emulate", "emulate"),
+    ("4153", "push r11", "emulate", "emulate"),  # REX 0x41 form
+    ("4853", "push rbx", "xol", "xol"),  # REX.W form is not the 0x41 form
+    ("eb10", "jmp 0x400012", "emulate", "emulate"),
+    ("e900010000", "jmp 0x400105", "emulate", "emulate"),
+    ("e800010000", "call 0x400105", "emulate", "emulate"),
+    ("7405", "je 0x400007", "emulate", "emulate"),
+    ("0f8500010000", "jne 0x400106", "emulate", "emulate"),
+    ("c3", "ret", "xol", "xol"),
+    ("c20800", "ret 8", "xol", "xol"),
+    ("4889e5", "mov rbp, rsp", "xol", "xol"),
+    ("ffd0", "call rax", "xol", "xol"),
+    ("ffe0", "jmp rax", "xol", "xol"),
+    ("5d", "pop rbp", "xol", "xol"),
+    ("b801000000", "mov eax, 1", "xol", "xol"),
+    ("cc", "int3", "reject", "reject"),
+    ("cd80", "int 0x80", "reject", "reject"),
+    ("cf", "iretd", "reject", "reject"),
+    ("0f05", "syscall", "reject", "reject"),
+    ("0f0b", "ud2", "reject", "reject"),
+    ("f4", "hlt", "reject", "reject"),
+    ("fa", "cli", "reject", "reject"),
+    ("fb", "sti", "reject", "reject"),
+    ("f0ff00", "lock inc dword ptr [rax]", "reject", "reject"),
+    ("2e8b00", "mov eax, dword ptr cs:[rax]", "reject", "reject"),
+    ("3e8b00", "mov eax, dword ptr ds:[rax]", "reject", "reject"),
+    ("648b00", "mov eax, dword ptr fs:[rax]", "xol", "xol"),  # fs/gs prefixes are fine
+    ("8ed0", "mov ss, eax", "reject", "reject"),  # masks exceptions
+    ("66eb00", "jmp 0x400003", "reject", "reject"),  # 0x66 branch
+    ("488b0500000000", "mov rax, qword ptr [rip]", "reject", "reject"),  # lab: rip-relative XOL not modelled
+]
+
+
+@pytest.mark.parametrize("raw,text,a611,a616", TABLE, ids=[r[0] for r in TABLE])
+def test_classification(raw, text, a611, a616):
+    (_, got_raw, got_text), = disasm(bytes.fromhex(raw), "x86_64", 0x400000)
+    assert got_raw.hex() == raw and got_text == text  # the table itself is what it claims
+    for kernel, expected in (("6.10", a611), ("6.11", a611), ("6.16", a616), ("6.18", a616)):
+        assert analyze_hex(raw, get_kernel(kernel))["action"] == expected, kernel
+
+
+def test_rejections_explain_themselves():
+    with pytest.raises(UnprobeableInstruction, match="lock prefix"):
+        arch_uprobe_analyze_insn(bytes.fromhex("f0ff00"), 0x400000, get_kernel())
+    with pytest.raises(UnprobeableInstruction, match="good_insns"):
+        arch_uprobe_analyze_insn(b"\xcc", 0x400000, get_kernel())
+    with pytest.raises(UnprobeableInstruction, match="relative to rip"):
+        arch_uprobe_analyze_insn(bytes.fromhex("488b0500000000"), 0x400000, get_kernel())
+    with pytest.raises(UnprobeableInstruction, match="does not decode"):
+        arch_uprobe_analyze_insn(bytes.fromhex("0f"), 0x400000, get_kernel())
+
+
+def test_branch_offsets_and_fixups():
+    k = get_kernel("6.18")
+    jmp = arch_uprobe_analyze_insn(bytes.fromhex("eb10"), 0x400000, k)
+    assert (jmp.ops, jmp.branch_opc1, jmp.branch_offs) == ("branch", 0xEB, 0x10)
+    jne = arch_uprobe_analyze_insn(bytes.fromhex("0f8500010000"), 0x400000, k)
+    assert jne.branch_opc1 == 0x75 and jne.branch_offs == 0x100  # near jcc checks the short jcc's condition
+    call = arch_uprobe_analyze_insn(bytes.fromhex("ffd0"), 0x400000, k)
+    assert call.fixups == 0x02  # UPROBE_FIX_CALL
+    ret = arch_uprobe_analyze_insn(b"\xc3", 0x400000, k)
+    assert ret.fixups == 0
+    mov = arch_uprobe_analyze_insn(bytes.fromhex("4889e5"), 0x400000, k)
+    assert mov.fixups == 0x01  # UPROBE_FIX_IP
+
+
+def test_analyze_hex_errors():
+    from uprobe_lab.process import LabError
+    with pytest.raises(LabError, match="not hex"):
+        analyze_hex("zz", get_kernel())
+    with pytest.raises(LabError, match="more than one instruction"):
+        analyze_hex("90c3", get_kernel())

@@ -1,0 +1,58 @@
+"""Every hand encoding decodes, with Capstone, to the instruction it claims to be."""
+import pytest
+
+from uprobe_lab.program import disasm
+from uprobe_lab.x86 import asm
+from uprobe_lab.x86.programs import bench_program
+
+CASES = [
+    (asm.NOP, "nop"), (asm.RET, "ret"), (asm.INT3, "int3"), (asm.SYSCALL, "syscall"),
+    (asm.push("rbp"), "push rbp"), (asm.push("r11"), "push r11"), (asm.pop("rcx"), "pop rcx"),
+    (asm.pop("r12"), "pop r12"), (asm.mov_rr("rbp", "rsp"), "mov rbp, rsp"),
+    (asm.mov_rr("r12", "rsi"), "mov r12, rsi"), (asm.mov_imm32("rax", 1), "mov eax, 1"),
+    (asm.mov_imm_sx("rax", 335), "mov rax, 0x14f"), (asm.mov_imm64("r9", 2**63), "movabs r9, 0x8000000000000000"),
+    (asm.xor_rr32("rdi", "rdi"), "xor edi, edi"), (asm.dec("rbx"), "dec rbx"), (asm.inc("r10"), "inc r10"),
+    (asm.call_reg("r12"), "call r12"), (asm.lea_rsp_disp8(-0x80), "lea rsp, [rsp - 0x80]"),
+    (asm.ret_imm16(0x80), "ret 0x80"), (asm.mov_store_rsp_disp8("r9", -8), "mov qword ptr [rsp - 8], r9"),
+    (asm.mov_load_rsp_disp8("rax", 16), "mov rax, qword ptr [rsp + 0x10]"),
+    (asm.alu_rr("sub", "r8", "rcx"), "sub r8, rcx"), (asm.alu_rr("cmp", "rdi", "r15"), "cmp rdi, r15"),
+    (asm.lea_disp8("rsi", "r10", -3), "lea rsi, [r10 - 3]"),
+    (asm.call_rel32(0x400000, 0x400100), "call 0x400100"), (asm.jmp_rel32(0x400000, 0x3FF000), "jmp 0x3ff000"),
+    (asm.X86_NOPS[5], "nop dword ptr [rax + rax]"), (asm.NOP10, "nop word ptr cs:[rax + rax]"),
+]
+
+
+@pytest.mark.parametrize("raw,text", CASES, ids=[t for _, t in CASES])
+def test_encoding_matches_capstone(raw, text):
+    (addr, got_raw, got_text), = disasm(raw, "x86_64", 0x400000)
+    assert got_raw == raw and got_text == text
+
+
+@pytest.mark.parametrize("length", range(1, asm.ASM_NOP_MAX + 1))
+def test_kernel_nop_table_entries_are_single_nops(length):
+    (_, raw, text), = disasm(asm.X86_NOPS[length], "x86_64")
+    assert len(raw) == length and text.startswith("nop")
+
+
+def test_bench_targets_are_the_kernel_bench_bytes():
+    p = bench_program()
+    code = lambda name: p.code[p.symbols[name].addr - p.base:][: p.symbols[name].size]
+    assert code("uprobe_target_nop") == bytes.fromhex("90c3")
+    push = code("uprobe_target_push")
+    assert push[:5] == bytes.fromhex("554889e5e8") and push[9:] == bytes.fromhex("b8010000005dc3")
+    call_target = p.symbols["uprobe_target_push"].addr + 9 + int.from_bytes(push[5:9], "little", signed=True)
+    assert call_target == p.resolve("opaque_noop_func")
+    assert code("uprobe_target_ret") == b"\xc3"
+    assert code("uprobe_target_nop5") == bytes.fromhex("0f1f440000c3")
+    cross = p.resolve("uprobe_target_nop5_pagecross")
+    assert cross % 0x1000 == 0x1000 - 2  # the nop5 straddles a page boundary
+
+
+def test_listing_and_symbols():
+    p = bench_program()
+    assert "uprobe_target_push" in p.listing()
+    assert p.symbol_at(p.resolve("uprobe_target_push") + 4) == ("uprobe_target_push", 4)
+    with pytest.raises(KeyError, match="no symbol 'nope'"):
+        p.resolve("nope")
+    with pytest.raises(ValueError, match="outside uprobe_target_nop"):
+        p.resolve("uprobe_target_nop", 7)

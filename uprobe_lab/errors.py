@@ -1,0 +1,9 @@
+"""Errors a learner can act on: each message names the problem and the way out."""
+
+
+class LabError(Exception):
+    """A problem with what the learner asked for; the message says what and how to fix it."""
+
+
+class ProcessKilled(LabError):
+    """The emulated process got a fatal signal (as the kernel would deliver it)."""
