@@ -1,0 +1,141 @@
+"""The kernel bench's trig-* usermode family, measured on this host's kernel with the lab's bytes.
+
+Same method as tools/testing/selftests/bpf/bench: a producer calls the target in a tight loop
+while a probe counts hits. Here the loop is the lab's ``producer_loop`` (native code) and the
+counter is the uprobe perf event's count instead of a BPF map. Each bench attaches, warms up,
+then times ``repeats`` intervals of ``iterations`` calls; ``mops`` and ``stddev`` are the mean
+and sample standard deviation of the per-interval rates in M calls/s, as in the bench's
+"Summary: hits X ± Y M/s" line.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+from .code import NativeCode
+from .errors import check_native_support
+from .host import is_optimized, kernel_release, parse_maps
+from .perf import UprobeEvent
+
+DEFAULT_ITERATIONS = 100_000
+DEFAULT_REPEATS = 5
+WARMUP_MIN = 1_000  # the first hit on a nop5 is where 6.18 optimises it
+
+
+@dataclass(frozen=True)
+class Bench:
+    name: str
+    target: str  # symbol the producer loop calls, and where the probe goes
+    probe: str | None  # None (no probe), "uprobe" or "uretprobe"
+
+
+def _benches() -> dict[str, Bench]:
+    rows = [Bench("usermode-count", "uprobe_target_nop", None),
+            Bench("syscall-count", "getpgid_syscall", None)]
+    for kind in ("uprobe", "uretprobe"):
+        for t in ("nop", "push", "ret", "nop5"):
+            rows.append(Bench(f"{kind}-{t}", f"uprobe_target_{t}", kind))
+    for kind in ("uprobe", "uretprobe"):
+        rows.append(Bench(f"{kind}-nop5-pagecross", "uprobe_target_nop5_pagecross", kind))
+    return {b.name: b for b in rows}
+
+
+BENCHES = _benches()
+BENCH_NAMES = tuple(BENCHES)
+
+
+def available_benches(program) -> list[str]:
+    """Bench names whose target exists in ``program`` (the nop5 ones are x86-only)."""
+    return [n for n, b in BENCHES.items() if b.target in program.symbols]
+
+
+def _pin_to_one_cpu() -> set[int] | None:
+    """Pin to the CPU we are on (the bench's -a); return the old mask to restore, or None."""
+    try:
+        old = os.sched_getaffinity(0)
+        cpu = ctypes.CDLL(None).sched_getcpu()
+        if cpu < 0 or cpu not in old:
+            cpu = min(old)
+        os.sched_setaffinity(0, {cpu})
+        return old
+    except (OSError, AttributeError):
+        return None
+
+
+def _measure(nc: NativeCode, addr: int, iterations: int, repeats: int,
+             progress: Callable[[int], object] | None) -> list[float]:
+    rates = []
+    for _ in range(repeats):
+        t0 = time.perf_counter_ns()
+        nc.run(addr, iterations)
+        dt = time.perf_counter_ns() - t0
+        rates.append(iterations * 1e3 / max(dt, 1))  # calls per ns * 1e3 = M calls/s
+        if progress is not None:
+            progress(1)
+    return rates
+
+
+def run_bench(nc: NativeCode, name: str, iterations: int = DEFAULT_ITERATIONS, repeats: int = DEFAULT_REPEATS,
+              progress: Callable[[int], object] | None = None) -> dict:
+    """One bench on an open NativeCode; the probe (if any) is gone when this returns or raises."""
+    bench = BENCHES[name]
+    addr = nc.addr(bench.target)
+    warmup = max(WARMUP_MIN, iterations // 10)
+    row = {"bench": name, "arch": nc.arch, "mode": "native", "kernel": kernel_release(),
+           "iterations": iterations, "repeats": repeats}
+    if bench.probe is None:
+        nc.run(addr, warmup)
+        rates = _measure(nc, addr, iterations, repeats, progress)
+        hits, optimized, site = iterations * repeats, None, nc.read(bench.target)
+    else:
+        with UprobeEvent(nc.path, nc.offset(bench.target), retprobe=bench.probe == "uretprobe") as ev:
+            nc.run(addr, warmup)
+            site = nc.read(bench.target)
+            optimized = is_optimized(site, addr, parse_maps())
+            before = ev.count()
+            rates = _measure(nc, addr, iterations, repeats, progress)
+            hits = ev.count() - before
+    row.update(hits=hits, mops=statistics.fmean(rates),
+               stddev=statistics.stdev(rates) if len(rates) > 1 else 0.0,
+               optimized=optimized, site_bytes=site.hex())
+    return row
+
+
+def run_native_benches(names: Iterable[str] | None = None, iterations: int = DEFAULT_ITERATIONS,
+                       repeats: int = DEFAULT_REPEATS,
+                       progress: Callable[[int], object] | None = None) -> list[dict]:
+    """Run the native benches on this host; one result dict per bench, in the order asked.
+
+    names       bench names (default: all that this architecture has, see BENCH_NAMES)
+    iterations  calls per timed interval (>= 1)
+    repeats     timed intervals per bench (>= 1); stddev needs >= 2
+    progress    called as progress(1) after every timed interval, e.g. a tqdm bar's ``update``
+                with total = len(names) * repeats
+
+    Each dict: bench, arch, mode ("native"), kernel, iterations, repeats, hits, mops, stddev,
+    optimized (True/False for probe benches, None without a probe), site_bytes (hex of the first
+    5 bytes of the target after warm-up). Raises NativeUnavailable (with the reason and the way
+    out) when the host cannot run them; ValueError for an unknown name. Every probe, mapping,
+    fd and temp file is released on return, on error and on KeyboardInterrupt. The process is
+    pinned to one CPU while it runs (like the bench's -a) and unpinned afterwards.
+    """
+    if iterations < 1 or repeats < 1:
+        raise ValueError("iterations and repeats must be >= 1")
+    arch = check_native_support()
+    old_mask = _pin_to_one_cpu()
+    try:
+        with NativeCode(arch) as nc:
+            have = available_benches(nc.program)
+            wanted = list(have if names is None else names)
+            unknown = [n for n in wanted if n not in have]
+            if unknown:
+                raise ValueError(f"unknown native bench(es) {', '.join(unknown)} on {arch}; "
+                                 f"known: {', '.join(have)}")
+            return [run_bench(nc, n, iterations, repeats, progress) for n in wanted]
+    finally:
+        if old_mask is not None:
+            os.sched_setaffinity(0, old_mask)

@@ -1,0 +1,186 @@
+"""The bench bytes as real code in this process: a file, mapped PROT_READ|PROT_EXEC, called via ctypes.
+
+A uprobe names an inode and an offset, so the code must be a file-backed mapping: the program is
+written to a file in a scratch directory, file offset 0 is mapped at the program's base, and the
+probe for symbol S is at file offset ``S - base``. The mapping is MAP_PRIVATE, so the kernel's
+breakpoint writes go to this process's copy of the page, never to the file.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import os
+import shutil
+import tempfile
+from typing import Iterator
+
+from .arch import host_arch, load_bench_program
+from .errors import noexec
+from .host import read_mem
+
+MOUNTS = "/proc/mounts"
+ENV_DIR = "UPROBE_LAB_NATIVE_DIR"
+
+PROT_READ, PROT_EXEC = 0x1, 0x4
+MAP_PRIVATE = 0x02
+MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:  # loaded on first use, so importing this module works on any OS
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.munmap.restype = ctypes.c_int
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    return libc
+
+
+# producer_loop(n, target): System V rdi = n, rsi = target
+ProducerLoop = ctypes.CFUNCTYPE(None, ctypes.c_uint64, ctypes.c_void_p)
+
+
+def _unescape(field: str) -> str:
+    # /proc/mounts writes space, tab, newline and backslash as octal escapes
+    for esc, ch in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
+        field = field.replace(esc, ch)
+    return field
+
+
+def mount_options(path: str, mounts_file: str | None = None) -> tuple[str, set[str]]:
+    """(mount point, options) of the file system holding ``path``: the longest matching mount point."""
+    path = os.path.realpath(path)
+    best, opts = "", set()
+    with open(mounts_file or MOUNTS) as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) < 4:
+                continue
+            mnt = _unescape(fields[1])
+            inside = path == mnt or path.startswith(mnt.rstrip("/") + "/")
+            if inside and len(mnt) >= len(best):  # a later mount on the same point hides the earlier
+                best, opts = mnt, set(fields[3].split(","))
+    return best, opts
+
+
+def exec_dir_candidates() -> list[str]:
+    dirs = [os.environ.get(ENV_DIR, ""), tempfile.gettempdir(), "/dev/shm", os.getcwd()]
+    return [d for i, d in enumerate(dirs) if d and d not in dirs[:i]]
+
+
+def find_exec_dir(candidates: list[str] | None = None, mounts_file: str | None = None) -> str:
+    """First writable candidate directory whose file system is not mounted noexec."""
+    tried = []
+    for d in candidates if candidates is not None else exec_dir_candidates():
+        if not os.path.isdir(d):
+            tried.append((d, "missing"))
+            continue
+        if not os.access(d, os.W_OK | os.X_OK):
+            tried.append((d, "not writable"))
+            continue
+        mnt, opts = mount_options(d, mounts_file)
+        if "noexec" in opts:
+            tried.append((d, f"noexec mount {mnt}"))
+            continue
+        return d
+    raise noexec(tried)
+
+
+@contextlib.contextmanager
+def scratch_dir() -> Iterator[str]:
+    """A fresh directory on an exec-capable file system, removed on the way out."""
+    d = tempfile.mkdtemp(prefix="uprobe_lab-native-", dir=find_exec_dir())
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+class NativeCode:
+    """``with NativeCode() as nc: nc.run("uprobe_target_nop", 1000)``.
+
+    Inside the block: ``nc.program`` (a Program whose base is the mapped address), ``nc.path``
+    (the file to name in a uprobe), ``nc.offset(name)`` (file offset of a symbol), ``nc.run``.
+    On the way out - normally, on an exception or on KeyboardInterrupt - the mapping, the fd,
+    the file and its directory are all released.
+    """
+
+    FILE_NAME = "bench_targets.bin"
+
+    def __init__(self, arch: str | None = None):
+        self.arch = arch or host_arch()
+        self.program = None
+        self.path: str | None = None
+        self.base: int | None = None
+        self._size = 0
+        self._fd: int | None = None
+        self._dir_cm = None
+        self._loop = None
+
+    # -- lifetime -------------------------------------------------------------------------------
+    def __enter__(self) -> "NativeCode":
+        try:
+            self._open()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _open(self) -> None:
+        bench_program = load_bench_program(self.arch)
+        image = bench_program().code  # position independent: same bytes at any base
+        self._dir_cm = scratch_dir()
+        directory = self._dir_cm.__enter__()
+        self.path = os.path.join(directory, self.FILE_NAME)
+        with open(self.path, "wb") as f:
+            f.write(image)
+        self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        self._size = len(image)
+        addr = _libc().mmap(None, self._size, PROT_READ | PROT_EXEC, MAP_PRIVATE, self._fd, 0)
+        if addr in (None, MAP_FAILED):
+            e = ctypes.get_errno()
+            raise OSError(e, f"mmap of {self.path} PROT_READ|PROT_EXEC: {os.strerror(e)}")
+        self.base = addr
+        self.program = bench_program(base=addr)
+        if self.program.code != image:
+            raise RuntimeError("bench bytes depend on the base address; they must not")
+        self._loop = ProducerLoop(self.program.resolve("producer_loop"))
+
+    def close(self) -> None:
+        """Release everything that was acquired; safe to call twice."""
+        self._loop = None
+        base, self.base = self.base, None
+        if base is not None:
+            _libc().munmap(base, self._size)
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+        cm, self._dir_cm = self._dir_cm, None
+        if cm is not None:
+            cm.__exit__(None, None, None)
+
+    # -- use --------------------------------------------------------------------------------------
+    def addr(self, name: str) -> int:
+        return self.program.resolve(name)
+
+    def offset(self, name: str) -> int:
+        """File offset of a symbol: what a uprobe on ``self.path`` is given."""
+        return self.program.resolve(name) - self.program.base
+
+    def run(self, target: str | int, n: int) -> None:
+        """Call ``target`` (a symbol or an address) ``n`` times from the program's producer_loop."""
+        if self._loop is None:
+            raise RuntimeError("NativeCode is not open")
+        if n < 1:
+            raise ValueError("n must be >= 1 (the loop decrements before it tests)")
+        addr = self.program.resolve(target) if isinstance(target, str) else target
+        self._loop(n, addr)
+
+    def read(self, name: str, n: int = 5) -> bytes:
+        """The bytes at a symbol as this process sees them now (breakpoints and calls included)."""
+        return read_mem(self.program.resolve(name), n)

@@ -1,0 +1,102 @@
+"""Why a native run cannot happen here, said once, with the way out.
+
+Everything in uprobe_lab.native raises ``NativeUnavailable`` (never a bare OSError) for the
+conditions a reader can meet on an ordinary machine, so a notebook or the CLI can print the
+message and skip to the emulator instead of dying.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import platform
+
+from .arch import ARCHES, host_arch, load_bench_program
+
+WAY_OUT = "the emulated mode (mode='emulated') runs everywhere"
+
+
+class NativeUnavailable(Exception):
+    """Native measurement is impossible on this host; the message names the problem and the way out."""
+
+
+def not_linux(sysname: str) -> NativeUnavailable:
+    return NativeUnavailable(
+        f"native mode needs Linux (uprobes are a Linux kernel feature) but this is {sysname}; {WAY_OUT}"
+    )
+
+
+def unsupported_arch(arch: str, reason: str) -> NativeUnavailable:
+    known = ", ".join(ARCHES)
+    return NativeUnavailable(f"no native bench for {arch!r}: {reason} (architectures in the table: {known}); {WAY_OUT}")
+
+
+def no_uprobe_pmu(type_path: str) -> NativeUnavailable:
+    return NativeUnavailable(
+        f"this kernel has no uprobe PMU ({type_path} is missing): it needs CONFIG_UPROBE_EVENTS=y and "
+        f"Linux >= 4.17; use such a kernel, or {WAY_OUT}"
+    )
+
+
+CAP_SYS_ADMIN_BIT = 21  # include/uapi/linux/capability.h
+
+
+def _sys_admin_state() -> str:
+    """Whether CAP_SYS_ADMIN is in this process's effective set, from /proc/self/status."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("CapEff:"):
+                    have = int(line.split()[1], 16) >> CAP_SYS_ADMIN_BIT & 1
+                    return "CAP_SYS_ADMIN effective" if have else "without CAP_SYS_ADMIN"
+    except OSError:
+        pass
+    return "capabilities unknown"
+
+
+def permission_denied(err: OSError) -> NativeUnavailable:
+    name = errno.errorcode.get(err.errno or 0, str(err.errno))
+    who = f"uid {os.geteuid()}, {_sys_admin_state()}"
+    return NativeUnavailable(
+        f"perf_event_open refused the uprobe ({name}, running as {who}): current kernels need "
+        f"CAP_SYS_ADMIN for uprobe perf events - since 6.16 and its stable backports (ba677dbe77af); "
+        f"older kernels also accepted CAP_PERFMON or a low kernel.perf_event_paranoid. Run as root "
+        f"(or grant CAP_SYS_ADMIN; in a container add --cap-add SYS_ADMIN), or {WAY_OUT}"
+    )
+
+
+def noexec(tried: list[tuple[str, str]]) -> NativeUnavailable:
+    detail = "; ".join(f"{d} ({why})" for d, why in tried)
+    return NativeUnavailable(
+        f"no directory to put executable code in: {detail}. The bench bytes must be mapped PROT_EXEC "
+        f"from a file, which a noexec mount forbids; set UPROBE_LAB_NATIVE_DIR to a directory on an "
+        f"exec-capable file system, or {WAY_OUT}"
+    )
+
+
+def check_native_support(arch: str | None = None) -> str:
+    """Raise NativeUnavailable unless native benches can run here; return the lab's arch name.
+
+    Checks, in order: Linux; an architecture with bench bytes that matches this host (only x86_64
+    now; arm64 plugs in through uprobe_lab.native.arch.ARCHES and is untested); the uprobe PMU;
+    a directory that allows exec mappings; and a trial perf_event_open of a uprobe on a scratch file
+    nobody maps (so nothing is patched), which is where missing privileges show up.
+    """
+    sysname = os.uname().sysname if hasattr(os, "uname") else platform.system()
+    if sysname != "Linux":
+        raise not_linux(sysname)
+    host = host_arch()
+    arch = arch or host
+    if arch not in ARCHES:
+        raise unsupported_arch(arch, "the lab has no bytes for this architecture")
+    if arch != host:
+        raise unsupported_arch(arch, f"its bytes cannot run on this {host} host")
+    try:
+        load_bench_program(arch)
+    except ImportError:
+        raise unsupported_arch(arch, f"{ARCHES[arch].programs_module} does not exist yet") from None
+    from . import code, perf  # late: both raise the errors defined above
+
+    perf.uprobe_pmu_type()
+    with code.scratch_dir() as d:
+        perf.trial_open(d)
+    return arch

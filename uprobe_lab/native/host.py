@@ -1,0 +1,180 @@
+"""What the host kernel did to this process: its mappings and the bytes inside them.
+
+Reads go through /proc/self/mem first: the kernel reads the page for us (FOLL_FORCE), so an
+unmapped or unreadable address is an error, never a crash. The uprobe special mappings are VM_IO,
+which that path refuses, so for them a second way is used: write(2) the bytes from the mapping
+into a pipe. The kernel copies them with the same checks a user load would pass, and answers
+EFAULT (instead of a SIGSEGV) if the page cannot be read.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import struct
+from dataclasses import dataclass
+
+from ..program import disasm
+from .arch import host_arch
+
+UPROBES = "[uprobes]"  # the XOL area: slot 0 = uretprobe trampoline, then out-of-line copies
+UPROBES_TRAMPOLINE = "[uprobes-trampoline]"  # 6.18 x86: what an optimised nop5 calls
+SPECIAL = (UPROBES, UPROBES_TRAMPOLINE)
+XOL_SLOT_BYTES = {"x86_64": 128, "arm64": 4}
+
+
+@dataclass(frozen=True)
+class Mapping:
+    start: int
+    end: int
+    perms: str
+    offset: int
+    name: str
+
+    def __contains__(self, addr: int) -> bool:
+        return self.start <= addr < self.end
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "start": hex(self.start), "end": hex(self.end), "perms": self.perms}
+
+
+def kernel_release() -> str:
+    return os.uname().release
+
+
+def parse_maps(text: str | None = None) -> list[Mapping]:
+    """/proc/self/maps (or ``text`` in its format) as Mapping rows."""
+    if text is None:
+        with open("/proc/self/maps") as f:
+            text = f.read()
+    rows = []
+    for line in text.splitlines():
+        parts = line.split(maxsplit=5)
+        if len(parts) < 5:
+            continue
+        lo, hi = (int(x, 16) for x in parts[0].split("-"))
+        rows.append(Mapping(lo, hi, parts[1], int(parts[2], 16), parts[5].strip() if len(parts) > 5 else ""))
+    return rows
+
+
+def special_mappings(maps: list[Mapping] | None = None) -> list[Mapping]:
+    return [m for m in (parse_maps() if maps is None else maps) if m.name in SPECIAL]
+
+
+def mapping_at(addr: int, maps: list[Mapping] | None = None) -> Mapping | None:
+    for m in parse_maps() if maps is None else maps:
+        if addr in m:
+            return m
+    return None
+
+
+def read_mem(addr: int, n: int) -> bytes:
+    """``n`` bytes at ``addr`` of this process through /proc/self/mem (OSError if not readable)."""
+    with open("/proc/self/mem", "rb", buffering=0) as f:
+        f.seek(addr)
+        data = f.read(n)
+    if len(data) != n:
+        raise OSError(f"short read of /proc/self/mem at {addr:#x}: {len(data)} of {n} bytes")
+    return data
+
+
+def read_via_pipe(addr: int, n: int) -> bytes:
+    """``n`` bytes at ``addr`` copied by write(2) into a pipe: EFAULT rather than a crash if unreadable."""
+    r, w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+    out = bytearray()
+    try:
+        while len(out) < n:  # page-sized chunks: a pipe holds at least one page, so write never blocks
+            k = min(4096, n - len(out))
+            src = (ctypes.c_char * k).from_address(addr + len(out))  # no Python-side read happens here
+            done = os.write(w, src)
+            out += os.read(r, done)
+        return bytes(out)
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def read_any(addr: int, n: int) -> tuple[bytes | None, str]:
+    """(bytes, how they were read) or (None, why not)."""
+    try:
+        return read_mem(addr, n), "/proc/self/mem"
+    except OSError as e1:
+        try:
+            return read_via_pipe(addr, n), f"write(2) to a pipe (/proc/self/mem: {e1.strerror or e1})"
+        except OSError as e2:
+            return None, f"unreadable: /proc/self/mem {e1.strerror or e1}; write(2) {e2.strerror or e2}"
+
+
+def call_target(site: bytes, site_addr: int) -> int | None:
+    """Where an x86 ``call rel32`` (e8) at ``site_addr`` goes, or None if the site is not one."""
+    if len(site) < 5 or site[0] != 0xE8:
+        return None
+    return site_addr + 5 + struct.unpack("<i", site[1:5])[0]
+
+
+def is_optimized(site: bytes, site_addr: int, maps: list[Mapping] | None = None) -> bool:
+    """6.18 x86: the nop5 became ``call`` into a [uprobes-trampoline] mapping."""
+    target = call_target(site, site_addr)
+    if target is None:
+        return False
+    m = mapping_at(target, maps)
+    return m is not None and m.name == UPROBES_TRAMPOLINE
+
+
+def _listing(code: bytes, addr: int, arch: str) -> list[str]:
+    return [f"{a:x}: {raw.hex(' '):<24} {text}" for a, raw, text in disasm(code, arch, addr)]
+
+
+def _trim(code: bytes, arch: str, addr: int) -> bytes:
+    """The code up to its first ``int3`` after a ``ret`` (how both trampolines end), else without trailing zeros."""
+    end, seen_ret = 0, False
+    for a, raw, text in disasm(code, arch, addr):
+        end = a - addr + len(raw)
+        if seen_ret and text == "int3":
+            return code[:end]
+        seen_ret = seen_ret or text.startswith("ret")
+    return code.rstrip(b"\0")
+
+
+def trampoline_report(m: Mapping, arch: str) -> dict:
+    """Bytes and listing of a special mapping's first slot; for [uprobes] also the other used slots."""
+    size = min(m.end - m.start, 4096)
+    page, how = read_any(m.start, size)
+    out = {**m.as_dict(), "read_via": how, "bytes": None, "listing": [], "slots": {}}
+    if page is None:
+        return out
+    slot = XOL_SLOT_BYTES.get(arch, 128) if m.name == UPROBES else size
+    first = _trim(page[:slot], arch, m.start)
+    out["bytes"] = first.hex()
+    out["listing"] = _listing(first, m.start, arch)
+    if m.name == UPROBES:
+        for i in range(1, size // slot):
+            chunk = page[i * slot : (i + 1) * slot].rstrip(b"\0")
+            if chunk:
+                out["slots"][i] = chunk.hex()
+    return out
+
+
+def host_snapshot(site_addr: int, n: int = 5, arch: str | None = None) -> dict:
+    """Everything a notebook shows about a probe site on this host, as plain data.
+
+    Keys: kernel, arch, site_addr, site_bytes (hex), site_listing, optimized, call_target,
+    mappings (the [uprobes] / [uprobes-trampoline] rows of /proc/self/maps) and trampolines
+    (per mapping: bytes, listing, how it was read, and for [uprobes] the other used XOL slots).
+    """
+    arch = arch or host_arch()
+    maps = parse_maps()
+    site, how = read_any(site_addr, n)
+    target = call_target(site, site_addr) if site else None
+    specials = special_mappings(maps)
+    return {
+        "kernel": kernel_release(),
+        "arch": arch,
+        "site_addr": hex(site_addr),
+        "site_bytes": site.hex() if site else None,
+        "site_read_via": how,
+        "site_listing": _listing(site, site_addr, arch) if site else [],
+        "optimized": bool(site) and is_optimized(site, site_addr, maps),
+        "call_target": hex(target) if target is not None else None,
+        "mappings": [m.as_dict() for m in specials],
+        "trampolines": [trampoline_report(m, arch) for m in specials],
+    }

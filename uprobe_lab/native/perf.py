@@ -1,0 +1,254 @@
+"""perf_event_open(2) for one uprobe, through ctypes, and a counter you can read.
+
+The uprobe PMU (kernel/events/core.c, since 4.17) takes a probe as (path, file offset): attr.type
+is the PMU's dynamic type from sysfs, ``uprobe_path`` (the config1 union) points at the path
+string, ``probe_offset`` (config2) is the offset in the file, and config bit 0 asks for a
+uretprobe. Opening the event registers the probe; closing the fd unregisters it, which restores
+the original bytes in every mapping of the file. Each hit adds 1 to the event's count.
+"""
+from __future__ import annotations
+
+import ctypes
+import errno
+import functools
+import os
+import re
+import struct
+
+from .arch import perf_event_open_nr
+from .errors import NativeUnavailable, no_uprobe_pmu, permission_denied
+
+u16, u32, u64, s32 = ctypes.c_uint16, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_int32
+
+UPROBE_PMU_DIR = "/sys/bus/event_source/devices/uprobe"
+PERF_FLAG_FD_CLOEXEC = 1 << 3
+# _IO('$', n): the asm-generic ioctl encoding, the same on x86_64 and arm64
+PERF_EVENT_IOC_ENABLE = 0x2400
+PERF_EVENT_IOC_DISABLE = 0x2401
+PERF_EVENT_IOC_RESET = 0x2403
+
+# bits of the u64 that holds perf_event_attr's bit-fields (little-endian: first field = bit 0)
+ATTR_DISABLED = 1 << 0
+ATTR_EXCLUDE_KERNEL = 1 << 5
+ATTR_EXCLUDE_HV = 1 << 6
+
+PERF_ATTR_SIZE_VER5 = 112
+PERF_ATTR_SIZE_VER8 = 136
+
+
+class _Period(ctypes.Union):
+    _fields_ = [("sample_period", u64), ("sample_freq", u64)]
+
+
+class _Wakeup(ctypes.Union):
+    _fields_ = [("wakeup_events", u32), ("wakeup_watermark", u32)]
+
+
+class _Config1(ctypes.Union):
+    _fields_ = [("bp_addr", u64), ("kprobe_func", u64), ("uprobe_path", u64), ("config1", u64)]
+
+
+class _Config2(ctypes.Union):
+    _fields_ = [("bp_len", u64), ("kprobe_addr", u64), ("probe_offset", u64), ("config2", u64)]
+
+
+class PerfEventAttr(ctypes.Structure):
+    """include/uapi/linux/perf_event.h ``struct perf_event_attr`` up to PERF_ATTR_SIZE_VER8 (config3).
+
+    The kernel accepts any published size: it zero-extends a shorter struct and rejects a longer
+    one only if the bytes it does not know are non-zero.
+    """
+
+    _anonymous_ = ("_period", "_wakeup", "_config1", "_config2")
+    _fields_ = [
+        ("type", u32),  # 0
+        ("size", u32),  # 4
+        ("config", u64),  # 8
+        ("_period", _Period),  # 16
+        ("sample_type", u64),  # 24
+        ("read_format", u64),  # 32
+        ("flags", u64),  # 40: disabled:1, inherit:1, pinned:1, ... (ATTR_* above)
+        ("_wakeup", _Wakeup),  # 48
+        ("bp_type", u32),  # 52
+        ("_config1", _Config1),  # 56: uprobe_path
+        ("_config2", _Config2),  # 64: probe_offset        (VER0 = 64 ends before it)
+        ("branch_sample_type", u64),  # 72                  (VER1 = 72)
+        ("sample_regs_user", u64),  # 80                    (VER2 = 80)
+        ("sample_stack_user", u32),  # 88
+        ("clockid", s32),  # 92
+        ("sample_regs_intr", u64),  # 96                    (VER3 = 96)
+        ("aux_watermark", u32),  # 104                      (VER4 = 104)
+        ("sample_max_stack", u16),  # 108
+        ("_reserved_2", u16),  # 110
+        ("aux_sample_size", u32),  # 112                    (VER5 = 112)
+        ("aux_action", u32),  # 116
+        ("sig_data", u64),  # 120                           (VER6 = 120)
+        ("config3", u64),  # 128                            (VER7 = 128)
+    ]  # sizeof = 136 = VER8
+
+
+assert ctypes.sizeof(PerfEventAttr) == PERF_ATTR_SIZE_VER8
+
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:  # loaded on first use, so importing this module works on any OS
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    return libc
+
+
+def uprobe_pmu_type(pmu_dir: str | None = None) -> int:
+    """The uprobe PMU's dynamic type number; NativeUnavailable if the kernel has none."""
+    path = os.path.join(pmu_dir or UPROBE_PMU_DIR, "type")
+    try:
+        with open(path) as f:
+            return int(f.read().strip())
+    except FileNotFoundError:
+        raise no_uprobe_pmu(path) from None
+
+
+def retprobe_bit(pmu_dir: str | None = None) -> int:
+    """Bit of attr.config that selects a uretprobe, from the PMU's format file ('config:0')."""
+    path = os.path.join(pmu_dir or UPROBE_PMU_DIR, "format", "retprobe")
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+    except FileNotFoundError:
+        return 0  # PERF_PROBE_CONFIG_IS_RETPROBE = 1U << 0 since the PMU exists
+    m = re.fullmatch(r"config:(\d+)", text)
+    if not m:
+        raise NativeUnavailable(f"unexpected uprobe PMU format {path}: {text!r} (expected 'config:N')")
+    return int(m.group(1))
+
+
+def uprobe_attr(path_buf: ctypes.Array, offset: int, retprobe: bool = False, *, disabled: bool = False,
+                pmu_dir: str | None = None) -> PerfEventAttr:
+    """A perf_event_attr for a (u|uret)probe at ``offset`` in the file named by ``path_buf``.
+
+    ``path_buf`` must be a ctypes char buffer the caller keeps alive while the fd is being opened.
+    """
+    attr = PerfEventAttr()
+    attr.type = uprobe_pmu_type(pmu_dir)
+    attr.size = ctypes.sizeof(PerfEventAttr)
+    attr.config = (1 << retprobe_bit(pmu_dir)) if retprobe else 0
+    attr.uprobe_path = ctypes.addressof(path_buf)
+    attr.probe_offset = offset
+    attr.flags = ATTR_DISABLED if disabled else 0
+    return attr
+
+
+def perf_event_open(attr: PerfEventAttr, pid: int = 0, cpu: int = -1, group_fd: int = -1,
+                    flags: int = PERF_FLAG_FD_CLOEXEC) -> int:
+    """The raw syscall; an fd, or OSError with the kernel's errno."""
+    nr = perf_event_open_nr()
+    fd = _libc().syscall(ctypes.c_long(nr), ctypes.byref(attr), ctypes.c_long(pid), ctypes.c_long(cpu),
+                       ctypes.c_long(group_fd), ctypes.c_ulong(flags))
+    if fd < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"perf_event_open: {os.strerror(e)}")
+    return fd
+
+
+def open_uprobe(path: str, offset: int, retprobe: bool = False, *, disabled: bool = False) -> int:
+    """Attach a uprobe to this process (pid 0, any cpu) and return its fd.
+
+    EACCES/EPERM become NativeUnavailable; other errors stay OSError with the errno.
+    """
+    path_buf = ctypes.create_string_buffer(os.fsencode(path))
+    attr = uprobe_attr(path_buf, offset, retprobe, disabled=disabled)
+    try:
+        return perf_event_open(attr)
+    except OSError as err:
+        if err.errno in (errno.EACCES, errno.EPERM):
+            raise permission_denied(err) from None
+        raise
+    finally:
+        del path_buf  # the kernel copied the path during the call
+
+
+def read_count(fd: int) -> int:
+    """The event's count (read_format 0: one u64)."""
+    return struct.unpack("=Q", os.read(fd, 8))[0]
+
+
+def trial_open(directory: str) -> None:
+    """Open and close a uprobe on a scratch file in ``directory`` that no process maps.
+
+    This is how to learn whether perf_event_open will accept a uprobe here without patching
+    anything: the probe is registered but there is no mapping to write a breakpoint into.
+    """
+    path = os.path.join(directory, "trial.bin")
+    with open(path, "wb") as f:
+        f.write(b"\x90" * 16)
+    try:
+        fd = open_uprobe(path, 0)
+        os.close(fd)
+    finally:
+        os.unlink(path)
+
+
+class UprobeEvent:
+    """``with UprobeEvent(path, offset, retprobe=False) as ev: ... ev.count()``.
+
+    The probe is live inside the block (attached enabled). The fd is closed on every way out of
+    the block - normal exit, an exception, KeyboardInterrupt - and closing it unregisters the
+    probe, so the site's original bytes are back when ``__exit__`` returns.
+    """
+
+    def __init__(self, path: str, offset: int, retprobe: bool = False):
+        self.path = os.fspath(path)
+        self.offset = offset
+        self.retprobe = retprobe
+        self.fd: int | None = None
+
+    def open(self) -> "UprobeEvent":
+        if self.fd is not None:
+            raise RuntimeError("UprobeEvent is already open")
+        self.fd = open_uprobe(self.path, self.offset, self.retprobe)
+        return self
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, None
+        if fd is not None:
+            os.close(fd)
+
+    def count(self) -> int:
+        if self.fd is None:
+            raise RuntimeError("UprobeEvent is closed")
+        return read_count(self.fd)
+
+    def _ioctl(self, request: int) -> None:
+        import fcntl  # POSIX only; imported here so the package imports everywhere
+
+        if self.fd is None:
+            raise RuntimeError("UprobeEvent is closed")
+        fcntl.ioctl(self.fd, request, 0)
+
+    def reset(self) -> None:
+        """Zero the count (PERF_EVENT_IOC_RESET)."""
+        self._ioctl(PERF_EVENT_IOC_RESET)
+
+    def enable(self) -> None:
+        self._ioctl(PERF_EVENT_IOC_ENABLE)
+
+    def disable(self) -> None:
+        """Stop counting; the probe stays installed until close()."""
+        self._ioctl(PERF_EVENT_IOC_DISABLE)
+
+    def __enter__(self) -> "UprobeEvent":
+        return self.open()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):  # last resort if a caller forgot the with-block
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        kind = "uretprobe" if self.retprobe else "uprobe"
+        state = f"fd {self.fd}" if self.fd is not None else "closed"
+        return f"<UprobeEvent {kind} {self.path}:{self.offset:#x} {state}>"
