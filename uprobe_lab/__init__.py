@@ -1,0 +1,29 @@
+"""uprobe_lab: learn, teach and check how Linux uprobes work.
+
+The lab in five lines::
+
+    import uprobe_lab as ul
+    proc = ul.process(kernel="6.18")                     # x86-64, the kernel bench's program loaded
+    ul.attach(proc, "uprobe_target_ret", ul.CountingConsumer())
+    proc.call("uprobe_target_ret")                       # one hit: int3 -> consumer -> XOL step -> #DB
+    proc.trace.counts                                    # what it cost, in events
+"""
+from .arches import make_process as process
+from .bench import events_per_hit, run_bench as bench
+from .errors import LabError, ProcessKilled
+from .kernel import KERNELS, get_kernel
+from .program import disasm
+from .uprobes import (UPROBE_HANDLER_IGNORE, UPROBE_HANDLER_REMOVE, CountingConsumer, UnprobeableInstruction,
+                      UprobeConsumer, uprobe_register as attach, uprobe_unregister as detach)
+
+
+def analyze(insn: str, arch: str = "x86_64", kernel=None, **options) -> dict:
+    """What the kernel would do with a probe on ``insn`` (x86: hex bytes; arm64: the word)."""
+    from .arches import arch_parts
+
+    return arch_parts(arch)[2](insn, get_kernel(kernel), **options)
+
+
+__all__ = ["process", "attach", "detach", "bench", "events_per_hit", "analyze", "disasm", "CountingConsumer",
+           "UprobeConsumer", "UPROBE_HANDLER_REMOVE", "UPROBE_HANDLER_IGNORE", "LabError", "ProcessKilled",
+           "UnprobeableInstruction", "KERNELS", "get_kernel"]

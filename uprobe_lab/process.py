@@ -50,6 +50,10 @@ class RunResult:
     def ok(self) -> bool:
         return self.stop == "until"
 
+    def __repr__(self) -> str:
+        extra = f" {self.signal}" if self.signal else ""
+        return f"<RunResult {self.stop}{extra} at {self.ip:#x}{': ' + self.reason if self.reason else ''}>"
+
 
 class RegsView:
     """A pt_regs-shaped view of the CPU for one kernel entry.

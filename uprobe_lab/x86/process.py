@@ -98,8 +98,8 @@ class X86Process(EmulatedProcess):
         regs.flush()
 
     # --- conveniences for notebooks and tests ---
-    def call(self, target, *args: int, max_insns: int = 10_000_000):
-        """Call a function with System V arguments and return rax; target is a symbol or address."""
+    def prepare_call(self, target, *args: int) -> tuple[int, int]:
+        """Set up a System V call of ``target`` returning to EXIT_ADDR; returns (start, EXIT_ADDR)."""
         addr = self.program.resolve(target) if isinstance(target, str) else target
         regs = self.regs()
         for name, value in zip(("di", "si", "dx", "cx", "r8", "r9"), args):
@@ -108,10 +108,22 @@ class X86Process(EmulatedProcess):
         regs.set("sp", sp - 8)
         regs.flush()
         self.write_u64(sp - 8, EXIT_ADDR)
-        result = self.run(addr, EXIT_ADDR, max_insns)
+        return addr, EXIT_ADDR
+
+    def call(self, target, *args: int, max_insns: int = 10_000_000) -> int:
+        """Call a function with System V arguments and return rax; target is a symbol or address."""
+        start, until = self.prepare_call(target, *args)
+        result = self.run(start, until, max_insns)
         if not result.ok:
             raise_for(result)
         return self.reg_read(X.UC_X86_REG_RAX)
+
+    def stepper(self, target, *args: int, regs=("ip", "sp", "ax", "cx", "r11", "flags")):
+        """A Stepper over a call of ``target`` (needs record=True)."""
+        from ..stepper import Stepper
+
+        start, until = self.prepare_call(target, *args)
+        return Stepper(self, start, until, regs)
 
 
 def raise_for(result) -> None:

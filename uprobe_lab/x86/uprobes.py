@@ -179,7 +179,7 @@ def uprobe_init_insn(insn: Insn) -> None:
     if op1 == 0x0F and not insn.vex and len(insn.opcode) >= 2 and insn.opcode[1] in GOOD_2BYTE_INSNS:
         return
     raise UnprobeableInstruction(
-        f"{insn.mnemonic} {insn.op_str} (opcode {insn.opcode.hex(' ')}) is not in the kernel's good_insns "
+        f"{insn.mnemonic} {insn.op_str}".strip() + f" (opcode {insn.opcode.hex(' ')}) is not in the kernel's good_insns "
         "tables: uprobes cannot probe it (int3/int N/iret/syscall/ud2/hlt/cli/sti/in/out...); "
         "pick a neighbouring instruction")
 
@@ -188,7 +188,8 @@ def branch_setup_xol_ops(auprobe: ArchUprobe, insn: Insn, kernel: KernelVersion)
     opc1 = insn.opcode[0]
     if kernel.emulate_all_nops and insn.length <= asm.ASM_NOP_MAX and insn.raw == asm.X86_NOPS[insn.length]:
         auprobe.ops, auprobe.branch_opc1, auprobe.branch_offs = "branch", opc1, 0
-        auprobe.reason = f"x86_nops[{insn.length}]: emulated as a jump of 0 (since 6.16)"
+        since = "" if insn.opcode == b"\x90" else " (since 6.16; single-stepped before)"
+        auprobe.reason = f"a standard nop, x86_nops[{insn.length}]: emulated as a jump of 0{since}"
         return True
     if insn.vex:
         return False
@@ -227,7 +228,7 @@ def push_setup_xol_ops(auprobe: ArchUprobe, insn: Insn) -> bool:
     else:
         auprobe.push_reg = PUSH_REGS[opc1 - 0x50]
     auprobe.ops = "push"
-    auprobe.reason = f"push %{auprobe.push_reg}: emulated (store on the user stack, sp -= 8)"
+    auprobe.reason = f"push %{insn.op_str}: emulated (store on the user stack, sp -= 8)"
     return True
 
 

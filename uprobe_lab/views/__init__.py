@@ -1,0 +1,1 @@
+"""Widgets and charts for the notebooks. Logic lives in the library; these only show it."""
