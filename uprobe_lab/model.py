@@ -386,6 +386,7 @@ def app_predictions() -> pd.DataFrame:
             pred_after = t_after if none.unit == "s" else 1.0 / t_after
         for r, role, pred in ((none, ROLE_FIT, none.value), (before, ROLE_FIT, before.value),
                               (after, ROLE_HELDOUT, pred_after)):
+            pred = pred if available else math.nan
             out.append({"source": r.source, "table": r.table, "bench": bench, "variant": r.variant,
                         "unit": r.unit, "published": r.value, "predicted": pred,
                         "error_pct": 100 * (pred / r.value - 1),

@@ -1,0 +1,1 @@
+"""Views: matplotlib charts (and, in the notebooks, widgets) over the lab's data."""
