@@ -1,4 +1,4 @@
-"""Command line: ``python -m uprobe_lab bench|analyze ...``."""
+"""Command line: ``python -m uprobe_lab bench|analyze|reproduce|predict ...``."""
 from __future__ import annotations
 
 import argparse
@@ -59,6 +59,72 @@ def cmd_analyze(args) -> int:
     return 0
 
 
+def cmd_reproduce(args) -> int:
+    """Every seed chart, the reproduction table and the per-hit cost breakdown, into ``args.out``."""
+    from pathlib import Path
+
+    from . import model
+    from .views import charts
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    n_rows = len(model.bench_rows())
+    update, close = _progress(n_rows, True)
+    try:
+        repro = model.reproduction(progress=update)
+    finally:
+        close()
+    repro.drop(columns=["table", "kernel"]).to_csv(out / "reproduction.csv", index=False)
+    for (source, table), _ in repro.groupby(["source", "table"], sort=False):
+        fig = charts.seed_table_chart(repro, source, table)
+        fig.savefig(out / f"{source[:3]}_{table}.png", dpi=110)
+    parts = []
+    for name in model.profile_names():
+        cpu, arch = model.PROFILES[name]
+        if not model.emulator_available(arch):
+            continue
+        prof = model.get_profile(name)
+        for r in repro[(repro["cpu"] == cpu) & (repro["role"] != model.ROLE_PENDING)].drop_duplicates(
+                ["bench", "kernel"]).itertuples(index=False):
+            if r.bench in ("usermode-count",):
+                continue
+            parts.append((f"{name.split('-')[0]} {r.kernel} {r.bench}",
+                          model.breakdown(prof.prices, model.events_for(r.bench, arch, str(r.kernel)))))
+    charts.breakdown_chart(parts).savefig(out / "cost_breakdown.png", dpi=110)
+    charts.error_chart(repro).savefig(out / "model_error.png", dpi=110)
+    apps = model.app_predictions()
+    apps.to_csv(out / "applications.csv", index=False)
+
+    print(model.format_comparison(repro))
+    print()
+    print(model.APP_MODEL)
+    print(apps.to_string(index=False))
+    print()
+    print("median |error| % per seed table:")
+    print(model.error_summary(repro).to_string(index=False, float_format=lambda v: f"{v:.1f}"))
+    pending = repro[repro["role"] == model.ROLE_PENDING]
+    if len(pending):
+        print(f"\n{len(pending)} rows await an emulator this build lacks "
+              f"({', '.join(sorted(set(pending['arch'])))}): predicted_mops left empty, role {model.ROLE_PENDING}")
+    print(f"wrote {out}/reproduction.csv and {len(list(out.glob('*.png')))} charts")
+    return 0
+
+
+def cmd_predict(args) -> int:
+    """Fit a profile on an unseen machine's measurements and predict another kernel."""
+    import pandas as pd
+
+    from . import model
+
+    measured = pd.read_csv(args.measured, dtype={"kernel": str})
+    result = model.predict_from_measured(measured, args.to)
+    if args.out:
+        result.to_csv(args.out, index=False)
+    else:
+        print(result.to_csv(index=False), end="")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m uprobe_lab", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -81,6 +147,16 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--stp", choices=["xol", "simulate"], help="arm64: how a probed stp x29, x30 runs")
     a.add_argument("--json", action="store_true")
     a.set_defaults(func=cmd_analyze)
+
+    r = sub.add_parser("reproduce", help="regenerate every seed chart and the model's reproduction table")
+    r.add_argument("--out", required=True, help="directory for reproduction.csv and the PNG charts")
+    r.set_defaults(func=cmd_reproduce)
+
+    p = sub.add_parser("predict", help="fit a CPU profile on your measurements and predict another kernel")
+    p.add_argument("--measured", required=True, help="CSV with columns arch, kernel, bench, mops")
+    p.add_argument("--to", required=True, help="kernel to predict: 6.10, 6.11, 6.16, 6.18 (arm64: xol-stp, simulated-stp)")
+    p.add_argument("--out", help="CSV to write (bench, predicted_mops); default: stdout")
+    p.set_defaults(func=cmd_predict)
     return parser
 
 

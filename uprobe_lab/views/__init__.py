@@ -1,1 +1,3 @@
-"""Widgets and charts for the notebooks. Logic lives in the library; these only show it."""
+"""Widgets and charts for the notebooks. Logic lives in the library; these only show it.
+
+Charts are built on matplotlib.figure.Figure, so they work headless; ``display(fig)`` shows one."""

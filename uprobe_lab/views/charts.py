@@ -1,16 +1,110 @@
-"""matplotlib charts shared by the chapters."""
+"""Charts of the published tables next to the cost model. Built on ``matplotlib.figure.Figure`` so they
+work headless (no pyplot state, no display needed); in a notebook, ``display(fig)`` shows one."""
 from __future__ import annotations
+
+import math
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from ..published import seed_speedups
+
+BEFORE_COLOR, AFTER_COLOR = "#8da0cb", "#fc8d62"
+
+
+def seed_table_chart(repro, source: str, table: str) -> Figure:
+    """One seed table: published (solid) vs model (hatched) per bench, before and after, with each
+    speedup annotated as the seed states it and as its own table gives it where the two differ."""
+    grp = repro[(repro["source"] == source) & (repro["table"] == table)]
+    variants = list(dict.fromkeys(grp["variant"]))
+    benches = list(dict.fromkeys(grp["bench"]))
+    speed = seed_speedups()
+    speed = speed[(speed["source"] == source) & (speed["table"] == table)].set_index("bench")
+    fig = Figure(figsize=(max(6, 1.3 * len(benches)), 4.2), layout="constrained")
+    ax = fig.add_subplot()
+    x = np.arange(len(benches))
+    width = 0.8 / (2 * len(variants))
+    colors = [BEFORE_COLOR, AFTER_COLOR] + ["#66c2a5"] * 4
+    top = 0.0
+    for i, variant in enumerate(variants):
+        rows = grp[grp["variant"] == variant].set_index("bench")
+        pub = [rows["published_mops"].get(b, math.nan) for b in benches]
+        mod = [rows["predicted_mops"].get(b, math.nan) for b in benches]
+        role = rows["role"].iloc[0] if len(rows) else ""
+        off = (2 * i - len(variants)) * width + width / 2
+        ax.bar(x + off, pub, width, color=colors[i], label=f"{variant} published")
+        ax.bar(x + off + width, mod, width, color="white", edgecolor=colors[i], hatch="//",
+               label=f"{variant} model ({role})")
+        top = max(top, np.nanmax(pub + [0]), np.nanmax(mod + [0]) if not all(map(math.isnan, mod)) else 0)
+    for j, bench in enumerate(benches):
+        if bench not in speed.index:
+            continue
+        s = speed.loc[bench]
+        label = f"{s['speedup_pct']:+.1f}%"
+        if isinstance(s["stated_speedup"], str):
+            label = f"seed: {s['stated_speedup']}\ntable: {s['speedup_pct']:+.1f}%"
+            if s["discrepancy"]:
+                label += " (!)"
+        pred = grp[grp["bench"] == bench].set_index("variant")["predicted_mops"]
+        if len(pred) == 2 and not pred.isna().any():
+            label += f"\nmodel: {100 * (pred.iloc[1] / pred.iloc[0] - 1):+.1f}%"
+        ymax = grp[grp["bench"] == bench][["published_mops", "predicted_mops"]].max().max()
+        ax.annotate(label, (j, ymax), xytext=(0, 4), textcoords="offset points", ha="center", va="bottom",
+                    fontsize=7)
+    ax.set_xticks(x, benches, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("M/s (higher is better)")
+    if top > 50:  # usermode-count dwarfs the rest
+        ax.set_yscale("log")
+    else:
+        ax.set_ylim(0, top * 1.35 if top else 1)
+    cpu = grp["cpu"].iloc[0] if len(grp) else ""
+    ax.set_title(f"{source[:3]} {table} ({cpu}): published vs model", fontsize=10)
+    ax.legend(fontsize=7, ncols=2, loc="upper right")
+    return fig
+
+
+def breakdown_chart(rows) -> Figure:
+    """Stacked ns per hit by priced kind. ``rows`` is [(label, {price: ns})]."""
+    fig = Figure(figsize=(max(6, 0.55 * len(rows)), 4.5), layout="constrained")
+    ax = fig.add_subplot()
+    kinds = list(dict.fromkeys(k for _, parts in rows for k, v in parts.items() if abs(v) > 1e-9))
+    bottom = np.zeros(len(rows))
+    cmap = [f"C{i}" for i in range(10)]
+    for i, kind in enumerate(kinds):
+        vals = np.array([parts.get(kind, 0.0) for _, parts in rows])
+        ax.bar(range(len(rows)), vals, bottom=bottom, label=kind, color=cmap[i % 10])
+        bottom += vals
+    ax.set_xticks(range(len(rows)), [label for label, _ in rows], rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("ns per hit")
+    ax.set_title("Where a hit's time goes: emulator counts x fitted prices", fontsize=10)
+    ax.legend(fontsize=7)
+    return fig
+
+
+def error_chart(repro) -> Figure:
+    """Model error per row, fit vs held-out."""
+    fig = Figure(figsize=(8, 4), layout="constrained")
+    ax = fig.add_subplot()
+    done = repro.dropna(subset=["predicted_mops"]).reset_index(drop=True)
+    for role, color in (("fit", BEFORE_COLOR), ("heldout", AFTER_COLOR)):
+        part = done[done["role"] == role]
+        ax.scatter(part.index, part["error_pct"], color=color, label=role, s=18)
+    ax.axhspan(-10, 10, color="0.9", zorder=0)
+    ax.axhline(0, color="0.5", lw=0.8)
+    ax.set_ylabel("model error %")
+    ax.set_xlabel("published M/s row")
+    ax.legend(fontsize=8)
+    return fig
+
 
 EVENT_COLUMNS = ("exceptions", "syscalls", "emulated", "xol_steps", "consumers")
 
 
 def events_per_hit_chart(rows: dict[str, dict[str, float]], kinds=EVENT_COLUMNS, title: str = "", ax=None):
     """Grouped bars: for each label (e.g. a bench) the count of each event kind per hit."""
-    import matplotlib.pyplot as plt
-    import numpy as np
-
     if ax is None:
-        _, ax = plt.subplots(figsize=(8, 3.5))
+        fig = Figure(figsize=(8, 3.5), layout="constrained")
+        ax = fig.add_subplot()
     labels = list(rows)
     width = 0.8 / len(kinds)
     x = np.arange(len(labels))
@@ -20,4 +114,4 @@ def events_per_hit_chart(rows: dict[str, dict[str, float]], kinds=EVENT_COLUMNS,
     ax.set_ylabel("per hit")
     ax.set_title(title)
     ax.legend(fontsize=8, ncols=len(kinds))
-    return ax
+    return ax.figure

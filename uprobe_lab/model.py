@@ -1,0 +1,434 @@
+"""A cost model: prices per event kind, counts from the emulator, checked against the published tables.
+
+An emulator cannot time a kernel, but it counts exactly what each hit costs. A *profile* is one CPU's
+price list in nanoseconds per priced event; a bench's predicted throughput is::
+
+    mops = 1000 / (sum over priced kinds of  count_per_hit(kind) * price(kind)  +  fixed-price events)
+
+where ``count_per_hit`` always comes from :func:`uprobe_lab.bench.events_per_hit` for that bench, arch and
+kernel (never typed in here). The loop's own cost is priced through ``user_insns``: the producer loop's
+instructions are counted with the probed function's.
+
+Priced kinds (each price names the event kinds it covers; kinds tied in one price are ones the seed
+rows cannot tell apart, because they occur together in every bench):
+
+``user_insn``        user_insns - every user instruction (loop, target, XOL slot, trampolines)
+``exception``        exceptions (+ the iret/eret that ends each one): one exception round trip
+``syscall``          syscalls (+ the sysret that ends each one): one syscall round trip
+``handler``          probe_lookups + consumers: find_active_uprobe and one consumer run
+``xol_step``         xol_steps: slot set-up, copy, trap-flag arming and post-step fix-up
+``return_instance``  ri_pushed + ri_popped
+``uaccess_byte``     uaccess_bytes
+Fixed (not fitted; :data:`FIXED_PRICES`): ``emulated`` 5 ns, ``pages_pinned`` 100 ns, ``text_patches``,
+``cpu_syncs``, ``signals`` (the last three are zero per hit in the steady state).
+
+Fitting (:func:`fit_prices`): least squares on *relative* time error over a profile's rows, plus prior
+rows (a maximum-a-posteriori fit). The seeds' "before" rows cannot separate an exception round trip from
+the handler work it always comes with (every uprobe hit has one int3 and one lookup), so two kinds of
+priors fill what the rows leave open:
+
+* a tie between exception and syscall: ``exception - syscall = 167 ns`` (weight 1). It comes from the
+  nop5 series' v5 cover letter (reference/kernel-notes.md section 6), a machine that is in none of the
+  seed tables: uprobe-nop 3.229 M/s (309.7 ns) against optimised uprobe-nop5 7.038 M/s (142.1 ns), two
+  paths that differ by exactly "exception + iret" versus "syscall + sysret" plus a few instructions.
+* weak priors (weight 0.05, relative) on every price, from the same machine, scaled by how this CPU's
+  uprobe-nop time compares with its 309.7 ns: user_insn 1.31 ns (usermode-count 152.6 M/s, 5 insns),
+  syscall 63 ns (syscall-count ~13.85 M/s), handler 34 ns per event (optimised nop5 minus syscall),
+  exception 230 ns, xol_step 366 ns (the 6.16 nop5-emulation patch: 1.115 -> 3.276 M/s), and two with
+  no measurement behind them: return_instance 25 ns, uaccess_byte 0.5 ns.
+
+Where rows determine a price, the priors barely move it; where they do not, the prior decides, and
+:func:`fit_report` says which rows fed the fit. Only a profile's "before" rows are fitted; the "after"
+rows are predicted (see :func:`reproduction`).
+"""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from . import bench as _bench
+from .process import LabError
+from .published import VARIANT_PAIRS, load_published
+
+PRICES = {
+    "user_insn": ({"user_insns": 1}, "per user instruction (loop, target, XOL slot, trampoline)"),
+    "exception": ({"exceptions": 1}, "per exception round trip: entry + iret/eret"),
+    "syscall": ({"syscalls": 1}, "per syscall round trip: entry + sysret"),
+    "handler": ({"probe_lookups": 1, "consumers": 1}, "per probe lookup and per consumer run"),
+    "xol_step": ({"xol_steps": 1}, "per out-of-line single-step (beyond its #DB exception)"),
+    "return_instance": ({"ri_pushed": 1, "ri_popped": 1}, "per return instance pushed or popped"),
+    "uaccess_byte": ({"uaccess_bytes": 1}, "per byte copied from/to user memory"),
+}
+PRICE_NAMES = list(PRICES)
+FIXED_PRICES = {"emulated": 5.0, "pages_pinned": 100.0, "text_patches": 1000.0, "cpu_syncs": 1000.0,
+                "signals": 1000.0}
+
+# Priors: the v5 nop5 cover-letter machine (kernel-notes.md section 6), none of the seed tables.
+REFERENCE_UPROBE_NOP_NS = 1000 / 3.229
+PRIOR_NS = {"user_insn": 1.31, "exception": 230.0, "syscall": 63.0, "handler": 34.0, "xol_step": 366.0,
+            "return_instance": 25.0, "uaccess_byte": 0.5}
+EXCEPTION_MINUS_SYSCALL_NS = 167.0
+PRIOR_WEIGHT = 0.05
+TIE_WEIGHT = 1.0
+
+# The old trig-base was the getpgid loop that syscall-count replaced (kernel-notes.md section 1).
+BENCH_ALIASES = {"base": "syscall-count"}
+
+ROLE_FIT, ROLE_HELDOUT, ROLE_PENDING = "fit", "heldout", "pending-emulator"
+BEFORE_VARIANTS = {b for b, _ in VARIANT_PAIRS} | {"no-uprobe"}
+ARM64_STP = {"xol-stp": "xol", "simulated-stp": "simulate", "single-stepped-stp": "xol", "emulated-stp": "simulate"}
+ARM64_KERNEL = "6.18"
+
+
+# --- counts --------------------------------------------------------------------------------------
+
+def emulator_available(arch: str) -> bool:
+    from .arches import ARCHES
+
+    return arch in ARCHES
+
+
+def kernel_setup(arch: str, kernel: str) -> tuple[str, dict]:
+    """A published ``kernel`` label -> (emulator kernel version, emulator options).
+
+    x86-64 labels are versions (6.10, 6.11, 6.16, 6.18). The arm64 STP patch was never merged, so its
+    labels (``xol-stp``, ``simulated-stp``) are emulator options on the newest modelled kernel.
+    """
+    kernel = str(kernel)
+    if arch == "arm64":
+        if kernel in ARM64_STP:
+            return ARM64_KERNEL, {"stp": ARM64_STP[kernel]}
+        return kernel, {}
+    return kernel, {}
+
+
+@functools.lru_cache(maxsize=None)
+def _events(bench: str, arch: str, kernel: str, options: tuple) -> tuple:
+    name = BENCH_ALIASES.get(bench, bench)
+    return tuple(sorted(_bench.events_per_hit(name, arch, kernel, **dict(options)).items()))
+
+
+def clear_cache() -> None:
+    """Forget cached emulator counts (after monkeypatching the emulator, for instance)."""
+    _events.cache_clear()
+    _profile.cache_clear()
+
+
+def events_for(bench: str, arch: str = "x86_64", kernel: str = "6.18", **options) -> dict[str, float]:
+    """Steady-state events per hit, from the emulator (cached). ``kernel`` may be an arm64 STP label."""
+    if not emulator_available(arch):
+        raise LabError(f"the {arch} emulator is not available in this build")
+    version, extra = kernel_setup(arch, kernel)
+    extra.update(options)
+    return dict(_events(bench, arch, version, tuple(sorted(extra.items()))))
+
+
+def price_counts(events: dict) -> np.ndarray:
+    """Per-hit counts of each priced kind (in PRICE_NAMES order)."""
+    return np.array([sum(events.get(k, 0) * w for k, w in PRICES[p][0].items()) for p in PRICE_NAMES], float)
+
+
+def fixed_ns(events: dict) -> float:
+    return sum(events.get(k, 0) * ns for k, ns in FIXED_PRICES.items())
+
+
+def hit_ns(prices: dict, events: dict) -> float:
+    """Predicted nanoseconds per hit (per loop iteration)."""
+    return float(price_counts(events) @ np.array([prices[p] for p in PRICE_NAMES])) + fixed_ns(events)
+
+
+def breakdown(prices: dict, events: dict) -> dict[str, float]:
+    """ns per hit spent in each priced kind, plus ``fixed`` for the fixed-price events."""
+    counts = price_counts(events)
+    out = {p: float(c * prices[p]) for p, c in zip(PRICE_NAMES, counts)}
+    out["fixed"] = fixed_ns(events)
+    return out
+
+
+# --- fitting -------------------------------------------------------------------------------------
+
+@dataclass
+class Profile:
+    """One CPU's prices (ns per priced event) and the rows they were fitted on."""
+
+    name: str
+    cpu: str
+    arch: str
+    prices: dict
+    fit_rows: pd.DataFrame = field(repr=False)
+    rho: float = 1.0  # how this CPU's uprobe-nop compares with the prior machine's
+
+    def predict(self, bench: str, kernel: str, **options) -> float:
+        """Predicted M/s of ``bench`` on ``kernel`` (events from the emulator)."""
+        return predict_mops(self.prices, bench, self.arch, kernel, **options)
+
+    def with_prices(self, **changes) -> "Profile":
+        prices = dict(self.prices)
+        for k, v in changes.items():
+            if k not in prices:
+                raise KeyError(f"no price {k!r}; priced kinds: {', '.join(PRICE_NAMES)}")
+            prices[k] = float(v)
+        return Profile(self.name, self.cpu, self.arch, prices, self.fit_rows, self.rho)
+
+
+def predict_mops(prices: dict, bench: str, arch: str, kernel: str, **options) -> float:
+    return 1000.0 / hit_ns(prices, events_for(bench, arch, kernel, **options))
+
+
+def fit_prices(rows: pd.DataFrame, arch: str = "x86_64") -> tuple[dict, float]:
+    """Least-squares prices from ``rows`` (columns bench, kernel, mops), with the priors in the module doc.
+
+    Returns (prices, rho). Residuals are relative time errors, so a 800 M/s loop and a 0.5 M/s uretprobe
+    weigh alike. Prices are not forced positive, but the priors keep unidentified ones near plausible values.
+    """
+    if rows.empty:
+        raise LabError("no rows to fit prices on")
+    a, y = [], []
+    nop_ns = []
+    for r in rows.itertuples(index=False):
+        ev = events_for(r.bench, arch, str(r.kernel))
+        t = 1000.0 / float(r.mops)
+        a.append(price_counts(ev) / t)
+        y.append((t - fixed_ns(ev)) / t)
+        if r.bench == "uprobe-nop":
+            nop_ns.append(t)
+    rho = float(np.mean(nop_ns)) / REFERENCE_UPROBE_NOP_NS if nop_ns else 1.0
+    prior = np.array([PRIOR_NS[p] * rho for p in PRICE_NAMES])
+    for i, p in enumerate(PRICE_NAMES):
+        row = np.zeros(len(PRICE_NAMES))
+        row[i] = PRIOR_WEIGHT / prior[i]
+        a.append(row)
+        y.append(PRIOR_WEIGHT)
+    tie = np.zeros(len(PRICE_NAMES))
+    tie[PRICE_NAMES.index("exception")] = TIE_WEIGHT / EXCEPTION_MINUS_SYSCALL_NS
+    tie[PRICE_NAMES.index("syscall")] = -TIE_WEIGHT / EXCEPTION_MINUS_SYSCALL_NS
+    a.append(tie)
+    y.append(TIE_WEIGHT)
+    theta, *_ = np.linalg.lstsq(np.array(a), np.array(y), rcond=None)
+    return {p: float(v) for p, v in zip(PRICE_NAMES, theta)}, rho
+
+
+# --- profiles from the published tables -----------------------------------------------------------
+
+# profile -> (cpu as the seeds name it, arch, sources whose rows belong to it)
+PROFILES = {
+    "intel-i7-1165g7": ("Intel i7-1165G7", "x86_64"),
+    "amd-ryzen7-5700u": ("AMD Ryzen 7 5700U", "x86_64"),
+    "nop5-machine": ("unspecified (x86-64)", "x86_64"),
+    "kunpeng916": ("Kunpeng916", "arm64"),
+}
+PROFILE_ALIASES = {"intel": "intel-i7-1165g7", "amd": "amd-ryzen7-5700u", "nop5": "nop5-machine",
+                   "kunpeng": "kunpeng916"}
+
+
+def profile_names(arch: str | None = None) -> list[str]:
+    return [n for n, (_, a) in PROFILES.items() if arch is None or a == arch]
+
+
+def bench_rows(df: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Published M/s rows with their role: ``fit`` (before variants) or ``heldout`` (after variants)."""
+    if df is None:
+        df = load_published()
+    rows = df[df["unit"] == "M/s"].copy()
+    rows["role"] = np.where(rows["variant"].isin(BEFORE_VARIANTS), ROLE_FIT, ROLE_HELDOUT)
+    return rows
+
+
+def profile_fit_rows(name: str) -> pd.DataFrame:
+    """The rows a published profile is fitted on: its CPU's before rows, each distinct figure once
+    (seed 004 quotes 003's table; fitting the quote again would only double its weight)."""
+    cpu, _ = PROFILES[name]
+    rows = bench_rows()
+    rows = rows[(rows["cpu"] == cpu) & (rows["role"] == ROLE_FIT)]
+    rows = rows.drop_duplicates(["table", "variant", "bench", "value"])
+    return rows.rename(columns={"value": "mops"})
+
+
+@functools.lru_cache(maxsize=None)
+def _profile(name: str) -> Profile:
+    cpu, arch = PROFILES[name]
+    rows = profile_fit_rows(name)
+    prices, rho = fit_prices(rows[["bench", "kernel", "mops"]], arch)
+    return Profile(name, cpu, arch, prices, rows, rho)
+
+
+def get_profile(name: str | None = None, arch: str = "x86_64") -> Profile:
+    """A published CPU's profile, fitted on its before rows (``intel``, ``amd``, ``nop5``, ``kunpeng``...)."""
+    if name is None:
+        name = profile_names(arch)[0]
+    name = PROFILE_ALIASES.get(name.lower(), name.lower())
+    if name not in PROFILES:
+        raise LabError(f"unknown CPU profile {name!r}; known: {', '.join(PROFILES)}")
+    arch = PROFILES[name][1]
+    if not emulator_available(arch):
+        raise LabError(f"profile {name} needs the {arch} emulator, which this build does not have yet")
+    return _profile(name)
+
+
+def fit_report(name: str) -> pd.DataFrame:
+    """The fitted prices of a profile next to their priors."""
+    p = get_profile(name)
+    return pd.DataFrame({
+        "price": PRICE_NAMES,
+        "ns": [p.prices[k] for k in PRICE_NAMES],
+        "prior_ns": [PRIOR_NS[k] * p.rho for k in PRICE_NAMES],
+        "covers": [", ".join(PRICES[k][0]) for k in PRICE_NAMES],
+    })
+
+
+# --- reproduction ---------------------------------------------------------------------------------
+
+REPRO_COLUMNS = ["source", "table", "cpu", "arch", "bench", "variant", "kernel", "published_mops",
+                 "predicted_mops", "error_pct", "role"]
+
+
+def reproduction(progress=None) -> pd.DataFrame:
+    """Every published M/s row with the model's prediction; ``role`` is fit, heldout or pending-emulator."""
+    rows = bench_rows()
+    by_cpu = {cpu: name for name, (cpu, _) in PROFILES.items()}
+    out = []
+    for r in rows.itertuples(index=False):
+        name = by_cpu[r.cpu]
+        role, pred = r.role, math.nan
+        if emulator_available(r.arch):
+            pred = get_profile(name).predict(r.bench, str(r.kernel))
+        else:
+            role = ROLE_PENDING
+        out.append({"source": r.source, "table": r.table, "cpu": r.cpu, "arch": r.arch, "bench": r.bench,
+                    "variant": r.variant, "kernel": r.kernel, "published_mops": r.value,
+                    "predicted_mops": pred, "error_pct": 100 * (pred / r.value - 1), "role": role})
+        if progress:
+            progress(f"{r.source[:3]} {r.bench}")
+    return pd.DataFrame(out, columns=REPRO_COLUMNS)
+
+
+def moved_rows(repro: pd.DataFrame, threshold_pct: float = 6.0) -> pd.DataFrame:
+    """Held-out rows whose published figure moved by more than ``threshold_pct`` from its before row."""
+    keys = ["source", "table", "bench"]
+    before = repro[repro["role"] != ROLE_HELDOUT].drop_duplicates(keys + ["variant"])
+    before = before[before["variant"].isin(BEFORE_VARIANTS)].set_index(keys)["published_mops"]
+    held = repro[repro["role"] == ROLE_HELDOUT].copy()
+    base = [before.get(tuple(k), math.nan) for k in held[keys].itertuples(index=False)]
+    held["moved_pct"] = 100 * (held["published_mops"].to_numpy() / np.array(base, float) - 1)
+    return held[held["moved_pct"].abs() > threshold_pct]
+
+
+def error_summary(repro: pd.DataFrame) -> pd.DataFrame:
+    """Median |error| per seed table, for held-out rows, for held-out rows the patch moved, and for fit rows."""
+    moved = moved_rows(repro)
+    out = []
+    for (source, table), grp in repro.groupby(["source", "table"], sort=False):
+        held = grp[grp["role"] == ROLE_HELDOUT]["error_pct"].abs()
+        fit = grp[grp["role"] == ROLE_FIT]["error_pct"].abs()
+        mv = moved[(moved["source"] == source) & (moved["table"] == table)]["error_pct"].abs()
+        out.append({"source": source, "table": table, "fit_rows": len(fit), "heldout_rows": len(held),
+                    "pending_rows": int((grp["role"] == ROLE_PENDING).sum()),
+                    "fit_median_abs_err": fit.median(), "heldout_median_abs_err": held.median(),
+                    "moved_rows": len(mv), "moved_median_abs_err": mv.median()})
+    return pd.DataFrame(out)
+
+
+def format_comparison(repro: pd.DataFrame) -> str:
+    """Published and model side by side, in run_bench_uprobes.sh's ``name : x.xxx ± y.yyyM/s`` format."""
+    from .published import format_bench_line
+
+    pub = bench_rows().reset_index(drop=True)
+    blocks = []
+    for (source, table, variant), grp in repro.groupby(["source", "table", "variant"], sort=False):
+        first = grp.iloc[0]
+        lines = [f"{source} {table} {variant} ({first['cpu']}, kernel {first['kernel']}) "
+                 f"- published | model [{first['role']}]:"]
+        for r in grp.itertuples(index=False):
+            match = pub[(pub["source"] == source) & (pub["table"] == table) & (pub["variant"] == variant)
+                        & (pub["bench"] == r.bench)]
+            pm = float(match["pm"].iloc[0]) if len(match) else None
+            left = format_bench_line(r.bench, r.published_mops, pm)
+            if math.isnan(r.predicted_mops):
+                right = "  (awaiting emulator)"
+            else:
+                right = f" | {r.predicted_mops:8.3f} \u00b1 {0:5.3f}M/s  {r.error_pct:+6.1f}%"
+            lines.append(left + right)
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+# --- application benchmarks (seed 001: Redis requests, grep lines) --------------------------------
+
+APP_MODEL = (
+    "Redis/grep model (seed 001): every request (line) costs the no-uprobe time plus n probe hits, each "
+    "priced as the kunpeng916 profile's uprobe-push (a probed function entry, stp x29, x30); n is fitted "
+    "on the single-stepped-stp row alone and assumed unchanged by the patch; the emulated-stp row is "
+    "predicted. For grep, time per line is unknown, so the whole run is one 'request' of n hits."
+)
+
+
+def app_predictions() -> pd.DataFrame:
+    """Redis RPS and grep seconds, predicted (needs the arm64 emulator; else role pending-emulator)."""
+    df = load_published()
+    rows = df[df["unit"] != "M/s"]
+    out = []
+    available = emulator_available("arm64")
+    for bench, grp in rows.groupby("bench", sort=False):
+        by = {r.variant: r for r in grp.itertuples(index=False)}
+        none, before, after = by["no-uprobe"], by["single-stepped-stp"], by["emulated-stp"]
+        pred_after = math.nan
+        if available:
+            prof = get_profile("kunpeng916")
+            hit_before = 1e-9 * hit_ns(prof.prices, events_for("uprobe-push", "arm64", "xol-stp"))
+            hit_after = 1e-9 * hit_ns(prof.prices, events_for("uprobe-push", "arm64", "simulated-stp"))
+            to_s = (lambda v: v) if none.unit == "s" else (lambda v: 1.0 / v)
+            n = (to_s(before.value) - to_s(none.value)) / hit_before
+            t_after = to_s(none.value) + n * hit_after
+            pred_after = t_after if none.unit == "s" else 1.0 / t_after
+        for r, role, pred in ((none, ROLE_FIT, none.value), (before, ROLE_FIT, before.value),
+                              (after, ROLE_HELDOUT, pred_after)):
+            pred = pred if available else math.nan
+            out.append({"source": r.source, "table": r.table, "bench": bench, "variant": r.variant,
+                        "unit": r.unit, "published": r.value, "predicted": pred,
+                        "error_pct": 100 * (pred / r.value - 1),
+                        "role": role if available else ROLE_PENDING})
+    return pd.DataFrame(out)
+
+
+# --- tables for the CLI ---------------------------------------------------------------------------
+
+def model_table(names=None, arch: str = "x86_64", kernel=None, cpu: str | None = None, **options) -> list[dict]:
+    """The model's bench table for a CPU profile: [{bench, mops, stddev, mode, ...}]."""
+    from .kernel import DEFAULT_KERNEL
+
+    prof = get_profile(cpu, arch)
+    if prof.arch != arch:
+        raise LabError(f"profile {prof.name} is {prof.arch}, not {arch}")
+    kernel = str(kernel or (ARM64_KERNEL if arch == "arm64" else DEFAULT_KERNEL))
+    names = list(names or _bench.bench_names(arch))
+    out = []
+    for name in names:
+        ev = events_for(name, arch, kernel, **options)
+        out.append({"bench": name, "mops": round(1000.0 / hit_ns(prof.prices, ev), 3), "stddev": 0.0,
+                    "mode": "model", "arch": arch, "kernel": kernel, "cpu": prof.name,
+                    "ns_per_hit": round(hit_ns(prof.prices, ev), 1), "events_per_hit": ev})
+    return out
+
+
+def predict_from_measured(measured: pd.DataFrame, to_kernel: str) -> pd.DataFrame:
+    """Fit a profile on an unseen machine's measurements (columns arch, kernel, bench, mops) and predict
+    the same benches on ``to_kernel``. Returns columns bench, predicted_mops."""
+    missing = {"arch", "kernel", "bench", "mops"} - set(measured.columns)
+    if missing:
+        raise LabError(f"measured table lacks columns: {', '.join(sorted(missing))}")
+    arches = set(measured["arch"].astype(str))
+    if len(arches) != 1:
+        raise LabError(f"measured rows must be from one architecture, got {sorted(arches)}")
+    arch = arches.pop()
+    if not emulator_available(arch):
+        raise LabError(f"the {arch} emulator is not available in this build")
+    rows = measured.assign(kernel=measured["kernel"].astype(str), mops=measured["mops"].astype(float))
+    prices, _ = fit_prices(rows[["bench", "kernel", "mops"]], arch)
+    benches = list(dict.fromkeys(rows["bench"]))
+    return pd.DataFrame({"bench": benches,
+                         "predicted_mops": [round(predict_mops(prices, b, arch, str(to_kernel)), 3)
+                                            for b in benches]})
