@@ -9,7 +9,7 @@ The lab in five lines::
     proc.trace.counts                                    # what it cost, in events
 """
 from .arches import make_process as process
-from .bench import events_per_hit, run_bench as bench
+from .bench import events_per_hit, run_bench
 from .errors import LabError, ProcessKilled
 from .kernel import KERNELS, get_kernel
 from .program import disasm
@@ -24,6 +24,6 @@ def analyze(insn: str, arch: str = "x86_64", kernel=None, **options) -> dict:
     return arch_parts(arch)[2](insn, get_kernel(kernel), **options)
 
 
-__all__ = ["process", "attach", "detach", "bench", "events_per_hit", "analyze", "disasm", "CountingConsumer",
+__all__ = ["process", "attach", "detach", "run_bench", "events_per_hit", "analyze", "disasm", "CountingConsumer",
            "UprobeConsumer", "UPROBE_HANDLER_REMOVE", "UPROBE_HANDLER_IGNORE", "LabError", "ProcessKilled",
            "UnprobeableInstruction", "KERNELS", "get_kernel"]
