@@ -97,8 +97,8 @@ class X86Process(EmulatedProcess):
         regs.flush()
 
     # --- conveniences for notebooks and tests ---
-    def call(self, target, *args: int, max_insns: int = 10_000_000):
-        """Call a function with System V arguments and return rax; target is a symbol or address."""
+    def prepare_call(self, target, *args: int) -> int:
+        """Set up arguments and a return to EXIT_ADDR as a call would; return the entry address."""
         addr = self.program.resolve(target) if isinstance(target, str) else target
         regs = self.regs()
         for name, value in zip(("di", "si", "dx", "cx", "r8", "r9"), args):
@@ -107,6 +107,11 @@ class X86Process(EmulatedProcess):
         regs.set("sp", sp - 8)
         regs.flush()
         self.write_u64(sp - 8, EXIT_ADDR)
+        return addr
+
+    def call(self, target, *args: int, max_insns: int = 10_000_000):
+        """Call a function with System V arguments and return rax; target is a symbol or address."""
+        addr = self.prepare_call(target, *args)
         result = self.run(addr, EXIT_ADDR, max_insns)
         if not result.ok:
             raise_for(result)
