@@ -185,3 +185,43 @@ def lea_disp8(dst: str, base: str, disp: int) -> bytes:
         raise ValueError("lea_disp8 does not encode an rsp/r12 base")
     rex = 0x48 | (0x04 if d >= 8 else 0) | (0x01 if b >= 8 else 0)
     return bytes([rex, 0x8D, 0x40 | ((d & 7) << 3) | (b & 7)]) + struct.pack("<b", disp)
+
+
+# --- memory operands, flags and the few extras the uretprobe test programs need ----------------
+
+PUSHFQ = b"\x9c"
+POPFQ = b"\x9d"
+
+
+def _modrm_mem(reg: int, base: int, disp: int) -> bytes:
+    """ModRM (+SIB) + displacement for ``disp(%base)``: disp8 when it fits, else disp32."""
+    if -128 <= disp < 128:
+        mod, tail = 1, struct.pack("<b", disp)
+    else:
+        mod, tail = 2, struct.pack("<i", disp)
+    sib = b"\x24" if base & 7 == 4 else b""  # rsp/r12 as base need a SIB byte
+    return bytes([(mod << 6) | ((reg & 7) << 3) | (base & 7)]) + sib + tail
+
+
+def mov_load(dst: str, base: str, disp: int) -> bytes:
+    """mov disp(%base), %dst (REX.W 8b /r)."""
+    d, b = REG64[dst], REG64[base]
+    return bytes([0x48 | (0x04 if d >= 8 else 0) | (0x01 if b >= 8 else 0), 0x8B]) + _modrm_mem(d, b, disp)
+
+
+def mov_store(base: str, disp: int, src: str) -> bytes:
+    """mov %src, disp(%base) (REX.W 89 /r)."""
+    s, b = REG64[src], REG64[base]
+    return bytes([0x48 | (0x04 if s >= 8 else 0) | (0x01 if b >= 8 else 0), 0x89]) + _modrm_mem(s, b, disp)
+
+
+def add_imm8(reg: str, imm: int) -> bytes:
+    """add $imm8, %reg (REX.W 83 /0 ib); sets flags."""
+    r = REG64[reg]
+    return bytes([0x48 | (1 if r >= 8 else 0), 0x83, 0xC0 | (r & 7)]) + struct.pack("<b", imm)
+
+
+def test_rr(a: str, b: str) -> bytes:
+    """test %b, %a (REX.W 85 /r)."""
+    x, y = REG64[a], REG64[b]
+    return bytes([0x48 | (0x04 if y >= 8 else 0) | (0x01 if x >= 8 else 0), 0x85, 0xC0 | ((y & 7) << 3) | (x & 7)])

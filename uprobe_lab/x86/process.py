@@ -32,7 +32,7 @@ class PtRegs(RegsView):
         "bp": X.UC_X86_REG_RBP, "bx": X.UC_X86_REG_RBX, "r11": X.UC_X86_REG_R11, "r10": X.UC_X86_REG_R10,
         "r9": X.UC_X86_REG_R9, "r8": X.UC_X86_REG_R8, "ax": X.UC_X86_REG_RAX, "cx": X.UC_X86_REG_RCX,
         "dx": X.UC_X86_REG_RDX, "si": X.UC_X86_REG_RSI, "di": X.UC_X86_REG_RDI, "ip": X.UC_X86_REG_RIP,
-        "flags": X.UC_X86_REG_EFLAGS, "sp": X.UC_X86_REG_RSP,
+        "flags": X.UC_X86_REG_RFLAGS, "sp": X.UC_X86_REG_RSP,
     }
     __slots__ = ()
 

@@ -420,29 +420,45 @@ def arch_uretprobe_trampoline(proc) -> bytes:
     return uretprobe_trampoline(proc.kernel, proc.uretprobe_saves_regs)
 
 
+def uretprobe_syscall_args(save_regs: bool = True) -> tuple[str, ...]:
+    """struct uretprobe_syscall_args: the registers the trampoline pushed, lowest address first.
+
+    The broken teaching trampoline pushes only rax, so its kernel twin reads and writes one slot.
+    """
+    return ("r11", "cx", "ax") if save_regs else ("ax",)
+
+
 def sys_uretprobe(proc, regs) -> int:
-    """The uretprobe syscall (335): return probes without a trap. Merged form, incl. fa6192adc32f."""
+    """The uretprobe syscall (335): return probes without a trap. Merged form, incl. fa6192adc32f.
+
+    With the broken teaching trampoline (``proc.uretprobe_saves_regs`` False) only rax was saved:
+    the consumers and the program get whatever ``syscall`` left in rcx and r11.
+    """
     tramp = core.uprobe_get_trampoline_vaddr(proc)
     if tramp == core.UPROBE_NO_TRAMPOLINE_VADDR or regs.ip != tramp + uretprobe_syscall_check_offset(proc.uretprobe_saves_regs):
         proc.force_sig("SIGILL", f"sys_uretprobe called from {regs.ip:#x}, not from the [uprobes] trampoline")
         return -1
-    raw = proc.copy_from_user(regs.sp, 24)
+    names = uretprobe_syscall_args(proc.uretprobe_saves_regs)
+    size = 8 * len(names)
+    raw = proc.copy_from_user(regs.sp, size)
     if raw is None:
         proc.force_sig("SIGILL", "sys_uretprobe could not read the saved registers")
         return -1
-    r11, cx, ax = (int.from_bytes(raw[i : i + 8], "little") for i in (0, 8, 16))
     # expose the "right" values of r11/cx/ax/sp to the consumers
-    regs.r11, regs.cx, regs.ax = r11, cx, ax
-    regs.sp = regs.sp + 24
+    for i, name in enumerate(names):
+        regs.set(name, int.from_bytes(raw[8 * i : 8 * i + 8], "little"))
+    regs.sp = regs.sp + size
     ip, sp = regs.ip, regs.sp
     core.uprobe_handle_trampoline(proc, regs)
     if proc.signal:
         return -1
     if regs.sp != sp:  # a consumer moved sp: nothing to do but return via iret
         return regs.ax
-    regs.sp = regs.sp - 24
-    # ax's slot carries the real return address to the trampoline's ret
-    args = regs.r11.to_bytes(8, "little") + regs.cx.to_bytes(8, "little") + regs.ip.to_bytes(8, "little")
+    regs.sp = regs.sp - size
+    # ax's slot carries the real return address to the trampoline's ret; r11/cx as the consumers left them
+    values = {name: regs.get(name) for name in names}
+    values["ax"] = regs.ip
+    args = b"".join(values[name].to_bytes(8, "little") for name in names)
     regs.ip = ip
     if not proc.copy_to_user(regs.sp, args):
         proc.force_sig("SIGILL", "sys_uretprobe could not write the stack")

@@ -1,0 +1,323 @@
+"""Return probes on x86-64: the hijack, both trampolines, sys_uretprobe and the return-instance rules."""
+import json
+
+import pytest
+
+from uprobe_lab import cli
+from uprobe_lab.bench import events_per_hit
+from uprobe_lab.kernel import KERNELS, URETPROBE_SYSCALL_HISTORY, __NR_uretprobe
+from uprobe_lab.process import ProcessKilled
+from uprobe_lab.uprobes import MAX_URETPROBE_DEPTH, CountingConsumer, UprobeConsumer, uprobe_register
+from uprobe_lab.x86 import asm
+from uprobe_lab.x86.test_programs import (DATA_BASE, REG_ORDER, RegsRecorder, check_registers_equal,
+                                          make_test_process, random_registers, regs_roundtrip)
+from uprobe_lab.x86.uprobes import uretprobe_syscall_check_offset, uretprobe_trampoline
+
+ALL = list(KERNELS)
+
+
+# --- registers equal / registers change (selftest uprobe_syscall.c) ---------------------------
+
+@pytest.mark.parametrize("kernel", ALL)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_registers_equal_with_and_without_uretprobe(kernel, seed):
+    values = random_registers(seed)
+    plain = regs_roundtrip(make_test_process(kernel), values)
+    assert plain == values
+    proc = make_test_process(kernel, record=True)
+    rec = RegsRecorder()
+    uprobe_register(proc, "uretprobe_regs_trigger", rec)
+    probed = regs_roundtrip(proc, values)
+    assert probed == values
+    assert len(rec.seen) == 1
+    # the consumer saw the real registers too (sys_uretprobe restored r11/rcx/rax before it ran)
+    assert {n: rec.seen[0][n] for n in REG_ORDER} == {n: values[n] for n in REG_ORDER}
+    assert rec.seen[0]["ip"] == proc.program.resolve("regs_roundtrip") + _call_end(proc)
+    assert rec.funcs == [proc.program.resolve("uretprobe_regs_trigger")]
+    kinds = [e.kind for e in proc.trace.events]
+    if KERNELS[kernel].uretprobe_syscall:
+        assert kinds.count("syscalls") == 1 and kinds.count("sysret") == 1
+    else:
+        assert "syscalls" not in kinds and kinds.count("exc_bp") == 2
+
+
+def _call_end(proc) -> int:
+    """Offset of the instruction after regs_roundtrip's call: the real return address."""
+    listing = proc.program.instructions("regs_roundtrip")
+    for (addr, _, text), (nxt, _, _) in zip(listing, listing[1:]):
+        if text.startswith("call"):
+            return nxt - proc.program.resolve("regs_roundtrip")
+    raise AssertionError("no call")
+
+
+@pytest.mark.parametrize("kernel", ["6.10", "6.11"])
+def test_check_registers_equal_passes(kernel):
+    assert check_registers_equal(kernel) == {}
+    assert check_registers_equal(kernel, probe=False) == {}
+
+
+@pytest.mark.parametrize("kernel", ["6.10", "6.11", "6.18"])
+def test_registers_change_reaches_caller(kernel):
+    values = random_registers(7)
+    changes = {"ax": 0x1234_5678_9ABC_DEF0, "cx": 0x0BAD_CAFE_0000_0001, "r11": 0x5555_AAAA_5555_AAAA}
+    proc = make_test_process(kernel)
+    uprobe_register(proc, "uretprobe_regs_trigger", RegsRecorder(changes))
+    after = regs_roundtrip(proc, values)
+    expected = dict(values, **changes)
+    assert after == expected
+
+
+# --- the broken teaching trampoline -----------------------------------------------------------
+
+def test_broken_trampoline_bytes():
+    good = asm.push("rax") + asm.push("rcx") + asm.push("r11") + asm.mov_imm_sx("rax", 335) + asm.SYSCALL
+    good += asm.pop("r11") + asm.pop("rcx") + asm.RET
+    assert uretprobe_trampoline(KERNELS["6.11"]) == good
+    assert uretprobe_trampoline(KERNELS["6.18"]) == good + asm.INT3
+    assert good.hex() == "5051415348c7c04f0100000f05415b59c3"
+    assert uretprobe_trampoline(KERNELS["6.11"], save_regs=False) == asm.push("rax") + bytes.fromhex(
+        "48c7c04f010000") + asm.SYSCALL + asm.RET
+    assert uretprobe_syscall_check_offset() == 13  # 1+1+2 pushes, 7 mov, 2 syscall
+    assert uretprobe_syscall_check_offset(False) == 10
+
+
+@pytest.mark.parametrize("kernel", ["6.11", "6.18"])
+def test_broken_trampoline_corrupts_rcx_r11_and_check_catches_it(kernel):
+    diff = check_registers_equal(kernel, uretprobe_saves_regs=False)
+    assert set(diff) == {"cx", "r11", "seen_by_consumer"}
+    proc = make_test_process(kernel, uretprobe_saves_regs=False)
+    rec = RegsRecorder()
+    uprobe_register(proc, "uretprobe_regs_trigger", rec)
+    values = random_registers(0)
+    after = regs_roundtrip(proc, values)
+    tramp = proc.mm.xol_area.vaddr
+    assert after["cx"] == tramp + uretprobe_syscall_check_offset(False)  # syscall's rcx = next rip
+    assert after["r11"] == values["flags"]  # syscall's r11 = rflags
+    assert after["ax"] == values["ax"] and after["flags"] == values["flags"]
+    assert {n: after[n] for n in REG_ORDER if n not in ("cx", "r11")} == {
+        n: values[n] for n in REG_ORDER if n not in ("cx", "r11")}
+    assert rec.seen[0]["cx"] == after["cx"] and rec.seen[0]["r11"] == after["r11"]
+
+
+def test_broken_flag_changes_nothing_before_611():
+    assert check_registers_equal("6.10", uretprobe_saves_regs=False) == {}
+
+
+# --- return value, function address, depth limit ----------------------------------------------
+
+@pytest.mark.parametrize("kernel", ALL)
+def test_return_value_and_func_address(kernel):
+    proc = make_test_process(kernel)
+    rec = RegsRecorder()
+    uprobe_register(proc, "tail_callee", rec)
+    assert proc.call("tail_callee") == 7
+    assert rec.funcs == [proc.program.resolve("tail_callee")]
+    assert rec.seen[0]["ax"] == 7
+    assert proc.utask.return_instances == [] and proc.utask.depth == 0
+
+
+@pytest.mark.parametrize("kernel", ["6.10", "6.11"])
+def test_recursion_depth_70(kernel):
+    proc = make_test_process(kernel)
+    rec = RegsRecorder()
+    uprobe_register(proc, "recurse", rec)
+    assert proc.call("recurse", 70) == 70
+    assert len(rec.seen) == MAX_URETPROBE_DEPTH == 64
+    # the outer 64 frames (n = 70..7) were hijacked; they return innermost first
+    assert [s["ax"] for s in rec.seen] == list(range(7, 71))
+    assert set(rec.funcs) == {proc.program.resolve("recurse")}
+    assert proc.dmesg == ["uprobe: omit uretprobe due to nestedness limit pid/tgid=1/1"] * 6
+    assert proc.utask.depth == 0 and not proc.utask.return_instances
+    # the limit is per live depth: the next call is probed again
+    assert proc.call("recurse", 3) == 3 and len(rec.seen) == 67
+
+
+# --- longjmp over probed frames ---------------------------------------------------------------
+
+@pytest.mark.parametrize("kernel", ["6.10", "6.11"])
+def test_longjmp_skipped_frames_run_no_handler(kernel):
+    proc = make_test_process(kernel, record=True)
+    recs = {name: RegsRecorder(name=name) for name in ("lj_outer", "lj_a", "lj_b")}
+    for name, rec in recs.items():
+        uprobe_register(proc, name, rec)
+    assert proc.call("lj_outer") == 1
+    assert len(recs["lj_outer"].seen) == 1 and recs["lj_outer"].seen[0]["ax"] == 1
+    assert recs["lj_a"].seen == [] and recs["lj_b"].seen == []
+    assert proc.utask.return_instances == [] and proc.utask.depth == 0
+    skipped = [e for e in proc.trace.events if e.kind == "ri_popped" and e.note == "skipped by longjmp"]
+    assert len(skipped) == 2
+
+
+@pytest.mark.parametrize("kernel", ["6.10", "6.11"])
+def test_longjmp_leftovers_dropped_at_next_call(kernel):
+    proc = make_test_process(kernel, record=True)
+    recs = {name: RegsRecorder(name=name) for name in ("lj_a", "lj_b")}
+    for name, rec in recs.items():
+        uprobe_register(proc, name, rec)
+    assert proc.call("lj_outer") == 1
+    assert proc.utask.depth == 2  # nobody returned through the trampoline
+    assert proc.call("lj_outer") == 1
+    # cleanup_return_instances dropped the two dead ones when lj_a was hit again
+    dropped = [e for e in proc.trace.events if e.kind == "ri_popped" and e.note.startswith("dropped")]
+    assert len(dropped) == 2
+    assert proc.utask.depth == 2 and len(proc.utask.return_instances) == 2
+    assert recs["lj_a"].seen == [] and recs["lj_b"].seen == []
+
+
+# --- tail call: chained instances -------------------------------------------------------------
+
+@pytest.mark.parametrize("kernel", ["6.10", "6.11"])
+def test_tail_call_chained_instances(kernel):
+    proc = make_test_process(kernel)
+    caller, callee = RegsRecorder(name="caller"), RegsRecorder(name="callee")
+    uprobe_register(proc, "tail_caller", caller)
+    uprobe_register(proc, "tail_callee", callee)
+    assert proc.call("tail_caller") == 7
+    assert caller.funcs == [proc.program.resolve("tail_caller")]
+    assert callee.funcs == [proc.program.resolve("tail_callee")]
+    assert caller.seen[0]["ax"] == callee.seen[0]["ax"] == 7
+    # both handlers saw the real return address, not the trampoline
+    assert caller.seen[0]["ip"] == callee.seen[0]["ip"] == 0x7FFFF7FF0000
+    assert proc.utask.depth == 0
+
+
+def test_tail_call_instance_is_chained():
+    proc = make_test_process("6.11")
+    uprobe_register(proc, "tail_caller", RegsRecorder())
+    inner = []
+    uprobe_register(proc, "tail_callee", RegsRecorder())
+    uprobe_register(proc, "tail_callee", UprobeConsumer(
+        handler=lambda regs: inner.append([ri.chained for ri in proc.utask.return_instances]) or 0))
+    proc.call("tail_caller")
+    # at tail_callee's entry only tail_caller's instance is pending; the callee's is chained onto it
+    assert inner == [[False]]
+
+
+# --- a consumer that moves sp: sys_uretprobe returns by iret ----------------------------------
+
+@pytest.mark.parametrize("kernel,moves", [("6.11", True), ("6.11", False), ("6.18", True), ("6.10", True)])
+def test_consumer_moving_sp_takes_iret(kernel, moves):
+    proc = make_test_process(kernel, record=True)
+
+    class MoveSp(RegsRecorder):
+        def _ret(self, regs, func):
+            super()._ret(regs, func)
+            if moves:
+                regs.sp = regs.sp - 64
+
+    rec = MoveSp()
+    uprobe_register(proc, "sp_target", rec)
+    proc.write_u64(DATA_BASE, 0xC0FFEE)
+    proc.write_u64(DATA_BASE + 8, 0xBEEF)
+    assert proc.call("sp_caller", DATA_BASE) == 5
+    assert proc.read_u64(DATA_BASE + 16) == 0xC0FFEE  # rcx and r11 as the caller left them
+    assert proc.read_u64(DATA_BASE + 24) == 0xBEEF
+    assert rec.seen[0]["cx"] == 0xC0FFEE and rec.seen[0]["r11"] == 0xBEEF
+    kinds = [e.kind for e in proc.trace.events]
+    if kernel == "6.10":
+        assert "syscalls" not in kinds
+        return
+    after = kinds[kinds.index("syscalls"):]
+    ret_kind = next(k for k in after if k in ("iret", "sysret"))
+    assert ret_kind == ("iret" if moves else "sysret")
+
+
+# --- the uretprobe syscall from anywhere else -------------------------------------------------
+
+@pytest.mark.parametrize("kernel", ["6.11", "6.16", "6.18"])
+def test_direct_uretprobe_syscall_is_sigill(kernel):
+    proc = make_test_process(kernel)
+    rec = RegsRecorder()
+    uprobe_register(proc, "sigill_outer", rec)
+    with pytest.raises(ProcessKilled, match="SIGILL"):
+        proc.call("sigill_outer")
+    assert proc.signal == "SIGILL"
+    assert rec.seen == []  # the pending instance's consumer did not run
+    assert len(proc.utask.return_instances) == 1
+
+
+@pytest.mark.parametrize("kernel", ["6.11", "6.18"])
+def test_direct_uretprobe_syscall_without_xol_area_is_sigill(kernel):
+    proc = make_test_process(kernel)
+    assert proc.mm.xol_area is None  # uprobe_get_trampoline_vaddr() == UPROBE_NO_TRAMPOLINE_VADDR
+    with pytest.raises(ProcessKilled, match="SIGILL"):
+        proc.call("uretprobe_syscall_direct")
+
+
+def test_uretprobe_syscall_is_enosys_on_610():
+    proc = make_test_process("6.10")
+    assert proc.call("uretprobe_syscall_direct") == (-38) & (2**64 - 1)
+
+
+def test_syscall_number_history():
+    assert __NR_uretprobe == 335
+    assert [n for n, _ in URETPROBE_SYSCALL_HISTORY] == [462, 463, 467, 335]
+
+
+def test_trampoline_handler_name():
+    assert KERNELS["6.10"].trampoline_handler_name == "handle_trampoline"
+    assert KERNELS["6.11"].trampoline_handler_name == "uprobe_handle_trampoline"
+
+
+def test_hijack_puts_trampoline_in_return_slot():
+    proc = make_test_process("6.11")
+    seen = {}
+
+    def entry(regs):
+        seen["ret_before"] = proc.read_u64(regs.sp)
+        return 0
+
+    uprobe_register(proc, "stepper_target", UprobeConsumer(handler=entry, ret_handler=lambda r, f: None))
+    uprobe_register(proc, "stepper_target", CountingConsumer(ret=True))
+    slots = {}
+    orig = proc.arch_ops.arch_uretprobe_hijack_return_addr
+
+    def spy(p, tramp, regs):
+        out = orig(p, tramp, regs)
+        slots["after"] = p.read_u64(regs.sp)
+        slots["orig"] = out
+        return out
+
+    proc.arch_ops.arch_uretprobe_hijack_return_addr = spy
+    try:
+        assert proc.call("stepper_caller") == 0x42
+    finally:
+        proc.arch_ops.arch_uretprobe_hijack_return_addr = orig
+    assert slots["after"] == proc.find_mapping("[uprobes]").start
+    assert slots["orig"] == seen["ret_before"]
+    assert proc.program.symbol_at(slots["orig"])[0] == "stepper_caller"
+
+
+# --- bench events per hit on every kernel version ---------------------------------------------
+
+EXPECTED = {
+    # kernel: {bench: {event: per hit}}
+    "6.10": {"uretprobe-nop": dict(exceptions=2, syscalls=0, iret=2, sysret=0),
+             "uretprobe-push": dict(exceptions=2, syscalls=0, iret=2, sysret=0),
+             "uretprobe-ret": dict(exceptions=3, syscalls=0, iret=3, sysret=0)},
+    **{k: {"uretprobe-nop": dict(exceptions=1, syscalls=1, iret=1, sysret=1),
+           "uretprobe-push": dict(exceptions=1, syscalls=1, iret=1, sysret=1),
+           "uretprobe-ret": dict(exceptions=2, syscalls=1, iret=2, sysret=1)} for k in ("6.11", "6.16", "6.18")},
+}
+
+
+@pytest.mark.parametrize("kernel", ALL)
+@pytest.mark.parametrize("bench", ["uretprobe-nop", "uretprobe-push", "uretprobe-ret"])
+def test_bench_events_per_hit(kernel, bench):
+    ev = events_per_hit(bench, kernel=kernel)
+    got = {k: ev.get(k, 0) for k in EXPECTED[kernel][bench]}
+    assert got == EXPECTED[kernel][bench]
+    assert ev["consumers"] == 1 and ev["ri_pushed"] == 1 and ev["ri_popped"] == 1
+
+
+@pytest.mark.parametrize("kernel", ["6.10", "6.11"])
+def test_cli_bench_uretprobe_nop_json(kernel, capsys):
+    assert cli.main(["bench", "uretprobe-nop", "--mode", "emulated", "--json", "--kernel", kernel,
+                     "--iterations", "200"]) == 0
+    (result,) = json.loads(capsys.readouterr().out)
+    ev = result["events_per_hit"]
+    if kernel == "6.10":
+        assert ev["exceptions"] == 2 and ev.get("syscalls", 0) == 0
+    else:
+        assert ev["exceptions"] == 1 and ev["syscalls"] == 1 and ev["sysret"] == 1
+    assert result["hits"] == 200

@@ -1,0 +1,50 @@
+"""The uretprobe stepper and chart: the data they show."""
+import matplotlib
+
+matplotlib.use("Agg")
+
+from uprobe_lab.views.uretprobe import ReturnStepper, plot_trampoline_events, trampoline_events  # noqa: E402
+
+
+def _step(stepper, insn):
+    return next(s for s in stepper.steps if s.where.startswith("[uprobes]") and s.insn.startswith(insn))
+
+
+def test_stepper_shows_saved_slots_then_real_return_address():
+    st = ReturnStepper("6.11")
+    assert [s.insn.split()[0] for s in st.steps if s.where.startswith("[uprobes]")] == [
+        "push", "push", "push", "mov", "syscall", "pop", "pop", "ret"]
+    after_pushes = _step(st, "push r11")
+    whats = [w for _, _, w in after_pushes.stack]
+    assert whats[3:6] == ["saved r11", "saved rcx", "saved rax"]
+    sysc = _step(st, "syscall")
+    assert any(e.startswith("sysret") for e in sysc.events)
+    rax_slot = [(v, w) for a, v, w in sysc.stack if w.startswith("real return address")]
+    assert rax_slot and rax_slot[0][0] == st.steps[-1].ip  # the caller's ret is the real return address
+    last = st.steps[-1]
+    assert last.regs["cx"] == 0xCCCCCCCC and last.regs["r11"] == 0x11111111 and last.regs["ax"] == 0x42
+    assert "saved rax" in st.text(st.index + 2)
+    assert st._repr_mimebundle_()["text/plain"].startswith("step")
+
+
+def test_stepper_broken_variant_loses_rcx_r11():
+    st = ReturnStepper("6.11", saves_regs=False)
+    last = st.steps[-1]
+    assert last.regs["ax"] == 0x42
+    assert last.regs["cx"] != 0xCCCCCCCC and last.regs["r11"] != 0x11111111
+
+
+def test_stepper_610_int3_trampoline():
+    st = ReturnStepper("6.10")
+    tramp = [s for s in st.steps if s.where.startswith("[uprobes]")]
+    assert [s.insn for s in tramp] == ["int3"]
+    assert any(e.startswith("exc_bp") for e in tramp[0].events)
+
+
+def test_trampoline_chart():
+    df = trampoline_events(("uretprobe-nop",))
+    assert df.set_index("kernel")[["exceptions", "syscalls", "sysret"]].to_dict("index") == {
+        "6.10": {"exceptions": 2, "syscalls": 0, "sysret": 0},
+        "6.11": {"exceptions": 1, "syscalls": 1, "sysret": 1}}
+    fig = plot_trampoline_events(df)
+    assert fig.axes[0].get_title().startswith("uretprobe")

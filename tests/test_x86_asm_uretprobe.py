@@ -1,0 +1,39 @@
+"""The encoders the uretprobe test programs added to uprobe_lab.x86.asm, checked against Capstone."""
+import pytest
+
+from uprobe_lab.program import disasm
+from uprobe_lab.x86 import asm
+from uprobe_lab.x86.asm import REG64
+
+
+def one(code: bytes) -> str:
+    (insn,) = disasm(code)
+    assert insn[1] == code, "Capstone decoded a different length"
+    return insn[2]
+
+
+@pytest.mark.parametrize("reg", list(REG64))
+@pytest.mark.parametrize("base", ["rdi", "rsp", "rbp", "r12", "r13", "rbx"])
+@pytest.mark.parametrize("disp", [0, 8, -8, 0x78, 0x100, 0x1F8])
+def test_mov_load_store(reg, base, disp):
+    num = (lambda n: str(n) if n < 10 else hex(n))  # Capstone prints small displacements in decimal
+    mem = f"qword ptr [{base} + {num(disp)}]" if disp > 0 else (
+        f"qword ptr [{base} - {num(-disp)}]" if disp < 0 else f"qword ptr [{base}]")
+    assert one(asm.mov_load(reg, base, disp)) == f"mov {reg}, {mem}"
+    assert one(asm.mov_store(base, disp, reg)) == f"mov {mem}, {reg}"
+
+
+def test_flags_and_arith():
+    assert one(asm.PUSHFQ) == "pushfq"
+    assert one(asm.POPFQ) == "popfq"
+    assert one(asm.add_imm8("rax", 5)) == "add rax, 5"
+    assert one(asm.add_imm8("r9", -1)) == "add r9, -1"
+    assert one(asm.test_rr("rdi", "r10")) == "test rdi, r10"
+
+
+def test_existing_encoders_used_by_test_programs():
+    assert one(asm.mov_imm64("rcx", 0xCCCCCCCC)) == "movabs rcx, 0xcccccccc"
+    assert one(asm.mov_imm_sx("rax", 335)) == "mov rax, 0x14f"
+    assert one(asm.mov_rr("rsp", "r15")) == "mov rsp, r15"
+    assert one(asm.xor_rr32("rax", "rax")) == "xor eax, eax"
+    assert one(asm.dec("rdi")) == "dec rdi"

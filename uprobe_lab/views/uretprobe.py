@@ -1,0 +1,234 @@
+"""Views for the uretprobe chapter: a stepper through one probed return, and the trampoline chart.
+
+The logic is plain functions returning data (``record_return_steps``, ``stack_slots``,
+``trampoline_events``); the widget and the chart only draw it. Without a widget front end (a
+headless run, a terminal) a ``ReturnStepper`` shows itself as text: the step's instruction, the
+kernel events it caused, the registers and the stack slots around rsp.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..program import disasm
+from ..uprobes import CountingConsumer, uprobe_register
+from ..x86.process import EXIT_ADDR
+from ..x86.test_programs import make_test_process
+
+SHOWN_REGS = ("ax", "cx", "r11", "sp", "ip", "flags")
+QUIET_EVENTS = {"user_insns", "uaccess_bytes", "probe_lookups"}
+
+
+@dataclass
+class Step:
+    n: int
+    ip: int
+    where: str  # symbol+off, or [uprobes]+off
+    insn: str
+    events: list[str]  # kernel events this instruction caused (kind: note)
+    regs: dict[str, int]
+    stack: list[tuple[int, int, str]]  # (address, value, what it is), lowest address first
+    note: str = ""
+
+    def text(self) -> str:
+        lines = [f"step {self.n}: {self.ip:#x} <{self.where}>  {self.insn}"]
+        if self.note:
+            lines.append(f"  {self.note}")
+        for ev in self.events:
+            lines.append(f"  kernel: {ev}")
+        lines.append("  " + "  ".join(f"{n}={self.regs[n]:#x}" for n in SHOWN_REGS))
+        lines.append("  stack (rsp first):")
+        for addr, value, what in self.stack:
+            mark = "rsp->" if addr == self.regs["sp"] else "     "
+            lines.append(f"   {mark} {addr:#x}: {value:#018x}  {what}")
+        return "\n".join(lines)
+
+
+def where(proc, addr: int) -> str:
+    hit = proc.program.symbol_at(addr) if proc.program else None
+    if hit:
+        return f"{hit[0]}+{hit[1]:#x}" if hit[1] else hit[0]
+    m = proc.mapping_at(addr)
+    if m is not None:
+        return f"{m.name}+{addr - m.start:#x}"
+    return "exit" if addr == EXIT_ADDR else "?"
+
+
+def stack_slots(proc, sp: int, tramp_sp: int | None, saved: dict[str, int], above: int = 2,
+                below: int = 3) -> list[tuple[int, int, str]]:
+    """Slots from rsp-8*below to rsp+8*above, each with what it holds.
+
+    ``tramp_sp`` is rsp when the trampoline was entered: the three slots under it are the
+    trampoline's saved rax, rcx and r11. ``saved`` holds the values pushed there, so a slot
+    whose value changed (rax's, after sys_uretprobe) is shown as what it now holds.
+    """
+    tramp = proc.mm.xol_area.vaddr if proc.mm.xol_area else None
+    rows = []
+    for addr in range(sp - 8 * below, sp + 8 * (above + 1), 8):
+        try:
+            value = proc.read_u64(addr)
+        except Exception:
+            continue
+        what = ""
+        if tramp_sp is not None and saved and tramp_sp - 24 <= addr < tramp_sp:
+            reg = {tramp_sp - 8: "ax", tramp_sp - 16: "cx", tramp_sp - 24: "r11"}[addr]
+            if reg not in saved:
+                pass  # not pushed (yet, or ever: the broken trampoline saves only rax)
+            elif value == saved[reg]:
+                what = {"ax": "saved rax", "cx": "saved rcx", "r11": "saved r11"}[reg]
+            elif reg == "ax":
+                what = f"real return address {where(proc, value)} (sys_uretprobe wrote it over saved rax)"
+            else:
+                what = f"{reg} slot, rewritten by sys_uretprobe"
+        elif value == tramp:
+            what = "return address hijacked: [uprobes] trampoline"
+        elif value == EXIT_ADDR:
+            what = "return address of the test harness"
+        elif proc.program and proc.program.symbol_at(value):
+            what = f"return address {where(proc, value)}"
+        if addr < sp:
+            what = (what + " " if what else "") + "(below rsp: free)"
+        rows.append((addr, value, what))
+    return rows
+
+
+@dataclass
+class ReturnStepper:
+    """One call of ``stepper_caller`` -> probed ``stepper_target``, one instruction per step."""
+
+    kernel: str = "6.11"
+    saves_regs: bool = True
+    steps: list[Step] = field(default_factory=list)
+    index: int = 0
+
+    def __post_init__(self):
+        if not self.steps:
+            self.steps = record_return_steps(self.kernel, self.saves_regs)
+        self.index = first_step_at(self.steps, "[uprobes]")
+
+    def text(self, i: int | None = None) -> str:
+        return self.steps[self.index if i is None else i].text()
+
+    def widget(self):
+        import ipywidgets as w
+
+        slider = w.IntSlider(value=self.index, min=0, max=len(self.steps) - 1, description="step")
+        out = w.Output()
+
+        def show(change=None):
+            self.index = slider.value
+            out.clear_output(wait=True)
+            with out:
+                print(self.text())
+
+        slider.observe(show, names="value")
+        show()
+        title = w.HTML(f"<b>uretprobe return on {self.kernel}"
+                       f"{'' if self.saves_regs else ' (broken trampoline: no rcx/r11 saves)'}</b>")
+        return w.VBox([title, slider, out])
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        """A widget in a front end; the current step as text everywhere else."""
+        bundle = {"text/plain": self.text()}
+        try:
+            data = self.widget()._repr_mimebundle_()
+        except Exception:
+            return bundle
+        data = dict(data or {})
+        data["text/plain"] = self.text()
+        return data
+
+
+def first_step_at(steps: list[Step], prefix: str) -> int:
+    return next((s.n for s in steps if s.where.startswith(prefix)), 0)
+
+
+def record_return_steps(kernel: str = "6.11", saves_regs: bool = True, max_steps: int = 64) -> list[Step]:
+    """Run stepper_caller one instruction at a time with a return probe on stepper_target."""
+    proc = make_test_process(kernel, record=True, count_insns=True, uretprobe_saves_regs=saves_regs)
+    uprobe_register(proc, "stepper_target", CountingConsumer(ret=True))
+    pc, _ = proc.prepare_call("stepper_caller")
+    steps: list[Step] = []
+    tramp_sp = None
+    saved: dict[str, int] = {}
+    for n in range(max_steps):
+        if pc == EXIT_ADDR:
+            break
+        insn = disasm(proc.read(pc, 16), "x86_64", pc)[0][2]
+        before = len(proc.trace.events)
+        sp_before = proc.sp
+        in_tramp = where(proc, pc).startswith("[uprobes]")
+        if in_tramp and tramp_sp is None:
+            tramp_sp = sp_before
+        if in_tramp and insn.startswith("push"):
+            reg = {"rax": "ax", "rcx": "cx", "r11": "r11"}[insn.split()[1]]
+            saved[reg] = proc.regs().get(reg)
+        result = proc.run(pc, EXIT_ADDR, max_insns=1)
+        events = [f"{e.kind}" + (f": {e.note}" if e.note else "") for e in proc.trace.events[before:]
+                  if e.kind not in QUIET_EVENTS]
+        regs = proc.regs()
+        values = {name: regs.get(name) for name in SHOWN_REGS}
+        steps.append(Step(n, pc, where(proc, pc), insn, events, values,
+                          stack_slots(proc, values["sp"], tramp_sp, saved),
+                          _explain(insn, events, in_tramp, where(proc, result.ip), saves_regs)))
+        if result.signal:
+            steps[-1].events.append(f"signal {result.signal}: {result.reason}")
+            break
+        pc = result.ip
+    return steps
+
+
+def _explain(insn: str, events: list[str], in_tramp: bool, to: str, saves_regs: bool) -> str:
+    if any(e.startswith("exc_bp") for e in events) and any(e.startswith("ri_pushed") for e in events):
+        return "int3 at the probe: the kernel swaps the return address at [rsp] for the trampoline"
+    if any(e.startswith("exc_bp") for e in events) and in_tramp:
+        return "int3 trampoline (before 6.11): a second exception; handle_trampoline restores ip and runs consumers"
+    if insn == "ret" and not in_tramp and to.startswith("[uprobes]"):
+        return "ret pops the hijacked address: the function 'returns' into the [uprobes] trampoline"
+    if insn == "syscall" and in_tramp and saves_regs:
+        return ("sys_uretprobe: restores r11/rcx/rax from the stack for the consumers, runs them, then "
+                "writes r11/rcx back and the real return address into rax's slot; sysret")
+    if insn == "syscall" and in_tramp:
+        return ("broken trampoline: syscall put the next rip in rcx and rflags in r11, and nothing saved "
+                "the program's values; the consumers and the caller see the clobbered ones")
+    if insn == "ret" and in_tramp:
+        return "ret pops the real return address from what was rax's slot"
+    return ""
+
+
+# --- events per hit: int3 vs syscall trampoline ---------------------------------------------------
+
+TRAMPOLINE_EVENTS = ("exceptions", "syscalls", "iret", "sysret")
+
+
+def trampoline_events(benches=("uretprobe-nop", "uretprobe-push", "uretprobe-ret"),
+                      kernels=("6.10", "6.11")):
+    """A DataFrame: events per hit of each bench on each kernel (measured on the emulator)."""
+    import pandas as pd
+
+    from ..bench import events_per_hit
+
+    rows = []
+    for kernel in kernels:
+        for bench in benches:
+            ev = events_per_hit(bench, kernel=kernel)
+            rows.append({"kernel": kernel, "bench": bench, **{k: ev.get(k, 0) for k in TRAMPOLINE_EVENTS},
+                         "user_insns": ev.get("user_insns", 0)})
+    return pd.DataFrame(rows)
+
+
+def plot_trampoline_events(df=None, ax=None):
+    """Grouped bars: exceptions / syscalls / iret / sysret per hit, one group per bench and kernel."""
+    import matplotlib.pyplot as plt
+
+    df = trampoline_events() if df is None else df
+    if ax is None:
+        _, ax = plt.subplots(figsize=(9, 3.5))
+    labels = [f"{r.bench}\n{r.kernel}" for r in df.itertuples()]
+    width = 0.8 / len(TRAMPOLINE_EVENTS)
+    for i, kind in enumerate(TRAMPOLINE_EVENTS):
+        ax.bar([x + i * width for x in range(len(df))], df[kind], width, label=kind)
+    ax.set_xticks([x + width * (len(TRAMPOLINE_EVENTS) - 1) / 2 for x in range(len(df))], labels, fontsize=8)
+    ax.set_ylabel("per hit")
+    ax.set_title("uretprobe: int3 trampoline (6.10) vs syscall trampoline (6.11)")
+    ax.legend(fontsize=8)
+    return ax.figure
