@@ -10,7 +10,13 @@ def _x86():
     return X86Process, programs.bench_program, uprobes.analyze_hex
 
 
-ARCHES = {"x86_64": _x86}
+def _arm64():
+    from .arm64 import programs, uprobes
+    from .arm64.process import Arm64Process
+    return Arm64Process, programs.bench_program, uprobes.analyze_hex
+
+
+ARCHES = {"x86_64": _x86, "arm64": _arm64}
 
 
 def arch_parts(arch: str):

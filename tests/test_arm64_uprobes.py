@@ -1,0 +1,390 @@
+"""arm64 uprobes: classification, the STP simulation, uretprobes, transparency, bench events."""
+import json
+import random
+import subprocess
+import sys
+
+import pytest
+
+from uprobe_lab.arm64 import asm
+from uprobe_lab.arm64.process import STACK_TOP, Arm64Process
+from uprobe_lab.arm64.uprobes import analyze_hex, arch_uprobe_analyze_insn, decode_fields
+from uprobe_lab.bench import events_per_hit
+from uprobe_lab.process import LabError, ProcessKilled
+from uprobe_lab.program import Assembler, disasm
+from uprobe_lab.uprobes import CountingConsumer, UnprobeableInstruction, uprobe_register
+
+STP_FP_LR = asm.stp(29, 30, 31, -16)
+
+# (word, Capstone text, action with stp=xol, action with stp=simulate)
+TABLE = [
+    (asm.NOP, "nop", "simulate", "simulate"),
+    (STP_FP_LR, "stp x29, x30, [sp, #-0x10]!", "xol", "simulate"),
+    (asm.stp(29, 30, 31, -96), "stp x29, x30, [sp, #-0x60]!", "xol", "simulate"),
+    (asm.stp(29, 30, 31, -16, "post"), "stp x29, x30, [sp], #-0x10", "xol", "xol"),
+    (asm.stp(29, 30, 31, 16, "offset"), "stp x29, x30, [sp, #0x10]", "xol", "xol"),
+    (asm.stp(29, 30, 31, -8, x=False), "stp w29, w30, [sp, #-8]!", "xol", "xol"),
+    (asm.stp(29, 30, 0, -16), "stp x29, x30, [x0, #-0x10]!", "xol", "xol"),
+    (asm.stp(19, 20, 31, -16), "stp x19, x20, [sp, #-0x10]!", "xol", "xol"),
+    (asm.stp(30, 29, 31, -16), "stp x30, x29, [sp, #-0x10]!", "xol", "xol"),
+    (asm.ldp(29, 30, 31, 16), "ldp x29, x30, [sp], #0x10", "xol", "xol"),
+    (asm.mov_sp(29, 31), "mov x29, sp", "xol", "xol"),
+    (asm.movz(0, 1, x=False), "mov w0, #1", "xol", "xol"),
+    (asm.str_imm(1, 31, 16), "str x1, [sp, #0x10]", "xol", "xol"),
+    (0xD503233F, "paciasp", "xol", "xol"),
+    (0xD503245F, "bti c", "xol", "xol"),
+    (0xD53B4220, "mrs x0, daif", "xol", "xol"),
+    (asm.b_imm(0x40), "b #0x1040", "simulate", "simulate"),
+    (asm.b_imm(-0x40, link=True), "bl #0xfc0", "simulate", "simulate"),
+    (asm.bcond("eq", 8), "b.eq #0x1008", "simulate", "simulate"),
+    (asm.cbz(3, 8), "cbz x3, #0x1008", "simulate", "simulate"),
+    (asm.cbz(3, 8, nonzero=True, x=False), "cbnz w3, #0x1008", "simulate", "simulate"),
+    (asm.tbz(2, 5, 12), "tbz w2, #5, #0x100c", "simulate", "simulate"),
+    (asm.adr(4, 0x20), "adr x4, #0x1020", "simulate", "simulate"),
+    (asm.adr(4, 0x2000, page=True), "adrp x4, #0x3000", "simulate", "simulate"),
+    (asm.br(16), "br x16", "simulate", "simulate"),
+    (asm.blr(8), "blr x8", "simulate", "simulate"),
+    (asm.RET, "ret", "simulate", "simulate"),
+    (0xD65F0BFF, "retaa", "reject", "reject"),
+    (asm.BRK64_OPCODE_UPROBES, "brk #5", "reject", "reject"),
+    (asm.svc(0), "svc #0", "reject", "reject"),
+    (asm.ldr_lit(1, 16), "ldr x1, #0x1010", "reject", "reject"),
+    (0x18000081, "ldr w1, #0x1010", "reject", "reject"),
+    (0xC85F7C20, "ldxr x0, [x1]", "reject", "reject"),
+    (0xC8027C20, "stxr w2, x0, [x1]", "reject", "reject"),
+    (0xD51B4220, "msr daif, x0", "reject", "reject"),
+    (0xD53BD040, "mrs x0, tpidr_el0", "reject", "reject"),
+    (0xD503205F, "wfe", "reject", "reject"),
+]
+
+
+@pytest.mark.parametrize("word,text,xol,sim", TABLE, ids=[t for _, t, _, _ in TABLE])
+def test_classification(word, text, xol, sim):
+    assert disasm(asm.b(word), "arm64", 0x1000)[0][2] == text
+    assert analyze_hex(f"{word:08x}", vaddr=0x1000)["action"] == xol
+    assert analyze_hex(f"{word:08x}", vaddr=0x1000, stp="simulate")["action"] == sim
+    assert analyze_hex(f"{word:08x}", vaddr=0x1000, stp="simulate", mte=True)["action"] == (
+        "xol" if word in (STP_FP_LR, asm.stp(29, 30, 31, -96)) else sim)
+
+
+def test_reject_says_why_and_misaligned_address_is_refused():
+    with pytest.raises(UnprobeableInstruction, match="exclusive"):
+        arch_uprobe_analyze_insn(asm.b(0xC85F7C20), 0x1000)
+    with pytest.raises(UnprobeableInstruction, match="aligned"):
+        arch_uprobe_analyze_insn(asm.b(asm.NOP), 0x1002)
+
+
+def test_decode_fields_of_the_pattern():
+    f = decode_fields(0xA9BF7BFD)
+    assert f["stp_fp_lr_pattern"] and f["pair"] == "stp pre-index" and f["offset"] == -16
+    assert f["rt"] == 29 and f["rt2"] == 30 and f["rn"] == "sp" and f["opc"] == 2
+    assert "w registers" in decode_fields(asm.stp(29, 30, 31, -8, x=False))["not_pattern_because"]
+    assert "post-index" in decode_fields(asm.stp(29, 30, 31, -16, "post"))["not_pattern_because"]
+
+
+# --- the STP simulation ends as the instruction does -------------------------------------------
+
+TEXT = 0x400000
+
+
+def _stp_proc(word, probe, stp="simulate", **options):
+    proc = Arm64Process(stp=stp, **options)
+    a = Assembler("arm64", TEXT)
+    a.function("f")
+    asm.emit(a, word, asm.NOP, asm.RET)
+    a.end_function()
+    proc.load(a.link())
+    if probe:
+        uprobe_register(proc, "f", CountingConsumer())
+    return proc
+
+
+def _run_stp(proc, sp, fp, lr):
+    regs = proc.regs()
+    regs.set("sp", sp)
+    regs.set("x29", fp)
+    regs.set("x30", lr)
+    regs.flush()
+    result = proc.run(TEXT, TEXT + 4, max_insns=10)
+    lo = STACK_TOP - 0x21000
+    return result, proc.sp, proc.pc, proc.regs().get("x29"), proc.regs().get("x30"), proc.read(lo, 0x21000)
+
+
+@pytest.mark.parametrize("store", ["pin", "uaccess"])
+def test_stp_simulation_matches_execution(store):
+    rng = random.Random(7)
+    for _ in range(60):
+        imm = rng.randrange(-32, 32) * 16  # aligned new sp
+        sp = rng.randrange(STACK_TOP - 0x20000 + 0x400, STACK_TOP - 0x400) & ~0xF
+        fp, lr = rng.getrandbits(64), rng.getrandbits(64)
+        word = asm.stp(29, 30, 31, imm)
+        crosses_up = imm > 0 and (sp + imm) >> 12 != sp >> 12
+        native = _run_stp(_stp_proc(word, probe=False), sp, fp, lr)
+        sim_proc = _stp_proc(word, probe=True, stp_store=store)
+        before = sim_proc.trace.snapshot()
+        simulated = _run_stp(sim_proc, sp, fp, lr)
+        if store == "pin" and crosses_up:
+            # the seed counts pages from new_sp up to the old sp: 0 pages when new_sp is on the next page
+            assert simulated[0].signal == "SIGSEGV"
+            continue
+        assert simulated[0].ok and simulated[1:] == native[1:]
+        ev = sim_proc.trace.since(before)
+        assert ev["emulated"] == 1 and ev.get("xol_steps", 0) == 0
+        if store == "pin":
+            assert ev["pages_pinned"] >= 1 and "uaccess_bytes" not in ev
+        else:
+            assert ev["uaccess_bytes"] == 16 and "pages_pinned" not in ev
+
+
+def test_stp_misaligned_new_sp_is_sigsegv_but_sp_and_pc_move():
+    proc = _stp_proc(asm.stp(29, 30, 31, -8), probe=True)
+    sp = STACK_TOP - 0x800
+    result, new_sp, pc, *_ = _run_stp(proc, sp, 1, 2)
+    assert result.signal == "SIGSEGV" and "aligned" in result.reason
+    assert new_sp == sp - 8 and pc == TEXT + 4
+
+
+def test_stp_misaligned_without_alignment_check_stores():
+    proc = _stp_proc(asm.stp(29, 30, 31, -8), probe=True, sp_alignment_check=False)
+    sp = STACK_TOP - 0x800
+    result, new_sp, pc, *_ = _run_stp(proc, sp, 0x1111, 0x2222)
+    assert result.ok and new_sp == sp - 8
+    assert proc.read_u64(sp - 8) == 0x1111 and proc.read_u64(sp) == 0x2222
+
+
+@pytest.mark.parametrize("word", [asm.stp(29, 30, 31, -16, "post"), asm.stp(29, 30, 31, 16, "offset"),
+                                  asm.stp(29, 30, 31, -8, x=False), asm.stp(29, 30, 1, -16),
+                                  asm.stp(19, 20, 31, -16), asm.stp(29, 19, 31, -16)])
+def test_near_misses_are_stepped_not_simulated(word):
+    proc = _stp_proc(word, probe=True)
+    assert proc.mm.probes[TEXT].arch.action == "xol"
+    regs = proc.regs()
+    regs.set("x1", STACK_TOP - 0x1000)
+    regs.flush()
+    before = proc.trace.snapshot()
+    result = _run_stp(proc, STACK_TOP - 0x800, 5, 6)[0]
+    ev = proc.trace.since(before)
+    assert result.ok and ev["xol_steps"] == 1 and ev["exc_step"] == 1 and "emulated" not in ev
+
+
+def test_mte_turns_the_simulation_off():
+    proc = _stp_proc(STP_FP_LR, probe=True, mte=True)
+    assert proc.mm.probes[TEXT].arch.action == "xol"
+
+
+# --- BRK handling ----------------------------------------------------------------------------
+
+def test_other_brk_and_stray_uprobe_brk_are_sigtrap():
+    for word in (asm.brk(0x3E8), asm.BRK64_OPCODE_UPROBES):
+        proc = _stp_proc(word, probe=False)
+        result = proc.run(TEXT, TEXT + 8, max_insns=100)
+        assert result.signal == "SIGTRAP"
+
+
+# --- uretprobes --------------------------------------------------------------------------------
+
+def test_uretprobe_hijacks_lr_not_the_stack():
+    proc = Arm64Process()
+    from uprobe_lab.arm64.programs import bench_program
+    proc.load(bench_program())
+    ret = CountingConsumer(ret=True)
+    uprobe_register(proc, "uprobe_target_push", ret)
+    entry = CountingConsumer()
+    uprobe_register(proc, "opaque_noop_func", entry)
+    before = proc.trace.snapshot()
+    assert proc.call("uprobe_target_push") == 1
+    ev = proc.trace.since(before)
+    assert ret.hits == 1 and ret.funcs == [proc.program.resolve("uprobe_target_push")]
+    assert entry.hits == 1 and ev["ri_pushed"] == 1 and ev["ri_popped"] == 1
+    assert "uaccess_bytes" not in ev  # the return address lives in x30
+    assert proc.regs().get("x30") == proc.mm.xol_area.vaddr  # the trampoline is left in lr
+    assert not proc.utask.return_instances
+
+
+def test_is_alive_rules():
+    from uprobe_lab.arm64.uprobes import arch_uretprobe_is_alive
+    from uprobe_lab.uprobes import RP_CHECK_CALL, RP_CHECK_CHAIN_CALL, RP_CHECK_RET
+
+    class R:
+        stack = 0x1000
+    class Regs:
+        sp = 0x1000
+    assert arch_uretprobe_is_alive(R, RP_CHECK_CHAIN_CALL, Regs)
+    assert not arch_uretprobe_is_alive(R, RP_CHECK_CALL, Regs)
+    assert not arch_uretprobe_is_alive(R, RP_CHECK_RET, Regs)
+    Regs.sp = 0xFF0
+    assert arch_uretprobe_is_alive(R, RP_CHECK_CALL, Regs)
+
+
+# --- transparency: the same results with and without probes ------------------------------------
+
+def _state(proc, skip_lr: bool):
+    """Registers (x30 left out after uretprobes: it returns holding the trampoline) and the stack."""
+    regs = proc.regs().as_dict()
+    regs.pop("ip")
+    if skip_lr:
+        regs.pop("x30")
+    lo = STACK_TOP - 0x21000
+    return regs, proc.read(lo, 0x21000)
+
+
+def _same(native, probed, proc):
+    """Equal, except stack words where a frame saved lr while it held the uretprobe trampoline."""
+    assert native[0] == probed[0]
+    tramp = proc.mm.xol_area.vaddr.to_bytes(8, "little") if proc.mm.xol_area else None
+    a, b = native[1], probed[1]
+    for off in range(0, len(a), 8):
+        if a[off:off + 8] != b[off:off + 8]:
+            assert b[off:off + 8] == tramp, f"stack differs at +{off:#x}"
+
+
+def _probe_everything(proc, names, ret: bool):
+    for name in names:
+        for addr, _, _ in proc.program.instructions(name):
+            try:
+                uprobe_register(proc, addr, CountingConsumer())
+            except UnprobeableInstruction:
+                pass
+        if ret:
+            uprobe_register(proc, name, CountingConsumer(ret=True))
+
+
+@pytest.mark.parametrize("stp", ["xol", "simulate"])
+@pytest.mark.parametrize("target", ["uprobe_target_nop", "uprobe_target_push", "uprobe_target_ret"])
+def test_bench_targets_transparent(stp, target):
+    from uprobe_lab.arm64.programs import bench_program
+
+    states = []
+    for probed in (False, True):
+        proc = Arm64Process(stp=stp)
+        proc.load(bench_program())
+        if probed:
+            _probe_everything(proc, [target, "opaque_noop_func"], ret=True)
+        proc.call("producer_loop", 5, proc.program.resolve(target))
+        states.append(_state(proc, skip_lr=True))
+    _same(states[0], states[1], proc)
+
+
+def _generated_program(seed: int):
+    """A random function of moves, arithmetic, stack pairs, loads/stores and forward branches."""
+    rng = random.Random(seed)
+    a = Assembler("arm64", TEXT)
+    a.function("leaf")
+    asm.emit(a, asm.add_reg(0, 0, 1), asm.RET)
+    a.align(16, asm.b(asm.brk(0x3E8)))
+    a.function("gen")
+    asm.emit(a, asm.stp(29, 30, 31, -48), asm.mov_sp(29, 31))
+    labels = 0
+    pending = []
+    for i in range(40):
+        r1, r2, r3 = (rng.randrange(0, 8) for _ in range(3))
+        kind = rng.choice(["movz", "add", "eor", "cmp", "str", "ldr", "nop", "adr", "bl", "stp", "branch"])
+        if kind == "movz":
+            asm.emit(a, asm.movz(r1, rng.getrandbits(16)))
+        elif kind == "add":
+            asm.emit(a, asm.add_reg(r1, r2, r3))
+        elif kind == "eor":
+            asm.emit(a, asm.eor_reg(r1, r2, r3))
+        elif kind == "cmp":
+            asm.emit(a, asm.cmp_imm(r1, rng.randrange(0, 4)))
+        elif kind == "str":
+            asm.emit(a, asm.str_imm(r1, 31, 16 + 8 * rng.randrange(0, 4)))
+        elif kind == "ldr":
+            asm.emit(a, asm.ldr_imm(r1, 31, 16 + 8 * rng.randrange(0, 4)))
+        elif kind == "nop":
+            asm.emit(a, asm.NOP)
+        elif kind == "adr":
+            asm.adr_to(a, r1, "leaf")
+        elif kind == "bl":
+            asm.bl_to(a, "leaf")
+        elif kind == "stp":
+            asm.emit(a, asm.stp(29, 30, 31, -16), asm.ldp(29, 30, 31, 16))
+        else:
+            label = f"l{labels}"
+            labels += 1
+            how = rng.choice(["bcond", "cbz", "cbnz", "tbz", "tbnz", "b"])
+            if how == "bcond":
+                asm.bcond_to(a, rng.choice(["eq", "ne", "hs", "lo", "mi", "gt", "le"]), label)
+            elif how in ("cbz", "cbnz"):
+                asm.cbz_to(a, r1, label, nonzero=how == "cbnz", x=rng.random() < 0.5)
+            elif how in ("tbz", "tbnz"):
+                asm.tbz_to(a, r1, rng.randrange(0, 64), label, nonzero=how == "tbnz")
+            else:
+                asm.b_to(a, label)
+            pending.append((label, i + rng.randrange(1, 5)))
+        for label, at in [p for p in pending if p[1] <= i]:
+            a.label(label)
+            pending.remove((label, at))
+    for label, _ in pending:
+        a.label(label)
+    asm.emit(a, asm.ldp(29, 30, 31, 48), asm.RET)
+    a.end_function()
+    return a.link()
+
+
+def _drop_lr(regs):
+    return {k: v for k, v in regs.items() if k != "x30"}
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_generated_programs_transparent(seed):
+    program = _generated_program(seed)
+    args = [random.Random(seed).getrandbits(64) for _ in range(8)]
+    native = None
+    for probed, ret, stp in ((False, False, "xol"), (True, False, "xol"), (True, False, "simulate"),
+                             (True, True, "xol"), (True, True, "simulate")):
+        proc = Arm64Process(stp=stp)
+        proc.load(program)
+        if probed:
+            _probe_everything(proc, ["gen", "leaf"], ret=ret)
+        proc.call("gen", *args, max_insns=100_000)
+        if probed:
+            assert proc.trace.counts["consumers"] > 10 and proc.trace.counts["emulated"] > 0
+            assert proc.trace.counts["xol_steps"] > 0
+        if native is None:
+            native = _state(proc, skip_lr=False)
+        elif not ret:
+            assert _state(proc, skip_lr=False) == native  # entry probes alone leave no trace at all
+        else:
+            _same((_drop_lr(native[0]), native[1]), _state(proc, skip_lr=True), proc)
+
+
+# --- bench events per hit ----------------------------------------------------------------------
+
+def test_bench_events_per_hit():
+    xol = events_per_hit("uprobe-push", "arm64", stp="xol")
+    assert xol["exceptions"] == 2 and xol["xol_steps"] == 1 and xol["exc_step"] == 1 and xol["eret"] == 2
+    assert "emulated" not in xol
+    sim = events_per_hit("uprobe-push", "arm64", stp="simulate")
+    assert sim["exceptions"] == 1 and sim["emulated"] == 1 and "xol_steps" not in sim and sim["pages_pinned"] == 1
+    nop = events_per_hit("uprobe-nop", "arm64")
+    assert nop["exceptions"] == 1 and nop["emulated"] == 1
+    ret = events_per_hit("uretprobe-nop", "arm64")
+    assert ret["exceptions"] == 2 and ret["exc_brk"] == 2 and "syscalls" not in ret
+
+
+def _cli(*argv):
+    out = subprocess.run([sys.executable, "-m", "uprobe_lab", *argv], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+@pytest.mark.parametrize("stp,expect", [("xol", {"exceptions": 2, "xol_steps": 1}),
+                                        ("simulate", {"exceptions": 1, "emulated": 1})])
+def test_cli_bench_push(stp, expect):
+    ev = _cli("bench", "uprobe-push", "--arch", "arm64", "--stp", stp, "--iterations", "200", "--json")[0][
+        "events_per_hit"]
+    assert {k: ev.get(k) for k in expect} == expect
+    assert ev.get("xol_steps", 0) == (1 if stp == "xol" else 0)
+
+
+def test_cli_analyze():
+    assert _cli("analyze", "--arch", "arm64", "a9bf7bfd", "--stp", "simulate", "--json")["action"] == "simulate"
+    assert _cli("analyze", "--arch", "arm64", "a9bf7bfd", "--json")["action"] == "xol"
+    assert _cli("analyze", "--arch", "arm64", "d42000a0", "--json")["action"] == "reject"
+
+
+def test_bad_options_are_clear():
+    with pytest.raises(LabError, match="stp must be"):
+        Arm64Process(stp="fast")
+    with pytest.raises(LabError, match="arm64 instruction word"):
+        analyze_hex("xyz")

@@ -1,0 +1,139 @@
+"""An emulated arm64 process, and the hardware effects Unicorn leaves out.
+
+Unicorn reports a BRK as interrupt 7 with pc still on the BRK (as ELR_EL1 would be) and gives no
+ESR, so the BRK entry decodes the instruction to see which BRK it was; if the kernel model does
+not move pc, the BRK runs again. ``svc`` arrives as interrupt 2 with pc after it. Unicorn has no
+hardware single-step for user code: while ``single_step`` is set, a code hook on the
+``[uprobes]`` page raises the step exception before the instruction after the stepped one, as
+MDSCR_EL1.SS would. Every run has an instruction budget (``run(max_insns=...)``).
+"""
+from __future__ import annotations
+
+from unicorn import UC_ARCH_ARM64, UC_HOOK_CODE, UC_HOOK_INTR, UC_MODE_ARM
+from unicorn import arm64_const as A
+
+from ..process import EmulatedProcess, LabError, PAGE_SIZE, RegsView, _make_reg_properties
+from .. import uprobes as core
+from . import uprobes as arm64_uprobes
+from .stp import STP_STORES
+
+STACK_TOP = 0x7FFFFFFDE000
+STACK_SIZE = 0x21000
+EXIT_ADDR = 0x7FFFF7FF0000  # unmapped: returning here ends a call() (Unicorn stops before fetching)
+XOL_PAGE = core.TASK_SIZE - PAGE_SIZE  # where get_xol_area() maps [uprobes]
+
+EXCP_UDEF, EXCP_SWI, EXCP_BKPT = 1, 2, 7  # Unicorn/QEMU interrupt numbers
+
+
+@_make_reg_properties
+class PtRegs(RegsView):
+    """arm64 struct user_pt_regs: regs[0..30], sp, pc (``ip``, instruction_pointer()), pstate.
+
+    ``pstate`` holds only the NZCV flags (what b.cond reads). ``pc``, ``fp`` and ``lr`` are
+    aliases of ``ip``, ``x29`` and ``x30``.
+    """
+
+    UC_REGS = {**{f"x{i}": getattr(A, f"UC_ARM64_REG_X{i}") for i in range(29)},
+               "x29": A.UC_ARM64_REG_X29, "x30": A.UC_ARM64_REG_X30,
+               "sp": A.UC_ARM64_REG_SP, "ip": A.UC_ARM64_REG_PC, "pstate": A.UC_ARM64_REG_NZCV}
+    __slots__ = ()
+
+    pc = property(lambda self: self.get("ip"), lambda self, v: self.set("ip", v))
+    fp = property(lambda self: self.get("x29"), lambda self, v: self.set("x29", v))
+    lr = property(lambda self: self.get("x30"), lambda self, v: self.set("x30", v))
+
+
+class Arm64Process(EmulatedProcess):
+    """An AArch64 process: text, stack, and (once a probe needs it) the ``[uprobes]`` XOL page.
+
+    ``stp``: how a probed ``stp x29, x30, [sp, #imm]!`` runs - "xol" (upstream) or "simulate"
+    (the unmerged patch); ``stp_store``: "pin" (the seed's v2) or "uaccess" (v1);
+    ``mte``: the system supports MTE (turns the simulation off); ``sp_alignment_check``:
+    SCTLR_EL1.SA0, on as in Linux.
+    """
+
+    arch = "arm64"
+    uc_arch, uc_mode = UC_ARCH_ARM64, UC_MODE_ARM
+    Regs = PtRegs
+    PC, SP = A.UC_ARM64_REG_PC, A.UC_ARM64_REG_SP
+
+    def __init__(self, kernel=None, record: bool = False, count_insns: bool = False, stp: str | None = None,
+                 stp_store: str = "pin", mte: bool = False, sp_alignment_check: bool = True):
+        super().__init__(kernel, record)
+        if stp_store not in STP_STORES:
+            raise LabError(f"stp_store must be one of {', '.join(STP_STORES)}, got {stp_store!r}")
+        self.arch_ops = arm64_uprobes.Arm64ArchOps(stp or "xol", mte)
+        self.stp_store = stp_store
+        self.sp_alignment_check = sp_alignment_check
+        self.single_step = False  # MDSCR_EL1.SS for this task (user_enable_single_step)
+        self._stepped = False
+        self.count_insns = count_insns
+        self.map("[stack]", STACK_TOP - STACK_SIZE, STACK_SIZE, "rw-p")
+        self.uc.hook_add(UC_HOOK_INTR, self._on_interrupt)
+        if count_insns:
+            self.uc.hook_add(UC_HOOK_CODE, self._on_insn)
+        else:  # only the XOL page needs watching for the single-step
+            self.uc.hook_add(UC_HOOK_CODE, self._on_insn, None, XOL_PAGE, XOL_PAGE + PAGE_SIZE - 1)
+
+    @property
+    def stp(self) -> str:
+        return self.arch_ops.stp
+
+    def load(self, program, path: str = "/lab/bench") -> None:
+        """Map a Program's text read-execute, named like the file it would come from."""
+        if program.arch != self.arch:
+            raise LabError(f"program is for {program.arch}, this process is {self.arch}")
+        size = -(-len(program.code) // PAGE_SIZE) * PAGE_SIZE
+        self.map(path, program.base, size, "r-xp", program.code)
+        self.program = program
+
+    def write(self, addr: int, data: bytes) -> None:
+        """Write memory; for code, also drop Unicorn's translated blocks there.
+
+        The kernel does the same cache maintenance when it writes text or an XOL slot
+        (arch_uprobe_copy_ixol -> flush_icache_range / sync_icache_aliases): without it the CPU
+        (here: Unicorn's translation cache) may run the slot's previous instruction.
+        """
+        super().write(addr, data)
+        mapping = self.mapping_at(addr)
+        if mapping is not None and "x" in mapping.perms:
+            self.uc.ctl_remove_cache(addr, addr + max(len(data), 1))
+
+    # --- hardware -> kernel entries ---
+    def _on_insn(self, uc, address, size, user_data):
+        if self.single_step:
+            if self._stepped:  # one instruction ran with SS set: the step exception fires here
+                self._stepped = False
+                arm64_uprobes.exc_step(self)
+                return
+            self._stepped = True
+        if self.count_insns:
+            self.trace.emit("user_insns", ip=address)
+
+    def _on_interrupt(self, uc, intno, user_data):
+        if intno == EXCP_BKPT:
+            arm64_uprobes.exc_brk(self)
+        elif intno == EXCP_SWI:
+            arm64_uprobes.el0_svc(self)
+        elif intno == EXCP_UDEF:
+            self.force_sig("SIGILL", f"undefined instruction at {self.pc:#x}")
+        else:
+            self.force_sig("SIGSEGV", f"unexpected exception {intno} at {self.pc:#x}")
+
+    # --- conveniences for notebooks and tests ---
+    def call(self, target, *args: int, max_insns: int = 10_000_000):
+        """Call a function with AAPCS64 arguments (x0..x7) and return x0; target is a symbol or address."""
+        if len(args) > 8:
+            raise LabError("call() passes at most 8 arguments (x0..x7)")
+        addr = self.program.resolve(target) if isinstance(target, str) else target
+        regs = self.regs()
+        for i, value in enumerate(args):
+            regs.set(f"x{i}", value)
+        regs.set("sp", (STACK_TOP - 0x100) & ~0xF)
+        regs.set("x30", EXIT_ADDR)
+        regs.flush()
+        result = self.run(addr, EXIT_ADDR, max_insns)
+        if not result.ok:
+            from ..x86.process import raise_for
+            raise_for(result)
+        return self.reg_read(A.UC_ARM64_REG_X0)

@@ -1,0 +1,121 @@
+"""The unmerged STP fp/lr simulation (seed 001_a91640efe4f91e99.txt, Liao Chang, 2024).
+
+Most arm64 function entries start with ``stp x29, x30, [sp, #imm]!``. Upstream single-steps it
+out of line (BRK, step in the XOL slot, a second exception for the hardware step). The patch
+simulates it in the BRK handler instead. Two forms were posted:
+
+* v1 (``store="uaccess"``): two uaccess stores (STTR) of fp and lr. Mark Rutland objected that
+  two stores cannot give STP's single-copy atomicity and ordering (MTE, POE...).
+* v2, the seed (``store="pin"``, the default): pin the user stack pages (get_user_pages_fast),
+  map them into the kernel (kmap_local_page / vmap) and run a real ``stp`` there.
+
+Both only where the system has no MTE (``arm_uprobe_decode_special_insn``). Review asked to go
+back to the v1 form; no version was merged. Costs are reported as events: ``pages_pinned`` for
+v2, ``uaccess_bytes`` (16 = two 8-byte stores) for v1.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..process import MASK64, PAGE_SIZE
+
+STP_STORES = ("pin", "uaccess")
+
+
+def sign_extend(value: int, sign_bit: int) -> int:
+    """sign_extend64(value, sign_bit): bit ``sign_bit`` is the sign."""
+    value &= (1 << (sign_bit + 1)) - 1
+    return value - (1 << (sign_bit + 1)) if value >> sign_bit & 1 else value
+
+
+@dataclass(frozen=True)
+class PairFields:
+    """The fields of a load/store pair word, as the decoders in arch/arm64/lib/insn.c read them."""
+
+    word: int
+    is_pair: bool
+    form: str  # pre-index, post-index, signed offset, or "" when not a pair
+    load: bool
+    opc: int  # aarch64_insn_decode_ldst_size(): bits 31:30 (2 = 64-bit x registers)
+    imm7: int
+    rt: int
+    rt2: int
+    rn: int
+
+    @property
+    def offset(self) -> int:
+        scale = 8 if self.opc == 2 else 4
+        return sign_extend(self.imm7, 6) * scale
+
+
+def pair_fields(word: int) -> PairFields:
+    """Read the pair fields; ``is_pair`` for STP/LDP of general registers (bits 29:25 = 10100)."""
+    is_pair = (word & 0x3E000000) == 0x28000000
+    form = {1: "post-index", 2: "signed offset", 3: "pre-index"}.get((word >> 23) & 3, "no-allocate")
+    return PairFields(word, is_pair, form if is_pair else "", bool(word & 0x00400000), (word >> 30) & 3,
+                      (word >> 15) & 0x7F, word & 0x1F, (word >> 10) & 0x1F, (word >> 5) & 0x1F)
+
+
+def aarch64_insn_is_stp_pre(word: int) -> bool:
+    return (word & 0x7FC00000) == 0x29800000
+
+
+def aarch64_insn_is_stp_fp_lr_sp_64b(word: int) -> bool:
+    """Exactly ``stp x29, x30, [sp, #imm]!``: pre-index, 64-bit (opc 2), rt 29, rt2 30, rn sp."""
+    f = pair_fields(word)
+    return aarch64_insn_is_stp_pre(word) and f.opc == 2 and f.rt2 == 30 and f.rn == 31 and f.rt == 29
+
+
+def why_not_stp_fp_lr(word: int) -> str:
+    """'' when the word is the pattern, else the first field that differs (for the decode widget)."""
+    f = pair_fields(word)
+    if not aarch64_insn_is_stp_pre(word):
+        if f.is_pair:
+            kind = "ldp" if f.load else "stp"
+            return f"{kind} {f.form}, not stp pre-index"
+        return "not a store-pair instruction"
+    if f.opc != 2:
+        return f"opc={f.opc}: 32-bit w registers, not x registers (opc=2)"
+    if f.rn != 31:
+        return f"base register x{f.rn}, not sp"
+    if (f.rt, f.rt2) != (29, 30):
+        return f"registers x{f.rt}, x{f.rt2}, not x29, x30"
+    return ""
+
+
+def stack_align_check(proc, sp: int) -> bool:
+    """IS_ALIGNED(sp, 16) or SCTLR_EL1.SA0 clear (``proc.sp_alignment_check``)."""
+    return sp % 16 == 0 or not proc.sp_alignment_check
+
+
+def simulate_stp_fp_lr_sp_64b(proc, word: int, addr: int, regs) -> None:
+    """The seed's simulate_stp_fp_lr_sp_64b(): store fp, lr as one pair below sp; sp = new_sp; pc += 4.
+
+    As in the seed, the SIGSEGV paths (misaligned new sp, pages that cannot be pinned) still
+    update sp and pc ("goto done"). ``proc.stp_store`` picks the v2 page-pinning store (the seed)
+    or v1's two uaccess stores.
+    """
+    imm7 = (word >> 15) & 0x7F
+    old_sp = regs.sp
+    new_sp = (old_sp + (sign_extend(imm7, 6) << 3)) & MASK64
+    fp, lr = regs.get("x29"), regs.get("x30")
+    pair = fp.to_bytes(8, "little") + lr.to_bytes(8, "little")
+    if not stack_align_check(proc, new_sp):
+        proc.force_sig("SIGSEGV", f"stp x29, x30: new sp {new_sp:#x} is not 16-byte aligned (SCTLR_EL1.SA0)")
+    elif proc.stp_store == "uaccess":
+        # v1: two STTRs; each can fault on its own, and together they are not one single-copy atomic pair
+        if not (proc.copy_to_user(new_sp, pair[:8]) and proc.copy_to_user(new_sp + 8, pair[8:])):
+            proc.force_sig("SIGSEGV", f"stp x29, x30: cannot store to the user stack at {new_sp:#x}")
+    else:
+        nr_pages = (old_sp >> 12) - (new_sp >> 12) + 1
+        pages = [(new_sp & ~(PAGE_SIZE - 1)) + i * PAGE_SIZE for i in range(max(nr_pages, 0))]
+        pinnable = nr_pages > 0 and all(
+            (m := proc.mapping_at(p)) is not None and "w" in m.perms for p in pages)
+        if not pinnable:
+            proc.force_sig("SIGSEGV", f"stp x29, x30: get_user_pages_fast() failed for {new_sp:#x}")
+        else:
+            proc.trace.emit("pages_pinned", nr_pages, ip=addr,
+                            note="get_user_pages_fast + " + ("kmap_local_page" if nr_pages == 1 else "vmap"))
+            proc.write(new_sp, pair)  # the kernel's own stp through the kernel mapping: one 16-byte store
+    regs.sp = new_sp
+    regs.ip = addr + 4

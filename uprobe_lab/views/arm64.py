@@ -1,0 +1,138 @@
+"""Views for notebook 04 (arm64 STP): BRK install, a decode widget, events per hit, the seed's charts.
+
+Every function works headless: widgets are optional, the tables and text are the lesson.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from ..arm64 import asm
+from ..arm64.process import Arm64Process
+from ..arm64.programs import bench_program
+from ..arm64.uprobes import analyze_hex, decode_fields
+from ..bench import events_per_hit
+from ..uprobes import CountingConsumer, uprobe_register
+
+SEED = "001_a91640efe4f91e99.txt"
+EXAMPLE_WORDS = {
+    "a9bf7bfd": "stp x29, x30, [sp, #-16]!  (the function-entry push)",
+    "a8bf7bfd": "stp x29, x30, [sp], #-16   (post-index)",
+    "a9017bfd": "stp x29, x30, [sp, #16]    (no writeback)",
+    "29bf7bfd": "stp w29, w30, [sp, #-8]!   (w registers)",
+    "a9bf53f3": "stp x19, x20, [sp, #-16]!  (other pair)",
+    "d503201f": "nop",
+    "d42000a0": "brk #5 (the uprobe breakpoint itself)",
+}
+
+
+def brk_install(symbol: str = "uprobe_target_push", stp: str = "xol") -> str:
+    """The listing of ``symbol`` before and after a uprobe is registered on it."""
+    proc = Arm64Process(stp=stp)
+    proc.load(bench_program())
+    before = _listing(proc, symbol)
+    uprobe = uprobe_register(proc, symbol, CountingConsumer())
+    after = _listing(proc, symbol)
+    return f"before:\n{before}\n\nafter uprobe_register ({uprobe.arch.describe()}):\n{after}"
+
+
+def _listing(proc, symbol: str) -> str:
+    from ..program import disasm
+
+    sym = proc.program.symbols[symbol]
+    code = proc.read(sym.addr, sym.size)
+    return "\n".join(f"  {a:x}:  {int.from_bytes(raw, 'little'):08x}  {text}"
+                     for a, raw, text in disasm(code, "arm64", sym.addr))
+
+
+def decode_report(word: str, stp: str = "simulate") -> str:
+    """Fields of an instruction word, whether it is the exact STP pattern, and what a probe does."""
+    r = analyze_hex(word, stp=stp)
+    f = decode_fields(int(r["word"], 16))
+    lines = [f"{f['word']}  ({f['bytes']} in memory)  {f['text']}"]
+    if "pair" in f:
+        lines.append(f"  {f['pair']}: size={f['size']} imm7={f['imm7']} (offset {f['offset']}) "
+                     f"rt=x{f['rt']} rt2=x{f['rt2']} rn={f['rn']}")
+    lines.append("  exact 'stp x29, x30, [sp, #imm]!': " + (
+        "yes" if f["stp_fp_lr_pattern"] else f"no - {f['not_pattern_because']}"))
+    lines.append(f"  with --stp {stp}: {r['action']} - {r['reason']}")
+    return "\n".join(lines)
+
+
+def decode_widget(stp: str = "simulate"):
+    """Type a word, see its fields and the verdict (needs ipywidgets; returns the widget)."""
+    import ipywidgets as w
+
+    text = w.Text(value="a9bf7bfd", description="word")
+    mode = w.ToggleButtons(options=["xol", "simulate"], value=stp, description="--stp")
+    out = w.Output()
+
+    def show(_=None):
+        out.clear_output()
+        with out:
+            try:
+                print(decode_report(text.value, mode.value))
+            except Exception as err:  # a bad word is the learner's typo: show it, do not raise
+                print(f"error: {err}")
+
+    text.observe(show, "value")
+    mode.observe(show, "value")
+    show()
+    return w.VBox([w.HBox([text, mode]), out])
+
+
+STP_KINDS = ["user_insns", "exceptions", "exc_brk", "exc_step", "eret", "emulated", "xol_steps",
+             "pages_pinned", "uaccess_bytes", "consumers", "ri_pushed"]
+
+
+def stp_events(benches=("uprobe-nop", "uprobe-push", "uretprobe-push")) -> pd.DataFrame:
+    """Events per hit: upstream XOL vs the seed's simulation (v2 pinned pages) vs v1 (uaccess)."""
+    rows = []
+    for label, options in (("xol-stp (upstream)", {"stp": "xol"}),
+                           ("simulated-stp v2 (seed: pin pages)", {"stp": "simulate", "stp_store": "pin"}),
+                           ("simulated-stp v1 (two uaccess stores)", {"stp": "simulate", "stp_store": "uaccess"})):
+        for bench in benches:
+            ev = events_per_hit(bench, "arm64", **options)
+            rows.append({"variant": label, "bench": bench, **{k: ev.get(k, 0) for k in STP_KINDS}})
+    return pd.DataFrame(rows).set_index(["bench", "variant"]).sort_index()
+
+
+def published_stp() -> pd.DataFrame:
+    """The seed's numbers: bench (M/s), Redis GET/SET (RPS) and grep (s), per variant."""
+    from ..published import load_published
+
+    df = load_published()
+    return df[df["source"] == SEED][["table", "kernel", "bench", "value", "unit"]].reset_index(drop=True)
+
+
+def plot_published_stp():
+    """Bar charts of the seed's Redis GET/SET and grep numbers: no uprobe, stepped STP, simulated STP."""
+    import matplotlib.pyplot as plt
+
+    df = published_stp()
+    order = ["no-uprobe", "xol-stp", "simulated-stp"]
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.2))
+    for ax, bench, better in zip(axes, ["redis-get", "redis-set", "grep"], ["higher", "higher", "lower"]):
+        part = df[df["bench"] == bench].set_index("kernel").reindex(order)
+        ax.bar(order, part["value"], color=["grey", "tab:red", "tab:green"])
+        ax.set_title(f"{bench} ({part['unit'].iloc[0]}, {better} is better)")
+        ax.tick_params(axis="x", labelrotation=15)
+    fig.suptitle("Seed 001 on Kunpeng916: probe on every function entry's stp x29, x30")
+    fig.tight_layout()
+    return fig
+
+
+def plot_published_bench():
+    """The seed's bench table: xol-stp vs simulated-stp, M/s per bench."""
+    import matplotlib.pyplot as plt
+
+    df = published_stp()
+    bench = df[df["table"] == "kunpeng916-bench"].pivot(index="bench", columns="kernel", values="value")
+    ax = bench[["xol-stp", "simulated-stp"]].plot.bar(figsize=(8, 3.2), rot=20)
+    ax.set_ylabel("M hits/s")
+    ax.set_title("Seed 001 bench (Kunpeng916): only the *-push benches start with the STP")
+    ax.figure.tight_layout()
+    return ax.figure
+
+
+__all__ = ["brk_install", "decode_report", "decode_widget", "stp_events", "published_stp",
+           "plot_published_stp", "plot_published_bench", "EXAMPLE_WORDS", "asm"]
