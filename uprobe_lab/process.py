@@ -198,10 +198,18 @@ class EmulatedProcess:
             raise LabError(f"address {addr:#x} (+{size}) is not mapped in the emulated process") from None
 
     def write(self, addr: int, data: bytes) -> None:
+        """Write as the kernel writes text (through the page, not the user's permissions).
+
+        Unicorn keeps translated blocks of code it already ran; a write into an executable mapping
+        drops them, or the CPU would keep running the old bytes (a probe patched in mid-run).
+        """
         try:
             self.uc.mem_write(addr, bytes(data))
         except UcError:
             raise LabError(f"address {addr:#x} (+{len(data)}) is not mapped in the emulated process") from None
+        mapping = self.mapping_at(addr)
+        if mapping is not None and "x" in mapping.perms:
+            self.uc.ctl_remove_cache(addr, addr + len(data))
 
     def read_u64(self, addr: int) -> int:
         return int.from_bytes(self.read(addr, 8), "little")
