@@ -163,7 +163,6 @@ def get_uprobe_trampoline(proc, vaddr: int) -> int | None:
         return None
     proc.map(TRAMP_NAME, tramp, PAGE_SIZE, "r-xp", uprobe_trampoline_code(nop10_scheme(proc)))
     proc.mm.tramps.append(tramp)
-    proc.trace.emit("text_patches", ip=tramp, note="map [uprobes-trampoline]")
     return tramp
 
 
