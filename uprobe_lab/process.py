@@ -202,13 +202,18 @@ class EmulatedProcess:
 
         Unicorn keeps translated blocks of code it already ran; a write into an executable mapping
         drops them, or the CPU would keep running the old bytes (a probe patched in mid-run).
+        Rewriting code with the same bytes (an XOL slot reused by its probe) keeps them.
         """
+        data = bytes(data)
+        mapping = self.mapping_at(addr)
+        code = mapping is not None and "x" in mapping.perms
         try:
-            self.uc.mem_write(addr, bytes(data))
+            if code and bytes(self.uc.mem_read(addr, len(data))) == data:
+                return
+            self.uc.mem_write(addr, data)
         except UcError:
             raise LabError(f"address {addr:#x} (+{len(data)}) is not mapped in the emulated process") from None
-        mapping = self.mapping_at(addr)
-        if mapping is not None and "x" in mapping.perms:
+        if code:
             self.uc.ctl_remove_cache(addr, addr + len(data))
 
     def read_u64(self, addr: int) -> int:
