@@ -208,6 +208,10 @@ def test_registers_are_the_probe_sites_and_survive_the_optimised_path():
         after = proc.regs()
         assert {n: after.get(n) for n in values} == values  # nothing the program can see changed
         assert after.get("flags") & 0xFD5 == flags & 0xFD5
+        if round_:  # what did change: the words the call and the trampoline left below sp
+            sp = values["sp"]
+            assert [proc.read_u64(sp - 8 * i) for i in (1, 2, 3, 4)] == [
+                site + 5, values["cx"], values["r11"], values["ax"]]
 
 
 def test_sys_uprobe_outside_the_trampoline_returns_enxio_and_runs_no_consumer():
