@@ -197,10 +197,23 @@ class EmulatedProcess:
             raise LabError(f"address {addr:#x} (+{size}) is not mapped in the emulated process") from None
 
     def write(self, addr: int, data: bytes) -> None:
+        """Write as the kernel writes text (through the page, not the user's permissions).
+
+        Unicorn keeps translated blocks of code it already ran; a write into an executable mapping
+        drops them, or the CPU would keep running the old bytes (a probe patched in mid-run).
+        Rewriting code with the same bytes (an XOL slot reused by its probe) keeps them.
+        """
+        data = bytes(data)
+        mapping = self.mapping_at(addr)
+        code = mapping is not None and "x" in mapping.perms
         try:
-            self.uc.mem_write(addr, bytes(data))
+            if code and bytes(self.uc.mem_read(addr, len(data))) == data:
+                return
+            self.uc.mem_write(addr, data)
         except UcError:
             raise LabError(f"address {addr:#x} (+{len(data)}) is not mapped in the emulated process") from None
+        if code:
+            self.uc.ctl_remove_cache(addr, addr + len(data))
 
     def poke_text(self, addr: int, data: bytes) -> None:
         """Write instruction bytes (the kernel writes text through the page cache, not as the user)

@@ -1,25 +1,371 @@
-"""The nop5 optimisation (6.18): twin of the optimisation half of arch/x86/kernel/uprobes.c."""
+"""The nop5 optimisation (6.18): twin of the optimisation half of arch/x86/kernel/uprobes.c.
+
+A probe on a 5-byte nop is hit once through int3 like any other (the nop is emulated). Right after
+that first hit ``arch_uprobe_optimize`` rewrites the site into ``call <trampoline>``; the trampoline
+lives in a ``[uprobes-trampoline]`` page within rel32 reach and enters the kernel by ``syscall``
+(``sys_uprobe``, number 336), which runs the consumers with the registers of the probe site and
+returns by sysret. No exception, no emulation, no single-step.
+
+The site is rewritten while other threads may be executing it, so the write is staged with int3
+(``int3_update``): int3 on byte 0, sync every CPU, bytes 1..4, sync, byte 0, sync. Each write and
+each sync is counted (``text_patches``, ``cpu_syncs``) and kept, with what a CPU entering the site
+at that moment would decode, in ``patch_log(proc)``.
+
+Also here, clearly apart from the merged form:
+
+* ``sys_uprobe_sigill``: the RFC/v1 behaviour for a caller outside the trampoline (SIGILL instead
+  of the merged -ENXIO);
+* ``rfc_uretprobe_hijack_offset``: the RFC v2 way of finding the return address for a uretprobe on an
+  optimised site (seed 003), dropped once sys_uprobe moved sp back above the trampoline's frame;
+* the **nop10 red-zone scheme from development trees (2026), not in any release**: selected with
+  ``X86Process(NOP10_DEV_TREE)``. A nop10 site ``66 2e 0f 1f 84 00 00 00 00 00`` becomes
+  ``lea -0x80(%rsp),%rsp; call tramp``, the trampoline returns with ``ret $0x80`` and sys_uprobe
+  uses ip = return address - 10 and skips 4*8 + 128 bytes of stack, so the 128-byte red zone of a
+  leaf function survives. Released 6.18 refuses a probe on that site (0x2e is a CS segment prefix).
+
+What the lab leaves out: shadow stacks (shstk_pop/shstk_push), the mmap lock and its speculative
+lookup, seccomp, the ``.mremap`` hook, compat tasks, and the page-cache write path of
+``uprobe_write`` (the lab writes the text directly and counts the write).
+"""
 from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+from .. import uprobes as core
+from ..kernel import KernelVersion, __NR_uprobe
+from ..process import PAGE_SIZE
+from ..program import disasm
+from . import asm
+
+TRAMP_NAME = "[uprobes-trampoline]"
+CALL_INSN_OPCODE = 0xE8
+CALL_INSN_SIZE = 5
+INT_MAX = 2**31 - 1
+INT_MIN = -(2**31)
+ENXIO = 6
+UPROBE_SYSCALL_ARGS_SIZE = 4 * 8  # struct uprobe_syscall_args { ax; r11; cx; retaddr; }
+
+# --- the development-tree nop10 scheme (not released) -------------------------------------
+REDZONE_SIZE = 0x80
+NOP10_OPT_INSN_SIZE = 10
+ARCH_UPROBE_FLAG_NOP10 = "nop10_site"
+
+
+@dataclass(frozen=True)
+class DevTreeKernel(KernelVersion):
+    """A kernel from a development tree: 6.18 plus the nop10 red-zone scheme. Not a release."""
+
+    nop10_redzone: bool = True
+
+
+NOP10_DEV_TREE = DevTreeKernel("6.18+nop10-dev", True, True, True, True)
+
+
+def nop10_scheme(proc) -> bool:
+    """Whether this process runs the development-tree nop10 scheme (never true for a released kernel)."""
+    return getattr(proc.kernel, "nop10_redzone", False)
+
+
+def is_nop10_site(raw: bytes) -> bool:
+    """``66 2e 0f 1f 84 <sib> <disp32>``: a 10-byte nopw with a CS prefix, the dev-tree USDT site.
+
+    The SIB byte and disp32 may be anything: after an unoptimize they hold the old ``call``.
+    """
+    return len(raw) >= 10 and raw[:5] == asm.NOP10[:5]
+
+
+def nop10_analyze_insn(raw: bytes, vaddr: int, kernel: KernelVersion):
+    """The dev-tree scheme's own analysis path for a nop10 site (released 6.18 refuses the CS prefix).
+
+    The probe is emulated as a 10-byte nop on the int3 path and may be optimised if it does not
+    cross a page.
+    """
+    from .uprobes import ArchUprobe, ARCH_UPROBE_FLAG_CAN_OPTIMIZE, insn_decode
+
+    insn = insn_decode(raw[:10], vaddr)
+    auprobe = ArchUprobe(insn.raw, insn.raw, insn, vaddr, "branch", "")
+    auprobe.branch_opc1, auprobe.branch_offs = 0x0F, 0  # a jump of 0: ip += 10
+    auprobe.reason = "nop10 site (dev-tree red-zone scheme): emulated as a nop, optimisable to lea+call"
+    auprobe.flags.add(ARCH_UPROBE_FLAG_NOP10)
+    if PAGE_SIZE - (vaddr & (PAGE_SIZE - 1)) >= NOP10_OPT_INSN_SIZE:
+        auprobe.flags.add(ARCH_UPROBE_FLAG_CAN_OPTIMIZE)
+    return auprobe
+
+
+# --- the trampoline page --------------------------------------------------------------------
+
+def uprobe_trampoline_code(nop10: bool = False) -> bytes:
+    """uprobe_trampoline_entry as merged: save rcx/r11/rax, syscall 336, restore, ret, int3 (SLS).
+
+    ``nop10=True`` gives the dev-tree variant that returns with ``ret $0x80`` to undo the
+    ``lea -0x80(%rsp),%rsp`` at the site.
+    """
+    saves = asm.push("rcx") + asm.push("r11") + asm.push("rax")
+    restores = asm.pop("rax") + asm.pop("r11") + asm.pop("rcx")
+    ret = asm.ret_imm16(REDZONE_SIZE) if nop10 else asm.RET
+    return saves + asm.mov_imm_sx("rax", __NR_uprobe) + asm.SYSCALL + restores + ret + asm.INT3
 
 
 def in_uprobe_trampoline(proc, ip: int) -> bool:
     mapping = proc.mapping_at(ip)
-    return mapping is not None and mapping.name == "[uprobes-trampoline]"
+    return mapping is not None and mapping.name == TRAMP_NAME
+
+
+def is_reachable_by_call(vtramp: int, vaddr: int) -> bool:
+    delta = vaddr + CALL_INSN_SIZE - vtramp
+    return INT_MIN <= delta <= INT_MAX
+
+
+def _overlaps(proc, start: int) -> list:
+    return [m for m in proc.mappings if start < m.end and m.start < start + PAGE_SIZE]
+
+
+def _hole_upward(proc, low: int, high: int) -> int | None:
+    """vm_unmapped_area, bottom-up: the lowest free page in [low, high)."""
+    addr = -(-low // PAGE_SIZE) * PAGE_SIZE
+    while addr + PAGE_SIZE <= high:
+        hit = _overlaps(proc, addr)
+        if not hit:
+            return addr
+        addr = max(m.end for m in hit)
+    return None
+
+
+def _hole_topdown(proc, low: int, high: int) -> int | None:
+    """vm_unmapped_area, top-down: the highest free page in [low, high)."""
+    addr = (high - PAGE_SIZE) & ~(PAGE_SIZE - 1)
+    while addr >= low:
+        hit = _overlaps(proc, addr)
+        if not hit:
+            return addr
+        addr = (min(m.start for m in hit) - PAGE_SIZE) & ~(PAGE_SIZE - 1)
+    return None
+
+
+def find_nearest_trampoline(proc, vaddr: int) -> int | None:
+    """Twin of find_nearest_trampoline(): the free page closest to the call's end, within ±2 GB."""
+    call_end = vaddr + CALL_INSN_SIZE
+    high = _hole_upward(proc, call_end, min(call_end + INT_MAX, core.TASK_SIZE))
+    low = _hole_topdown(proc, max(call_end + INT_MIN, PAGE_SIZE), call_end)
+    if high is None or low is None:
+        return low if high is None else high
+    return low if call_end - low < high - call_end else high
+
+
+def get_uprobe_trampoline(proc, vaddr: int) -> int | None:
+    """A reachable [uprobes-trampoline] page: an existing one if any, else a new one (never unmapped)."""
+    for tramp in proc.mm.tramps:
+        if is_reachable_by_call(tramp, vaddr):
+            return tramp
+    tramp = find_nearest_trampoline(proc, vaddr)
+    if tramp is None:
+        return None
+    proc.map(TRAMP_NAME, tramp, PAGE_SIZE, "r-xp", uprobe_trampoline_code(nop10_scheme(proc)))
+    proc.mm.tramps.append(tramp)
+    return tramp
+
+
+# --- staged text patching --------------------------------------------------------------------
+
+@dataclass
+class PatchStage:
+    """One step of a staged rewrite: the site's bytes afterwards and how a CPU entering it decodes them."""
+
+    vaddr: int
+    action: str  # "start", "write", "sync"
+    what: str
+    site: bytes
+    listing: list  # [(addr, bytes, text)]
+
+    def lines(self) -> list[str]:
+        return [f"  {a:x}:  {raw.hex(' '):<30} {text}" for a, raw, text in self.listing]
+
+    def __str__(self) -> str:
+        head = f"[{self.action:5}] {self.what}: {self.site.hex(' ')}"
+        return "\n".join([head] + self.lines())
+
+
+_PATCH_LOGS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def patch_log(proc) -> list[PatchStage]:
+    """Every staged rewrite done in this process, stage by stage (oldest first)."""
+    return _PATCH_LOGS.setdefault(proc, [])
+
+
+def decode_site(raw: bytes, vaddr: int) -> list[tuple[int, bytes, str]]:
+    """What a CPU that starts fetching at ``vaddr`` decodes in these bytes; undecodable bytes are (bad)."""
+    out, off = [], 0
+    while off < len(raw):
+        insns = disasm(raw[off:], "x86_64", vaddr + off)
+        if not insns:
+            out.append((vaddr + off, raw[off : off + 1], "(bad)"))
+            off += 1
+            continue
+        addr, b, text = insns[0]
+        out.append((addr, b, text))
+        off += len(b)
+    return out
+
+
+def _stage(proc, vaddr: int, size: int, action: str, what: str) -> None:
+    site = proc.read(vaddr, size)
+    patch_log(proc).append(PatchStage(vaddr, action, what, site, decode_site(site, vaddr)))
+
+
+def _write(proc, site: int, at: int, data: bytes, size: int, what: str) -> None:
+    proc.write(at, data)
+    proc.trace.emit("text_patches", ip=at, note=what)
+    _stage(proc, site, size, "write", what)
+
+
+def _sync(proc, vaddr: int, size: int) -> None:
+    proc.trace.emit("cpu_syncs", ip=vaddr)  # smp_text_poke_sync_each_cpu()
+    _stage(proc, vaddr, size, "sync", "sync every CPU (smp_text_poke_sync_each_cpu)")
+
+
+def int3_update(proc, vaddr: int, new: bytes, optimize: bool) -> None:
+    """Rewrite a multi-byte site under other CPUs' feet, with int3 as the guard (twin of int3_update).
+
+    1. int3 on byte 0 (skipped when optimising: the probe's int3 is already there) -> sync;
+    2. every byte but the first -> sync; 3. byte 0 -> sync.
+    """
+    size = len(new)
+    _stage(proc, vaddr, size, "start", "optimise: int3 already on byte 0" if optimize
+           else "unoptimise: the site holds the call")
+    if not optimize:
+        _write(proc, vaddr, vaddr, bytes([0xCC]), size, "byte 0 = int3")
+    _sync(proc, vaddr, size)
+    _write(proc, vaddr, vaddr + 1, new[1:], size, f"bytes 1..{size - 1}")
+    _sync(proc, vaddr, size)
+    _write(proc, vaddr, vaddr, new[:1], size, f"byte 0 = {new[0]:02x}")
+    _sync(proc, vaddr, size)
+
+
+def optimized_insn(proc, auprobe, vaddr: int, tramp: int) -> bytes:
+    """The bytes an optimised site holds: ``call tramp`` (nop5), or ``lea -0x80(%rsp),%rsp; call`` (nop10, dev)."""
+    if ARCH_UPROBE_FLAG_NOP10 in auprobe.flags:
+        lea = asm.lea_rsp_disp8(-REDZONE_SIZE)
+        return lea + asm.call_rel32(vaddr + len(lea), tramp)
+    return asm.call_rel32(vaddr, tramp)
+
+
+def swbp_optimize(proc, auprobe, vaddr: int, tramp: int) -> None:
+    int3_update(proc, vaddr, optimized_insn(proc, auprobe, vaddr, tramp), optimize=True)
+
+
+def swbp_unoptimize(proc, auprobe, vaddr: int) -> None:
+    """Back to the original instruction. The dev-tree nop10 variant restores bytes 0..4 only and leaves
+    the call in bytes 5..9, where they become the SIB/disp32 operands of the restored 10-byte nop."""
+    if ARCH_UPROBE_FLAG_NOP10 in auprobe.flags:
+        new = auprobe.insn[:5] + proc.read(vaddr + 5, 5)
+    else:
+        new = auprobe.insn[:CALL_INSN_SIZE]
+    int3_update(proc, vaddr, new, optimize=False)
+
+
+def _call_target(proc, at: int) -> int | None:
+    insn = proc.read(at, CALL_INSN_SIZE)
+    if insn[0] != CALL_INSN_OPCODE:
+        return None
+    return at + CALL_INSN_SIZE + int.from_bytes(insn[1:5], "little", signed=True)
 
 
 def is_optimized(proc, vaddr: int) -> bool:
-    """The site holds ``call rel32`` whose target is a [uprobes-trampoline] page."""
-    insn = proc.read(vaddr, 5)
-    if insn[0] != 0xE8:
+    """The site holds ``call rel32`` (after the dev-tree ``lea``) whose target is a trampoline page."""
+    call_at = vaddr
+    if nop10_scheme(proc) and proc.read(vaddr, 5) == asm.lea_rsp_disp8(-REDZONE_SIZE):
+        call_at = vaddr + 5
+    target = _call_target(proc, call_at)
+    return target is not None and in_uprobe_trampoline(proc, target)
+
+
+def should_optimize(proc, auprobe) -> bool:
+    from .uprobes import ARCH_UPROBE_FLAG_CAN_OPTIMIZE, ARCH_UPROBE_FLAG_OPTIMIZE_FAIL
+
+    if ARCH_UPROBE_FLAG_CAN_OPTIMIZE not in auprobe.flags or ARCH_UPROBE_FLAG_OPTIMIZE_FAIL in auprobe.flags:
         return False
-    target = vaddr + 5 + int.from_bytes(insn[1:5], "little", signed=True)
-    return in_uprobe_trampoline(proc, target)
+    # the lab's model of the dev-tree scheme: its trampoline returns with ret $0x80, so only nop10 sites
+    # (which moved sp down by 0x80) may call it; nop5 sites stay on the int3 path there
+    return (ARCH_UPROBE_FLAG_NOP10 in auprobe.flags) == nop10_scheme(proc)
 
 
 def arch_uprobe_optimize(proc, auprobe, vaddr: int) -> None:
-    """Not modelled yet: 6.18 behaves like 6.16 until the nop5 chapter lands."""
+    """After the first int3 hit: find or make a trampoline and rewrite the site into a call to it."""
+    from .uprobes import ARCH_UPROBE_FLAG_OPTIMIZE_FAIL, is_swbp_at
+
+    if not should_optimize(proc, auprobe):
+        return
+    if not is_swbp_at(proc, vaddr):  # someone else optimised or removed it meanwhile
+        return
+    tramp = get_uprobe_trampoline(proc, vaddr)
+    if tramp is None:
+        auprobe.flags.add(ARCH_UPROBE_FLAG_OPTIMIZE_FAIL)
+        proc.dmesg.append(f"uprobe: no trampoline page within rel32 reach of {vaddr:#x}; stays on int3")
+        return
+    swbp_optimize(proc, auprobe, vaddr, tramp)
 
 
-def sys_uprobe(proc, regs) -> int:
-    """Not modelled yet: behaves as a caller outside any trampoline (-ENXIO)."""
-    return -6
+# --- the uprobe syscall ----------------------------------------------------------------------
+
+def sys_uprobe(proc, regs, outside: str = "enxio") -> int:
+    """The uprobe syscall (336), merged form: consumers run with the probe site's registers.
+
+    ``outside`` selects what happens when called from anywhere but a trampoline page: "enxio"
+    (merged, "Return error from uprobe syscall when not called from trampoline") or "sigill"
+    (RFC and early versions). With the dev-tree nop10 scheme, ip = return address - 10 and the
+    red zone (128 bytes) is skipped as well.
+    """
+    if not in_uprobe_trampoline(proc, regs.ip):
+        if outside == "sigill":
+            proc.force_sig("SIGILL", f"sys_uprobe called from {regs.ip:#x}, not from [uprobes-trampoline]")
+            return -1
+        return -ENXIO
+    dev = nop10_scheme(proc)
+    insn_size = NOP10_OPT_INSN_SIZE if dev else CALL_INSN_SIZE
+    skip = UPROBE_SYSCALL_ARGS_SIZE + (REDZONE_SIZE if dev else 0)
+    raw = proc.copy_from_user(regs.sp, UPROBE_SYSCALL_ARGS_SIZE)
+    if raw is None:
+        proc.force_sig("SIGILL", "sys_uprobe could not read the saved registers")
+        return -1
+    ax, r11, cx, retaddr = (int.from_bytes(raw[i : i + 8], "little") for i in range(0, 32, 8))
+    ip = regs.ip  # in the trampoline, right after syscall
+    # the registers of the probe site: what the consumers must see
+    regs.ax, regs.r11, regs.cx = ax, r11, cx
+    regs.ip = retaddr - insn_size
+    regs.sp = regs.sp + skip
+    sp = regs.sp
+    core.handle_syscall_uprobe(proc, regs, regs.ip)
+    if proc.signal:
+        return -1
+    if regs.sp != sp:  # a consumer moved sp: return straight there by iret
+        if retaddr - insn_size == regs.ip:
+            regs.ip = regs.ip + insn_size
+        return regs.ax
+    regs.sp = regs.sp - skip
+    new_ret = regs.ip if retaddr - insn_size != regs.ip else retaddr  # a consumer may have moved ip
+    args = b"".join(v.to_bytes(8, "little") for v in (regs.ax, regs.r11, regs.cx, new_ret))
+    regs.ip = ip
+    if not proc.copy_to_user(regs.sp, args):
+        proc.force_sig("SIGILL", "sys_uprobe could not write the stack")
+        return -1
+    regs.r11 = regs.flags  # ensure sysret, see do_syscall_64()
+    regs.cx = regs.ip
+    return 0
+
+
+def sys_uprobe_sigill(proc, regs) -> int:
+    """sys_uprobe as in the RFC and early versions: a caller outside the trampoline gets SIGILL."""
+    return sys_uprobe(proc, regs, outside="sigill")
+
+
+def rfc_uretprobe_hijack_offset(swbp: bool) -> int:
+    """Where RFC v2 (seed 003) looked for the return address to hijack: ``regs->sp + off``.
+
+    In that version sys_uprobe left sp at the trampoline's frame (ax, r11, cx, return address of
+    the site's call), so arch_uretprobe_hijack_return_addr skipped 4*8 bytes when not called from
+    the int3 path. The merged sys_uprobe moves sp back above those words before running the
+    consumers, so the hijack needs no offset and consumers see the probe site's sp.
+    """
+    return 0 if swbp else 4 * 8

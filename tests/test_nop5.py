@@ -1,0 +1,382 @@
+"""The nop5 optimisation (6.18) and the dev-tree nop10 red-zone scheme."""
+import random
+
+import pytest
+
+from uprobe_lab.arches import make_process
+from uprobe_lab.bench import events_per_hit
+from uprobe_lab.process import ProcessKilled
+from uprobe_lab.program import disasm
+from uprobe_lab.uprobes import CountingConsumer, UnprobeableInstruction, UprobeConsumer, uprobe_register, uprobe_unregister
+from uprobe_lab.x86 import asm, optimize
+from uprobe_lab.x86.optimize import NOP10_DEV_TREE, TRAMP_NAME, patch_log
+from uprobe_lab.x86.process import GPRS, STACK_TOP
+from uprobe_lab.x86.redzone_programs import check_transparency, make_redzone_process, redzone_program, site_of
+from uprobe_lab.x86.uprobes import ARCH_UPROBE_FLAG_CAN_OPTIMIZE, arch_uprobe_analyze_insn, insn_decode, can_optimize
+from uprobe_lab.kernel import get_kernel
+
+NOP5 = bytes.fromhex("0f1f440000")
+TRAMP = bytes.fromhex("51 4153 50 48c7c050010000 0f05 58 415b 59 c3 cc")
+
+
+def probed(kernel="6.18", target="uprobe_target_nop5", ret=False, **options):
+    proc = make_process("x86_64", kernel, **options)
+    consumer = CountingConsumer(ret=ret)
+    uprobe = uprobe_register(proc, target, consumer)
+    return proc, consumer, uprobe, proc.program.resolve(target)
+
+
+def call_target(proc, target, n=1):
+    proc.call("producer_loop", n, target)
+
+
+# --- acceptance: the site after two hits, after unregister ------------------------------------
+
+def test_two_hits_leave_a_call_into_the_trampoline_and_unregister_restores_nop5():
+    proc, consumer, uprobe, site = probed()
+    assert proc.read(site, 5) == b"\xcc" + NOP5[1:]
+    call_target(proc, site, 2)
+    assert consumer.hits == 2
+    raw = proc.read(site, 5)
+    assert raw[0] == 0xE8
+    target = site + 5 + int.from_bytes(raw[1:], "little", signed=True)
+    mapping = proc.mapping_at(target)
+    assert mapping.name == TRAMP_NAME and mapping.perms == "r-xp"
+    assert target == mapping.start == 0x3FF000  # the free page just below the bench text is nearest
+    assert proc.read(target, len(TRAMP)) == TRAMP
+    assert [t for _, _, t in disasm(TRAMP, "x86_64")] == [
+        "push rcx", "push r11", "push rax", "mov rax, 0x150", "syscall", "pop rax", "pop r11", "pop rcx", "ret",
+        "int3"]
+    assert optimize.is_optimized(proc, site)
+    uprobe_unregister(proc, uprobe, consumer)
+    assert proc.read(site, 5) == NOP5
+    assert proc.find_mapping(TRAMP_NAME) is not None  # never unmapped
+    assert "[uprobes-trampoline]" in proc.maps()
+    call_target(proc, site, 3)
+    assert consumer.hits == 2
+
+
+def test_first_hit_runs_on_int3_and_optimises():
+    proc, consumer, _, site = probed()
+    before = proc.trace.snapshot()
+    call_target(proc, site, 1)
+    first = proc.trace.since(before)
+    assert first["exceptions"] == 1 and first["emulated"] == 1 and first["syscalls"] == 0
+    assert first["text_patches"] == 2 and first["cpu_syncs"] == 3
+    assert proc.read(site, 1) == b"\xe8"
+
+
+# --- the staged rewrite -----------------------------------------------------------------------
+
+def test_optimise_stages_bytes_and_decode():
+    proc, _, _, site = probed()
+    call_target(proc, site, 1)
+    call = asm.call_rel32(site, 0x3FF000)
+    stages = patch_log(proc)
+    assert [(s.action, s.site) for s in stages] == [
+        ("start", b"\xcc" + NOP5[1:]), ("sync", b"\xcc" + NOP5[1:]),
+        ("write", b"\xcc" + call[1:]), ("sync", b"\xcc" + call[1:]),
+        ("write", call), ("sync", call)]
+    # what another CPU decodes: int3 first until the last write, then the whole call
+    for s in stages[:4]:
+        assert s.listing[0][2] == "int3"
+    assert [t for _, _, t in stages[-1].listing] == ["call 0x3ff000"]
+    assert "call" not in " ".join(t for _, _, t in stages[2].listing)
+
+
+def test_unoptimise_stages_bytes_and_decode():
+    proc, consumer, uprobe, site = probed()
+    call_target(proc, site, 1)
+    n = len(patch_log(proc))
+    before = proc.trace.snapshot()
+    uprobe_unregister(proc, uprobe, consumer)
+    spent = proc.trace.since(before)
+    assert spent["text_patches"] == 3 and spent["cpu_syncs"] == 3
+    call = asm.call_rel32(site, 0x3FF000)
+    stages = patch_log(proc)[n:]
+    assert [(s.action, s.site) for s in stages] == [
+        ("start", call), ("write", b"\xcc" + call[1:]), ("sync", b"\xcc" + call[1:]),
+        ("write", b"\xcc" + NOP5[1:]), ("sync", b"\xcc" + NOP5[1:]), ("write", NOP5), ("sync", NOP5)]
+    assert stages[1].listing[0][2] == "int3"
+    assert [t for _, _, t in stages[-1].listing] == ["nop dword ptr [rax + rax]"]
+
+
+# --- can_optimize -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("hexbytes,ok", [
+    ("0f1f440000", True),  # x86_nops[5]
+    ("660f1f4000", True),  # another 5-byte NOPL /0
+    ("6666666690", True),  # 0x90 with prefixes to 5 bytes
+    ("0f1f4c0000", False),  # 0f 1f /1 is not NOPL /0
+    ("0f1f4000", False),  # 4 bytes
+    ("e800000000", False),
+])
+def test_can_optimize(hexbytes, ok):
+    assert can_optimize(insn_decode(bytes.fromhex(hexbytes), 0x400000), 0x400000) is ok
+
+
+def test_page_crossing_nop5_is_not_optimised():
+    assert not can_optimize(insn_decode(NOP5, 0x400FFE), 0x400FFE)
+    assert can_optimize(insn_decode(NOP5, 0x400FFB), 0x400FFB)
+    proc, consumer, _, site = probed(target="uprobe_target_nop5_pagecross")
+    assert site % 0x1000 == 0xFFE
+    call_target(proc, site, 4)
+    assert consumer.hits == 4
+    assert proc.read(site, 5) == b"\xcc" + NOP5[1:]
+    assert proc.find_mapping(TRAMP_NAME) is None
+
+
+# --- trampoline placement and reuse -----------------------------------------------------------
+
+def test_reachable_probes_share_one_trampoline_and_a_far_one_gets_its_own():
+    proc = make_process("x86_64", "6.18")
+    far = redzone_program(base=0x3_0000_0000)  # 12 GB away: out of rel32 reach
+    proc.load(far, "/lab/far")
+    proc.program = None
+    bench_nop5 = 0x400060
+    c1, c2, c3 = CountingConsumer(), CountingConsumer(), CountingConsumer()
+    uprobe_register(proc, bench_nop5, c1)
+    uprobe_register(proc, 0x3_0000_0000 + 5, c3)
+    # a second nop5 in the bench text: the page-crossing one is not optimisable, so add a probe on
+    # the nop5 of another reachable program mapped 1 GB above
+    near = redzone_program(base=0x4000_0000)
+    proc.load(near, "/lab/near")
+    uprobe_register(proc, 0x4000_0000 + 5, c2)
+    proc.call(bench_nop5, max_insns=1000)
+    proc.call(0x3_0000_0000, 1)
+    proc.call(0x4000_0000, 1)
+    assert proc.mm.tramps[0] == 0x3FF000
+    t_far = proc.mm.tramps[1]
+    assert len(proc.mm.tramps) == 2 and abs(t_far - 0x3_0000_0000) < 2**31
+    for addr in (bench_nop5, 0x4000_0005):
+        raw = proc.read(addr, 5)
+        assert addr + 5 + int.from_bytes(raw[1:], "little", signed=True) == 0x3FF000
+    assert sum(m.name == TRAMP_NAME for m in proc.mappings) == 2
+    assert (c1.hits, c2.hits, c3.hits) == (1, 1, 1)
+
+
+def test_is_reachable_by_call_is_the_kernels_check():
+    # delta = call_end - tramp must fit an int: +-2 GB of the call's end
+    assert optimize.is_reachable_by_call(0x400005 + 2**31 - 1, 0x400000)
+    assert optimize.is_reachable_by_call(0x400005 - 2**31 + 1, 0x400000)
+    assert not optimize.is_reachable_by_call(0x400005 + 2**31 + 1, 0x400000)
+    assert not optimize.is_reachable_by_call(0x400005 - 2**31 - 1, 0x400000)
+    # the sign is the opposite of rel32's (tramp - call_end), so the two edges are off by one:
+    # +2**31 passes the check but does not fit rel32, -2**31 fits rel32 but fails the check
+    assert optimize.is_reachable_by_call(0x400005 + 2**31, 0x400000)
+    assert not optimize.is_reachable_by_call(0x400005 - 2**31, 0x400000)
+
+
+# --- sys_uprobe -------------------------------------------------------------------------------
+
+class Recorder(UprobeConsumer):
+    def __init__(self):
+        self.seen = []
+        super().__init__(handler=self._h, name="recorder")
+
+    def _h(self, regs):
+        self.seen.append(regs.as_dict())
+        return 0
+
+
+def test_registers_are_the_probe_sites_and_survive_the_optimised_path():
+    proc = make_process("x86_64", "6.18")
+    rec = Recorder()
+    site = proc.program.resolve("uprobe_target_nop5")
+    uprobe_register(proc, site, rec)
+    rng = random.Random(5)
+    for round_ in range(3):
+        values = {n: rng.getrandbits(64) for n in GPRS if n != "sp"}
+        values["sp"] = STACK_TOP - 0x800 - 8 * rng.randrange(16)
+        flags = 0x202 | rng.choice([0, 0x1, 0x40, 0x80, 0x801, 0x4])
+        regs = proc.regs()
+        for n, v in values.items():
+            regs.set(n, v)
+        regs.set("flags", flags)
+        regs.flush()
+        before = proc.trace.snapshot()
+        result = proc.run(site, site + 5, max_insns=100)
+        assert result.ok
+        spent = proc.trace.since(before)
+        if round_ == 0:
+            assert spent["exceptions"] == 1  # first hit: int3, then optimised
+        else:
+            assert spent["exceptions"] == 0 and spent["syscalls"] == 1 and spent["sysret"] == 1
+        seen = rec.seen[-1]
+        assert {n: seen[n] for n in values} == values  # consumers see the probe site's registers
+        assert seen["ip"] == site
+        after = proc.regs()
+        assert {n: after.get(n) for n in values} == values  # nothing the program can see changed
+        assert after.get("flags") & 0xFD5 == flags & 0xFD5
+        if round_:  # what did change: the words the call and the trampoline left below sp
+            sp = values["sp"]
+            assert [proc.read_u64(sp - 8 * i) for i in (1, 2, 3, 4)] == [
+                site + 5, values["cx"], values["r11"], values["ax"]]
+
+
+def test_sys_uprobe_outside_the_trampoline_returns_enxio_and_runs_no_consumer():
+    proc = make_redzone_process("6.18")
+    consumer = CountingConsumer()
+    uprobe_register(proc, site_of("redzone_leaf_nop5"), consumer)
+    proc.call("redzone_leaf_nop5", 1)
+    assert optimize.is_optimized(proc, site_of("redzone_leaf_nop5"))
+    hits = consumer.hits
+    before = proc.trace.snapshot()
+    assert proc.call("call_sys_uprobe") == (-6) & (2**64 - 1)  # -ENXIO
+    spent = proc.trace.since(before)
+    assert consumer.hits == hits and "consumers" not in spent and spent["syscalls"] == 1
+
+
+def test_sys_uprobe_outside_the_trampoline_sigill_in_early_versions():
+    proc = make_redzone_process("6.18")
+    proc.syscalls[336] = optimize.sys_uprobe_sigill
+    with pytest.raises(ProcessKilled, match="SIGILL"):
+        proc.call("call_sys_uprobe")
+
+
+def test_sys_uprobe_does_not_exist_before_618():
+    proc = make_redzone_process("6.16")
+    assert proc.call("call_sys_uprobe") == (-38) & (2**64 - 1)  # -ENOSYS
+
+
+def test_consumer_moving_ip_skips_the_site_through_sysret():
+    proc = make_redzone_process("6.18")
+    site = site_of("redzone_leaf_nop5")
+    after_site = site + 5 + 5  # past the nop5 and the load from the red zone: straight to ret
+    moved = []
+
+    def handler(regs):
+        if optimize.is_optimized(proc, site):
+            regs.ip = after_site
+            regs.ax = 0xABCD
+            moved.append(regs.ip)
+        return 0
+    uprobe_register(proc, site, UprobeConsumer(handler=handler))
+    proc.call("redzone_leaf_nop5", 1)
+    before = proc.trace.snapshot()
+    assert proc.call("redzone_leaf_nop5", 1) == 0xABCD
+    spent = proc.trace.since(before)
+    assert moved and spent["sysret"] == 1 and "iret" not in spent
+
+
+# --- uretprobe on an optimised nop5 -----------------------------------------------------------
+
+def test_uretprobe_on_optimised_nop5_sees_the_probe_sites_sp_and_returns():
+    sps = {}
+    for kernel in ("6.16", "6.18"):
+        proc = make_process("x86_64", kernel)
+        site = proc.program.resolve("uprobe_target_nop5")
+        seen = []
+
+        def entry(regs, seen=seen):
+            seen.append(regs.sp)
+            return 0
+        rets = []
+        uprobe_register(proc, site, UprobeConsumer(handler=entry, ret_handler=lambda r, f: rets.append(f)))
+        call_target(proc, site, 3)
+        assert rets == [site] * 3
+        assert proc.utask.return_instances == []
+        sps[kernel] = seen
+        if kernel == "6.18":
+            assert optimize.is_optimized(proc, site)
+    assert sps["6.16"] == sps["6.18"]  # the int3 path and the syscall path see the same sp
+    assert optimize.rfc_uretprobe_hijack_offset(swbp=False) == 32
+    assert optimize.rfc_uretprobe_hijack_offset(swbp=True) == 0
+
+
+# --- events per hit ---------------------------------------------------------------------------
+
+def test_events_per_hit_by_version():
+    e = events_per_hit("uprobe-nop5", kernel="6.11")
+    assert e["exceptions"] == 2 and e["xol_steps"] == 1 and "syscalls" not in e
+    e = events_per_hit("uprobe-nop5", kernel="6.16")
+    assert e["exceptions"] == 1 and e["emulated"] == 1 and "syscalls" not in e
+    e = events_per_hit("uprobe-nop5", kernel="6.18")
+    assert "exceptions" not in e and e["syscalls"] == 1 and e["sysret"] == 1 and "iret" not in e
+    assert e["consumers"] == 1 and "text_patches" not in e
+    e = events_per_hit("uretprobe-nop5", kernel="6.18")
+    assert "exceptions" not in e and e["syscalls"] == 2 and e["sysret"] == 2
+    e = events_per_hit("uretprobe-nop5", kernel="6.16")
+    assert e["exceptions"] == 1 and e["syscalls"] == 1
+
+
+def test_pagecross_stays_on_int3_in_618():
+    e = events_per_hit("uprobe-nop5-pagecross", kernel="6.18")
+    assert e["exceptions"] == 1 and e["emulated"] == 1 and "syscalls" not in e
+    e = events_per_hit("uretprobe-nop5-pagecross", kernel="6.18")
+    assert e["exceptions"] == 1 and e["syscalls"] == 1
+
+
+# --- the red zone -----------------------------------------------------------------------------
+
+def test_red_zone_corrupted_by_optimised_nop5():
+    report = check_transparency("redzone_leaf_nop5", "6.18")
+    assert not report.ok
+    assert report.got == site_of("redzone_leaf_nop5") + 5  # the call's return address
+    assert report.redzone_changed == [-32, -24, -16, -8]
+    assert "NOT transparent" in str(report)
+
+
+def test_red_zone_intact_on_the_int3_path():
+    assert check_transparency("redzone_leaf_nop5", "6.16").ok
+
+
+def test_nop10_dev_scheme_keeps_the_red_zone():
+    report = check_transparency("redzone_leaf_nop10", NOP10_DEV_TREE)
+    assert report.ok, str(report)
+    assert bytes.fromhex(report.site_bytes)[:6] == bytes.fromhex("488d642480e8")
+
+
+def test_nop10_dev_scheme_events_stages_and_unoptimise():
+    proc = make_redzone_process(NOP10_DEV_TREE)
+    site = site_of("redzone_leaf_nop10")
+    rec = Recorder()
+    uprobe = uprobe_register(proc, site, rec)
+    for _ in range(2):
+        assert proc.call("redzone_leaf_nop10", 7) == 7
+    before = proc.trace.snapshot()
+    assert proc.call("redzone_leaf_nop10", 9) == 9
+    spent = proc.trace.since(before)
+    assert "exceptions" not in spent and spent["syscalls"] == 1 and spent["sysret"] == 1
+    assert rec.seen[-1]["ip"] == site and rec.seen[-1]["sp"] == rec.seen[0]["sp"]
+    tramp = proc.mm.tramps[0]
+    assert proc.read(tramp, 21) == optimize.uprobe_trampoline_code(nop10=True)
+    assert proc.read(tramp, 21).endswith(bytes.fromhex("c28000cc"))  # ret $0x80; int3
+    lea_call = asm.lea_rsp_disp8(-0x80) + asm.call_rel32(site + 5, tramp)
+    stages = patch_log(proc)
+    assert stages[2].site == b"\xcc" + lea_call[1:] and stages[-1].site == lea_call
+    uprobe_unregister(proc, uprobe, rec)
+    restored = proc.read(site, 10)
+    assert restored == asm.NOP10[:5] + lea_call[5:]  # the call's bytes stay, as operands of the nop
+    assert disasm(restored, "x86_64", site)[0][2].startswith("nop word ptr cs:")
+    assert proc.call("redzone_leaf_nop10", 3) == 3
+
+
+def test_released_618_refuses_the_nop10_site():
+    with pytest.raises(UnprobeableInstruction, match="CS segment"):
+        arch_uprobe_analyze_insn(asm.NOP10, 0x400000, get_kernel("6.18"))
+    auprobe = arch_uprobe_analyze_insn(asm.NOP10, 0x400000, NOP10_DEV_TREE)
+    assert ARCH_UPROBE_FLAG_CAN_OPTIMIZE in auprobe.flags and auprobe.action == "emulate"
+
+
+def test_nop5_stays_on_int3_under_the_dev_scheme():
+    e = events_per_hit("uprobe-nop5", kernel=NOP10_DEV_TREE)
+    assert e["exceptions"] == 1 and "syscalls" not in e
+
+
+def test_consumer_moving_sp_returns_by_iret():
+    proc = make_redzone_process("6.18")
+    site = site_of("redzone_leaf_nop5")
+
+    def fake_return(regs):  # skip the rest of the leaf: return 0x77 to its caller
+        if optimize.is_optimized(proc, site):
+            regs.ip = proc.read_u64(regs.sp)
+            regs.sp = regs.sp + 8
+            regs.ax = 0x77
+        return 0
+    uprobe_register(proc, site, UprobeConsumer(handler=fake_return))
+    assert proc.call("redzone_leaf_nop5", 5) == 5  # first hit: int3 path, not optimised yet
+    before = proc.trace.snapshot()
+    assert proc.call("redzone_leaf_nop5", 5) == 0x77
+    spent = proc.trace.since(before)
+    assert spent["syscalls"] == 1 and spent["iret"] == 1 and "sysret" not in spent
