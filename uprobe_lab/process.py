@@ -215,12 +215,6 @@ class EmulatedProcess:
         if code:
             self.uc.ctl_remove_cache(addr, addr + len(data))
 
-    def poke_text(self, addr: int, data: bytes) -> None:
-        """Write instruction bytes (the kernel writes text through the page cache, not as the user)
-        and drop Unicorn's translated blocks for them, or the CPU would keep running the old code."""
-        self.write(addr, data)
-        self.uc.ctl_remove_cache(addr, addr + len(data))
-
     def read_u64(self, addr: int) -> int:
         return int.from_bytes(self.read(addr, 8), "little")
 

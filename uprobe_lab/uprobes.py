@@ -251,7 +251,7 @@ def xol_get_insn_slot(proc, uprobe: Uprobe) -> int:
     utask = proc.utask
     utask.xol_slot = slot
     utask.xol_vaddr = area.slot_vaddr(slot)
-    proc.poke_text(utask.xol_vaddr, uprobe.arch.ixol)  # arch_uprobe_copy_ixol: through the page, not uaccess
+    proc.write(utask.xol_vaddr, uprobe.arch.ixol)  # arch_uprobe_copy_ixol: through the page, not uaccess
     return utask.xol_vaddr
 
 

@@ -87,18 +87,6 @@ class Arm64Process(EmulatedProcess):
         self.map(path, program.base, size, "r-xp", program.code)
         self.program = program
 
-    def write(self, addr: int, data: bytes) -> None:
-        """Write memory; for code, also drop Unicorn's translated blocks there.
-
-        The kernel does the same cache maintenance when it writes text or an XOL slot
-        (arch_uprobe_copy_ixol -> flush_icache_range / sync_icache_aliases): without it the CPU
-        (here: Unicorn's translation cache) may run the slot's previous instruction.
-        """
-        super().write(addr, data)
-        mapping = self.mapping_at(addr)
-        if mapping is not None and "x" in mapping.perms:
-            self.uc.ctl_remove_cache(addr, addr + max(len(data), 1))
-
     # --- hardware -> kernel entries ---
     def _on_insn(self, uc, address, size, user_data):
         if self.single_step:

@@ -287,7 +287,7 @@ def set_swbp(proc, auprobe: ArchUprobe, vaddr: int) -> None:
     from .optimize import is_optimized
     if ARCH_UPROBE_FLAG_CAN_OPTIMIZE in auprobe.flags and is_optimized(proc, vaddr):
         return
-    proc.poke_text(vaddr, bytes([UPROBE_SWBP_INSN]))
+    proc.write(vaddr, bytes([UPROBE_SWBP_INSN]))
     proc.trace.emit("text_patches", ip=vaddr, note="int3")
 
 
@@ -296,7 +296,7 @@ def set_orig_insn(proc, auprobe: ArchUprobe, vaddr: int) -> None:
     if ARCH_UPROBE_FLAG_CAN_OPTIMIZE in auprobe.flags and optimize.is_optimized(proc, vaddr):
         optimize.swbp_unoptimize(proc, auprobe, vaddr)
         return
-    proc.poke_text(vaddr, auprobe.insn[:1])
+    proc.write(vaddr, auprobe.insn[:1])
     proc.trace.emit("text_patches", ip=vaddr, note="original first byte")
 
 
