@@ -106,9 +106,20 @@ class RegsView:
         return " ".join(f"{n}={v:#x}" for n, v in self.as_dict().items())
 
 
+def _reg_property(name: str) -> property:
+    def fget(self):
+        value = self._vals.get(name)  # the common case, without a method call
+        return self.get(name) if value is None else value
+
+    def fset(self, value):
+        self.set(name, value)
+
+    return property(fget, fset, doc=f"pt_regs->{name}")
+
+
 def _make_reg_properties(cls):
     for name in cls.UC_REGS:
-        setattr(cls, name, property(lambda self, n=name: self.get(n), lambda self, v, n=name: self.set(n, v)))
+        setattr(cls, name, _reg_property(name))
     return cls
 
 

@@ -131,10 +131,10 @@ class MmUprobes:
     probes: dict[int, Uprobe] = field(default_factory=dict)
     xol_area: XolArea | None = None
     tramps: list[int] = field(default_factory=list)  # [uprobes-trampoline] pages (x86, 6.18)
+    has_uprobes: bool = False  # MMF_HAS_UPROBES: set on install, recalculated when a breakpoint goes
 
-    @property
-    def has_uprobes(self) -> bool:  # MMF_HAS_UPROBES
-        return any(p.applied for p in self.probes.values())
+    def recalc_has_uprobes(self) -> None:  # mmf_recalc_uprobes()
+        self.has_uprobes = any(p.applied for p in self.probes.values())
 
 
 @dataclass
@@ -193,6 +193,7 @@ def uprobe_register(proc, target, consumer: UprobeConsumer, offset: int = 0) -> 
         uprobe = Uprobe(vaddr, auprobe, symbol=label)
         proc.mm.probes[vaddr] = uprobe
         arch.set_swbp(proc, auprobe, vaddr)
+        proc.mm.has_uprobes = True
     uprobe.consumers.append(consumer)
     return uprobe
 
@@ -206,12 +207,14 @@ def uprobe_unregister(proc, uprobe: Uprobe, consumer: UprobeConsumer) -> None:
         if uprobe.applied:
             proc.arch_ops.set_orig_insn(proc, uprobe.arch, uprobe.vaddr)
         del proc.mm.probes[uprobe.vaddr]
+        proc.mm.recalc_has_uprobes()
 
 
 def unapply_uprobe(proc, uprobe: Uprobe) -> None:
     """Remove the breakpoint from this mm but keep the probe registered (all filters said no)."""
     proc.arch_ops.set_orig_insn(proc, uprobe.arch, uprobe.vaddr)
     uprobe.applied = False
+    proc.mm.recalc_has_uprobes()
 
 
 def filter_chain(proc, uprobe: Uprobe) -> bool:
