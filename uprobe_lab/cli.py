@@ -30,13 +30,22 @@ def cmd_bench(args) -> int:
         finally:
             close()
     elif args.mode == "native":
-        from .native import NativeUnavailable, run_native_benches
+        from tqdm import tqdm
 
+        from .native import BENCH_NAMES, DEFAULT_REPEATS, NativeUnavailable, run_native_benches
+
+        # one tick per timed interval: the table takes seconds to minutes (uprobe-ret is single-stepped)
+        bar = tqdm(total=len(args.names or BENCH_NAMES) * DEFAULT_REPEATS, file=sys.stderr, leave=False,
+                   desc="native", disable=args.json, delay=0.2)
         try:
-            results = run_native_benches(args.names or None, iterations=args.iterations)
-        except NativeUnavailable as err:
-            print(f"native benchmarks are not possible here: {err}", file=sys.stderr)
+            results = run_native_benches(args.names or None, iterations=args.iterations, progress=bar.update)
+        except (NativeUnavailable, ValueError) as err:
+            bar.close()  # before the message, so the bar does not overwrite it
+            print(f"native benchmarks are not possible here: {err}" if isinstance(err, NativeUnavailable)
+                  else f"error: {err}", file=sys.stderr)
             return 2
+        finally:
+            bar.close()
     else:
         from .model import model_table
 
@@ -167,6 +176,9 @@ def main(argv=None) -> int:
     except LabError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # every probe, mapping and temp file is released on the way up
+        print("interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -135,10 +135,13 @@ def _trim(code: bytes, arch: str, addr: int) -> bytes:
     return code.rstrip(b"\0")
 
 
-def trampoline_report(m: Mapping, arch: str) -> dict:
-    """Bytes and listing of a special mapping's first slot; for [uprobes] also the other used slots."""
+def trampoline_report(m: Mapping, arch: str, reader=None) -> dict:
+    """Bytes and listing of a special mapping's first slot; for [uprobes] also the other used slots.
+
+    ``reader(addr, n) -> (bytes or None, how)`` reads the memory (default: this process, read_any).
+    """
     size = min(m.end - m.start, 4096)
-    page, how = read_any(m.start, size)
+    page, how = (reader or read_any)(m.start, size)
     out = {**m.as_dict(), "read_via": how, "bytes": None, "listing": [], "slots": {}}
     if page is None:
         return out
@@ -177,4 +180,37 @@ def host_snapshot(site_addr: int, n: int = 5, arch: str | None = None) -> dict:
         "call_target": hex(target) if target is not None else None,
         "mappings": [m.as_dict() for m in specials],
         "trampolines": [trampoline_report(m, arch) for m in specials],
+    }
+
+
+def _cpuinfo() -> tuple[str, bool]:
+    """(CPU model name, whether the CPU reports running under a hypervisor) from /proc/cpuinfo."""
+    model, hypervisor = "", False
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "model name" and not model:
+                    model = value.strip()
+                elif key == "flags":
+                    hypervisor = "hypervisor" in value.split()
+                    break
+    except OSError:
+        pass
+    return model, hypervisor
+
+
+def host_description() -> dict:
+    """What a native figure depends on: kernel, architecture, CPU model, CPU count, VM or bare metal."""
+    uts = os.uname()
+    model, hypervisor = _cpuinfo()
+    return {
+        "kernel": uts.release,
+        "kernel_build": uts.version,
+        "machine": uts.machine,
+        "arch": host_arch(),
+        "cpu_model": model or "unknown",
+        "cpus": os.cpu_count(),
+        "virtualized": hypervisor,
     }

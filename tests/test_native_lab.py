@@ -1,0 +1,320 @@
+"""Native figures put to use: host vs emulator, the calibrated profile, the recorded example, the CLI.
+
+Tests marked ``native`` need a host that can run uprobes (they skip with the reason otherwise); the rest
+run anywhere, on the recorded 6.18 example.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import namedtuple
+from pathlib import Path
+
+import nbformat
+import pandas as pd
+import pytest
+from matplotlib.figure import Figure
+
+from uprobe_lab import cli, model
+from uprobe_lab.native import NativeUnavailable, calibrate, code, compare, example, host
+from uprobe_lab.native import bench as native_bench
+from uprobe_lab.views import native as views
+
+REPO = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+Uname = namedtuple("Uname", "sysname nodename release version machine")
+TRAMP = "5141535048c7c0500100000f0558415b59c3cc"  # [uprobes-trampoline]: push rcx/r11/rax, syscall 336, ...
+URET_TRAMP = "5051415348c7c04f0100000f05415b59c3cc"  # [uprobes] slot 0: push rax/rcx/r11, syscall 335, ...
+
+
+def native_reason():
+    try:
+        from uprobe_lab.native import check_native_support
+
+        check_native_support()
+    except NativeUnavailable as e:
+        return str(e)
+    return None
+
+
+NATIVE_REASON = native_reason()
+native = pytest.mark.skipif(NATIVE_REASON is not None, reason=f"native mode unavailable: {NATIVE_REASON}")
+EXAMPLE = example.load_example()
+
+
+# ------------------------------------------------------------------------------------------------
+# the recorded example
+# ------------------------------------------------------------------------------------------------
+def test_recorded_example_is_labelled_and_complete():
+    assert "6.18" in EXAMPLE["label"] and "x86-64" in EXAMPLE["label"] and "virtual machine" in EXAMPLE["label"]
+    h = EXAMPLE["host"]
+    assert h["kernel"].startswith("6.18") and h["arch"] == "x86_64" and h["virtualized"] is True
+    assert [r["bench"] for r in EXAMPLE["benches"]] == list(native_bench.BENCH_NAMES)
+    for r in EXAMPLE["benches"]:
+        assert r["mode"] == "native" and r["kernel"] == h["kernel"]
+        assert r["hits"] == r["iterations"] * r["repeats"] and r["mops"] > 0 and r["stddev"] >= 0
+    assert set(EXAMPLE["snapshots"]) == set(compare.COMPARE_BENCHES)
+    assert example.RECORDED_LABEL.startswith("recorded on a Linux 6.18 x86-64 virtual machine")
+
+
+def test_host_description_keys():
+    d = host.host_description()
+    assert set(d) == {"kernel", "kernel_build", "machine", "arch", "cpu_model", "cpus", "virtualized"}
+    assert d["kernel"] == os.uname().release
+
+
+def test_recorded_path_by_env(monkeypatch):
+    monkeypatch.setenv(example.ENV, "recorded")
+    run = example.native_or_recorded(["uprobe-nop", "uprobe-nop5"])
+    assert run.recorded and "UPROBE_LAB_NATIVE=recorded" in run.reason
+    assert [r["bench"] for r in run.benches] == ["uprobe-nop", "uprobe-nop5"]
+    assert run.banner().startswith("RECORDED EXAMPLE (recorded on a Linux 6.18 x86-64 virtual machine")
+
+
+def test_recorded_path_when_native_unavailable(monkeypatch):
+    monkeypatch.delenv(example.ENV, raising=False)
+
+    def refuse(arch=None):
+        raise NativeUnavailable("perf_event_open refused the uprobe (EPERM ...)")
+
+    monkeypatch.setattr(example, "check_native_support", refuse)
+    run = example.native_or_recorded()
+    assert run.recorded and "EPERM" in run.reason and "Native runs are not possible here: perf_event_open" in run.banner()
+    assert len(run.benches) == len(native_bench.BENCH_NAMES)
+
+
+def test_notebook_06_recorded_path(monkeypatch):
+    """What a reader without root sees: the notebook runs and says it shows a recording."""
+    from nbclient import NotebookClient
+
+    monkeypatch.setenv(example.ENV, "recorded")
+    monkeypatch.setenv("PYTHONPATH", ENV["PYTHONPATH"])
+    path = REPO / "notebooks" / "06_your_machine.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
+    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert "RECORDED EXAMPLE" in text and "UPROBE_LAB_NATIVE=recorded" in text
+    assert "mov rax, 0x150" in text and "mov rax, 0x14f" in text
+
+
+# ------------------------------------------------------------------------------------------------
+# host vs emulator
+# ------------------------------------------------------------------------------------------------
+def test_emulator_trampolines_equal_the_recorded_host():
+    for bench in compare.COMPARE_BENCHES:
+        rec = EXAMPLE["snapshots"][bench]
+        emu = compare.emulator_snapshot(bench)
+        assert compare.trampoline_bytes(emu) == compare.trampoline_bytes(rec), bench
+    assert compare.trampoline_bytes(EXAMPLE["snapshots"]["uprobe-nop5"]) == {"[uprobes-trampoline]": TRAMP}
+    assert compare.trampoline_bytes(EXAMPLE["snapshots"]["uretprobe-nop"]) == {"[uprobes]": URET_TRAMP}
+
+
+def test_compare_table_on_recorded_nop5():
+    host_snap, emu, table = compare.side_by_side("uprobe-nop5", host=EXAMPLE["snapshots"]["uprobe-nop5"])
+    rows = table.set_index("what")
+    assert rows.loc["probe site", "host"] == rows.loc["probe site", "emulator"] == "call [uprobes-trampoline]+0x0"
+    assert rows.loc["kernel", "same"] and rows.loc["hits counted", "same"] and rows.loc["nop5 optimised", "same"]
+    assert rows.loc["[uprobes-trampoline] trampoline bytes", "same"]
+    assert host_snap["site_bytes"].startswith("e8") and emu["site_bytes"].startswith("e8")
+
+
+def test_compare_table_shows_the_lab_simplifications():
+    _, _, table = compare.side_by_side("uretprobe-nop", host=EXAMPLE["snapshots"]["uretprobe-nop"])
+    rows = table.set_index("what")
+    assert rows.loc["probe site", "same"] and rows.loc["[uprobes] trampoline bytes", "same"]
+    assert rows.loc["[uprobes] perms", "host"] == "--xp"  # execute-only special mapping
+    assert "[uprobes-trampoline] perms" not in rows.index  # neither side has one for a uretprobe on nop
+
+
+def test_compare_rejects_benches_without_a_probe():
+    with pytest.raises(ValueError, match="no probe"):
+        compare.emulator_snapshot("usermode-count")
+    with pytest.raises(ValueError, match="unknown bench"):
+        compare.emulator_snapshot("uprobe-bogus")
+
+
+@native
+def test_emulator_trampolines_equal_this_host_byte_for_byte():
+    if calibrate.model_kernel(os.uname().release) != "6.18":
+        pytest.skip("the [uprobes-trampoline] and SLS int3 need Linux 6.18")
+    for bench in compare.COMPARE_BENCHES + ("uretprobe-nop5",):
+        live, emu, table = compare.side_by_side(bench, hits=50)
+        assert live["hits"] == emu["hits"] == 50
+        assert compare.trampoline_bytes(live) == compare.trampoline_bytes(emu), bench
+        same = table.set_index("what")["same"]
+        assert same["probe site"] and same["nop5 optimised"], bench
+    assert compare.trampoline_bytes(live) == {"[uprobes-trampoline]": TRAMP, "[uprobes]": URET_TRAMP}
+
+
+@native
+def test_fresh_host_snapshot_leaves_this_process_alone():
+    before = [m.name for m in host.special_mappings()]
+    compare.host_bench_snapshot("uprobe-nop5", 10)
+    assert [m.name for m in host.special_mappings()] == before
+
+
+# ------------------------------------------------------------------------------------------------
+# calibration
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("release,label", [("6.18.44-fc-v857", "6.18"), ("6.19.0", "6.18"), ("6.14.2-arch1", "6.11"),
+                                           ("6.16", "6.16"), ("6.10.0-rc1", "6.10"), ("6.9.12", None),
+                                           ("5.15.0-91-generic", None), ("7.0.1", "6.18"), ("garbage", None)])
+def test_model_kernel(release, label):
+    assert calibrate.model_kernel(release) == label
+
+
+def test_calibrated_profile_predicts_the_kernels():
+    pred = calibrate.predict_kernels(EXAMPLE["benches"]).set_index("bench")
+    assert list(pred.columns) == ["measured_on", "measured_mops", "stddev", "6.10", "6.11", "6.16", "6.18"]
+    assert (pred["measured_on"] == "6.18").all()
+    # what each version changed, seen through this machine's prices
+    assert pred.loc["uretprobe-nop", "6.11"] > pred.loc["uretprobe-nop", "6.10"]  # syscall instead of int3
+    assert pred.loc["uprobe-nop5", "6.16"] > 5 * pred.loc["uprobe-nop5", "6.11"]  # emulated, not single-stepped
+    assert pred.loc["uprobe-nop5", "6.18"] > 1.5 * pred.loc["uprobe-nop5", "6.16"]  # call + syscall, no int3
+    assert pred.loc["uprobe-nop5-pagecross", "6.18"] == pred.loc["uprobe-nop5-pagecross", "6.16"]
+    assert abs(pred.loc["uprobe-nop5", "6.18"] / pred.loc["uprobe-nop5", "measured_mops"] - 1) < 0.1
+
+
+def test_predictions_match_the_cli(tmp_path):
+    measured = calibrate.measured_frame(EXAMPLE["benches"])
+    csv = tmp_path / "measured.csv"
+    measured[["arch", "kernel", "bench", "mops"]].to_csv(csv, index=False)
+    out = tmp_path / "pred.csv"
+    assert cli.main(["predict", "--measured", str(csv), "--to", "6.11", "--out", str(out)]) == 0
+    from_cli = pd.read_csv(out).set_index("bench")["predicted_mops"]
+    ours = calibrate.predict_kernels(EXAMPLE["benches"], kernels=("6.11",)).set_index("bench")["6.11"]
+    pd.testing.assert_series_equal(from_cli, ours, check_names=False)
+
+
+def test_profile_and_comparison():
+    prof = calibrate.calibrate(EXAMPLE["benches"], cpu="vm")
+    assert isinstance(prof, model.Profile) and prof.name == calibrate.PROFILE_NAME and prof.cpu == "vm"
+    prices = calibrate.prices_table(prof)
+    assert list(prices["price"]) == model.PRICE_NAMES
+    cmp = calibrate.native_vs_model(EXAMPLE["benches"]).set_index("bench")
+    assert cmp.loc["uprobe-nop5", "published_mops"] == 4.016  # the nop5 series' 6.18 figure
+    assert pd.isna(cmp.loc["uprobe-nop5-pagecross", "published_mops"])
+    assert abs(cmp.loc["syscall-count", "model_error_pct"]) < 10
+
+
+def test_too_old_kernel_is_refused():
+    row = dict(EXAMPLE["benches"][2], kernel="5.15.0")
+    with pytest.raises(model.LabError, match="predates"):
+        calibrate.measured_frame([row])
+
+
+def test_views():
+    cmp = calibrate.native_vs_model(EXAMPLE["benches"])
+    fig = views.native_chart(cmp)
+    assert isinstance(fig, Figure) and len(fig.axes[0].containers) >= 3
+    pred = calibrate.predict_kernels(EXAMPLE["benches"])
+    assert isinstance(views.predictions_chart(pred), Figure)
+    text = views.trampoline_listing(EXAMPLE["snapshots"]["uprobe-nop5"])
+    assert "call" in text and "mov rax, 0x150" in text and "[uprobes-trampoline]" in text
+    assert "[uprobes]" in views.maps_lines(EXAMPLE["snapshots"]["uretprobe-nop"])
+    assert list(views.results_table(EXAMPLE["benches"]).columns[:4]) == ["bench", "mops", "stddev", "hits"]
+
+
+# ------------------------------------------------------------------------------------------------
+# the CLI
+# ------------------------------------------------------------------------------------------------
+def test_cli_not_linux_exits_2(monkeypatch, capsys):
+    monkeypatch.setattr(os, "uname", lambda: Uname("Darwin", "h", "23.0", "#1", "arm64"))
+    assert cli.main(["bench", "--mode", "native", "uprobe-nop"]) == 2
+    err = capsys.readouterr().err
+    assert "native benchmarks are not possible here" in err and "needs Linux" in err and "Traceback" not in err
+
+
+def test_cli_noexec_exits_2(monkeypatch, tmp_path, capsys):
+    if os.uname().sysname != "Linux":
+        pytest.skip("Linux only")
+    mounts = tmp_path / "mounts"
+    mounts.write_text("rootfs / ext4 rw,noexec 0 0\n")
+    monkeypatch.setattr(code, "MOUNTS", str(mounts))
+    assert cli.main(["bench", "--mode", "native", "uprobe-nop", "--json"]) == 2
+    err = capsys.readouterr().err
+    assert "not possible here" in err and ("noexec" in err or "uprobe PMU" in err or "no native bench" in err)
+
+
+def test_cli_permission_error_exits_2(monkeypatch, capsys):
+    def refuse(*a, **k):
+        from uprobe_lab.native.errors import permission_denied
+        raise permission_denied(OSError(1, "Operation not permitted"))
+
+    monkeypatch.setattr(native_bench, "check_native_support", refuse)
+    assert cli.main(["bench", "--mode", "native"]) == 2
+    assert "CAP_SYS_ADMIN" in capsys.readouterr().err
+
+
+def _cli(*args, **kw):
+    return subprocess.run([sys.executable, "-m", "uprobe_lab", "bench", "--mode", "native", *args],
+                          capture_output=True, text=True, env=ENV, timeout=120, **kw)
+
+
+@native
+def test_cli_json_rows():
+    out = _cli("uprobe-nop", "uretprobe-nop5", "--iterations", "3000", "--json")
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    assert [r["bench"] for r in rows] == ["uprobe-nop", "uretprobe-nop5"]
+    for r in rows:
+        assert r["hits"] == 3000 * native_bench.DEFAULT_REPEATS == r["iterations"] * r["repeats"]
+        assert r["mops"] > 0 and r["stddev"] >= 0 and r["kernel"] == os.uname().release
+    assert "it/s" not in out.stderr  # no bar with --json
+
+
+@native
+def test_cli_table_has_a_progress_bar():
+    out = _cli("uprobe-ret", "uretprobe-ret", "--iterations", "4000")
+    assert out.returncode == 0, out.stderr
+    assert "uprobe-ret" in out.stdout and "M/s" in out.stdout
+    assert "native" in out.stderr and "/10" in out.stderr  # 2 benches x 5 repeats
+
+
+@native
+def test_cli_unknown_bench_exits_2():
+    out = _cli("uprobe-bogus")
+    assert out.returncode == 2 and "uprobe-bogus" in out.stderr and "Traceback" not in out.stderr
+
+
+@native
+def test_cli_without_cap_sys_admin_exits_2():
+    import shutil
+
+    if not shutil.which("setpriv"):
+        pytest.skip("needs setpriv")
+    out = subprocess.run(["setpriv", "--bounding-set", "-sys_admin", sys.executable, "-m", "uprobe_lab", "bench",
+                          "--mode", "native", "uprobe-nop"], capture_output=True, text=True, env=ENV, timeout=60)
+    assert out.returncode == 2 and "CAP_SYS_ADMIN" in out.stderr and "Traceback" not in out.stderr
+
+
+@native
+def test_cli_interrupted_releases_everything():
+    scratch = lambda: set(glob.glob(os.path.join(code.find_exec_dir(), "uprobe_lab-native-*")))  # noqa: E731
+    before = scratch()
+    proc = subprocess.Popen([sys.executable, "-m", "uprobe_lab", "bench", "--mode", "native", "uprobe-ret",
+                             "--iterations", "2000000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=ENV)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # wait until the bench file is mapped and probed
+        try:
+            with open(f"/proc/{proc.pid}/maps") as f:
+                if "bench_targets.bin" in f.read() and any(
+                        os.readlink(f"/proc/{proc.pid}/fd/{fd}") == "anon_inode:[perf_event]"
+                        for fd in os.listdir(f"/proc/{proc.pid}/fd")):
+                    break
+        except OSError:
+            pass
+        time.sleep(0.05)
+    else:
+        proc.kill()
+        pytest.fail("the native run never attached its probe")
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err
+    assert scratch() == before

@@ -1,0 +1,103 @@
+"""Views for notebook 06 (your machine): native vs model vs published, predictions, the host's trampolines.
+
+Figures are ``matplotlib.figure.Figure`` (headless, no pyplot state); tables are pandas DataFrames;
+listings are plain text.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+NATIVE_COLOR, MODEL_COLOR, PUBLISHED_COLOR = "#66c2a5", "#fc8d62", "#8da0cb"
+
+
+def results_table(rows: list[dict]) -> pd.DataFrame:
+    """The native result dicts as a table: bench, M/s ± stddev, hits, optimised, site bytes."""
+    cols = ["bench", "mops", "stddev", "hits", "iterations", "repeats", "optimized", "site_bytes", "kernel"]
+    df = pd.DataFrame(rows)
+    return df[[c for c in cols if c in df.columns]].round({"mops": 3, "stddev": 3})
+
+
+def native_chart(comparison: pd.DataFrame, title: str = "") -> Figure:
+    """Per bench: native M/s (with ± stddev), the calibrated model, and the published figure (log scale).
+
+    ``comparison`` is :func:`uprobe_lab.native.calibrate.native_vs_model`.
+    """
+    benches = list(comparison["bench"])
+    fig = Figure(figsize=(max(7, 0.9 * len(benches)), 4.4), layout="constrained")
+    ax = fig.add_subplot()
+    x = np.arange(len(benches))
+    w = 0.27
+    ax.bar(x - w, comparison["native_mops"], w, yerr=comparison["native_stddev"], capsize=2,
+           color=NATIVE_COLOR, label="native (this machine)")
+    ax.bar(x, comparison["model_mops"], w, color="white", edgecolor=MODEL_COLOR, hatch="//",
+           label="model, calibrated on these native rows")
+    pub = comparison["published_mops"].astype(float)
+    if pub.notna().any():
+        cpus = sorted({c for c in comparison["published_cpu"] if isinstance(c, str) and c})
+        ax.bar(x + w, pub, w, color=PUBLISHED_COLOR, label=f"published ({', '.join(cpus)})")
+    ax.set_xticks(x, benches, rotation=30, ha="right", fontsize=8)
+    ax.set_yscale("log")
+    ax.set_ylabel("M/s, log scale (higher is better)")
+    kernel = comparison["kernel"].iloc[0] if len(comparison) else ""
+    ax.set_title(title or f"kernel {kernel}: native vs model vs published", fontsize=10)
+    ax.legend(fontsize=7)
+    return fig
+
+
+def predictions_chart(pred: pd.DataFrame, kernels=None) -> Figure:
+    """The calibrated profile's predictions per kernel (one group of bars per bench), measured marked."""
+    kernels = list(kernels or [c for c in pred.columns if c[:1].isdigit()])
+    benches = list(pred["bench"])
+    fig = Figure(figsize=(max(7, 0.9 * len(benches)), 4.2), layout="constrained")
+    ax = fig.add_subplot()
+    x = np.arange(len(benches))
+    w = 0.8 / max(len(kernels), 1)
+    colors = ["#8da0cb", "#a6d854", "#ffd92f", "#fc8d62", "#e78ac3"]
+    for i, k in enumerate(kernels):
+        ax.bar(x - 0.4 + (i + 0.5) * w, pred[k], w, color=colors[i % len(colors)], label=f"model {k}")
+    ax.scatter(x, pred["measured_mops"], marker="_", s=250, color="black", zorder=3,
+               label=f"measured ({pred['measured_on'].iloc[0]})")
+    ax.set_xticks(x, benches, rotation=30, ha="right", fontsize=8)
+    ax.set_yscale("log")
+    ax.set_ylabel("M/s, log scale")
+    ax.set_title("This machine's profile: predicted throughput per kernel", fontsize=10)
+    ax.legend(fontsize=7, ncols=3)
+    return fig
+
+
+def trampoline_listing(snapshot: dict) -> str:
+    """The probe site and every trampoline of a snapshot, disassembled, with where they were read."""
+    side = snapshot.get("side", "host")
+    lines = [f"{side}: {snapshot.get('bench', '')} after {snapshot.get('hits', '?')} hits, kernel {snapshot['kernel']}",
+             "probe site:"]
+    lines += [f"  {s}" for s in snapshot["site_listing"]] or ["  (unreadable)"]
+    for t in snapshot["trampolines"]:
+        lines.append(f"{t['name']} {t['start']}-{t['end']} {t['perms']}  (read via {t['read_via']}):")
+        lines += [f"  {s}" for s in t["listing"]] or ["  (unreadable)"]
+        for slot, code in sorted(t.get("slots", {}).items(), key=lambda kv: int(kv[0])):
+            lines.append(f"  XOL slot {slot}: {code}")
+    return "\n".join(lines)
+
+
+def maps_lines(snapshot: dict) -> str:
+    """The [uprobes] / [uprobes-trampoline] rows, /proc/self/maps style."""
+    rows = [f"{int(m['start'], 16):x}-{int(m['end'], 16):x} {m['perms']} {m['name']}" for m in snapshot["mappings"]]
+    return "\n".join(rows) or "(no uprobe mappings)"
+
+
+def comparison_style(table: pd.DataFrame):
+    """A Styler marking rows where host and emulator differ; falls back to the table without jinja2."""
+    def color(row):
+        same = row["same"]
+        c = "" if same is None or (isinstance(same, float) and math.isnan(same)) else (
+            "background-color: #e5f5e0" if same else "background-color: #fee0d2")
+        return [c] * len(row)
+
+    try:
+        return table.style.apply(color, axis=1)
+    except ImportError:  # pragma: no cover - Styler needs jinja2
+        return table
