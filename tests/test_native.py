@@ -381,19 +381,6 @@ def test_optimized_flags(table):
 
 
 @native
-def test_pagecross_slower_than_optimized_nop5(table):
-    if not kernel_at_least(6, 18):
-        pytest.skip("nop5 optimisation needs Linux 6.18")
-    assert table["uprobe-nop5"]["mops"] > 1.3 * table["uprobe-nop5-pagecross"]["mops"]
-
-
-@native
-def test_ret_is_single_stepped_so_slowest(table):
-    assert table["uprobe-ret"]["mops"] < table["uprobe-nop"]["mops"]
-    assert table["uprobe-nop"]["mops"] < table["syscall-count"]["mops"] < table["usermode-count"]["mops"]
-
-
-@native
 def test_unregister_restores_site_and_closes_fd():
     with NativeCode() as nc:
         for name, retprobe in [("uprobe_target_nop5", False), ("uprobe_target_nop5", True),

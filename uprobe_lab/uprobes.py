@@ -233,7 +233,8 @@ def get_xol_area(proc) -> XolArea:
         page = bytearray(PAGE_SIZE)
         tramp = arch.arch_uretprobe_trampoline(proc)
         page[: len(tramp)] = tramp
-        proc.map("[uprobes]", vaddr, PAGE_SIZE, "r-xp", bytes(page))
+        # VM_EXEC|VM_MAYEXEC: execute-only, as /proc/PID/maps shows it ("--xp")
+        proc.map("[uprobes]", vaddr, PAGE_SIZE, "--xp", bytes(page))
         area = XolArea(vaddr, arch.UPROBE_XOL_SLOT_BYTES, [True] + [False] * (slots - 1))
         proc.mm.xol_area = area
     return area

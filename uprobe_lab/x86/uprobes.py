@@ -240,7 +240,8 @@ def arch_uprobe_analyze_insn(raw: bytes, vaddr: int, kernel: KernelVersion) -> A
             return nop10_analyze_insn(raw, vaddr, kernel)
     insn = insn_decode(raw, vaddr)
     uprobe_init_insn(insn)
-    auprobe = ArchUprobe(insn.raw, insn.raw, insn, vaddr, "default", "")
+    # ixol is what the kernel copies into an XOL slot: all MAX_UINSN_BYTES it read from the file
+    auprobe = ArchUprobe(insn.raw, bytes(raw[:MAX_UINSN_BYTES]), insn, vaddr, "default", "")
     if can_optimize(insn, vaddr):
         auprobe.flags.add(ARCH_UPROBE_FLAG_CAN_OPTIMIZE)
     if branch_setup_xol_ops(auprobe, insn, kernel) or push_setup_xol_ops(auprobe, insn):
