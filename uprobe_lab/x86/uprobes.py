@@ -12,6 +12,7 @@ probe with an error that says so). Capstone stands in for the kernel's instructi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import capstone
 from capstone import x86_const as CX
@@ -413,6 +414,7 @@ def uretprobe_trampoline(kernel: KernelVersion, save_regs: bool = True) -> bytes
     return code + (asm.INT3 if kernel.trampoline_sls_int3 else b"")
 
 
+@lru_cache(maxsize=None)
 def uretprobe_syscall_check_offset(save_regs: bool = True) -> int:
     """Offset of the label right after ``syscall``: the only rip sys_uretprobe accepts."""
     return len(uretprobe_trampoline(_NO_SLS, save_regs).split(asm.SYSCALL)[0]) + len(asm.SYSCALL)
