@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..program import disasm
 from ..uprobes import CountingConsumer, uprobe_register
 from ..x86.process import EXIT_ADDR
 from ..x86.test_programs import make_test_process
@@ -144,36 +143,26 @@ def first_step_at(steps: list[Step], prefix: str) -> int:
 
 def record_return_steps(kernel: str = "6.11", saves_regs: bool = True, max_steps: int = 64) -> list[Step]:
     """Run stepper_caller one instruction at a time with a return probe on stepper_target."""
-    proc = make_test_process(kernel, record=True, count_insns=True, uretprobe_saves_regs=saves_regs)
+    proc = make_test_process(kernel, record=True, uretprobe_saves_regs=saves_regs)
     uprobe_register(proc, "stepper_target", CountingConsumer(ret=True))
-    pc, _ = proc.prepare_call("stepper_caller")
+    stepper = proc.stepper("stepper_caller", regs=SHOWN_REGS)
     steps: list[Step] = []
     tramp_sp = None
     saved: dict[str, int] = {}
-    for n in range(max_steps):
-        if pc == EXIT_ADDR:
-            break
-        insn = disasm(proc.read(pc, 16), "x86_64", pc)[0][2]
-        before = len(proc.trace.events)
-        sp_before = proc.sp
-        in_tramp = where(proc, pc).startswith("[uprobes]")
+    while not stepper.done and len(steps) < max_steps:
+        insn, in_tramp = stepper.current_text(), where(proc, stepper.pc).startswith("[uprobes]")
         if in_tramp and tramp_sp is None:
-            tramp_sp = sp_before
+            tramp_sp = proc.sp
         if in_tramp and insn.startswith("push"):
             reg = {"rax": "ax", "rcx": "cx", "r11": "r11"}[insn.split()[1]]
             saved[reg] = proc.regs().get(reg)
-        result = proc.run(pc, EXIT_ADDR, max_insns=1)
-        events = [f"{e.kind}" + (f": {e.note}" if e.note else "") for e in proc.trace.events[before:]
-                  if e.kind not in QUIET_EVENTS]
-        regs = proc.regs()
-        values = {name: regs.get(name) for name in SHOWN_REGS}
-        steps.append(Step(n, pc, where(proc, pc), insn, events, values,
-                          stack_slots(proc, values["sp"], tramp_sp, saved),
-                          _explain(insn, events, in_tramp, where(proc, result.ip), saves_regs)))
-        if result.signal:
-            steps[-1].events.append(f"signal {result.signal}: {result.reason}")
-            break
-        pc = result.ip
+        step = stepper.step()
+        events = [e.kind + (f": {e.note}" if e.note else "") for e in step.events if e.kind not in QUIET_EVENTS]
+        if step.signal:
+            events.append(f"signal {step.signal}: {proc.signal_reason}")
+        steps.append(Step(step.index, step.ip, where(proc, step.ip), insn, events, step.regs,
+                          stack_slots(proc, step.regs["sp"], tramp_sp, saved),
+                          _explain(insn, events, in_tramp, where(proc, step.next_ip), saves_regs)))
     return steps
 
 
@@ -218,17 +207,8 @@ def trampoline_events(benches=("uretprobe-nop", "uretprobe-push", "uretprobe-ret
 
 def plot_trampoline_events(df=None, ax=None):
     """Grouped bars: exceptions / syscalls / iret / sysret per hit, one group per bench and kernel."""
-    import matplotlib.pyplot as plt
+    from .charts import events_per_hit_chart
 
     df = trampoline_events() if df is None else df
-    if ax is None:
-        _, ax = plt.subplots(figsize=(9, 3.5))
-    labels = [f"{r.bench}\n{r.kernel}" for r in df.itertuples()]
-    width = 0.8 / len(TRAMPOLINE_EVENTS)
-    for i, kind in enumerate(TRAMPOLINE_EVENTS):
-        ax.bar([x + i * width for x in range(len(df))], df[kind], width, label=kind)
-    ax.set_xticks([x + width * (len(TRAMPOLINE_EVENTS) - 1) / 2 for x in range(len(df))], labels, fontsize=8)
-    ax.set_ylabel("per hit")
-    ax.set_title("uretprobe: int3 trampoline (6.10) vs syscall trampoline (6.11)")
-    ax.legend(fontsize=8)
-    return ax.figure
+    rows = {f"{r.bench}\n{r.kernel}": {k: getattr(r, k) for k in TRAMPOLINE_EVENTS} for r in df.itertuples()}
+    return events_per_hit_chart(rows, TRAMPOLINE_EVENTS, "uretprobe: int3 trampoline (6.10) vs syscall trampoline (6.11)", ax)
