@@ -1,0 +1,337 @@
+"""Every notebook, in a real browser: JupyterLab on loopback driven by Debian's Chromium through Playwright.
+
+What the headless run (tests/test_notebooks.py) cannot see: that the widgets render in the front end and react
+when a learner uses them. For each notebook: open it in JupyterLab, Run All, wait until every code cell has an
+execution count and the kernel is idle, then assert no error output, no "Error displaying widget" / "Failed to
+load model class", no chart left as its "<Figure size ...>" text, every widget output rendered; operate one
+widget and assert its output changes; save a screenshot into tests/browser/screenshots/ (gitignored;
+UPROBE_LAB_SCREENSHOTS overrides it). The last test does the same for lecture mode (Voila, no code shown).
+
+Needs /usr/bin/chromium (or UPROBE_LAB_CHROMIUM) and the playwright package; skipped with the reason otherwise.
+Nothing is downloaded at run time: Playwright drives the system browser.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+REPO = Path(__file__).resolve().parents[2]
+NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
+CHROMIUM = os.environ.get("UPROBE_LAB_CHROMIUM", "/usr/bin/chromium")
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+WIDGET_VIEWS = "#main .jp-OutputArea-output > .jupyter-widgets"
+RUN_TIMEOUT_S = 600
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-dev-shm-usage"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def sync_playwright():
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium, or set UPROBE_LAB_CHROMIUM)")
+    api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install -e '.[test]')")
+    return api.sync_playwright
+
+
+@pytest.fixture(scope="session")
+def lab_server(sync_playwright, tmp_path_factory):
+    """JupyterLab on 127.0.0.1:<free port>, token auth, server root = the repo; stopped at the end, always."""
+    tmp = tmp_path_factory.mktemp("jupyterlab")
+    settings = tmp / "user-settings" / "@jupyterlab" / "notebook-extension"
+    settings.mkdir(parents=True)
+    # Render every cell (no virtual windowing), so the DOM holds all outputs and the screenshot shows them;
+    # no "get notified about Jupyter news?" toast over the screenshot (and no request for it).
+    (settings / "tracker.jupyterlab-settings").write_text(json.dumps({"windowingMode": "none"}))
+    (settings.parent / "apputils-extension").mkdir()
+    (settings.parent / "apputils-extension" / "notification.jupyterlab-settings").write_text(
+        json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+    port, token = _free_port(), uuid.uuid4().hex
+    env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp / "runtime"), JUPYTER_CONFIG_DIR=str(tmp / "config"),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", "--ip=127.0.0.1", f"--port={port}",
+           "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={REPO}",
+           f"--LabApp.user_settings_dir={tmp / 'user-settings'}", f"--LabApp.workspaces_dir={tmp / 'workspaces'}",
+           "--LabApp.expose_app_in_browser=True", "--LabApp.news_url=", "--LabApp.check_for_updates_class="
+           "jupyterlab.NeverCheckForUpdate", "--ServerApp.open_browser=False"]
+    log = open(tmp / "server.log", "wb")
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"JupyterLab exited ({proc.returncode}):\n{(tmp / 'server.log').read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"JupyterLab did not answer in 120 s:\n{(tmp / 'server.log').read_text()[-3000:]}")
+                time.sleep(0.3)
+        yield {"base": base, "token": token, "log": tmp / "server.log"}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+@pytest.fixture(scope="session")
+def browser(sync_playwright):
+    with sync_playwright() as p:
+        # Playwright gives the browser a fresh temporary profile (it refuses --user-data-dir with launch()).
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture(scope="session")
+def screenshot_dir():
+    d = Path(os.environ.get("UPROBE_LAB_SCREENSHOTS") or Path(__file__).parent / "screenshots")
+    d.mkdir(parents=True, exist_ok=True)
+    print(f"\nbrowser screenshots: {d}")
+    return d
+
+
+def _api(server, method, path):
+    req = urllib.request.Request(f"{server['base']}{path}", method=method,
+                                 headers={"Authorization": f"token {server['token']}"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        body = r.read()
+    return json.loads(body) if body else None
+
+
+def _shutdown_kernels(server):
+    for s in _api(server, "GET", "/api/sessions"):
+        _api(server, "DELETE", f"/api/sessions/{s['id']}")
+
+
+# The notebook panel's state, read from JupyterLab's models (not the DOM): kernel status, execution counts,
+# error outputs, how many widget views the kernel sent.
+STATE_JS = """() => {
+  const app = window.jupyterapp;
+  const panel = app && app.shell.currentWidget;
+  if (!panel || !panel.content || !panel.content.model || !panel.sessionContext) return null;
+  const kernel = panel.sessionContext.session && panel.sessionContext.session.kernel;
+  const res = {status: kernel ? kernel.status : 'none', code: 0, executed: 0, errors: [], widgets: 0,
+               busy: panel.sessionContext.isBusy || false};
+  const cells = panel.content.model.cells;
+  for (let i = 0; i < cells.length; i++) {
+    const cell = cells.get(i);
+    if (cell.type !== 'code') continue;
+    res.code++;
+    if (cell.executionCount !== null && cell.executionCount !== undefined) res.executed++;
+    for (let j = 0; j < cell.outputs.length; j++) {
+      const out = cell.outputs.get(j).toJSON();
+      if (out.output_type === 'error') res.errors.push(`cell ${i}: ${out.ename}: ${out.evalue}`);
+      if (out.data && out.data['%s']) res.widgets++;
+    }
+  }
+  return res;
+}""" % WIDGET_MIME
+
+
+def _operate_one_widget(page):
+    """Use the first widget a learner would: a Step/Next/Run/Play button, else a slider, else a toggle, else a
+    text box. Returns (what was operated, output text before, after) or None if the notebook has no widget."""
+    outputs = "#main .jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea-output"
+    button = page.locator(f"{outputs} button.widget-button:not([disabled])").filter(
+        has_text=re.compile(r"^\s*(Step|Next|Run|Play)\b"))
+    slider = page.locator(f"{outputs} .widget-slider .noUi-handle")
+    toggle = page.locator(f"{outputs} .widget-toggle-buttons button.widget-toggle-button:not(.mod-active)")
+    text = page.locator(f"{outputs} .widget-text input")
+    if button.count():
+        target, kind = button.first, f"button '{button.first.inner_text().strip()}'"
+    elif slider.count():
+        target, kind = slider.first, "slider"
+    elif toggle.count():
+        target, kind = toggle.first, f"toggle '{toggle.first.inner_text().strip()}'"
+    elif text.count():
+        target, kind = text.first, "text box"
+    else:
+        return None
+    target.scroll_into_view_if_needed()
+    # The widget's whole output area (the widget plus whatever it redraws) is what must change.
+    area = target.evaluate_handle("el => el.closest('.jp-Cell').querySelector('.jp-OutputArea')")
+    snapshot = "el => el.innerText + '\\n' + el.innerHTML.length + ':' + el.innerHTML"
+    before = area.evaluate(snapshot)
+
+    def changed(timeout_ms):
+        try:
+            page.wait_for_function(f"([el, before]) => ({snapshot})(el) !== before", arg=[area, before],
+                                   timeout=timeout_ms)
+            return True
+        except Exception:
+            return False
+
+    if kind.startswith("slider"):
+        box = target.bounding_box()
+        x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+        for dx in (60, -60):  # right, or left if it already sits at its maximum
+            page.mouse.move(x, y)
+            page.mouse.down()
+            page.mouse.move(x + dx / 2, y, steps=4)
+            page.mouse.move(x + dx, y, steps=4)
+            page.mouse.up()
+            if changed(10_000):
+                break
+        else:
+            target.focus()
+            page.keyboard.press("ArrowRight")
+            changed(10_000)
+    elif kind == "text box":
+        target.fill("d503201f")  # any new text; d503201f is the arm64 nop
+        target.press("Enter")
+        changed(10_000)
+    else:
+        target.click()
+        changed(20_000)
+    after = area.evaluate(snapshot)
+    return kind, before, after
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_in_browser(path, lab_server, browser, screenshot_dir):
+    rel = path.relative_to(REPO).as_posix()
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    console_errors = []
+    page.on("console", lambda m: console_errors.append(m.text) if m.type == "error" else None)
+    t0 = time.monotonic()
+    try:
+        page.goto(f"{lab_server['base']}/lab/tree/{rel}?reset&token={lab_server['token']}")
+        # The notebook is open and its kernel connected.
+        page.wait_for_function("() => { const s = (%s)(); return s && s.status === 'idle'; }" % STATE_JS,
+                               timeout=120_000, polling=250)
+        page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+        page.wait_for_function(
+            "() => { const s = (%s)(); return s && s.code > 0 && s.executed === s.code && s.status === 'idle'"
+            " && !s.busy; }" % STATE_JS, timeout=RUN_TIMEOUT_S * 1000, polling=500)
+        state = page.evaluate(STATE_JS)
+        ran_s = time.monotonic() - t0
+        # Widget views and charts finish rendering after the kernel goes idle.
+        page.wait_for_function(f"n => document.querySelectorAll('{WIDGET_VIEWS}').length >= n",
+                               arg=state["widgets"], timeout=60_000)
+        page.wait_for_timeout(1000)
+
+        assert not state["errors"], f"{rel}: error outputs: {state['errors']}"
+        stderr_tracebacks = page.locator(
+            '#main .jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]').filter(
+            has_text="Traceback")
+        assert stderr_tracebacks.count() == 0, stderr_tracebacks.first.inner_text()
+        body = page.locator("body").inner_text()
+        for bad in ("Error displaying widget", "Failed to load model class"):
+            assert bad not in body, f"{rel}: '{bad}' on the page"
+        # A chart that reached the page as its text repr was never drawn.
+        unrendered = page.locator('#main .jp-OutputArea-output[data-mime-type="text/plain"]').filter(
+            has_text=re.compile(r"^\s*<Figure size [\d.]+x[\d.]+ with \d+ Axes>\s*$"))
+        assert unrendered.count() == 0, f"{rel}: {unrendered.count()} chart(s) shown as text, not drawn"
+        # Every widget output the kernel sent has a rendered, visible view.
+        # (A cell's widget output renders as a .jp-OutputArea-output whose child is the root view; Output
+        # widgets nest output areas of their own, hence >=.)
+        views = page.locator(WIDGET_VIEWS)
+        assert views.count() >= state["widgets"], (views.count(), state["widgets"])
+        for i in range(views.count()):
+            box = views.nth(i).bounding_box()
+            assert box and box["height"] > 5 and box["width"] > 5, f"{rel}: widget view {i} has no size"
+
+        operated = _operate_one_widget(page)
+        if state["widgets"]:
+            assert operated, f"{rel}: widgets displayed, but none a learner could operate was found"
+            kind, before, after = operated
+            assert after != before, f"{rel}: operating the {kind} did not change its output"
+            assert "Error displaying widget" not in page.locator("body").inner_text()
+            msg = f"operated {kind}: output changed"
+        else:
+            msg = "no widgets"
+        print(f"\n{path.stem}: {state['code']} code cells ran in {ran_s:.1f} s, {state['widgets']} widget view(s); "
+              f"{msg}")
+    finally:
+        try:
+            height = page.evaluate("""() => {
+                const el = document.querySelector('#main .jp-NotebookPanel:not(.lm-mod-hidden) .jp-WindowedPanel-outer');
+                return el ? el.scrollHeight : 1000; }""")
+            page.set_viewport_size({"width": 1400, "height": min(max(int(height) + 150, 1000), 15000)})
+            page.evaluate("""() => document.querySelectorAll('#main .jp-WindowedPanel-outer')
+                                       .forEach(el => { el.scrollTop = 0; })""")
+            page.wait_for_timeout(500)
+            shot = screenshot_dir / f"{path.stem}.png"
+            page.screenshot(path=str(shot), full_page=True)
+            print(f"screenshot: {shot}")
+        except Exception as err:  # the screenshot must never hide the real failure
+            print(f"no screenshot: {err}")
+        context.close()
+        _shutdown_kernels(lab_server)
+
+
+def test_lecture_mode_voila(browser, screenshot_dir, tmp_path):
+    """./lab lecture: Voila serves chapter 01 with outputs and widgets only; the stepper still steps."""
+    pytest.importorskip("voila", reason="voila is not installed (pip install -e '.[lecture]')")
+    nb = REPO / "notebooks" / "01_breakpoint_uprobes.ipynb"
+    port = _free_port()
+    env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"), JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    log = open(tmp_path / "voila.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "voila", str(nb.relative_to(REPO)), "--strip_sources=True",
+                             "--Voila.ip=127.0.0.1", f"--port={port}", "--Voila.port_retries=0", "--no-browser"],
+                            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None, (tmp_path / "voila.log").read_text()[-3000:]
+            try:
+                page.goto(f"http://127.0.0.1:{port}/", timeout=120_000)
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        step = page.locator("button.widget-button", has_text=re.compile(r"^\s*Step\s*$")).first
+        step.wait_for(timeout=180_000)
+        page.wait_for_timeout(1000)
+        body = page.locator("body").inner_text()
+        assert "stepper_widget(" not in body and "import uprobe_lab" not in body, "code is shown"
+        for bad in ("Error displaying widget", "Failed to load model class", "Traceback"):
+            assert bad not in body, bad
+        assert page.locator("img").count() >= 1, "the chart is not drawn"
+        area = step.evaluate_handle("el => el.closest('.jupyter-widgets.widget-vbox')")
+        before = area.evaluate("el => el.innerText")
+        step.scroll_into_view_if_needed()
+        step.click()
+        page.wait_for_function("([el, before]) => el.innerText !== before", arg=[area, before], timeout=20_000)
+        page.screenshot(path=str(screenshot_dir / "lecture_01_voila.png"))
+    finally:
+        context.close()
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
