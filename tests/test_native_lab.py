@@ -318,3 +318,21 @@ def test_cli_interrupted_releases_everything():
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err
     assert scratch() == before
+
+
+def test_kernel_change_table_and_picker():
+    import pandas as pd
+
+    from uprobe_lab.native.calibrate import kernel_change
+    from uprobe_lab.process import LabError
+    from uprobe_lab.views.native import kernel_picker
+
+    pred = pd.DataFrame({"bench": ["uprobe-nop5"], "measured_on": ["6.18"], "measured_mops": [5.0], "stddev": [0.1],
+                         "6.11": [1.5], "6.18": [5.0]})
+    table = kernel_change(pred, "6.11")
+    assert table["predicted_on_6.11"].tolist() == [1.5] and table["change_pct"].tolist() == [-70.0]
+    with pytest.raises(LabError, match="no prediction for kernel '6.10'"):
+        kernel_change(pred, "6.10")
+    picker, _ = kernel_picker(pred).children
+    assert list(picker.options) == ["6.11", "6.18"]
+    picker.value = "6.18"  # redraws through kernel_change; the browser test checks what a learner sees

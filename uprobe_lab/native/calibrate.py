@@ -101,3 +101,13 @@ def native_vs_model(rows: list[dict]) -> pd.DataFrame:
                     "published_mops": pub["mops"].get(r.bench, float("nan")),
                     "published_cpu": pub["cpu"].get(r.bench, "")})
     return pd.DataFrame(out)
+
+
+def kernel_change(pred: pd.DataFrame, kernel: str) -> pd.DataFrame:
+    """What moving this machine to ``kernel`` would do, bench by bench: measured here, predicted there, change."""
+    if kernel not in pred.columns:
+        raise LabError(f"no prediction for kernel {kernel!r}; predicted: {', '.join(c for c in pred.columns if c[0].isdigit())}")
+    out = pred[["bench", "measured_on", "measured_mops"]].copy()
+    out[f"predicted_on_{kernel}"] = pred[kernel]
+    out["change_pct"] = (100 * (pred[kernel] / pred["measured_mops"] - 1)).round(1)
+    return out

@@ -101,3 +101,24 @@ def comparison_style(table: pd.DataFrame):
         return table.style.apply(color, axis=1)
     except ImportError:  # pragma: no cover - Styler needs jinja2
         return table
+
+
+def kernel_picker(pred: pd.DataFrame):
+    """Toggle between kernel versions and see what each would do to this machine's figures."""
+    import ipywidgets as w
+    from IPython.display import display
+
+    from ..native.calibrate import kernel_change
+
+    kernels = [c for c in pred.columns if c[:1].isdigit()]
+    picker = w.ToggleButtons(options=kernels, value=kernels[0], description="kernel")
+    out = w.Output()
+
+    def show(change=None):
+        out.clear_output(wait=True)
+        with out:
+            display(kernel_change(pred, picker.value))
+
+    picker.observe(show, names="value")
+    show()
+    return w.VBox([picker, out])
