@@ -20,7 +20,8 @@ from uprobe_lab.bench import bench_names, run_bench
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def bare_unicorn_hits_per_s(iterations: int) -> float:
+def _bare_loop(iterations: int, hook) -> float:
+    """hits/s of the producer loop over uprobe_target_nop with an int3 on its nop, in a raw Unicorn."""
     from unicorn import UC_ARCH_X86, UC_MODE_64, Uc
     from unicorn import x86_const as X
 
@@ -42,15 +43,42 @@ def bare_unicorn_hits_per_s(iterations: int) -> float:
     uc.reg_write(X.UC_X86_REG_RSI, target)
     hits = [0]
 
-    def on_int3(uc, intno, data):
+    def counted(uc, intno, data):
         hits[0] += 1
+        hook(uc)
 
-    uc.hook_add(UC_HOOK_INTR, on_int3)
+    uc.hook_add(UC_HOOK_INTR, counted)
     t0 = time.perf_counter()
     uc.emu_start(program.resolve("producer_loop"), exit_addr, count=iterations * 100)
     elapsed = time.perf_counter() - t0
     assert hits[0] == iterations, hits[0]
     return iterations / elapsed
+
+
+def bare_unicorn_hits_per_s(iterations: int) -> float:
+    return _bare_loop(iterations, lambda uc: None)
+
+
+def python_kernel_floor_hits_per_s(iterations: int) -> float:
+    """The least any Python kernel model must do per hit: read rip and rflags (two ctypes calls into
+    Unicorn, ~0.5 us each) and count a handful of events. An upper bound for the emulated uprobe-nop."""
+    import ctypes
+    from collections import Counter
+
+    from unicorn import x86_const as X
+    from unicorn.unicorn_py3.unicorn import uclib
+
+    value = ctypes.c_uint64()
+    ref = ctypes.byref(value)
+    counts = Counter()
+
+    def minimal(uc):
+        uclib.uc_reg_read(uc._uch, X.UC_X86_REG_RIP, ref)
+        uclib.uc_reg_read(uc._uch, X.UC_X86_REG_RFLAGS, ref)
+        for kind in ("exceptions", "exc_bp", "probe_lookups", "consumers", "emulated", "iret"):
+            counts[kind] += 1
+
+    return _bare_loop(iterations, minimal)
 
 
 def notebook_seconds() -> dict[str, float]:
@@ -89,7 +117,10 @@ def main() -> None:
     args = parser.parse_args()
 
     bare = bare_unicorn_hits_per_s(args.iterations * 5)
+    floor = python_kernel_floor_hits_per_s(args.iterations * 5)
     print(f"bare Unicorn loop (int3 + empty hook): {bare / 1e6:.3f}M hits/s")
+    print(f"floor for any Python kernel (2 register reads + counting): {floor / 1e6:.3f}M hits/s, "
+          f"ratio {floor / bare:.3f}")
     print(f"{'bench':<26}{'emulated hits/s':>16}{'ratio':>8}")
     for name in bench_names("x86_64"):
         r = run_bench(name, "x86_64", "6.18", args.iterations)
