@@ -8,6 +8,7 @@ import pytest
 
 from uprobe_lab.arm64 import asm
 from uprobe_lab.arm64.process import STACK_TOP, Arm64Process
+from uprobe_lab.arm64.randprog import fuzz_program
 from uprobe_lab.arm64.uprobes import analyze_hex, arch_uprobe_analyze_insn, decode_fields
 from uprobe_lab.bench import events_per_hit
 from uprobe_lab.process import LabError, ProcessKilled
@@ -266,60 +267,8 @@ def test_bench_targets_transparent(stp, target):
 
 
 def _generated_program(seed: int):
-    """A random function of moves, arithmetic, stack pairs, loads/stores and forward branches."""
-    rng = random.Random(seed)
-    a = Assembler("arm64", TEXT)
-    a.function("leaf")
-    asm.emit(a, asm.add_reg(0, 0, 1), asm.RET)
-    a.align(16, asm.b(asm.brk(0x3E8)))
-    a.function("gen")
-    asm.emit(a, asm.stp(29, 30, 31, -48), asm.mov_sp(29, 31))
-    labels = 0
-    pending = []
-    for i in range(40):
-        r1, r2, r3 = (rng.randrange(0, 8) for _ in range(3))
-        kind = rng.choice(["movz", "add", "eor", "cmp", "str", "ldr", "nop", "adr", "bl", "stp", "branch"])
-        if kind == "movz":
-            asm.emit(a, asm.movz(r1, rng.getrandbits(16)))
-        elif kind == "add":
-            asm.emit(a, asm.add_reg(r1, r2, r3))
-        elif kind == "eor":
-            asm.emit(a, asm.eor_reg(r1, r2, r3))
-        elif kind == "cmp":
-            asm.emit(a, asm.cmp_imm(r1, rng.randrange(0, 4)))
-        elif kind == "str":
-            asm.emit(a, asm.str_imm(r1, 31, 16 + 8 * rng.randrange(0, 4)))
-        elif kind == "ldr":
-            asm.emit(a, asm.ldr_imm(r1, 31, 16 + 8 * rng.randrange(0, 4)))
-        elif kind == "nop":
-            asm.emit(a, asm.NOP)
-        elif kind == "adr":
-            asm.adr_to(a, r1, "leaf")
-        elif kind == "bl":
-            asm.bl_to(a, "leaf")
-        elif kind == "stp":
-            asm.emit(a, asm.stp(29, 30, 31, -16), asm.ldp(29, 30, 31, 16))
-        else:
-            label = f"l{labels}"
-            labels += 1
-            how = rng.choice(["bcond", "cbz", "cbnz", "tbz", "tbnz", "b"])
-            if how == "bcond":
-                asm.bcond_to(a, rng.choice(["eq", "ne", "hs", "lo", "mi", "gt", "le"]), label)
-            elif how in ("cbz", "cbnz"):
-                asm.cbz_to(a, r1, label, nonzero=how == "cbnz", x=rng.random() < 0.5)
-            elif how in ("tbz", "tbnz"):
-                asm.tbz_to(a, r1, rng.randrange(0, 64), label, nonzero=how == "tbnz")
-            else:
-                asm.b_to(a, label)
-            pending.append((label, i + rng.randrange(1, 5)))
-        for label, at in [p for p in pending if p[1] <= i]:
-            a.label(label)
-            pending.remove((label, at))
-    for label, _ in pending:
-        a.label(label)
-    asm.emit(a, asm.ldp(29, 30, 31, 48), asm.RET)
-    a.end_function()
-    return a.link()
+    """A random function of moves, arithmetic, stack pairs, loads/stores, calls and forward branches."""
+    return fuzz_program(random.Random(seed), n=40)
 
 
 def _drop_lr(regs):
