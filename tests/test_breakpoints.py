@@ -3,6 +3,7 @@ import random
 
 import pytest
 
+from uprobe_lab import fuzz as fz
 from uprobe_lab.arches import make_process
 from uprobe_lab.bench import events_per_hit, run_bench
 from uprobe_lab.process import LabError, ProcessKilled
@@ -10,7 +11,7 @@ from uprobe_lab.uprobes import (UPROBE_HANDLER_IGNORE, UPROBE_HANDLER_REMOVE, Co
                                 UnprobeableInstruction, UprobeConsumer, uprobe_register, uprobe_unregister)
 from uprobe_lab.x86 import asm
 from uprobe_lab.x86.process import GPRS, STACK_TOP, X86Process
-from uprobe_lab.x86.randprog import random_function
+from uprobe_lab.x86.randprog import fuzz_program
 
 KERNELS = ["6.10", "6.11", "6.16", "6.18"]
 TARGETS = ["uprobe_target_nop", "uprobe_target_push", "uprobe_target_ret", "uprobe_target_nop5",
@@ -57,15 +58,12 @@ def test_bench_targets_are_unchanged_by_a_probe_on_each_instruction(kernel):
             assert final_state(proc) == expected, f"{target} probed at {addr:#x}"
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_random_programs_are_unchanged_by_probes(seed):
-    rng = random.Random(seed)
-    program = random_function(rng, n=20)
-    for kernel in ("6.11", "6.18"):
-        expected, _ = run_program(program, kernel)
-        for addr in program.instruction_starts("fuzz_target"):
-            got, hits = run_program(program, kernel, probe_at=addr)
-            assert got == expected, f"seed {seed} kernel {kernel} probe at {addr:#x}"
+@pytest.mark.parametrize("seed", range(4))
+def test_straight_line_programs_are_unchanged_by_a_probe_on_every_instruction(seed):
+    program = fuzz_program(random.Random(seed), branchy=False)
+    result = fz.fuzz_program_once("x86_64", seed, program=program)  # every kernel, every instruction
+    assert result.probe_runs > 100 and not result.bugs, "\n".join(map(str, result.bugs))
+    assert set(result.divergences) <= {"red-zone"}  # 6.18's call into the trampoline, and only that
 
 
 def test_int3_without_a_probe_is_sigtrap():

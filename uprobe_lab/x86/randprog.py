@@ -1,9 +1,8 @@
-"""Random x86-64 functions for transparency tests and the differential fuzzer.
+"""Random x86-64 programs for transparency tests and the differential fuzzer.
 
-Straight-line arithmetic, pushes/pops, stack stores and loads, standard nops, and forward
-conditional jumps - instructions the kernel emulates, single-steps, or both. Each function
-starts by loading known values into registers and ends with ``ret``; its result is the final
-register file and stack, which a probe must never change.
+Instructions the kernel emulates, single-steps, or both; calls, so return probes have something to
+return from; nop5 and nop10 sites. A program's result is its final registers and data page, which
+a probe must never change (except for the red-zone case the fuzzer classifies).
 """
 from __future__ import annotations
 
@@ -12,57 +11,11 @@ import random
 from ..program import Assembler, Program
 from . import asm
 
-# rsp is the stack; rbx/rbp/r12-r15 are callee-saved: generated code saves nothing, so it leaves them alone.
+# Registers the generated code computes with; rsp is the stack and rbx points at the data page.
 SCRATCH = ["rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11"]
 
 
-def random_function(rng: random.Random, n: int = 24, base: int = 0x400000, branchy: bool = True) -> Program:
-    a = Assembler("x86_64", base)
-    a.function("fuzz_target")
-    for reg in SCRATCH:
-        a.emit(asm.mov_imm64(reg, rng.getrandbits(64)))
-    depth = 0
-    pending: list[tuple[str, int]] = []  # (label, instructions until it is placed)
-    for i in range(n):
-        for label, left in list(pending):
-            if left == 0:
-                a.label(label)
-                pending.remove((label, left))
-        pending = [(lab, left - 1) for lab, left in pending]
-        choice = rng.random()
-        r1, r2 = rng.choice(SCRATCH), rng.choice(SCRATCH)
-        if choice < 0.35:
-            a.emit(asm.alu_rr(rng.choice(list(asm.ALU_RR)), r1, r2))
-        elif choice < 0.45:
-            a.emit(asm.inc(r1) if rng.random() < 0.5 else asm.dec(r1))
-        elif choice < 0.55:
-            a.emit(asm.mov_rr(r1, r2))
-        elif choice < 0.65:
-            a.emit(asm.X86_NOPS[rng.randint(1, asm.ASM_NOP_MAX)])
-        elif choice < 0.75 and depth < 6 and not pending:  # a skipped push/pop would unbalance the stack
-            a.emit(asm.push(r1))
-            depth += 1
-        elif choice < 0.82 and depth > 0 and not pending:
-            a.emit(asm.pop(r1))
-            depth -= 1
-        elif choice < 0.9:
-            a.emit(asm.lea_disp8(r1, r2 if REG_OK_FOR_LEA(r2) else "rax", rng.randint(-128, 127)))
-        elif branchy and not pending:
-            label = f"skip{i}"
-            asm.jcc8(a, rng.choice(list(asm.JCC)), label)
-            pending.append((label, rng.randint(1, 4)))
-        else:
-            a.emit(asm.mov_store_rsp_disp8(r1, -8 * rng.randint(1, 8)))  # red zone below sp: a leaf may use it
-    for label, _ in pending:
-        a.label(label)
-    for _ in range(depth):
-        a.emit(asm.pop("r11"))
-    a.emit(asm.RET)
-    a.end_function()
-    return a.link()
-
-
-def REG_OK_FOR_LEA(reg: str) -> bool:
+def lea_base_ok(reg: str) -> bool:
     return asm.REG64[reg] & 7 != 4
 
 
@@ -82,7 +35,7 @@ def _leaf_body(a: Assembler, rng: random.Random) -> None:
         elif choice < 0.6:
             a.emit(asm.X86_NOPS[5] if rng.random() < 0.5 else asm.X86_NOPS[rng.randint(1, asm.ASM_NOP_MAX)])
         elif choice < 0.8:
-            a.emit(asm.lea_disp8(r1, r2 if REG_OK_FOR_LEA(r2) else "rax", rng.randint(-128, 127)))
+            a.emit(asm.lea_disp8(r1, r2 if lea_base_ok(r2) else "rax", rng.randint(-128, 127)))
         else:
             a.emit(asm.mov_rr(r1, r2))
 
@@ -91,7 +44,7 @@ def fuzz_program(rng: random.Random, n: int = 28, leaves: int = 2, branchy: bool
                  base: int = 0x400000) -> Program:
     """``fuzz_main`` calls ``fuzz_target`` FUZZ_REPEATS times; ``fuzz_target`` calls leaves ``leaf0..``.
 
-    On top of ``random_function``'s instructions: calls (uretprobes on the leaves, call emulation),
+    Arithmetic, moves, standard nops, pushes/pops, lea, forward jcc and red-zone stores, plus calls (uretprobes on the leaves, call emulation),
     nop5 sites (6.18 optimises them), nop10 sites (accepted only by the dev-tree scheme), stores to
     the data page, and red-zone loads. A red-zone slot is loaded only while the program's own value
     is known to be there: written on every path since the last call (a callee, or a return
@@ -143,7 +96,7 @@ def fuzz_program(rng: random.Random, n: int = 28, leaves: int = 2, branchy: bool
             a.emit(asm.pop(r1))
             depth -= 1
         elif choice < 0.6:
-            a.emit(asm.lea_disp8(r1, r2 if REG_OK_FOR_LEA(r2) else "rax", rng.randint(-128, 127)))
+            a.emit(asm.lea_disp8(r1, r2 if lea_base_ok(r2) else "rax", rng.randint(-128, 127)))
         elif choice < 0.67 and leaves:
             asm.call(a, f"leaf{rng.randrange(leaves)}")
             valid = {s for s in valid if s >= sp}  # the callee and a return trampoline own what is below
