@@ -1,6 +1,5 @@
 """The cost model: predictions come from emulator counts times prices, fits never see an after-row,
 and held-out rows are predicted within the acceptance bounds."""
-import math
 
 import pandas as pd
 import pytest

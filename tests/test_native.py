@@ -14,31 +14,18 @@ import re
 import shutil
 import subprocess
 import sys
-from collections import namedtuple
 
 import pytest
 
 from uprobe_lab.native import arch as arch_mod
-from uprobe_lab.native import bench, code, errors, host, perf
+from uprobe_lab.native import bench, code, host, perf
 from uprobe_lab.native import NativeUnavailable, check_native_support, host_snapshot, run_native_benches
 from uprobe_lab.native.code import NativeCode
 from uprobe_lab.native.perf import PerfEventAttr, UprobeEvent
+from native_support import NATIVE_REASON, Uname, native
 
 NOP5 = "0f1f440000"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-Uname = namedtuple("Uname", "sysname nodename release version machine")
-
-
-def native_reason() -> str | None:
-    try:
-        check_native_support()
-    except NativeUnavailable as e:
-        return str(e)
-    return None
-
-
-NATIVE_REASON = native_reason()
-native = pytest.mark.skipif(NATIVE_REASON is not None, reason=f"native mode unavailable: {NATIVE_REASON}")
 
 
 def kernel_at_least(major: int, minor: int) -> bool:

@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections import namedtuple
 from pathlib import Path
 
 import nbformat
@@ -24,26 +23,14 @@ from uprobe_lab import cli, model
 from uprobe_lab.native import NativeUnavailable, calibrate, code, compare, example, host
 from uprobe_lab.native import bench as native_bench
 from uprobe_lab.views import native as views
+from native_support import Uname, native
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-Uname = namedtuple("Uname", "sysname nodename release version machine")
 TRAMP = "5141535048c7c0500100000f0558415b59c3cc"  # [uprobes-trampoline]: push rcx/r11/rax, syscall 336, ...
 URET_TRAMP = "5051415348c7c04f0100000f05415b59c3cc"  # [uprobes] slot 0: push rax/rcx/r11, syscall 335, ...
 
 
-def native_reason():
-    try:
-        from uprobe_lab.native import check_native_support
-
-        check_native_support()
-    except NativeUnavailable as e:
-        return str(e)
-    return None
-
-
-NATIVE_REASON = native_reason()
-native = pytest.mark.skipif(NATIVE_REASON is not None, reason=f"native mode unavailable: {NATIVE_REASON}")
 EXAMPLE = example.load_example()
 
 

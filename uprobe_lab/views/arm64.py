@@ -123,7 +123,6 @@ def plot_published_stp():
 
 def plot_published_bench():
     """The seed's bench table: xol-stp vs simulated-stp, M/s per bench."""
-    import matplotlib.pyplot as plt
 
     df = published_stp()
     bench = df[df["table"] == "kunpeng916-bench"].pivot(index="bench", columns="kernel", values="value")
