@@ -60,21 +60,21 @@ def bare_unicorn_hits_per_s(iterations: int) -> float:
 
 
 def python_kernel_floor_hits_per_s(iterations: int) -> float:
-    """The least any Python kernel model must do per hit: read rip and rflags (two ctypes calls into
-    Unicorn, ~0.5 us each) and count a handful of events. An upper bound for the emulated uprobe-nop."""
-    import ctypes
+    """The least any Python kernel model must do per hit: read rip and rflags (two C calls into Unicorn
+    through ctypes, as the lab makes them) and count a handful of events. An upper bound for uprobe-nop."""
     from collections import Counter
 
     from unicorn import x86_const as X
-    from unicorn.unicorn_py3.unicorn import uclib
 
-    value = ctypes.c_uint64()
-    ref = ctypes.byref(value)
+    from uprobe_lab.process import register_access
+
     counts = Counter()
+    access = {}
 
     def minimal(uc):
-        uclib.uc_reg_read(uc._uch, X.UC_X86_REG_RIP, ref)
-        uclib.uc_reg_read(uc._uch, X.UC_X86_REG_RFLAGS, ref)
+        read = access.get("read") or access.setdefault("read", register_access(uc)[0])
+        read(X.UC_X86_REG_RIP)
+        read(X.UC_X86_REG_RFLAGS)
         for kind in ("exceptions", "exc_bp", "probe_lookups", "consumers", "emulated", "iret"):
             counts[kind] += 1
 

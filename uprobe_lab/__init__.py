@@ -3,12 +3,12 @@
 The lab in five lines::
 
     import uprobe_lab as ul
-    proc = ul.process(kernel="6.18")                     # x86-64, the kernel bench's program loaded
+    proc = ul.new_process(kernel="6.18")                 # x86-64, the kernel bench's program loaded
     ul.attach(proc, "uprobe_target_ret", ul.CountingConsumer())
     proc.call("uprobe_target_ret")                       # one hit: int3 -> consumer -> XOL step -> #DB
     proc.trace.counts                                    # what it cost, in events
 """
-from .arches import make_process as process
+from .arches import make_process as new_process
 from .bench import events_per_hit, run_bench
 from .errors import LabError, ProcessKilled
 from .kernel import KERNELS, get_kernel
@@ -24,6 +24,6 @@ def analyze(insn: str, arch: str = "x86_64", kernel=None, **options) -> dict:
     return arch_parts(arch)[2](insn, get_kernel(kernel), **options)
 
 
-__all__ = ["process", "attach", "detach", "run_bench", "events_per_hit", "analyze", "disasm", "CountingConsumer",
+__all__ = ["new_process", "attach", "detach", "run_bench", "events_per_hit", "analyze", "disasm", "CountingConsumer",
            "UprobeConsumer", "UPROBE_HANDLER_REMOVE", "UPROBE_HANDLER_IGNORE", "LabError", "ProcessKilled",
            "UnprobeableInstruction", "KERNELS", "get_kernel"]

@@ -55,6 +55,41 @@ class RunResult:
         return f"<RunResult {self.stop}{extra} at {self.ip:#x}{': ' + self.reason if self.reason else ''}>"
 
 
+# Register access is the emulator's hottest call. Unicorn's own binding converts every argument on
+# each call (~0.5 us); the same C functions without argtypes, given ready-made ctypes arguments,
+# cost half that.
+_libunicorn = ctypes.CDLL(uclib._name)
+_uc_reg_read, _uc_reg_write = _libunicorn.uc_reg_read, _libunicorn.uc_reg_write
+_uc_mem_read, _uc_mem_write = _libunicorn.uc_mem_read, _libunicorn.uc_mem_write
+
+
+class _RegIds(dict):
+    def __missing__(self, reg_id: int) -> ctypes.c_int:
+        self[reg_id] = value = ctypes.c_int(reg_id)
+        return value
+
+
+_REG_IDS = _RegIds()
+
+
+def register_access(uc: Uc):
+    """(read(reg_id) -> int, write(reg_id, value)) for a Unicorn engine, at the cost of one C call each."""
+    handle = ctypes.c_void_p(uc._uch.value)
+    cell = ctypes.c_uint64()
+    ref = ctypes.byref(cell)
+    ids = _REG_IDS
+
+    def read(reg_id: int) -> int:
+        _uc_reg_read(handle, ids[reg_id], ref)
+        return cell.value
+
+    def write(reg_id: int, value: int) -> None:
+        cell.value = value & MASK64
+        _uc_reg_write(handle, ids[reg_id], ref)
+
+    return read, write
+
+
 class RegsView:
     """A pt_regs-shaped view of the CPU for one kernel entry.
 
@@ -144,18 +179,8 @@ class EmulatedProcess:
         self.signal: str | None = None
         self.signal_reason = ""
         self.program = None
-        self._uch = self.uc._uch
-        self._cval = ctypes.c_uint64()
-        self._cref = ctypes.byref(self._cval)
-
-    # --- registers: direct ctypes calls, the Python wrapper costs ~3x more per access ---
-    def reg_read(self, reg_id: int) -> int:
-        uclib.uc_reg_read(self._uch, reg_id, self._cref)
-        return self._cval.value
-
-    def reg_write(self, reg_id: int, value: int) -> None:
-        self._cval.value = value & MASK64
-        uclib.uc_reg_write(self._uch, reg_id, self._cref)
+        self._uch = ctypes.c_void_p(self.uc._uch.value)
+        self.reg_read, self.reg_write = register_access(self.uc)  # reg_read(UC_*_REG_...) -> int
 
     def regs(self) -> RegsView:
         return self.Regs(self)
@@ -201,11 +226,20 @@ class EmulatedProcess:
         """The address space as /proc/PID/maps prints it."""
         return "\n".join(m.line() for m in self.mappings)
 
+    def _mem_read(self, addr: int, size: int) -> bytes | None:
+        buf = ctypes.create_string_buffer(size)
+        if _uc_mem_read(self._uch, ctypes.c_uint64(addr), buf, ctypes.c_size_t(size)):
+            return None
+        return buf.raw
+
+    def _mem_write(self, addr: int, data: bytes) -> bool:
+        return not _uc_mem_write(self._uch, ctypes.c_uint64(addr), data, ctypes.c_size_t(len(data)))
+
     def read(self, addr: int, size: int) -> bytes:
-        try:
-            return bytes(self.uc.mem_read(addr, size))
-        except UcError:
-            raise LabError(f"address {addr:#x} (+{size}) is not mapped in the emulated process") from None
+        data = self._mem_read(addr, size)
+        if data is None:
+            raise LabError(f"address {addr:#x} (+{size}) is not mapped in the emulated process")
+        return data
 
     def write(self, addr: int, data: bytes) -> None:
         """Write as the kernel writes text (through the page, not the user's permissions).
@@ -217,12 +251,10 @@ class EmulatedProcess:
         data = bytes(data)
         mapping = self.mapping_at(addr)
         code = mapping is not None and "x" in mapping.perms
-        try:
-            if code and bytes(self.uc.mem_read(addr, len(data))) == data:
-                return
-            self.uc.mem_write(addr, data)
-        except UcError:
-            raise LabError(f"address {addr:#x} (+{len(data)}) is not mapped in the emulated process") from None
+        if code and self._mem_read(addr, len(data)) == data:
+            return
+        if not self._mem_write(addr, data):
+            raise LabError(f"address {addr:#x} (+{len(data)}) is not mapped in the emulated process")
         if code:
             self.uc.ctl_remove_cache(addr, addr + len(data))
 
@@ -234,17 +266,15 @@ class EmulatedProcess:
 
     # Kernel accesses to user memory: counted, and failing like copy_{from,to}_user instead of raising.
     def copy_from_user(self, addr: int, size: int) -> bytes | None:
-        try:
-            data = bytes(self.uc.mem_read(addr, size))
-        except UcError:
-            return None
-        self.trace.emit("uaccess_bytes", size)
+        data = self._mem_read(addr, size)
+        if data is not None:
+            self.trace.emit("uaccess_bytes", size)
         return data
 
     def copy_to_user(self, addr: int, data: bytes) -> bool:
-        if self.mapping_at(addr) is None or "w" not in self.mapping_at(addr).perms:
+        mapping = self.mapping_at(addr)
+        if mapping is None or "w" not in mapping.perms or not self._mem_write(addr, bytes(data)):
             return False
-        self.uc.mem_write(addr, bytes(data))
         self.trace.emit("uaccess_bytes", len(data))
         return True
 
