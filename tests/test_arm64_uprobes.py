@@ -337,3 +337,14 @@ def test_bad_options_are_clear():
         Arm64Process(stp="fast")
     with pytest.raises(LabError, match="arm64 instruction word"):
         analyze_hex("xyz")
+
+
+def test_views_stp_gains_and_misaligned_demo():
+    from uprobe_lab.views import arm64 as v
+
+    gains = v.stp_gains().set_index("bench")
+    assert round(gains.loc["uprobe-push", "speedup_pct"], 1) == 30.0  # the table: 1.128 / 0.868
+    assert gains.loc["uprobe-push", "stated_speedup"] == "29.3%"  # what the text says
+    demo = v.misaligned_stp(offset=-8)
+    assert demo["signal"] == "SIGSEGV" and demo["sp_after"] == hex(0x7FFFFFFDD000 - 8) and demo["pc_after"] == "0x400004"
+    assert v.misaligned_stp(offset=-16)["signal"] is None

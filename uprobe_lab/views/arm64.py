@@ -135,3 +135,35 @@ def plot_published_bench():
 
 __all__ = ["brk_install", "decode_report", "decode_widget", "stp_events", "published_stp",
            "plot_published_stp", "plot_published_bench", "EXAMPLE_WORDS", "asm"]
+
+
+def stp_gains() -> pd.DataFrame:
+    """Seed 001's gains, computed from its own table beside the figure its text states."""
+    from ..published import seed_speedups
+
+    d = seed_speedups()
+    d = d[d["source"].str.startswith("001")]
+    return d[["bench", "unit", "before", "after", "speedup_pct", "stated_speedup", "agreement"]].reset_index(drop=True)
+
+
+def misaligned_stp(offset: int = -8, stp: str = "simulate") -> dict:
+    """Probe ``stp x29, x30, [sp, #offset]!`` whose new sp is not 16-aligned: the seed's simulation
+    sends SIGSEGV (SCTLR_EL1.SA0) yet has already moved sp and pc. With ``stp="xol"`` the copy runs
+    in Unicorn, which does not check sp alignment, so it completes; on hardware with SA0 set the
+    CPU itself would fault."""
+    from ..program import Assembler
+
+    a = Assembler("arm64", 0x400000)
+    a.function("f")
+    asm.emit(a, asm.stp(29, 30, 31, offset), asm.RET)
+    a.end_function()
+    proc = Arm64Process(stp=stp)
+    proc.load(a.link())
+    uprobe_register(proc, "f", CountingConsumer())
+    sp = 0x7FFFFFFDD000
+    regs = proc.regs()
+    regs.sp = sp
+    regs.flush()
+    result = proc.run(0x400000, 0x400004, max_insns=10)
+    return {"stp": stp, "signal": result.signal, "reason": result.reason, "sp_before": hex(sp),
+            "sp_after": hex(proc.sp), "pc_after": hex(proc.pc)}

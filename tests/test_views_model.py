@@ -1,0 +1,26 @@
+"""The chapter-05 widgets' logic: published marks, prices driving the chart, the breakdown."""
+from uprobe_lab import model
+from uprobe_lab.views import model as views
+
+
+def test_published_2024_columns_are_the_seed_rows():
+    pub = views.published_2024("intel")
+    assert list(pub.index) == list(views.SLIDER_BENCHES)
+    assert pub.loc["uretprobe-nop", "current"] == 1.487 and pub.loc["uretprobe-nop", "fix"] == 1.969
+
+
+def test_price_chart_follows_the_prices():
+    prof = model.get_profile("intel")
+    heights = lambda fig: [round(p.get_height(), 6) for p in fig.axes[0].patches]
+    base = heights(views.price_chart(prof))
+    cheaper = heights(views.price_chart(prof.with_prices(exception=prof.prices["exception"] / 2)))
+    assert len(base) == 2 * len(views.SLIDER_BENCHES)
+    assert all(c > b for c, b in zip(cheaper, base))  # every bench takes an exception: all get faster
+
+
+def test_breakdown_and_widgets_build():
+    fig = views.breakdown_for("intel")
+    assert fig.axes and views.x86_profile_names()
+    dropdown, _ = views.breakdown_widget().children
+    assert dropdown.value in views.x86_profile_names()
+    assert len(views.price_sliders("intel").children) == len(views.SLIDER_PRICES) + 1
