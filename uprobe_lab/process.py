@@ -116,9 +116,7 @@ class RegsView:
             return value
 
     def set(self, name: str, value: int) -> None:
-        if name not in self._orig:
-            self.get(name)
-        self._vals[name] = value & MASK64
+        self._vals[name] = value & MASK64  # a register never read is written back unconditionally
 
     def preset(self, name: str, value: int) -> None:
         """Record a value the hardware already put there (e.g. ip after syscall) without a write-back."""

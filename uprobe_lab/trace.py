@@ -53,7 +53,9 @@ class Trace:
     counts: Counter = field(default_factory=Counter)
     events: list[Event] = field(default_factory=list)
 
-    def emit(self, kind: str, n: int = 1, ip: int | None = None, note: str = "") -> None:
+    def emit(self, kind: str, n: int = 1, ip: int | None = None, note="") -> None:
+        """Count an event; when recording, keep it with its ip and note (a string, or a callable
+        that makes one - so the hot path never formats text nobody will read)."""
         self.counts[kind] += n
         if self.record:
             self.events.append(Event(len(self.events), kind, n, ip, note() if callable(note) else note))

@@ -345,7 +345,7 @@ def pre_ssout(proc, uprobe: Uprobe, regs, bp_vaddr: int) -> None:
     proc.arch_ops.arch_uprobe_pre_xol(proc, uprobe.arch, regs)
     utask.active_uprobe = uprobe
     utask.state = "SSTEP"
-    proc.trace.emit("xol_steps", ip=bp_vaddr, note=f"slot {utask.xol_slot} at {utask.xol_vaddr:#x}")
+    proc.trace.emit("xol_steps", ip=bp_vaddr, note=lambda: f"slot {utask.xol_slot} at {utask.xol_vaddr:#x}")
 
 
 def uprobe_post_sstep_notifier(proc) -> bool:
@@ -392,7 +392,7 @@ def prepare_uretprobe(proc, uprobe: Uprobe, regs, ri: ReturnInstance) -> None:
     ri.chained = chained
     utask.depth += 1
     utask.return_instances.append(ri)
-    proc.trace.emit("ri_pushed", ip=ri.func, note=f"return to {orig_ret_vaddr:#x}{' (chained)' if chained else ''}")
+    proc.trace.emit("ri_pushed", ip=ri.func, note=lambda: f"return to {orig_ret_vaddr:#x}{' (chained)' if chained else ''}")
 
 
 def cleanup_return_instances(proc, chained: bool, regs) -> None:
@@ -448,7 +448,7 @@ def handle_uretprobe_chain(proc, ri: ReturnInstance, regs) -> None:
             continue
         if consumer.session and consumer not in ri.session_consumers:
             continue
-        proc.trace.emit("consumers", ip=ri.func, note=f"{consumer.name} ret_handler")
+        proc.trace.emit("consumers", ip=ri.func, note=lambda: f"{consumer.name} ret_handler")
         consumer.ret_handler(regs, ri.func)
 
 

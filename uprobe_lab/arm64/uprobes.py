@@ -375,7 +375,7 @@ def el0_svc(proc) -> None:
     """svc #0: the syscall number in x8; only getpgid is served (returns 1)."""
     regs = proc.regs()
     nr = regs.get("x8")
-    proc.trace.emit("syscalls", ip=regs.ip, note=f"nr {nr}")
+    proc.trace.emit("syscalls", ip=regs.ip, note=lambda: f"nr {nr}")
     regs.set("x0", 1 if nr == 155 else -38 & MASK64)  # getpgid, else -ENOSYS
     regs.flush()
     proc.trace.emit("eret", ip=regs.ip)

@@ -493,7 +493,7 @@ def syscall_table(kernel: KernelVersion) -> dict:
 
 def do_syscall_64(proc, regs) -> None:
     """Dispatch a syscall; return by sysret when rcx/r11 allow it, else by iret (as the kernel does)."""
-    proc.trace.emit("syscalls", ip=regs.ip, note=f"nr {regs.ax}")
+    proc.trace.emit("syscalls", ip=regs.ip, note=lambda: f"nr {regs.ax}")
     handler = proc.syscalls.get(regs.ax)
     ret = handler(proc, regs) if handler else -ENOSYS
     if proc.signal:
