@@ -34,7 +34,7 @@ TABLE = [
     (asm.str_imm(1, 31, 16), "str x1, [sp, #0x10]", "xol", "xol"),
     (0xD503233F, "paciasp", "xol", "xol"),
     (0xD503245F, "bti c", "xol", "xol"),
-    (0xD53B4220, "mrs x0, daif", "xol", "xol"),
+    (0xD53B4220, "mrs x0, daif", "reject", "reject"),  # the one MRS decode-insn.c will not step
     (asm.b_imm(0x40), "b #0x1040", "simulate", "simulate"),
     (asm.b_imm(-0x40, link=True), "bl #0xfc0", "simulate", "simulate"),
     (asm.bcond("eq", 8), "b.eq #0x1008", "simulate", "simulate"),
@@ -54,7 +54,7 @@ TABLE = [
     (0xC85F7C20, "ldxr x0, [x1]", "reject", "reject"),
     (0xC8027C20, "stxr w2, x0, [x1]", "reject", "reject"),
     (0xD51B4220, "msr daif, x0", "reject", "reject"),
-    (0xD53BD040, "mrs x0, tpidr_el0", "reject", "reject"),
+    (0xD53BD040, "mrs x0, tpidr_el0", "xol", "xol"),  # every other MRS is stepped
     (0xD503205F, "wfe", "reject", "reject"),
 ]
 

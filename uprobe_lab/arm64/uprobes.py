@@ -95,9 +95,12 @@ def not_steppable_reason(insn: int) -> str:
         if insn_is("eret", insn) or insn_is("eret_auth", insn):
             return "eret is not steppable"
         if insn_is("mrs", insn):
+            # The kernel's comment says DAIF is the one exception *allowed*, but its code returns
+            # "steppable" for every register except DAIF - and a patch to flip it was refused: while
+            # stepping all DAIF bits are set, so reading DAIF would return the stepping mask. Code wins.
             if ((insn & 0x1FFFE0) >> 5) == AARCH64_INSN_SPCLREG_DAIF:
-                return ""
-            return "MRS may not return a correct value while single-stepping (only DAIF is allowed)"
+                return "MRS of DAIF would read the interrupt mask the single-step sets, not the program's"
+            return ""
         if insn_is("hint", insn) and not aarch64_insn_is_steppable_hint(insn):
             return "this HINT is not in the steppable whitelist"
         return ""
