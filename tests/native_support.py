@@ -18,3 +18,4 @@ def native_reason() -> str | None:
 
 NATIVE_REASON = native_reason()
 native = pytest.mark.skipif(NATIVE_REASON is not None, reason=f"native mode unavailable: {NATIVE_REASON}")
+

@@ -281,12 +281,12 @@ def test_cli_without_cap_sys_admin_exits_2():
 
 
 @native
-def test_cli_interrupted_releases_everything():
+def test_cli_interrupted_releases_everything(private_scratch):
     scratch = lambda: set(glob.glob(os.path.join(code.find_exec_dir(), "uprobe_lab-native-*")))  # noqa: E731
     before = scratch()
     proc = subprocess.Popen([sys.executable, "-m", "uprobe_lab", "bench", "--mode", "native", "uprobe-ret",
                              "--iterations", "2000000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=ENV)
+                            text=True, env={**ENV, code.ENV_DIR: str(private_scratch)})
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:  # wait until the bench file is mapped and probed
         try:

@@ -33,8 +33,9 @@ TABLE = [
     ("cc", "int3", "reject", "reject"),
     ("cd80", "int 0x80", "reject", "reject"),
     ("cf", "iretd", "reject", "reject"),
-    ("0f05", "syscall", "reject", "reject"),
-    ("0f0b", "ud2", "reject", "reject"),
+    ("0f05", "syscall", "xol", "xol"),  # every 0f xx passes good_insns_64 (bit 0x0f is set)
+    ("0f0b", "ud2", "xol", "xol"),
+    ("0faee8", "lfence", "xol", "xol"),
     ("f4", "hlt", "reject", "reject"),
     ("fa", "cli", "reject", "reject"),
     ("fb", "sti", "reject", "reject"),
@@ -45,6 +46,7 @@ TABLE = [
     ("8ed0", "mov ss, eax", "reject", "reject"),  # masks exceptions
     ("66eb00", "jmp 0x400003", "reject", "reject"),  # 0x66 branch
     ("488b0500000000", "mov rax, qword ptr [rip]", "reject", "reject"),  # lab: rip-relative XOL not modelled
+    ("62f1fe486f00", "vmovdqu64 zmm0, zmmword ptr [rax]", "reject", "reject"),  # EVEX: 0x62 is not good
 ]
 
 

@@ -7,3 +7,10 @@ class LabError(Exception):
 
 class ProcessKilled(LabError):
     """The emulated process got a fatal signal (as the kernel would deliver it)."""
+
+
+class SymbolNotFound(LabError, KeyError):
+    """A symbol the program does not have (a KeyError too, for code that looks names up)."""
+
+    def __str__(self) -> str:  # KeyError would print the message in quotes
+        return str(self.args[0])

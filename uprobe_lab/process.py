@@ -163,6 +163,7 @@ class EmulatedProcess:
     uc_arch = uc_mode = 0
     Regs = RegsView
     PC = SP = 0  # Unicorn ids of the program counter and stack pointer
+    EXEC_IMPLIES_READ = False  # True where page tables cannot express execute-only (x86)
 
     def __init__(self, kernel: str | KernelVersion | None = None, record: bool = False):
         from .uprobes import MmUprobes, UprobeTask  # the generic core keeps per-mm and per-task state
@@ -199,7 +200,7 @@ class EmulatedProcess:
             if start < m.end and m.start < start + size:
                 raise LabError(f"mapping {name!r} at {start:#x} overlaps {m.name} {m.start:#x}-{m.end:#x}")
         prot = (UC_PROT_READ if "r" in perms else 0) | (UC_PROT_WRITE if "w" in perms else 0)
-        prot |= UC_PROT_EXEC if "x" in perms else 0
+        prot |= (UC_PROT_EXEC | (UC_PROT_READ if self.EXEC_IMPLIES_READ else 0)) if "x" in perms else 0
         # Unicorn must be able to write our own bytes in (the kernel writes text through the page
         # cache, not through the user's permissions), so map writable first, then protect.
         self.uc.mem_map(start, size, UC_PROT_READ | UC_PROT_WRITE | UC_PROT_EXEC)

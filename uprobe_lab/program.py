@@ -10,6 +10,8 @@ from typing import Callable
 
 import capstone
 
+from .errors import SymbolNotFound
+
 CAPSTONE_MODES = {
     "x86_64": (capstone.CS_ARCH_X86, capstone.CS_MODE_64),
     "arm64": (capstone.CS_ARCH_ARM64, capstone.CS_MODE_ARM),
@@ -58,7 +60,7 @@ class Program:
             sym = self.symbols[name]
         except KeyError:
             known = ", ".join(sorted(self.symbols))
-            raise KeyError(f"no symbol {name!r} in this program; known symbols: {known}") from None
+            raise SymbolNotFound(f"no symbol {name!r} in this program; known symbols: {known}") from None
         if not 0 <= offset < max(sym.size, 1):
             raise ValueError(f"offset {offset} is outside {name} (size {sym.size})")
         return sym.addr + offset

@@ -383,7 +383,7 @@ def prepare_uretprobe(proc, uprobe: Uprobe, regs, ri: ReturnInstance) -> None:
     cleanup_return_instances(proc, chained, regs)
     if chained:
         if not utask.return_instances:
-            proc.dmesg.append("uprobe: handle tail call: no return instance (attack from user space?)")
+            proc.dmesg.append("uprobe: lab:1 failed to handle tail call")  # uprobe_warn(); "Likely ... an attack"
             return
         orig_ret_vaddr = utask.return_instances[-1].orig_ret_vaddr
     ri.func = regs.ip

@@ -1,9 +1,9 @@
 """Which architectures the native mode knows, as one small table.
 
 Each row says how to call perf_event_open on that architecture and where the bench bytes come
-from. x86_64 is the only architecture measured so far. The arm64 row is ready for the day
-``uprobe_lab.arm64.programs.bench_program`` exists, but native arm64 is UNTESTED: nothing in this
-package has run on an arm64 kernel yet.
+from. x86_64 is the only architecture measured so far. The arm64 row takes its bytes from
+``uprobe_lab.arm64.programs.bench_program``, but native arm64 is UNTESTED: nothing in this package
+has run on an arm64 kernel yet.
 """
 from __future__ import annotations
 

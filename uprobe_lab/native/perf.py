@@ -23,8 +23,6 @@ u16, u32, u64, s32 = ctypes.c_uint16, ctypes.c_uint32, ctypes.c_uint64, ctypes.c
 UPROBE_PMU_DIR = "/sys/bus/event_source/devices/uprobe"
 PERF_FLAG_FD_CLOEXEC = 1 << 3
 # _IO('$', n): the asm-generic ioctl encoding, the same on x86_64 and arm64
-PERF_EVENT_IOC_ENABLE = 0x2400
-PERF_EVENT_IOC_DISABLE = 0x2401
 PERF_EVENT_IOC_RESET = 0x2403
 
 # bits of the u64 that holds perf_event_attr's bit-fields (little-endian: first field = bit 0)
@@ -229,12 +227,6 @@ class UprobeEvent:
         """Zero the count (PERF_EVENT_IOC_RESET)."""
         self._ioctl(PERF_EVENT_IOC_RESET)
 
-    def enable(self) -> None:
-        self._ioctl(PERF_EVENT_IOC_ENABLE)
-
-    def disable(self) -> None:
-        """Stop counting; the probe stays installed until close()."""
-        self._ioctl(PERF_EVENT_IOC_DISABLE)
 
     def __enter__(self) -> "UprobeEvent":
         return self.open()

@@ -128,8 +128,7 @@ def jmp_rel32(src: int, target: int) -> bytes:
 # --- label-aware helpers -------------------------------------------------------------------
 
 def _patch_rel32(buf: bytearray, off: int, addr: int, target: int) -> None:
-    n = 5 if buf[off] in (0xE8, 0xE9) else 6  # e8/e9 rel32, or 0f 8x rel32
-    buf[off + n - 4 : off + n] = struct.pack("<i", target - (addr + n))
+    buf[off + 1 : off + 5] = struct.pack("<i", target - (addr + 5))  # e8/e9 rel32
 
 
 def _patch_rel8(buf: bytearray, off: int, addr: int, target: int) -> None:
@@ -156,11 +155,6 @@ JCC = {"jo": 0, "jno": 1, "jb": 2, "jae": 3, "je": 4, "jz": 4, "jne": 5, "jnz": 
 def jcc8(a: Assembler, cond: str, label: str) -> None:
     a.emit(bytes([0x70 + JCC[cond], 0]))
     a.fixup(label, _patch_rel8, 2)
-
-
-def jcc32(a: Assembler, cond: str, label: str) -> None:
-    a.emit(bytes([0x0F, 0x80 + JCC[cond], 0, 0, 0, 0]))
-    a.fixup(label, _patch_rel32, 6)
 
 
 ALU_RR = {"add": 0x01, "or": 0x09, "and": 0x21, "sub": 0x29, "xor": 0x31, "cmp": 0x39}

@@ -122,7 +122,7 @@ def _overlaps(proc, start: int) -> list:
 
 
 def _hole_upward(proc, low: int, high: int) -> int | None:
-    """vm_unmapped_area, bottom-up: the lowest free page in [low, high)."""
+    """vm_unmapped_area, bottom-up: the lowest free page in [low, high) (no stack guard gap modelled)."""
     addr = -(-low // PAGE_SIZE) * PAGE_SIZE
     while addr + PAGE_SIZE <= high:
         hit = _overlaps(proc, addr)
@@ -154,7 +154,10 @@ def find_nearest_trampoline(proc, vaddr: int) -> int | None:
 
 
 def get_uprobe_trampoline(proc, vaddr: int) -> int | None:
-    """A reachable [uprobes-trampoline] page: an existing one if any, else a new one (never unmapped)."""
+    """A reachable [uprobes-trampoline] page: an existing one if any, else a new one (never unmapped).
+
+    The kernel keeps them on an hlist with hlist_add_head, so the newest reachable one wins.
+    """
     for tramp in proc.mm.tramps:
         if is_reachable_by_call(tramp, vaddr):
             return tramp
@@ -162,7 +165,7 @@ def get_uprobe_trampoline(proc, vaddr: int) -> int | None:
     if tramp is None:
         return None
     proc.map(TRAMP_NAME, tramp, PAGE_SIZE, "r-xp", uprobe_trampoline_code(nop10_scheme(proc)))
-    proc.mm.tramps.append(tramp)
+    proc.mm.tramps.insert(0, tramp)
     return tramp
 
 

@@ -47,6 +47,7 @@ class X86Process(EmulatedProcess):
     uc_arch, uc_mode = UC_ARCH_X86, UC_MODE_64
     Regs = PtRegs
     PC, SP = X.UC_X86_REG_RIP, X.UC_X86_REG_RSP
+    EXEC_IMPLIES_READ = True  # protection_map[VM_EXEC] is PAGE_READONLY_EXEC: [uprobes] reads fine
     arch_ops = x86_uprobes
 
     def __init__(self, kernel=None, record: bool = False, count_insns: bool = False,

@@ -7,7 +7,16 @@ branches and pushes, XOL fixups, the return-address hijack, both uretprobe tramp
 
 What the lab leaves out: 32-bit and compat tasks, shadow stacks, seccomp, and rewriting
 RIP-relative operands for XOL (the kernel borrows a scratch register; the lab refuses such a
-probe with an error that says so). Capstone stands in for the kernel's instruction decoder.
+probe with an error that says so). Also: abort_xol / xol_was_trapped (a fault inside the XOL step
+kills the process at the slot address instead of restarting at the probe), arch_uprobe_ignore,
+the "mangled call" fallback of a call whose emulated push fails, and the kernel's reading of VEX
+instructions in branch_setup_xol_ops: its decoder takes the byte after a VEX prefix as the opcode,
+so by the code a VEX instruction whose opcode byte is 0x70-0x7f or 0x90 would be taken for a jcc
+or a nop and emulated; not checked on a live kernel, so the lab steps every VEX instruction out of
+line. Capstone stands in for the kernel's instruction decoder.
+
+sys_uretprobe is the merged, hardened form (fa6192adc32f, March 2025, backported to stable) on
+every version; released 6.11 did not yet refuse a call when no [uprobes] page exists.
 """
 from __future__ import annotations
 
@@ -45,17 +54,16 @@ def _bitmap(rows: str) -> set[int]:
     return {i for i, b in enumerate(bits) if b == "1"}
 
 
-# good_insns_64 and good_2byte_insns, one row of 16 opcodes per line (0 = refused).
+# good_insns_64, one row of 16 opcodes per line (0 = refused).
 GOOD_INSNS_64 = _bitmap("""
 1111110011111101 1111110011111100 1111111011111110 1111111011111110
 1111111111111111 1111111111111111 0001111111110000 1111111111111111
 1101111111111111 1111111111011111 1111111111111111 1111111111111111
 1111111111110000 1111000111111111 1111000011010000 1011011111001111""")
-GOOD_2BYTE_INSNS = _bitmap("""
-0011100000101111 1111111111111111 1111111111111111 0111001011111111
-1111111111111111 1111111111111111 1111111111111111 1111111100111111
-1111111111111111 1111111111111111 1111111111111101 1111111111111111
-1111111111111111 1111111111111111 1111111111111111 1111111111111111""")
+# The kernel also has good_2byte_insns, but for a 64-bit task it is never consulted: bit 0x0f is set in
+# good_insns_64, so uprobe_init_insn() accepts every two-byte opcode (0f xx) on its first test. Checked on
+# a 6.18 host: uprobes attach to syscall (0f 05) and ud2 (0f 0b) and refuse int3, hlt and EVEX (62 ...).
+
 
 LEGACY_PREFIXES = {0xF0, 0xF2, 0xF3, 0x2E, 0x36, 0x3E, 0x26, 0x64, 0x65, 0x66, 0x67}
 BAD_PREFIXES = {0x26: "ES segment", 0x2E: "CS segment", 0x36: "SS segment", 0x3E: "DS segment", 0xF0: "lock"}
@@ -175,13 +183,11 @@ def uprobe_init_insn(insn: Insn) -> None:
     if not insn.vex and (op1 == 0x17 or (op1 == 0x8E and insn.modrm is not None and (insn.modrm >> 3) & 7 == 2)):
         raise UnprobeableInstruction(f"{insn.mnemonic} {insn.op_str}: a move to %ss masks exceptions for one "
                                      "instruction, so it cannot be single-stepped (insn_masking_exception)")
-    if op1 in GOOD_INSNS_64 and not (op1 == 0x0F and not insn.vex):
-        return
-    if op1 == 0x0F and not insn.vex and len(insn.opcode) >= 2 and insn.opcode[1] in GOOD_2BYTE_INSNS:
+    if op1 in GOOD_INSNS_64:
         return
     raise UnprobeableInstruction(
         f"{insn.mnemonic} {insn.op_str}".strip() + f" (opcode {insn.opcode.hex(' ')}) is not in the kernel's good_insns "
-        "tables: uprobes cannot probe it (int3/int N/iret/syscall/ud2/hlt/cli/sti/in/out...); "
+        "table: uprobes cannot probe it (int3/int N/iret/hlt/cli/sti/in/out...); "
         "pick a neighbouring instruction")
 
 
@@ -367,17 +373,26 @@ def arch_uprobe_pre_xol(proc, auprobe: ArchUprobe, regs) -> None:
 
 
 def arch_uprobe_post_xol(proc, auprobe: ArchUprobe, regs) -> int:
+    """Fix up after the out-of-line step (default_post_xol_op), then settle the trap flag.
+
+    A program that was itself single-stepping (TF set before the probe) gets the SIGTRAP its step
+    owed it; a stepped popf keeps the TF it may have loaded (UPROBE_FIX_SETF)."""
     utask = proc.utask
-    err = 0
+    send_sigtrap = utask.saved_tf
     if auprobe.fixups & UPROBE_FIX_IP:
         regs.ip = regs.ip + utask.vaddr - utask.xol_vaddr
     elif auprobe.fixups & UPROBE_FIX_CALL:
         regs.sp = regs.sp + 8  # pop the return address the XOL copy pushed...
         if not emulate_push_stack(proc, regs, utask.vaddr + auprobe.length):  # ...push the real one
-            regs.ip = utask.vaddr
+            regs.ip = utask.vaddr  # -ERESTART: run the probed call again
+            send_sigtrap = False
+    if auprobe.fixups & UPROBE_FIX_SETF:
+        utask.saved_tf = True
+    if send_sigtrap:
+        proc.force_sig("SIGTRAP", f"the program was single-stepping through the probed insn at {utask.vaddr:#x}")
     if not utask.saved_tf:
         regs.flags = regs.flags & ~X86_EFLAGS_TF
-    return err
+    return 0
 
 
 # --- return probes ------------------------------------------------------------------------
@@ -499,6 +514,8 @@ def do_syscall_64(proc, regs) -> None:
     if proc.signal:
         return
     regs.ax = ret & MASK64
+    # do_syscall_64 also checks cs/ss and (with 5-level paging) a wider canonical range; the lab
+    # models 4-level paging, where a user ip below 2**47 is canonical
     sysret_ok = (regs.cx == regs.ip and regs.r11 == regs.flags
                  and not regs.flags & (X86_EFLAGS_TF | X86_EFLAGS_RF) and regs.ip < (1 << 47))
     proc.trace.emit("sysret" if sysret_ok else "iret", ip=regs.ip)
