@@ -90,11 +90,8 @@ def cmd_reproduce(args) -> int:
     parts = []
     for name in model.profile_names():
         cpu, arch = model.PROFILES[name]
-        if not model.emulator_available(arch):
-            continue
         prof = model.get_profile(name)
-        for r in repro[(repro["cpu"] == cpu) & (repro["role"] != model.ROLE_PENDING)].drop_duplicates(
-                ["bench", "kernel"]).itertuples(index=False):
+        for r in repro[repro["cpu"] == cpu].drop_duplicates(["bench", "kernel"]).itertuples(index=False):
             if r.bench in ("usermode-count",):
                 continue
             parts.append((f"{name.split('-')[0]} {r.kernel} {r.bench}",
@@ -111,10 +108,13 @@ def cmd_reproduce(args) -> int:
     print()
     print("median |error| % per seed table:")
     print(model.error_summary(repro).to_string(index=False, float_format=lambda v: f"{v:.1f}"))
-    pending = repro[repro["role"] == model.ROLE_PENDING]
-    if len(pending):
-        print(f"\n{len(pending)} rows await an emulator this build lacks "
-              f"({', '.join(sorted(set(pending['arch'])))}): predicted_mops left empty, role {model.ROLE_PENDING}")
+    ref = model.reference_dependence(repro)
+    if len(ref):
+        print(f"\nrole {model.ROLE_HELDOUT_REF}: held out from the fit, but priced with a reference measurement "
+              "of the same patch from outside the seeds (model.REFERENCE_DIFFERENCES); fitted without it:")
+        print(ref[["source", "bench", "variant", "published_mops", "predicted_mops", "error_pct",
+                   "predicted_mops_no_ref", "error_pct_no_ref"]].drop_duplicates(["bench", "variant"]).to_string(
+            index=False, float_format=lambda v: f"{v:.3f}"))
     print(f"wrote {out}/reproduction.csv and {len(list(out.glob('*.png')))} charts")
     return 0
 

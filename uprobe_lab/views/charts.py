@@ -82,13 +82,15 @@ def breakdown_chart(rows) -> Figure:
 
 
 def error_chart(repro) -> Figure:
-    """Model error per row, fit vs held-out."""
+    """Model error per row: fit, held-out, and held-out but priced with an outside reference (heldout-ref)."""
     fig = Figure(figsize=(8, 4), layout="constrained")
     ax = fig.add_subplot()
     done = repro.dropna(subset=["predicted_mops"]).reset_index(drop=True)
-    for role, color in (("fit", BEFORE_COLOR), ("heldout", AFTER_COLOR)):
+    for role, color, marker in (("fit", BEFORE_COLOR, "o"), ("heldout", AFTER_COLOR, "o"),
+                                ("heldout-ref", AFTER_COLOR, "^")):
         part = done[done["role"] == role]
-        ax.scatter(part.index, part["error_pct"], color=color, label=role, s=18)
+        if len(part):
+            ax.scatter(part.index, part["error_pct"], color=color, marker=marker, label=role, s=18)
     ax.axhspan(-10, 10, color="0.9", zorder=0)
     ax.axhline(0, color="0.5", lw=0.8)
     ax.set_ylabel("model error %")

@@ -15,7 +15,7 @@ SLIDER_BENCHES = ("uprobe-nop", "uprobe-ret", "uretprobe-nop", "uretprobe-ret")
 
 
 def x86_profile_names() -> list[str]:
-    return [n for n in model.profile_names() if model.emulator_available(model.PROFILES[n][1])]
+    return model.profile_names("x86_64")
 
 
 def breakdown_for(profile_name: str, kernels=("6.10", "6.11", "6.18"), benches=BREAKDOWN_BENCHES) -> Figure:
