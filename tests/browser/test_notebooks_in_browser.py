@@ -44,6 +44,17 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def stop_server(proc: subprocess.Popen, log) -> None:
+    """Stop a server we started, however the test went: politely, then by force."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    log.close()
+
+
 @pytest.fixture(scope="session")
 def sync_playwright():
     if not os.access(CHROMIUM, os.X_OK):
@@ -89,13 +100,7 @@ def lab_server(sync_playwright, tmp_path_factory):
                 time.sleep(0.3)
         yield {"base": base, "token": token, "log": tmp / "server.log"}
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+        stop_server(proc, log)
 
 
 @pytest.fixture(scope="session")
@@ -328,10 +333,4 @@ def test_lecture_mode_voila(browser, screenshot_dir, tmp_path):
         page.screenshot(path=str(screenshot_dir / "lecture_01_voila.png"))
     finally:
         context.close()
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+        stop_server(proc, log)
