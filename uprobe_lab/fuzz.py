@@ -27,7 +27,6 @@ from .errors import LabError
 from .kernel import KERNELS, get_kernel
 from .uprobes import CountingConsumer, UnprobeableInstruction, UprobeConsumer, uprobe_register
 
-REDZONE = 128
 X86_PUSHED = 32  # call: return address; trampoline: rcx, r11, rax
 
 

@@ -13,7 +13,6 @@ from .errors import LabError
 __NR_getpgid = 121
 __NR_uretprobe = 335  # merged number (arch/x86/entry/syscalls/syscall_64.tbl); v1 of the patch used 462
 __NR_uprobe = 336  # 6.18
-__NR_uretprobe_v1 = 462  # seed 002_092cc4b90f5a8685.txt; renumbered 463 -> 467 -> 335 during the 6.11 cycle
 
 URETPROBE_SYSCALL_HISTORY = [
     (462, "v1 on the list (seed 002)"),

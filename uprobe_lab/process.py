@@ -22,7 +22,6 @@ PAGE_SIZE = 0x1000
 MASK64 = (1 << 64) - 1
 DEFAULT_MAX_INSNS = 10_000_000  # every run is guarded: no emulation can spin forever
 
-SIGNALS = {"SIGILL": 4, "SIGTRAP": 5, "SIGSEGV": 11}
 
 
 @dataclass

@@ -25,8 +25,6 @@ PAGE = 0x1000
 PAD = asm.b(asm.brk(0x3E8))
 __NR_getpgid = 155  # include/uapi/asm-generic/unistd.h
 
-BENCH_TARGETS = {"nop": "uprobe_target_nop", "push": "uprobe_target_push", "ret": "uprobe_target_ret"}
-
 
 def emit_producer_loop(a: Assembler) -> None:
     """producer_loop(n, target): call target n times; x19/x20 are callee-saved."""

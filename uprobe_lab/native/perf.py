@@ -27,8 +27,6 @@ PERF_EVENT_IOC_RESET = 0x2403
 
 # bits of the u64 that holds perf_event_attr's bit-fields (little-endian: first field = bit 0)
 ATTR_DISABLED = 1 << 0
-ATTR_EXCLUDE_KERNEL = 1 << 5
-ATTR_EXCLUDE_HV = 1 << 6
 
 PERF_ATTR_SIZE_VER5 = 112
 PERF_ATTR_SIZE_VER8 = 136

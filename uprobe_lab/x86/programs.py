@@ -18,15 +18,6 @@ TEXT_BASE = 0x400000
 PAGE = 0x1000
 PAD = asm.INT3  # padding between functions; a stray jump there traps
 
-BENCH_TARGETS = {
-    "nop": "uprobe_target_nop",
-    "push": "uprobe_target_push",
-    "ret": "uprobe_target_ret",
-    "nop5": "uprobe_target_nop5",
-    "nop5-pagecross": "uprobe_target_nop5_pagecross",
-}
-
-
 def emit_producer_loop(a: Assembler) -> None:
     """producer_loop(n, target): call target n times. rbx/r12 are callee-saved; rbp keeps rsp 16-aligned."""
     a.function("producer_loop")

@@ -22,9 +22,9 @@ from ..kernel import __NR_uprobe
 from ..program import Assembler, Program
 from ..uprobes import CountingConsumer, uprobe_register
 from . import asm
+from .optimize import REDZONE_SIZE
 
 REDZONE_BASE = 0x500000
-REDZONE_SIZE = 128
 SLOT = -8  # where the leaf keeps its live value
 PAD = asm.INT3
 SITE_OFFSET = len(asm.mov_store_rsp_disp8("rdi", SLOT))  # the probe site follows the store
