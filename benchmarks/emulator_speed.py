@@ -3,8 +3,11 @@
     python benchmarks/emulator_speed.py [--iterations N] [--skip-notebooks]
 
 The baseline runs the same producer loop over ``uprobe_target_nop`` with an int3 on its nop and an
-empty interrupt hook, in the same process: the cost of Unicorn plus one Python callback per hit.
-Each bench's ratio is its emulated hits/s over that baseline. Figures, not assertions.
+interrupt hook that only counts, in the same process: the cost of Unicorn plus one Python callback
+per hit. Each bench's ratio is its emulated hits/s over that baseline. Before the benches, uprobe-nop
+is run with its #BP entry built up step by step (nothing; pt_regs loaded and flushed; plus the six
+events of a hit; the whole kernel path), so the figures say where a hit's time goes.
+Figures, not assertions.
 """
 from __future__ import annotations
 
@@ -20,8 +23,9 @@ from uprobe_lab.bench import bench_names, run_bench
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _bare_loop(iterations: int, hook) -> float:
-    """hits/s of the producer loop over uprobe_target_nop with an int3 on its nop, in a raw Unicorn."""
+def bare_unicorn_hits_per_s(iterations: int) -> float:
+    """hits/s of the producer loop over uprobe_target_nop with an int3 on its nop, in a raw Unicorn
+    whose interrupt hook only counts."""
     from unicorn import UC_ARCH_X86, UC_MODE_64, Uc
     from unicorn import x86_const as X
 
@@ -32,7 +36,7 @@ def _bare_loop(iterations: int, hook) -> float:
     code = bytearray(program.code)
     code[target - program.base] = 0xCC  # the breakpoint, with nobody behind it
     uc = Uc(UC_ARCH_X86, UC_MODE_64)
-    uc.mem_map(program.base, len(code))
+    uc.mem_map(program.base, -(-len(code) // 0x1000) * 0x1000)
     uc.mem_write(program.base, bytes(code))
     stack, exit_addr = 0x7FF000000000, 0x7FF000100000
     uc.mem_map(stack, 0x10000)
@@ -43,11 +47,10 @@ def _bare_loop(iterations: int, hook) -> float:
     uc.reg_write(X.UC_X86_REG_RSI, target)
     hits = [0]
 
-    def counted(uc, intno, data):
+    def count(uc, intno, data):
         hits[0] += 1
-        hook(uc)
 
-    uc.hook_add(UC_HOOK_INTR, counted)
+    uc.hook_add(UC_HOOK_INTR, count)
     t0 = time.perf_counter()
     uc.emu_start(program.resolve("producer_loop"), exit_addr, count=iterations * 100)
     elapsed = time.perf_counter() - t0
@@ -55,30 +58,46 @@ def _bare_loop(iterations: int, hook) -> float:
     return iterations / elapsed
 
 
-def bare_unicorn_hits_per_s(iterations: int) -> float:
-    return _bare_loop(iterations, lambda uc: None)
+def _nop_hits_per_s(iterations: int, int3_entry=None, count_events: bool = True) -> float:
+    """uprobe-nop on the lab's x86 process, optionally with its #BP entry swapped for a stand-in."""
+    from uprobe_lab.bench import _prepare, bench_spec
+    from uprobe_lab.trace import Trace
+    from uprobe_lab.x86 import uprobes as x86_uprobes
+
+    proc, _, target = _prepare(bench_spec("uprobe-nop"), "x86_64", None, False, {})
+    proc.call("producer_loop", 16, target)
+    real_entry, real_emit = x86_uprobes.exc_int3, Trace.emit
+    try:
+        x86_uprobes.exc_int3 = int3_entry or real_entry
+        if not count_events:
+            Trace.emit = lambda self, kind, n=1, ip=None, note="": None
+        t0 = time.perf_counter()
+        proc.call("producer_loop", iterations, target, max_insns=iterations * 1000)
+        return iterations / (time.perf_counter() - t0)
+    finally:
+        x86_uprobes.exc_int3, Trace.emit = real_entry, real_emit
 
 
-def python_kernel_floor_hits_per_s(iterations: int) -> float:
-    """The least any Python kernel model must do per hit: read rip and rflags (two C calls into Unicorn
-    through ctypes, as the lab makes them) and count a handful of events. An upper bound for uprobe-nop."""
-    from collections import Counter
+def _pt_regs_only(proc) -> None:
+    proc.task_pt_regs().flush()
 
-    from unicorn import x86_const as X
 
-    from uprobe_lab.process import register_access
+def _pt_regs_and_six_events(proc) -> None:
+    regs = proc.task_pt_regs()
+    for kind in ("exceptions", "exc_bp", "probe_lookups", "consumers", "emulated", "iret"):
+        proc.trace.emit(kind)
+    regs.flush()
 
-    counts = Counter()
-    access = {}
 
-    def minimal(uc):
-        read = access.get("read") or access.setdefault("read", register_access(uc)[0])
-        read(X.UC_X86_REG_RIP)
-        read(X.UC_X86_REG_RFLAGS)
-        for kind in ("exceptions", "exc_bp", "probe_lookups", "consumers", "emulated", "iret"):
-            counts[kind] += 1
-
-    return _bare_loop(iterations, minimal)
+def where_the_time_goes(iterations: int) -> list[tuple[str, float]]:
+    """uprobe-nop hits/s with the kernel's part built up step by step, in one process each."""
+    return [
+        ("#BP entry does nothing", _nop_hits_per_s(iterations, lambda proc: None)),
+        ("+ pt_regs loaded and flushed", _nop_hits_per_s(iterations, _pt_regs_only)),
+        ("+ six events counted", _nop_hits_per_s(iterations, _pt_regs_and_six_events)),
+        ("the kernel path, events not counted", _nop_hits_per_s(iterations, count_events=False)),
+        ("the kernel path (uprobe-nop as measured)", _nop_hits_per_s(iterations)),
+    ]
 
 
 def notebook_seconds() -> dict[str, float]:
@@ -117,10 +136,10 @@ def main() -> None:
     args = parser.parse_args()
 
     bare = bare_unicorn_hits_per_s(args.iterations * 5)
-    floor = python_kernel_floor_hits_per_s(args.iterations * 5)
-    print(f"bare Unicorn loop (int3 + empty hook): {bare / 1e6:.3f}M hits/s")
-    print(f"floor for any Python kernel (2 register reads + counting): {floor / 1e6:.3f}M hits/s, "
-          f"ratio {floor / bare:.3f}")
+    print(f"bare Unicorn loop (int3 + a hook that only counts): {bare / 1e6:.3f}M hits/s")
+    print(f"uprobe-nop, where the time goes{'':<20}{'hits/s':>10}{'us/hit':>8}{'ratio':>7}")
+    for label, rate in where_the_time_goes(args.iterations * 5):
+        print(f"  {label:<48}{rate:>10,.0f}{1e6 / rate:>8.2f}{rate / bare:>7.3f}")
     print(f"{'bench':<26}{'emulated hits/s':>16}{'ratio':>8}")
     for name in bench_names("x86_64"):
         r = run_bench(name, "x86_64", "6.18", args.iterations)

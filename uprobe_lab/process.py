@@ -54,11 +54,12 @@ class RunResult:
         return f"<RunResult {self.stop}{extra} at {self.ip:#x}{': ' + self.reason if self.reason else ''}>"
 
 
-# Register access is the emulator's hottest call. Unicorn's own binding converts every argument on
-# each call (~0.5 us); the same C functions without argtypes, given ready-made ctypes arguments,
-# cost half that.
+# Register and memory access are the emulator's hottest calls. Unicorn's own binding converts every
+# argument on each call (~0.5 us); the same C functions without argtypes, given ready-made ctypes
+# arguments, cost half that, and one batch call moves all of pt_regs for little more than one register.
 _libunicorn = ctypes.CDLL(uclib._name)
 _uc_reg_read, _uc_reg_write = _libunicorn.uc_reg_read, _libunicorn.uc_reg_write
+_uc_reg_read_batch, _uc_reg_write_batch = _libunicorn.uc_reg_read_batch, _libunicorn.uc_reg_write_batch
 _uc_mem_read, _uc_mem_write = _libunicorn.uc_mem_read, _libunicorn.uc_mem_write
 
 
@@ -89,70 +90,63 @@ def register_access(uc: Uc):
     return read, write
 
 
-class RegsView:
-    """A pt_regs-shaped view of the CPU for one kernel entry.
+class RegsView(ctypes.Structure):
+    """A pt_regs-shaped block of the CPU registers, as the kernel sees them on entry.
 
-    Reads go to Unicorn lazily (each costs a ctypes call) and are cached; writes are kept until
-    ``flush()``, which writes back only registers whose value changed. That keeps the common
-    probe hit - read ip, run consumers, emulate a nop - down to one register read.
-    Subclasses set ``UC_REGS`` (pt_regs name -> Unicorn register id).
+    ``load()`` fills it with one batch read, as the entry code saves every register into pt_regs;
+    ``flush()`` writes the whole set back with one batch write, as the exit path restores it, and
+    only if something changed. Fields are 64-bit: values wrap modulo 2**64. A block flushed after
+    the CPU moved on would put old values back: load, change, flush, within one stop.
+    Subclasses set ``UC_REGS`` (pt_regs name -> Unicorn register id, in pt_regs order) and
+    ``_fields_ = pt_regs_fields(UC_REGS)``.
     """
 
     UC_REGS: dict[str, int] = {}
-    __slots__ = ("_proc", "_vals", "_orig")
 
-    def __init__(self, proc: "EmulatedProcess"):
+    def bind(self, proc: "EmulatedProcess") -> "RegsView":
+        """Tie this block to a process's CPU: the batch calls get a pointer to each field."""
+        count = len(self.UC_REGS)
+        base = ctypes.addressof(self)
         self._proc = proc
-        self._vals: dict[str, int] = {}
-        self._orig: dict[str, int] = {}
+        ids = (ctypes.c_int * count)(*self.UC_REGS.values())
+        self._batch = (proc._uch, ids, (ctypes.c_void_p * count)(*(base + 8 * i for i in range(count))),
+                       ctypes.c_int(count))
+        return self
 
-    def get(self, name: str) -> int:
-        try:
-            return self._vals[name]
-        except KeyError:
-            value = self._proc.reg_read(self.UC_REGS[name])
-            self._vals[name] = self._orig[name] = value
-            return value
-
-    def set(self, name: str, value: int) -> None:
-        self._vals[name] = value & MASK64  # a register never read is written back unconditionally
-
-    def preset(self, name: str, value: int) -> None:
-        """Record a value the hardware already put there (e.g. ip after syscall) without a write-back."""
-        self._vals[name] = self._orig[name] = value & MASK64
-
-    def changed(self) -> dict[str, int]:
-        return {n: v for n, v in self._vals.items() if self._orig.get(n) != v}
+    def load(self) -> "RegsView":
+        if _uc_reg_read_batch(*self._batch):
+            raise LabError("Unicorn refused to read the registers")
+        self._entry = bytes(self)
+        return self
 
     def flush(self) -> None:
-        orig = self._orig
-        for name, value in self._vals.items():
-            if orig.get(name) != value:
-                self._proc.reg_write(self.UC_REGS[name], value)
-                orig[name] = value
+        entry = self._entry
+        if bytes(self) == entry:
+            return
+        if _uc_reg_write_batch(*self._batch):
+            raise LabError("Unicorn refused to write the registers")
+        ip = type(self).ip.offset
+        if self.ip != int.from_bytes(entry[ip : ip + 8], "little"):
+            # Unicorn 2.1 keeps a pc written from inside a hook only through the one-register call
+            self._proc.reg_write(self._proc.PC, self.ip)
+        self._entry = bytes(self)
+
+    def get(self, name: str) -> int:
+        return getattr(self, name)
+
+    def set(self, name: str, value: int) -> None:
+        setattr(self, name, value)
 
     def as_dict(self) -> dict[str, int]:
-        return {name: self.get(name) for name in self.UC_REGS}
+        return {name: getattr(self, name) for name in self.UC_REGS}
 
     def __repr__(self) -> str:
         return " ".join(f"{n}={v:#x}" for n, v in self.as_dict().items())
 
 
-def _reg_property(name: str) -> property:
-    def fget(self):
-        value = self._vals.get(name)  # the common case, without a method call
-        return self.get(name) if value is None else value
-
-    def fset(self, value):
-        self.set(name, value)
-
-    return property(fget, fset, doc=f"pt_regs->{name}")
-
-
-def _make_reg_properties(cls):
-    for name in cls.UC_REGS:
-        setattr(cls, name, _reg_property(name))
-    return cls
+def pt_regs_fields(uc_regs: dict[str, int]) -> list[tuple[str, type]]:
+    """ctypes ``_fields_`` for a RegsView subclass: one 64-bit field per register, in order."""
+    return [(name, ctypes.c_uint64) for name in uc_regs]
 
 
 class EmulatedProcess:
@@ -179,9 +173,19 @@ class EmulatedProcess:
         self.program = None
         self._uch = ctypes.c_void_p(self.uc._uch.value)
         self.reg_read, self.reg_write = register_access(self.uc)  # reg_read(UC_*_REG_...) -> int
+        self._pt_regs = self.Regs().bind(self)
+
+    def task_pt_regs(self) -> RegsView:
+        """The task's pt_regs, filled from the CPU as the kernel entry code does.
+
+        As with the kernel's task_pt_regs() it is one block per task (at the top of its kernel
+        stack), reused by every entry: valid until the next one. ``regs()`` gives a block to keep.
+        """
+        return self._pt_regs.load()
 
     def regs(self) -> RegsView:
-        return self.Regs(self)
+        """The registers as pt_regs, in a block of their own: read them, or change and ``flush()``."""
+        return self.Regs().bind(self).load()
 
     @property
     def pc(self) -> int:

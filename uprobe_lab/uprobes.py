@@ -63,12 +63,10 @@ class CountingConsumer(UprobeConsumer):
     """What the kernel bench attaches: a BPF program that only increments a hit counter.
 
     With ``ret=True`` it counts at function return, like the bench's uretprobe programs.
-    ``seen`` keeps the last registers it saw, for tests and notebooks.
     """
 
     def __init__(self, ret: bool = False, name: str = ""):
         self.hits = 0
-        self.seen: dict | None = None
         self.funcs: list[int] = []
         if ret:
             super().__init__(ret_handler=self._count_ret, name=name or "count-return")

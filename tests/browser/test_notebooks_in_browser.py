@@ -72,6 +72,9 @@ def lab_server(sync_playwright, tmp_path_factory):
     # Render every cell (no virtual windowing), so the DOM holds all outputs and the screenshot shows them;
     # no "get notified about Jupyter news?" toast over the screenshot (and no request for it).
     (settings / "tracker.jupyterlab-settings").write_text(json.dumps({"windowingMode": "none"}))
+    # no autosave: the server root is the repo, and a run must not write outputs into its notebooks
+    (settings.parent / "docmanager-extension").mkdir()
+    (settings.parent / "docmanager-extension" / "plugin.jupyterlab-settings").write_text(json.dumps({"autosave": False}))
     (settings.parent / "apputils-extension").mkdir()
     (settings.parent / "apputils-extension" / "notification.jupyterlab-settings").write_text(
         json.dumps({"fetchNews": "false", "checkForUpdates": False}))

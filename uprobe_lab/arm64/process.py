@@ -12,7 +12,7 @@ from __future__ import annotations
 from unicorn import UC_ARCH_ARM64, UC_HOOK_CODE, UC_HOOK_INTR, UC_MODE_ARM
 from unicorn import arm64_const as A
 
-from ..process import EmulatedProcess, LabError, PAGE_SIZE, RegsView, _make_reg_properties
+from ..process import EmulatedProcess, LabError, PAGE_SIZE, RegsView, pt_regs_fields
 from .. import uprobes as core
 from . import uprobes as arm64_uprobes
 from .stp import STP_STORES
@@ -25,7 +25,6 @@ XOL_PAGE = core.TASK_SIZE - PAGE_SIZE  # where get_xol_area() maps [uprobes]
 EXCP_UDEF, EXCP_SWI, EXCP_BKPT = 1, 2, 7  # Unicorn/QEMU interrupt numbers
 
 
-@_make_reg_properties
 class PtRegs(RegsView):
     """arm64 struct user_pt_regs: regs[0..30], sp, pc (``ip``, instruction_pointer()), pstate.
 
@@ -36,7 +35,7 @@ class PtRegs(RegsView):
     UC_REGS = {**{f"x{i}": getattr(A, f"UC_ARM64_REG_X{i}") for i in range(29)},
                "x29": A.UC_ARM64_REG_X29, "x30": A.UC_ARM64_REG_X30,
                "sp": A.UC_ARM64_REG_SP, "ip": A.UC_ARM64_REG_PC, "pstate": A.UC_ARM64_REG_NZCV}
-    __slots__ = ()
+    _fields_ = pt_regs_fields(UC_REGS)
 
     pc = property(lambda self: self.get("ip"), lambda self, v: self.set("ip", v))
     fp = property(lambda self: self.get("x29"), lambda self, v: self.set("x29", v))

@@ -12,7 +12,7 @@ from unicorn import UC_ARCH_X86, UC_HOOK_CODE, UC_HOOK_INSN, UC_HOOK_INTR, UC_MO
 from unicorn import x86_const as X
 
 from ..errors import LabError, ProcessKilled
-from ..process import EmulatedProcess, RegsView, _make_reg_properties
+from ..process import EmulatedProcess, RegsView, pt_regs_fields
 from . import uprobes as x86_uprobes
 
 X86_EFLAGS_TF = 0x100
@@ -23,7 +23,6 @@ STACK_SIZE = 0x21000
 EXIT_ADDR = 0x7FFFF7FF0000  # unmapped: returning here ends a call() (Unicorn stops before fetching)
 
 
-@_make_reg_properties
 class PtRegs(RegsView):
     """x86-64 struct pt_regs, by the kernel's field names (ax, cx, r11, ip, flags, sp, ...)."""
 
@@ -34,7 +33,7 @@ class PtRegs(RegsView):
         "dx": X.UC_X86_REG_RDX, "si": X.UC_X86_REG_RSI, "di": X.UC_X86_REG_RDI, "ip": X.UC_X86_REG_RIP,
         "flags": X.UC_X86_REG_RFLAGS, "sp": X.UC_X86_REG_RSP,
     }
-    __slots__ = ()
+    _fields_ = pt_regs_fields(UC_REGS)
 
 
 GPRS = [n for n in PtRegs.UC_REGS if n not in ("ip", "flags")]
@@ -84,18 +83,14 @@ class X86Process(EmulatedProcess):
             self.force_sig("SIGSEGV", f"unexpected interrupt {intno}")
 
     def _on_syscall(self, uc, user_data):
-        regs = self.regs()
-        rip = regs.get("ip")
-        next_ip = rip + SYSCALL_INSN_SIZE
+        regs = self.task_pt_regs()
+        next_ip = regs.ip + SYSCALL_INSN_SIZE
         # What the syscall instruction itself does (Unicorn does neither):
-        regs.set("cx", next_ip)
-        regs.set("r11", regs.get("flags"))
-        regs.preset("ip", next_ip)  # pt_regs->ip is the instruction after syscall
+        regs.cx = next_ip
+        regs.r11 = regs.flags
+        regs.ip = next_ip  # pt_regs->ip is the instruction after syscall
         x86_uprobes.do_syscall_64(self, regs)
-        final_ip = regs.get("ip")
-        regs.preset("ip", rip)  # Unicorn's rip still points at the syscall...
-        if final_ip != next_ip:
-            regs.set("ip", final_ip - SYSCALL_INSN_SIZE)  # ...and Unicorn adds 2 after this hook
+        regs.ip -= SYSCALL_INSN_SIZE  # Unicorn's rip still points at the syscall and it adds 2 after this hook
         regs.flush()
 
     # --- conveniences for notebooks and tests ---
