@@ -1,4 +1,5 @@
 """The pt_regs block: one batch read on entry, one batch write on exit, and only when something changed."""
+import pytest
 from unicorn import arm64_const as A
 from unicorn import x86_const as X
 
@@ -77,3 +78,11 @@ def test_a_pc_written_from_the_arm64_step_hook_is_kept():
     proc.call("producer_loop", 3, proc.program.resolve("uprobe_target_push"))
     events = proc.trace.since(before)
     assert consumer.hits == 3 and events["xol_steps"] == 3 and events["exc_step"] == 3
+
+
+def test_a_misspelt_register_is_an_error_not_a_new_attribute():
+    regs = make_process("x86_64").regs()
+    with pytest.raises(AttributeError):
+        regs.rax = 1  # pt_regs calls it ax
+    with pytest.raises(AttributeError):
+        regs.set("eflags", 0)

@@ -97,11 +97,12 @@ class RegsView(ctypes.Structure):
     ``flush()`` writes the whole set back with one batch write, as the exit path restores it, and
     only if something changed. Fields are 64-bit: values wrap modulo 2**64. A block flushed after
     the CPU moved on would put old values back: load, change, flush, within one stop.
-    Subclasses set ``UC_REGS`` (pt_regs name -> Unicorn register id, in pt_regs order) and
-    ``_fields_ = pt_regs_fields(UC_REGS)``.
+    Subclasses set ``UC_REGS`` (pt_regs name -> Unicorn register id, in pt_regs order),
+    ``_fields_ = pt_regs_fields(UC_REGS)`` and ``__slots__ = ()``.
     """
 
     UC_REGS: dict[str, int] = {}
+    __slots__ = ("_proc", "_batch", "_entry")  # so a misspelt register is an error, not a new attribute
 
     def bind(self, proc: "EmulatedProcess") -> "RegsView":
         """Tie this block to a process's CPU: the batch calls get a pointer to each field."""

@@ -36,6 +36,7 @@ class PtRegs(RegsView):
                "x29": A.UC_ARM64_REG_X29, "x30": A.UC_ARM64_REG_X30,
                "sp": A.UC_ARM64_REG_SP, "ip": A.UC_ARM64_REG_PC, "pstate": A.UC_ARM64_REG_NZCV}
     _fields_ = pt_regs_fields(UC_REGS)
+    __slots__ = ()
 
     pc = property(lambda self: self.get("ip"), lambda self, v: self.set("ip", v))
     fp = property(lambda self: self.get("x29"), lambda self, v: self.set("x29", v))

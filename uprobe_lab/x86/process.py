@@ -34,6 +34,7 @@ class PtRegs(RegsView):
         "flags": X.UC_X86_REG_RFLAGS, "sp": X.UC_X86_REG_RSP,
     }
     _fields_ = pt_regs_fields(UC_REGS)
+    __slots__ = ()
 
 
 GPRS = [n for n in PtRegs.UC_REGS if n not in ("ip", "flags")]
