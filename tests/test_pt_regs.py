@@ -32,7 +32,7 @@ def test_flush_writes_only_when_something_changed(monkeypatch):
     writes = []
     real = process_module._uc_reg_write_batch
     monkeypatch.setattr(process_module, "_uc_reg_write_batch", lambda *a: writes.append(1) or real(*a))
-    regs = proc.task_pt_regs()
+    regs = proc.kernel_entry()
     regs.flush()
     assert writes == []
     regs.bx = regs.bx + 1
@@ -41,11 +41,11 @@ def test_flush_writes_only_when_something_changed(monkeypatch):
     assert writes == [1]
 
 
-def test_task_pt_regs_is_one_block_per_task_refilled_on_each_entry():
+def test_kernel_entry_reuses_one_block_per_task_refilled_each_time():
     proc = make_process("arm64")
-    first = proc.task_pt_regs()
+    first = proc.kernel_entry()
     proc.reg_write(A.UC_ARM64_REG_X3, 77)
-    again = proc.task_pt_regs()
+    again = proc.kernel_entry()
     assert again is first and again.x3 == 77 and again.get("x3") == 77
     assert (again.pc, again.fp, again.lr) == (again.ip, again.x29, again.x30)
 
@@ -86,3 +86,44 @@ def test_a_misspelt_register_is_an_error_not_a_new_attribute():
         regs.rax = 1  # pt_regs calls it ax
     with pytest.raises(AttributeError):
         regs.set("eflags", 0)
+
+
+@pytest.mark.parametrize("arch, reg", [("arm64", "x5"), ("x86_64", "r10")])
+def test_a_flush_from_a_code_hook_that_keeps_the_pc_runs_the_instruction_once(arch, reg):
+    # A batch write that included the unchanged pc would put Unicorn back on the current
+    # instruction: the hook would fire again, flush again, and never get past it.
+    from unicorn import UC_HOOK_CODE
+
+    proc = make_process(arch)
+    target = proc.program.resolve("uprobe_target_nop")
+    calls = []
+
+    def bump(uc, address, size, data):
+        calls.append(address)
+        regs = proc.regs()
+        setattr(regs, reg, getattr(regs, reg) + 1)
+        regs.flush()
+
+    proc.uc.hook_add(UC_HOOK_CODE, bump, None, target, target)
+    proc.call("uprobe_target_nop", max_insns=1000)
+    assert calls == [target]
+
+
+def test_arm64_pstate_is_as_wide_as_nzcv():
+    # Unicorn reads and writes 32 bits of NZCV: upper bits a consumer sets must not come back
+    from uprobe_lab.uprobes import UprobeConsumer, uprobe_register
+
+    proc = make_process("arm64")
+    seen = []
+
+    def widen(regs):
+        seen.append(regs.pstate)
+        regs.pstate = regs.pstate | (0xDEAD << 32)
+        return 0
+
+    uprobe_register(proc, "uprobe_target_nop", UprobeConsumer(handler=widen))
+    proc.call("producer_loop", 3, proc.program.resolve("uprobe_target_nop"))
+    assert all(value < 1 << 32 for value in seen) and proc.regs().pstate < 1 << 32
+    proc.reg_write(A.UC_ARM64_REG_X5, 0x1122334455667788)
+    proc.reg_read(A.UC_ARM64_REG_X5)
+    assert proc.reg_read(A.UC_ARM64_REG_NZCV) < 1 << 32  # the one-register read does not keep x5's upper half

@@ -80,6 +80,7 @@ def register_access(uc: Uc):
     ids = _REG_IDS
 
     def read(reg_id: int) -> int:
+        cell.value = 0  # a 32-bit register (arm64 NZCV) fills only the low half
         _uc_reg_read(handle, ids[reg_id], ref)
         return cell.value
 
@@ -94,28 +95,35 @@ class RegsView(ctypes.Structure):
     """A pt_regs-shaped block of the CPU registers, as the kernel sees them on entry.
 
     ``load()`` fills it with one batch read, as the entry code saves every register into pt_regs;
-    ``flush()`` writes the whole set back with one batch write, as the exit path restores it, and
-    only if something changed. Fields are 64-bit: values wrap modulo 2**64. A block flushed after
-    the CPU moved on would put old values back: load, change, flush, within one stop.
-    Subclasses set ``UC_REGS`` (pt_regs name -> Unicorn register id, in pt_regs order),
-    ``_fields_ = pt_regs_fields(UC_REGS)`` and ``__slots__ = ()``.
+    ``flush()`` writes it back, as the exit path restores it, and only if something changed. Fields
+    are as wide as Unicorn's registers (64 bits; arm64's NZCV 32): values wrap. A block flushed
+    after the CPU moved on would put old values back: load, change, flush, within one stop.
+    Subclasses set ``UC_REGS`` (pt_regs name -> Unicorn register id, in pt_regs order; the pc is
+    called ``ip``), ``_fields_ = pt_regs_fields(UC_REGS)`` and ``__slots__ = ()``.
     """
 
     UC_REGS: dict[str, int] = {}
-    __slots__ = ("_proc", "_batch", "_entry")  # so a misspelt register is an error, not a new attribute
+    __slots__ = ("_proc", "_read", "_write", "_entry")  # so a misspelt register is an error, not a new attribute
 
     def bind(self, proc: "EmulatedProcess") -> "RegsView":
         """Tie this block to a process's CPU: the batch calls get a pointer to each field."""
-        count = len(self.UC_REGS)
-        base = ctypes.addressof(self)
+        cls, base = type(self), ctypes.addressof(self)
+
+        def batch(names):
+            return (proc._uch, (ctypes.c_int * len(names))(*(self.UC_REGS[n] for n in names)),
+                    (ctypes.c_void_p * len(names))(*(base + getattr(cls, n).offset for n in names)),
+                    ctypes.c_int(len(names)))
+
         self._proc = proc
-        ids = (ctypes.c_int * count)(*self.UC_REGS.values())
-        self._batch = (proc._uch, ids, (ctypes.c_void_p * count)(*(base + 8 * i for i in range(count))),
-                       ctypes.c_int(count))
+        self._read = batch(list(self.UC_REGS))
+        # The pc is written on its own, and only when it changed: from inside a hook, Unicorn 2.1
+        # keeps a pc only from the one-register call, and a batch write of the pc from a code hook
+        # puts the CPU back on the current instruction (which would run again, and again).
+        self._write = batch([n for n in self.UC_REGS if n != "ip"])
         return self
 
     def load(self) -> "RegsView":
-        if _uc_reg_read_batch(*self._batch):
+        if _uc_reg_read_batch(*self._read):
             raise LabError("Unicorn refused to read the registers")
         self._entry = bytes(self)
         return self
@@ -124,11 +132,10 @@ class RegsView(ctypes.Structure):
         entry = self._entry
         if bytes(self) == entry:
             return
-        if _uc_reg_write_batch(*self._batch):
+        if _uc_reg_write_batch(*self._write):
             raise LabError("Unicorn refused to write the registers")
-        ip = type(self).ip.offset
-        if self.ip != int.from_bytes(entry[ip : ip + 8], "little"):
-            # Unicorn 2.1 keeps a pc written from inside a hook only through the one-register call
+        ip = type(self).ip
+        if self.ip != int.from_bytes(entry[ip.offset : ip.offset + ip.size], "little"):
             self._proc.reg_write(self._proc.PC, self.ip)
         self._entry = bytes(self)
 
@@ -145,9 +152,10 @@ class RegsView(ctypes.Structure):
         return " ".join(f"{n}={v:#x}" for n, v in self.as_dict().items())
 
 
-def pt_regs_fields(uc_regs: dict[str, int]) -> list[tuple[str, type]]:
-    """ctypes ``_fields_`` for a RegsView subclass: one 64-bit field per register, in order."""
-    return [(name, ctypes.c_uint64) for name in uc_regs]
+def pt_regs_fields(uc_regs: dict[str, int], narrow: tuple[str, ...] = ()) -> list[tuple[str, type]]:
+    """ctypes ``_fields_`` for a RegsView subclass: a 64-bit field per register, in order, and a
+    32-bit one for each name in ``narrow`` (Unicorn fills only 4 bytes of those)."""
+    return [(name, ctypes.c_uint32 if name in narrow else ctypes.c_uint64) for name in uc_regs]
 
 
 class EmulatedProcess:
@@ -176,11 +184,12 @@ class EmulatedProcess:
         self.reg_read, self.reg_write = register_access(self.uc)  # reg_read(UC_*_REG_...) -> int
         self._pt_regs = self.Regs().bind(self)
 
-    def task_pt_regs(self) -> RegsView:
-        """The task's pt_regs, filled from the CPU as the kernel entry code does.
+    def kernel_entry(self) -> RegsView:
+        """What the entry code does first (arm64's kernel_entry, x86's PUSH_AND_CLEAR_REGS): save
+        the user registers into the task's pt_regs, and hand that block to the kernel.
 
-        As with the kernel's task_pt_regs() it is one block per task (at the top of its kernel
-        stack), reused by every entry: valid until the next one. ``regs()`` gives a block to keep.
+        As with task_pt_regs() it is one block per task, reused by every entry: valid until the
+        next one; the exit path's restore is ``flush()``. ``regs()`` gives a block to keep.
         """
         return self._pt_regs.load()
 

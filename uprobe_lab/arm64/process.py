@@ -28,14 +28,14 @@ EXCP_UDEF, EXCP_SWI, EXCP_BKPT = 1, 2, 7  # Unicorn/QEMU interrupt numbers
 class PtRegs(RegsView):
     """arm64 struct user_pt_regs: regs[0..30], sp, pc (``ip``, instruction_pointer()), pstate.
 
-    ``pstate`` holds only the NZCV flags (what b.cond reads). ``pc``, ``fp`` and ``lr`` are
+    ``pstate`` holds only the NZCV flags (what b.cond reads), 32 bits wide as in Unicorn. ``pc``, ``fp`` and ``lr`` are
     aliases of ``ip``, ``x29`` and ``x30``.
     """
 
     UC_REGS = {**{f"x{i}": getattr(A, f"UC_ARM64_REG_X{i}") for i in range(29)},
                "x29": A.UC_ARM64_REG_X29, "x30": A.UC_ARM64_REG_X30,
                "sp": A.UC_ARM64_REG_SP, "ip": A.UC_ARM64_REG_PC, "pstate": A.UC_ARM64_REG_NZCV}
-    _fields_ = pt_regs_fields(UC_REGS)
+    _fields_ = pt_regs_fields(UC_REGS, narrow=("pstate",))
     __slots__ = ()
 
     pc = property(lambda self: self.get("ip"), lambda self, v: self.set("ip", v))

@@ -344,7 +344,7 @@ def arch_uretprobe_trampoline(proc) -> bytes:
 def exc_brk(proc) -> None:
     """BRK from EL0: uprobe_brk_handler() claims BRK #5 if this mm has uprobes; else SIGTRAP."""
     proc.trace.emit("exceptions")
-    regs = proc.task_pt_regs()
+    regs = proc.kernel_entry()
     pc = regs.ip
     proc.trace.emit("exc_brk", ip=pc)
     word = int.from_bytes(proc.read(pc, 4), "little")
@@ -363,7 +363,7 @@ def exc_brk(proc) -> None:
 def exc_step(proc) -> None:
     """Hardware single-step exception: uprobe_single_step_handler() -> handle_singlestep()."""
     proc.trace.emit("exceptions")
-    regs = proc.task_pt_regs()
+    regs = proc.kernel_entry()
     proc.trace.emit("exc_step", ip=regs.ip)
     if not core.uprobe_post_sstep_notifier(proc):
         proc.force_sig("SIGTRAP", f"single-step exception at {regs.ip:#x}")
@@ -376,7 +376,7 @@ def exc_step(proc) -> None:
 
 def el0_svc(proc) -> None:
     """svc #0: the syscall number in x8; only getpgid is served (returns 1)."""
-    regs = proc.task_pt_regs()
+    regs = proc.kernel_entry()
     nr = regs.get("x8")
     proc.trace.emit("syscalls", ip=regs.ip, note=lambda: f"nr {nr}")
     regs.set("x0", 1 if nr == 155 else -38 & MASK64)  # getpgid, else -ENOSYS

@@ -84,7 +84,7 @@ class X86Process(EmulatedProcess):
             self.force_sig("SIGSEGV", f"unexpected interrupt {intno}")
 
     def _on_syscall(self, uc, user_data):
-        regs = self.task_pt_regs()
+        regs = self.kernel_entry()
         next_ip = regs.ip + SYSCALL_INSN_SIZE
         # What the syscall instruction itself does (Unicorn does neither):
         regs.cx = next_ip

@@ -524,7 +524,7 @@ def do_syscall_64(proc, regs) -> None:
 def exc_int3(proc) -> None:
     """#BP from user mode: uprobes claim it (uprobe_pre_sstep_notifier) or the task gets SIGTRAP."""
     proc.trace.emit("exceptions")
-    regs = proc.task_pt_regs()
+    regs = proc.kernel_entry()
     proc.trace.emit("exc_bp", ip=regs.ip - 1)
     if not core.uprobe_pre_sstep_notifier(proc):
         proc.force_sig("SIGTRAP", f"int3 at {regs.ip - 1:#x} and no uprobes in this process")
@@ -539,7 +539,7 @@ def exc_int3(proc) -> None:
 def exc_debug(proc) -> None:
     """#DB after a single-step: finish an XOL step, or a plain SIGTRAP."""
     proc.trace.emit("exceptions")
-    regs = proc.task_pt_regs()
+    regs = proc.kernel_entry()
     proc.trace.emit("exc_db", ip=regs.ip)
     if not core.uprobe_post_sstep_notifier(proc):
         proc.force_sig("SIGTRAP", f"single-step trap at {regs.ip:#x}")
