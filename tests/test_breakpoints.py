@@ -251,3 +251,15 @@ def test_the_xol_page_is_execute_only_in_maps_but_readable_on_x86():
     proc.map("/lab/peek", 0x500000, 0x1000, "r-xp", code)
     assert xol.perms == "--xp"
     assert proc.call(0x500000) == int.from_bytes(proc.read(xol.start, 8), "little")  # push rax; push rcx; ...
+
+
+def test_a_new_consumer_puts_back_a_probe_its_filter_had_removed():
+    proc = make_process("x86_64")
+    gone = UprobeConsumer(handler=lambda regs: UPROBE_HANDLER_REMOVE, filter=lambda p: False)
+    u = uprobe_register(proc, "uprobe_target_nop", gone)
+    proc.call("uprobe_target_nop")
+    assert not u.applied and proc.read(u.vaddr, 1) == b"\x90"
+    counting = CountingConsumer()
+    assert uprobe_register(proc, "uprobe_target_nop", counting) is u
+    proc.call("uprobe_target_nop")
+    assert u.applied and proc.read(u.vaddr, 1) == b"\xcc" and counting.hits == 1 and proc.mm.has_uprobes

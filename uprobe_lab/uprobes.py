@@ -177,9 +177,10 @@ def resolve_probe_address(proc, target, offset: int = 0) -> tuple[int, str]:
 def uprobe_register(proc, target, consumer: UprobeConsumer, offset: int = 0) -> Uprobe:
     """Attach ``consumer`` at a symbol(+offset) or address; installs the breakpoint on first use.
 
-    Twin of uprobe_register() + install_breakpoint(): the original bytes are analysed once
-    (arch_uprobe_analyze_insn, which may refuse them) and kept; the text gets the arch's
-    breakpoint through set_swbp().
+    Twin of uprobe_register() + register_for_each_vma(): the original bytes are analysed once
+    (arch_uprobe_analyze_insn, which may refuse them) and kept; the breakpoint goes in, also
+    over a probe its other consumers had removed from this mm. (The kernel asks the new
+    consumer's filter first; the lab consults filters only after UPROBE_HANDLER_REMOVE.)
     """
     vaddr, label = resolve_probe_address(proc, target, offset)
     uprobe = proc.mm.probes.get(vaddr)
@@ -188,12 +189,19 @@ def uprobe_register(proc, target, consumer: UprobeConsumer, offset: int = 0) -> 
         insn = proc.read(vaddr, arch.MAX_UINSN_BYTES if proc.mapping_at(vaddr + arch.MAX_UINSN_BYTES - 1)
                          else proc.mapping_at(vaddr).end - vaddr)
         auprobe = arch.arch_uprobe_analyze_insn(insn, vaddr, proc.kernel)
-        uprobe = Uprobe(vaddr, auprobe, symbol=label)
+        uprobe = Uprobe(vaddr, auprobe, symbol=label, applied=False)
         proc.mm.probes[vaddr] = uprobe
-        arch.set_swbp(proc, auprobe, vaddr)
-        proc.mm.has_uprobes = True
     uprobe.consumers.append(consumer)
+    if not uprobe.applied:
+        install_breakpoint(proc, uprobe)
     return uprobe
+
+
+def install_breakpoint(proc, uprobe: Uprobe) -> None:
+    """Write the arch's breakpoint over the probed instruction (set_swbp) and mark the mm."""
+    proc.arch_ops.set_swbp(proc, uprobe.arch, uprobe.vaddr)
+    uprobe.applied = True
+    proc.mm.has_uprobes = True
 
 
 def uprobe_unregister(proc, uprobe: Uprobe, consumer: UprobeConsumer) -> None:
