@@ -1,5 +1,5 @@
 """The published numbers: loader types, speedup arithmetic, bench formatting, and the CSV checked
-line by line against the seed texts (when ../shared/seeds is present)."""
+line by line against the seed texts (a copy of the five lives in tests/data/seeds)."""
 from __future__ import annotations
 
 import math
@@ -18,10 +18,7 @@ from uprobe_lab.published import (
     seed_speedups,
 )
 
-SEEDS = Path(__file__).resolve().parents[1].parent / "shared" / "seeds"
-needs_seeds = pytest.mark.skipif(
-    not SEEDS.is_dir(), reason=f"seed texts not found at {SEEDS} (they live outside the package)"
-)
+SEEDS = Path(__file__).resolve().parent / "data" / "seeds"
 
 S000 = "000_721b81d609a5b978.txt"
 S001 = "001_a91640efe4f91e99.txt"
@@ -306,7 +303,6 @@ def seed_text(name: str) -> str:
     return (SEEDS / name).read_text(encoding="utf-8")
 
 
-@needs_seeds
 def test_seed_readme_lists_every_source(df):
     readme = (SEEDS / "README.md").read_text(encoding="utf-8")
     for source in df["source"].unique():
@@ -314,7 +310,6 @@ def test_seed_readme_lists_every_source(df):
         assert source in readme
 
 
-@needs_seeds
 def test_every_value_string_is_in_its_source(raw):
     for r in raw.itertuples():
         text = seed_text(r.source)
@@ -325,7 +320,6 @@ def test_every_value_string_is_in_its_source(raw):
             assert r.stated_speedup in text, (r.source, r.bench, r.stated_speedup)
 
 
-@needs_seeds
 def test_parser_misses_no_number_line():
     for source in (S000, S001, S002, S003, S004):
         text = seed_text(source)
@@ -336,7 +330,6 @@ def test_parser_misses_no_number_line():
                 assert lineno in parsed, (source, lineno, line)
 
 
-@needs_seeds
 @pytest.mark.parametrize("source", [S000, S001, S002, S003, S004])
 def test_csv_equals_the_seed_tables(raw, source):
     """Every number line of the seed is a CSV row of that source (quoted copies collapse into one),
@@ -370,7 +363,6 @@ def test_csv_equals_the_seed_tables(raw, source):
             assert r["unit"].tolist() == [p["unit"]]
 
 
-@needs_seeds
 @pytest.mark.parametrize("source", [S000, S002])
 def test_speedups_printed_next_to_rows(raw, source):
     rows = raw[raw["source"] == source]
@@ -383,7 +375,6 @@ def test_speedups_printed_next_to_rows(raw, source):
     assert got == seen
 
 
-@needs_seeds
 def test_prose_speedups():
     t001 = seed_text(S001)
     assert "uprobe-push throughput by 29.3% (from 0.868M/s/cpu to 1.1238M/s/cpu)" in " ".join(t001.split())

@@ -1,6 +1,6 @@
 """Every benchmark number published in the seed documents, as one tidy table.
 
-The numbers come from the five seed texts in ``../shared/seeds`` (see its README.md), one row per
+The numbers come from the five seed texts (copied into ``tests/data/seeds``, see its README.md), one row per
 number, each row attributed to the seed file it was read from:
 
 * ``000_721b81d609a5b978.txt`` - commit message of "uprobe: Add uretprobe syscall to speed up return
