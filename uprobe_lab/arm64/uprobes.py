@@ -395,8 +395,15 @@ class Arm64ArchOps:
     def arch_uprobe_analyze_insn(self, raw: bytes, vaddr: int, kernel=None) -> ArchUprobe:
         return arch_uprobe_analyze_insn(raw, vaddr, kernel, self.stp, self.mte)
 
-    def __getattr__(self, name):
-        return globals()[name]
+
+# The other hooks are this module's own functions and constants, bound once: the core looks them
+# up on every hit, where a __getattr__ fallback would pay for a failed lookup each time.
+for _name in ("MAX_UINSN_BYTES", "UPROBE_XOL_SLOT_BYTES", "set_swbp", "set_orig_insn", "is_swbp_at",
+              "uprobe_get_swbp_addr", "arch_uprobe_optimize", "arch_uprobe_skip_sstep", "arch_uprobe_pre_xol",
+              "arch_uprobe_post_xol", "arch_uretprobe_hijack_return_addr", "arch_uretprobe_is_alive",
+              "arch_uretprobe_trampoline"):
+    _value = globals()[_name]
+    setattr(Arm64ArchOps, _name, staticmethod(_value) if callable(_value) else _value)
 
 
 # --- the CLI's and the notebook's view -----------------------------------------------------
