@@ -140,13 +140,16 @@ class UprobeTask:
     """Per-task state (struct uprobe_task)."""
 
     return_instances: list[ReturnInstance] = field(default_factory=list)  # top of stack is [-1]
-    depth: int = 0
     active_uprobe: Uprobe | None = None
     vaddr: int = 0
     xol_vaddr: int = 0
     xol_slot: int = -1
-    state: str = "RUNNING"  # RUNNING, SSTEP, SSTEP_ACK
     saved_tf: bool = False
+
+    @property
+    def depth(self) -> int:
+        """utask->depth: the kernel counts it beside the list; here it is the list's length."""
+        return len(self.return_instances)
 
 
 # --- registration -------------------------------------------------------------------------
@@ -350,7 +353,6 @@ def pre_ssout(proc, uprobe: Uprobe, regs, bp_vaddr: int) -> None:
     utask.vaddr = bp_vaddr
     proc.arch_ops.arch_uprobe_pre_xol(proc, uprobe.arch, regs)
     utask.active_uprobe = uprobe
-    utask.state = "SSTEP"
     proc.trace.emit("xol_steps", ip=bp_vaddr, note=lambda: f"slot {utask.xol_slot} at {utask.xol_vaddr:#x}")
 
 
@@ -358,7 +360,6 @@ def uprobe_post_sstep_notifier(proc) -> bool:
     utask = proc.utask
     if utask.active_uprobe is None:
         return False
-    utask.state = "SSTEP_ACK"
     return True
 
 
@@ -367,7 +368,6 @@ def handle_singlestep(proc, regs) -> None:
     uprobe = utask.active_uprobe
     err = proc.arch_ops.arch_uprobe_post_xol(proc, uprobe.arch, regs)
     utask.active_uprobe = None
-    utask.state = "RUNNING"
     xol_free_insn_slot(proc)
     if err:
         proc.force_sig("SIGILL", "execute the probed insn, sending SIGILL.")
@@ -396,7 +396,6 @@ def prepare_uretprobe(proc, uprobe: Uprobe, regs, ri: ReturnInstance) -> None:
     ri.stack = regs.sp
     ri.orig_ret_vaddr = orig_ret_vaddr
     ri.chained = chained
-    utask.depth += 1
     utask.return_instances.append(ri)
     proc.trace.emit("ri_pushed", ip=ri.func, note=lambda: f"return to {orig_ret_vaddr:#x}{' (chained)' if chained else ''}")
 
@@ -408,7 +407,6 @@ def cleanup_return_instances(proc, chained: bool, regs) -> None:
     while utask.return_instances and not proc.arch_ops.arch_uretprobe_is_alive(
             utask.return_instances[-1], ctx, regs):
         utask.return_instances.pop()
-        utask.depth -= 1
         proc.trace.emit("ri_popped", note="dropped: frame no longer on the stack")
 
 
@@ -440,7 +438,6 @@ def uprobe_handle_trampoline(proc, regs) -> None:
         regs.ip = utask.return_instances[top].orig_ret_vaddr
         while len(utask.return_instances) - 1 > next_chain:
             ri = utask.return_instances.pop()
-            utask.depth -= 1
             proc.trace.emit("ri_popped", ip=ri.orig_ret_vaddr, note="" if valid else "skipped by longjmp")
             if valid:
                 handle_uretprobe_chain(proc, ri, regs)
