@@ -3,8 +3,8 @@
 The architecture subclasses (uprobe_lab.x86.process, uprobe_lab.arm64.process) add the register
 layout and turn Unicorn's interrupts into kernel entries. Everything the kernel model does to the
 process goes through this class: memory access (``read``/``write``, counted as uaccess when the
-kernel copies from or to user memory), registers (``regs()``, a pt_regs-shaped view for one kernel
-entry), mappings (``map``, shown like /proc/PID/maps), and signals (``force_sig``).
+kernel copies from or to user memory), registers (``kernel_entry()``, the task's pt_regs for one
+kernel entry; ``regs()``, a copy to read or change), mappings (``map``, shown like /proc/PID/maps), and signals (``force_sig``).
 """
 from __future__ import annotations
 
@@ -52,6 +52,13 @@ class RunResult:
     def __repr__(self) -> str:
         extra = f" {self.signal}" if self.signal else ""
         return f"<RunResult {self.stop}{extra} at {self.ip:#x}{': ' + self.reason if self.reason else ''}>"
+
+
+def raise_for(result: RunResult) -> None:
+    """Turn a run that did not reach its end into the error a call() should raise."""
+    if result.signal:
+        raise ProcessKilled(f"the emulated process died of {result.signal}: {result.reason}")
+    raise LabError(result.reason)
 
 
 # Register and memory access are the emulator's hottest calls. Unicorn's own binding converts every
@@ -224,6 +231,14 @@ class EmulatedProcess:
         self.mappings.append(mapping)
         self.mappings.sort(key=lambda m: m.start)
         return mapping
+
+    def load(self, program, path: str = "/lab/bench") -> None:
+        """Map a Program's text read-execute, named like the file it would come from."""
+        if program.arch != self.arch:
+            raise LabError(f"program is for {program.arch}, this process is {self.arch}")
+        size = -(-len(program.code) // PAGE_SIZE) * PAGE_SIZE
+        self.map(path, program.base, size, "r-xp", program.code)
+        self.program = program
 
     def mapping_at(self, addr: int) -> Mapping | None:
         for m in self.mappings:

@@ -102,7 +102,7 @@ class Assembler:
     """Collects bytes and labels; fixups patch relative branches once every label is known.
 
     An encoder for one architecture appends instructions with ``emit`` and registers a fixup
-    ``(position, label, patch)`` where ``patch(code, position, target_addr)`` writes the field.
+    ``(position, label, patch)`` where ``patch(buf, insn_offset, insn_addr, target)`` writes the field.
     """
 
     def __init__(self, arch: str, base: int):

@@ -29,10 +29,6 @@ def b(word: int) -> bytes:
     return struct.pack("<I", word & 0xFFFFFFFF)
 
 
-def words(code: bytes) -> list[int]:
-    return list(struct.unpack(f"<{len(code) // 4}I", code[: len(code) // 4 * 4]))
-
-
 def _reg(r: int) -> int:
     if not 0 <= r <= 31:
         raise ValueError(f"register number {r} is not 0..31")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from unicorn import UC_ARCH_ARM64, UC_HOOK_CODE, UC_HOOK_INTR, UC_MODE_ARM
 from unicorn import arm64_const as A
 
-from ..process import EmulatedProcess, LabError, PAGE_SIZE, RegsView, pt_regs_fields
+from ..process import EmulatedProcess, LabError, PAGE_SIZE, RegsView, pt_regs_fields, raise_for
 from .. import uprobes as core
 from . import uprobes as arm64_uprobes
 from .stp import STP_STORES
@@ -79,14 +79,6 @@ class Arm64Process(EmulatedProcess):
     def stp(self) -> str:
         return self.arch_ops.stp
 
-    def load(self, program, path: str = "/lab/bench") -> None:
-        """Map a Program's text read-execute, named like the file it would come from."""
-        if program.arch != self.arch:
-            raise LabError(f"program is for {program.arch}, this process is {self.arch}")
-        size = -(-len(program.code) // PAGE_SIZE) * PAGE_SIZE
-        self.map(path, program.base, size, "r-xp", program.code)
-        self.program = program
-
     # --- hardware -> kernel entries ---
     def _on_insn(self, uc, address, size, user_data):
         if self.single_step:
@@ -122,6 +114,5 @@ class Arm64Process(EmulatedProcess):
         regs.flush()
         result = self.run(addr, EXIT_ADDR, max_insns)
         if not result.ok:
-            from ..x86.process import raise_for
             raise_for(result)
         return self.reg_read(A.UC_ARM64_REG_X0)

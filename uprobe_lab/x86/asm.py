@@ -30,7 +30,6 @@ NOP = b"\x90"
 RET = b"\xc3"
 INT3 = b"\xcc"
 SYSCALL = b"\x0f\x05"
-LEAVE = b"\xc9"
 
 
 def _rex_b(reg: int) -> bytes:
@@ -181,7 +180,7 @@ def lea_disp8(dst: str, base: str, disp: int) -> bytes:
     return bytes([rex, 0x8D, 0x40 | ((d & 7) << 3) | (b & 7)]) + struct.pack("<b", disp)
 
 
-# --- memory operands, flags and the few extras the uretprobe test programs need ----------------
+# --- memory operands and flags, for the uretprobe test programs -------------------------------
 
 PUSHFQ = b"\x9c"
 POPFQ = b"\x9d"

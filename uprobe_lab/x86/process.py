@@ -11,11 +11,9 @@ from __future__ import annotations
 from unicorn import UC_ARCH_X86, UC_HOOK_CODE, UC_HOOK_INSN, UC_HOOK_INTR, UC_MODE_64
 from unicorn import x86_const as X
 
-from ..errors import LabError, ProcessKilled
-from ..process import EmulatedProcess, RegsView, pt_regs_fields
+from ..process import EmulatedProcess, RegsView, pt_regs_fields, raise_for
 from . import uprobes as x86_uprobes
 
-X86_EFLAGS_TF = 0x100
 SYSCALL_INSN_SIZE = 2
 
 STACK_TOP = 0x7FFFFFFDE000  # below [uprobes], which the kernel maps as high as it can
@@ -59,17 +57,8 @@ class X86Process(EmulatedProcess):
         self.map("[stack]", STACK_TOP - STACK_SIZE, STACK_SIZE, "rw-p")
         self.uc.hook_add(UC_HOOK_INTR, self._on_interrupt)
         self.uc.hook_add(UC_HOOK_INSN, self._on_syscall, None, 1, 0, X.UC_X86_INS_SYSCALL)
-        self.count_insns = count_insns
         if count_insns:
             self.uc.hook_add(UC_HOOK_CODE, self._on_insn)
-
-    def load(self, program, path: str = "/lab/bench") -> None:
-        """Map a Program's text read-execute, named like the file it would come from."""
-        if program.arch != self.arch:
-            raise LabError(f"program is for {program.arch}, this process is {self.arch}")
-        size = -(-len(program.code) // 0x1000) * 0x1000
-        self.map(path, program.base, size, "r-xp", program.code)
-        self.program = program
 
     # --- hardware -> kernel entries ---
     def _on_insn(self, uc, address, size, user_data):
@@ -122,8 +111,3 @@ class X86Process(EmulatedProcess):
         start, until = self.prepare_call(target, *args)
         return Stepper(self, start, until, regs)
 
-
-def raise_for(result) -> None:
-    if result.signal:
-        raise ProcessKilled(f"the emulated process died of {result.signal}: {result.reason}")
-    raise LabError(result.reason)
