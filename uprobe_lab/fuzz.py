@@ -237,7 +237,7 @@ def redzone_replay(config: Config, program, seed: int, vaddr: int, records: list
 
 def classify(config: Config, program, seed: int, vaddr: int | None, consumer, got: dict) -> str:
     kernel = get_kernel(config.kernel) if config.arch == "x86_64" else None
-    if kernel is None or vaddr is None or not kernel.optimize_nop5 or getattr(kernel, "nop10_redzone", False):
+    if kernel is None or vaddr is None or not kernel.optimize_nop5 or kernel.nop10_redzone:
         return "BUG"
     optimised = [r for r in consumer.records if r[0]]
     if not optimised or "error" in got:

@@ -29,6 +29,7 @@ class KernelVersion:
     emulate_all_nops: bool  # 6.16 610f6e14c29d: every x86_nops[len] pattern is emulated
     optimize_nop5: bool  # 6.18: nop5 rewritten into a call to [uprobes-trampoline] + sys_uprobe
     trampoline_sls_int3: bool  # 6.18 354492a0e1bc: int3 after each trampoline's ret
+    nop10_redzone: bool = False  # development tree only (x86.optimize.NOP10_DEV_TREE), never released
 
     @property
     def trampoline_handler_name(self) -> str:

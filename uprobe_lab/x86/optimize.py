@@ -52,19 +52,8 @@ NOP10_OPT_INSN_SIZE = 10
 ARCH_UPROBE_FLAG_NOP10 = "nop10_site"
 
 
-@dataclass(frozen=True)
-class DevTreeKernel(KernelVersion):
-    """A kernel from a development tree: 6.18 plus the nop10 red-zone scheme. Not a release."""
-
-    nop10_redzone: bool = True
-
-
-NOP10_DEV_TREE = DevTreeKernel("6.18+nop10-dev", True, True, True, True)
-
-
-def nop10_scheme(proc) -> bool:
-    """Whether this process runs the development-tree nop10 scheme (never true for a released kernel)."""
-    return getattr(proc.kernel, "nop10_redzone", False)
+# A kernel from a development tree: 6.18 plus the nop10 red-zone scheme. Not a release.
+NOP10_DEV_TREE = KernelVersion("6.18+nop10-dev", True, True, True, True, nop10_redzone=True)
 
 
 def is_nop10_site(raw: bytes) -> bool:
@@ -164,7 +153,7 @@ def get_uprobe_trampoline(proc, vaddr: int) -> int | None:
     tramp = find_nearest_trampoline(proc, vaddr)
     if tramp is None:
         return None
-    proc.map(TRAMP_NAME, tramp, PAGE_SIZE, "r-xp", uprobe_trampoline_code(nop10_scheme(proc)))
+    proc.map(TRAMP_NAME, tramp, PAGE_SIZE, "r-xp", uprobe_trampoline_code(proc.kernel.nop10_redzone))
     proc.mm.tramps.insert(0, tramp)
     return tramp
 
@@ -278,7 +267,7 @@ def _call_target(proc, at: int) -> int | None:
 def is_optimized(proc, vaddr: int) -> bool:
     """The site holds ``call rel32`` (after the dev-tree ``lea``) whose target is a trampoline page."""
     call_at = vaddr
-    if nop10_scheme(proc) and proc.read(vaddr, 5) == asm.lea_rsp_disp8(-REDZONE_SIZE):
+    if proc.kernel.nop10_redzone and proc.read(vaddr, 5) == asm.lea_rsp_disp8(-REDZONE_SIZE):
         call_at = vaddr + 5
     target = _call_target(proc, call_at)
     return target is not None and in_uprobe_trampoline(proc, target)
@@ -291,7 +280,7 @@ def should_optimize(proc, auprobe) -> bool:
         return False
     # the lab's model of the dev-tree scheme: its trampoline returns with ret $0x80, so only nop10 sites
     # (which moved sp down by 0x80) may call it; nop5 sites stay on the int3 path there
-    return (ARCH_UPROBE_FLAG_NOP10 in auprobe.flags) == nop10_scheme(proc)
+    return (ARCH_UPROBE_FLAG_NOP10 in auprobe.flags) == proc.kernel.nop10_redzone
 
 
 def arch_uprobe_optimize(proc, auprobe, vaddr: int) -> None:
@@ -325,7 +314,7 @@ def sys_uprobe(proc, regs, outside: str = "enxio") -> int:
             proc.force_sig("SIGILL", f"sys_uprobe called from {regs.ip:#x}, not from [uprobes-trampoline]")
             return -1
         return -ENXIO
-    dev = nop10_scheme(proc)
+    dev = proc.kernel.nop10_redzone
     insn_size = NOP10_OPT_INSN_SIZE if dev else CALL_INSN_SIZE
     skip = UPROBE_SYSCALL_ARGS_SIZE + (REDZONE_SIZE if dev else 0)
     raw = proc.copy_from_user(regs.sp, UPROBE_SYSCALL_ARGS_SIZE)

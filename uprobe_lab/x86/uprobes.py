@@ -240,7 +240,7 @@ def push_setup_xol_ops(auprobe: ArchUprobe, insn: Insn) -> bool:
 
 def arch_uprobe_analyze_insn(raw: bytes, vaddr: int, kernel: KernelVersion) -> ArchUprobe:
     """Decide, as the kernel does, how a probe on these bytes will run: emulate, xol, or refuse."""
-    if getattr(kernel, "nop10_redzone", False):  # dev-tree scheme only: its own path for nop10 sites
+    if kernel.nop10_redzone:  # dev-tree scheme only: its own path for nop10 sites
         from .optimize import is_nop10_site, nop10_analyze_insn
         if is_nop10_site(raw):
             return nop10_analyze_insn(raw, vaddr, kernel)
