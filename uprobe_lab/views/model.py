@@ -33,6 +33,13 @@ def published_2024(table: str = "intel", benches=SLIDER_BENCHES) -> pd.DataFrame
     return pub.pivot(index="bench", columns="variant", values="value").loc[list(benches)]
 
 
+def table_2024(cpu: str) -> str | None:
+    """The name of seed 002's table measured on ``cpu`` (None: seed 002 has no table for that CPU)."""
+    pub = load_published()
+    tables = pub.loc[pub["source"].str.startswith("002") & (pub["cpu"] == cpu), "table"].unique()
+    return tables[0] if len(tables) else None
+
+
 def price_chart(profile: model.Profile, benches=SLIDER_BENCHES, published: pd.DataFrame | None = None) -> Figure:
     """The model's M/s on 6.10 and 6.11 under ``profile``'s prices, with the published marks."""
     fig = Figure(figsize=(7, 3.2), layout="constrained")
@@ -70,12 +77,15 @@ def breakdown_widget():
 
 
 def price_sliders(profile_name: str = "intel", prices=SLIDER_PRICES):
-    """Sliders over a profile's prices driving price_chart: what if an exception cost less?"""
+    """Sliders over a profile's prices driving price_chart: what if an exception cost less?
+
+    The published marks are seed 002's figures for the profile's own CPU (none if seed 002 did not run on it)."""
     import ipywidgets as w
     from IPython.display import display
 
     prof = model.get_profile(profile_name)
-    published = published_2024()
+    table = table_2024(prof.cpu)
+    published = published_2024(table) if table else None
     sliders = {k: w.FloatSlider(value=round(prof.prices[k], 1), min=0, max=max(2 * prof.prices[k], 10), step=0.1,
                                 description=k, continuous_update=False) for k in prices}
     out = w.Output()
