@@ -350,3 +350,10 @@ def test_views_stp_gains_and_misaligned_demo():
     demo = v.misaligned_stp(offset=-8)
     assert demo["signal"] == "SIGSEGV" and demo["sp_after"] == hex(0x7FFFFFFDD000 - 8) and demo["pc_after"] == "0x400004"
     assert v.misaligned_stp(offset=-16)["signal"] is None
+
+
+def test_decode_report_names_registers_by_their_size():
+    from uprobe_lab.views import arm64 as v
+
+    assert "rt=w29 rt2=w30" in v.decode_report("29bf7bfd")  # stp w29, w30: 32-bit pair
+    assert "rt=x29 rt2=x30" in v.decode_report("a9bf7bfd")  # stp x29, x30: 64-bit pair

@@ -1,4 +1,6 @@
 """The chapter-05 widgets' logic: published marks, prices driving the chart, the breakdown."""
+from matplotlib.figure import Figure
+
 from uprobe_lab import model
 from uprobe_lab.views import model as views
 
@@ -24,3 +26,23 @@ def test_breakdown_and_widgets_build():
     dropdown, _ = views.breakdown_widget().children
     assert dropdown.value in views.x86_profile_names()
     assert len(views.price_sliders("intel").children) == len(views.SLIDER_PRICES) + 1
+
+
+def test_price_sliders_mark_the_chosen_profiles_table(monkeypatch):
+    seen = []
+    monkeypatch.setattr(views, "price_chart", lambda profile, published=None: seen.append(published) or Figure())
+    views.price_sliders("amd")
+    assert seen and seen[-1].equals(views.published_2024("amd"))
+    views.price_sliders("nop5")  # seed 002 did not run on the nop5 machine: no marks, not another CPU's
+    assert seen[-1] is None
+
+
+def test_widgets_show_their_content_as_text():
+    text = views.breakdown_widget()._repr_mimebundle_()["text/plain"]
+    assert "intel-i7-1165g7" in text and "prior_ns" in text and "6.11 uretprobe-nop" in text
+    sliders = views.price_sliders("amd")
+    text = sliders._repr_mimebundle_()["text/plain"]
+    amd = views.published_2024("amd")
+    assert "exception=" in text and f"{amd.loc['uretprobe-nop', 'fix']:.3f}" in text
+    sliders.children[0].value = 2 * sliders.children[0].value  # a dearer exception: the text follows
+    assert sliders._repr_mimebundle_()["text/plain"] != text

@@ -50,8 +50,9 @@ def decode_report(word: str, stp: str = "simulate") -> str:
     f = decode_fields(int(r["word"], 16))
     lines = [f"{f['word']}  ({f['bytes']} in memory)  {f['text']}"]
     if "pair" in f:
+        reg = "w" if f["opc"] == 0 else "x"  # opc 0: 32-bit w registers; 1 (stgp, ldpsw) and 2: x
         lines.append(f"  {f['pair']}: size={f['size']} imm7={f['imm7']} (offset {f['offset']}) "
-                     f"rt=x{f['rt']} rt2=x{f['rt2']} rn={f['rn']}")
+                     f"rt={reg}{f['rt']} rt2={reg}{f['rt2']} rn={f['rn']}")
     lines.append("  exact 'stp x29, x30, [sp, #imm]!': " + (
         "yes" if f["stp_fp_lr_pattern"] else f"no - {f['not_pattern_because']}"))
     lines.append(f"  with --stp {stp}: {r['action']} - {r['reason']}")

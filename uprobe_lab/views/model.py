@@ -1,4 +1,8 @@
-"""Widgets over the cost model (chapter 05): a CPU-profile breakdown and live price sliders."""
+"""Widgets over the cost model (chapter 05): a CPU-profile breakdown and live price sliders.
+
+Without a widget front end (a headless run, a terminal) each widget shows itself as text: the tables
+behind its chart, for the profile and prices it is set to.
+"""
 from __future__ import annotations
 
 import numpy as np
@@ -18,12 +22,25 @@ def x86_profile_names() -> list[str]:
     return model.profile_names("x86_64")
 
 
+def breakdown_rows(profile_name: str, kernels=("6.10", "6.11", "6.18"), benches=BREAKDOWN_BENCHES) -> list:
+    """[("kernel bench", {priced kind: ns per hit})] for a CPU profile."""
+    prof = model.get_profile(profile_name)
+    return [(f"{kernel} {b}", model.breakdown(prof.prices, model.events_for(b, "x86_64", kernel)))
+            for kernel in kernels for b in benches]
+
+
 def breakdown_for(profile_name: str, kernels=("6.10", "6.11", "6.18"), benches=BREAKDOWN_BENCHES) -> Figure:
     """Where each hit's nanoseconds go, for a CPU profile, across kernel versions."""
-    prof = model.get_profile(profile_name)
-    rows = [(f"{kernel} {b}", model.breakdown(prof.prices, model.events_for(b, "x86_64", kernel)))
-            for kernel in kernels for b in benches]
-    return breakdown_chart(rows)
+    return breakdown_chart(breakdown_rows(profile_name, kernels, benches))
+
+
+def breakdown_text(profile_name: str) -> str:
+    """The breakdown widget's content as text: the fit report and ns per hit by priced kind."""
+    ns = pd.DataFrame(dict(breakdown_rows(profile_name))).T
+    ns = ns.loc[:, (ns.abs() > 1e-9).any()]
+    return (f"CPU profile {model.get_profile(profile_name).name}\n"
+            f"{model.fit_report(profile_name).round(2).to_string(index=False)}\n\n"
+            f"ns per hit:\n{ns.round(1).to_string()}")
 
 
 def published_2024(table: str = "intel", benches=SLIDER_BENCHES) -> pd.DataFrame:
@@ -33,13 +50,32 @@ def published_2024(table: str = "intel", benches=SLIDER_BENCHES) -> pd.DataFrame
     return pub.pivot(index="bench", columns="variant", values="value").loc[list(benches)]
 
 
+def table_2024(cpu: str) -> str | None:
+    """The name of seed 002's table measured on ``cpu`` (None: seed 002 has no table for that CPU)."""
+    pub = load_published()
+    tables = pub.loc[pub["source"].str.startswith("002") & (pub["cpu"] == cpu), "table"].unique()
+    return tables[0] if len(tables) else None
+
+
+def price_table(profile: model.Profile, benches=SLIDER_BENCHES,
+                published: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The model's M/s on 6.10 and 6.11 under ``profile``'s prices, next to the published figures if given."""
+    table = pd.DataFrame({f"model {k}": [profile.predict(b, k) for b in benches] for k in ("6.10", "6.11")},
+                         index=list(benches))
+    if published is not None:
+        table["published current"] = published["current"]
+        table["published fix"] = published["fix"]
+    return table
+
+
 def price_chart(profile: model.Profile, benches=SLIDER_BENCHES, published: pd.DataFrame | None = None) -> Figure:
     """The model's M/s on 6.10 and 6.11 under ``profile``'s prices, with the published marks."""
     fig = Figure(figsize=(7, 3.2), layout="constrained")
     ax = fig.add_subplot()
     x = np.arange(len(benches))
+    model_mops = price_table(profile, benches)
     for i, kernel in enumerate(("6.10", "6.11")):
-        ax.bar(x + (i - 0.5) * 0.4, [profile.predict(b, kernel) for b in benches], 0.4, label=f"model {kernel}")
+        ax.bar(x + (i - 0.5) * 0.4, model_mops[f"model {kernel}"].to_numpy(), 0.4, label=f"model {kernel}")
     if published is not None:
         for i, variant in enumerate(("current", "fix")):
             ax.scatter(x + (i - 0.5) * 0.4, published[variant].to_numpy(), color="k", marker="_", s=300,
@@ -48,6 +84,20 @@ def price_chart(profile: model.Profile, benches=SLIDER_BENCHES, published: pd.Da
     ax.set_ylabel("M/s")
     ax.legend(fontsize=8)
     return fig
+
+
+def text_vbox(children, text):
+    """A VBox that a widget front end draws, and that shows itself as ``text()`` everywhere else
+    (a plain VBox would show only ``VBox(children=...)`` there)."""
+    import ipywidgets as w
+
+    class TextVBox(w.VBox):
+        def _repr_mimebundle_(self, **kwargs):
+            data = dict(super()._repr_mimebundle_(**kwargs) or {})
+            data["text/plain"] = text()
+            return data
+
+    return TextVBox(children)
 
 
 def breakdown_widget():
@@ -66,26 +116,36 @@ def breakdown_widget():
 
     cpu.observe(show, names="value")
     show()
-    return w.VBox([cpu, out])
+    return text_vbox([cpu, out], lambda: breakdown_text(cpu.value))
 
 
 def price_sliders(profile_name: str = "intel", prices=SLIDER_PRICES):
-    """Sliders over a profile's prices driving price_chart: what if an exception cost less?"""
+    """Sliders over a profile's prices driving price_chart: what if an exception cost less?
+
+    The published marks are seed 002's figures for the profile's own CPU (none if seed 002 did not run on it)."""
     import ipywidgets as w
     from IPython.display import display
 
     prof = model.get_profile(profile_name)
-    published = published_2024()
+    table = table_2024(prof.cpu)
+    published = published_2024(table) if table else None
     sliders = {k: w.FloatSlider(value=round(prof.prices[k], 1), min=0, max=max(2 * prof.prices[k], 10), step=0.1,
                                 description=k, continuous_update=False) for k in prices}
     out = w.Output()
 
+    def chosen() -> model.Profile:
+        return prof.with_prices(**{k: s.value for k, s in sliders.items()})
+
     def redraw(change=None):
         out.clear_output(wait=True)
         with out:
-            display(price_chart(prof.with_prices(**{k: s.value for k, s in sliders.items()}), published=published))
+            display(price_chart(chosen(), published=published))
+
+    def text() -> str:
+        return ("prices (ns): " + ", ".join(f"{k}={s.value:g}" for k, s in sliders.items()) + "\nM/s:\n"
+                + price_table(chosen(), published=published).round(3).to_string())
 
     for s in sliders.values():
         s.observe(redraw, names="value")
     redraw()
-    return w.VBox([*sliders.values(), out])
+    return text_vbox([*sliders.values(), out], text)

@@ -58,7 +58,11 @@ class PatchRun:
 
 
 def patch_run(kernel="6.18", target: str = "uprobe_target_nop5") -> PatchRun:
-    """Register a probe on the bench's nop5, hit it once (6.18 optimises it), unregister it."""
+    """Register a probe on the bench's nop5, hit it twice, unregister it.
+
+    The first hit takes the int3 and, right after its consumers, 6.18 rewrites the site into a call;
+    the second goes through that call and sys_uprobe, with no exception. ``run.proc.trace`` thus holds
+    one hit of each path before the unregister undoes the rewrite."""
     proc = make_process("x86_64", kernel)
     consumer = CountingConsumer()
     uprobe = uprobe_register(proc, target, consumer)

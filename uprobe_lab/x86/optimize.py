@@ -248,8 +248,8 @@ def swbp_optimize(proc, auprobe, vaddr: int, tramp: int) -> None:
 
 
 def swbp_unoptimize(proc, auprobe, vaddr: int) -> None:
-    """Back to the original instruction. The dev-tree nop10 variant restores bytes 0..4 only and leaves
-    the call in bytes 5..9, where they become the SIB/disp32 operands of the restored 10-byte nop."""
+    """Back to the original instruction. The dev-tree nop10 variant restores bytes 0..4 only: bytes 5..9
+    are written back unchanged, so the call stays there as the SIB/disp32 operands of the restored 10-byte nop."""
     if ARCH_UPROBE_FLAG_NOP10 in auprobe.flags:
         new = auprobe.insn[:5] + proc.read(vaddr + 5, 5)
     else:
