@@ -263,3 +263,18 @@ def test_a_new_consumer_puts_back_a_probe_its_filter_had_removed():
     assert uprobe_register(proc, "uprobe_target_nop", counting) is u
     proc.call("uprobe_target_nop")
     assert u.applied and proc.read(u.vaddr, 1) == b"\xcc" and counting.hits == 1 and proc.mm.has_uprobes
+
+
+def test_a_single_stepping_program_gets_its_sigtrap_past_the_probed_insn_not_in_the_xol_slot():
+    # TF is already set when the probed mov is reached: after the out-of-line step the kernel fixes
+    # ip up and owes the program its SIGTRAP, which it sees at the instruction after the mov.
+    code = bytes.fromhex("9c58480d00010000509d" "4889c3" "90c3")  # ... popfq; mov rbx, rax; nop; ret
+    assert ul_disasm(code)[5][2] == "mov rbx, rax"
+    mov = 0x500000 + 10
+    proc = X86Process("6.18")
+    proc.map("/lab/tf", 0x500000, 0x1000, "r-xp", code)
+    uprobe_register(proc, mov, CountingConsumer())
+    proc.reg_write(proc.SP, STACK_TOP - 0x100)
+    result = proc.run(0x500000, 0x500000 + len(code) - 1)
+    assert result.signal == "SIGTRAP" and proc.trace.counts["xol_steps"] == 1
+    assert result.ip == mov + 3

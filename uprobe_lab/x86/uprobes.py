@@ -529,10 +529,9 @@ def exc_int3(proc) -> None:
         proc.force_sig("SIGTRAP", f"int3 at {regs.ip - 1:#x} and no uprobes in this process")
         return
     core.handle_swbp(proc, regs)  # uprobe_notify_resume(), on the way back to user mode
-    if proc.signal:
-        return
-    regs.flush()
-    proc.trace.emit("iret", ip=regs.ip)
+    regs.flush()  # the registers the kernel set are in place even when a signal follows
+    if not proc.signal:
+        proc.trace.emit("iret", ip=regs.ip)
 
 
 def exc_debug(proc) -> None:
@@ -544,10 +543,9 @@ def exc_debug(proc) -> None:
         proc.force_sig("SIGTRAP", f"single-step trap at {regs.ip:#x}")
         return
     core.handle_singlestep(proc, regs)
-    if proc.signal:
-        return
     regs.flush()
-    proc.trace.emit("iret", ip=regs.ip)
+    if not proc.signal:
+        proc.trace.emit("iret", ip=regs.ip)
 
 
 _NO_SLS = KernelVersion("no-sls", True, False, False, False)
