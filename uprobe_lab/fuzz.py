@@ -4,7 +4,7 @@ Random programs (``x86.randprog.fuzz_program``, ``arm64.randprog.fuzz_program``)
 probes and then once per probe site, per kernel configuration, with one probe: an entry probe on an
 instruction ``arch_uprobe_analyze_insn`` accepts, or a return probe on a function. The final state
 - every GPR, the arithmetic flags (x86) or NZCV (arm64), the stack above the final sp, the data
-page (x86) or the whole stack window (arm64) - must equal the unprobed run's.
+page (x86) or the top 4 KiB of the stack (arm64) - must equal the unprobed run's.
 
 Each probe run is labelled with the mechanism that actually ran the hit: x86 ``emulate``, ``xol``,
 ``uretprobe-int3`` (6.10), ``uretprobe-syscall`` (6.11+), ``nop5-opt`` (6.18 call into the
@@ -23,11 +23,12 @@ import random
 from collections import Counter
 from dataclasses import dataclass, field
 
+from .arches import arch_parts
 from .errors import LabError
 from .kernel import KERNELS, get_kernel
 from .uprobes import CountingConsumer, UnprobeableInstruction, UprobeConsumer, uprobe_register
+from .x86.optimize import UPROBE_SYSCALL_ARGS_SIZE  # the words a trampoline call leaves below sp
 
-X86_PUSHED = 32  # call: return address; trampoline: rcx, r11, rax
 
 
 @dataclass(frozen=True)
@@ -40,11 +41,7 @@ class Config:
     options: tuple = ()
 
     def process(self):
-        if self.arch == "x86_64":
-            from .x86.process import X86Process
-            return X86Process(self.kernel, **dict(self.options))
-        from .arm64.process import Arm64Process
-        return Arm64Process(self.kernel, **dict(self.options))
+        return arch_parts(self.arch)[0](self.kernel, **dict(self.options))
 
 
 def x86_configs() -> list[Config]:
@@ -81,13 +78,19 @@ class Divergence:
 @dataclass
 class FuzzResult:
     programs: int = 0
-    probe_runs: int = 0
     refused: int = 0  # sites arch_uprobe_analyze_insn refused (UnprobeableInstruction)
     not_hit: int = 0  # probes on code the program skipped
     mechanisms: Counter = field(default_factory=Counter)
     configs: Counter = field(default_factory=Counter)
-    divergences: Counter = field(default_factory=Counter)
     cases: list = field(default_factory=list)  # every Divergence (red-zone ones without a listing)
+
+    @property
+    def probe_runs(self) -> int:
+        return sum(self.mechanisms.values())
+
+    @property
+    def divergences(self) -> Counter:
+        return Counter(d.kind for d in self.cases)
 
     @property
     def bugs(self) -> list[Divergence]:
@@ -95,12 +98,10 @@ class FuzzResult:
 
     def merge(self, other: "FuzzResult") -> "FuzzResult":
         self.programs += other.programs
-        self.probe_runs += other.probe_runs
         self.refused += other.refused
         self.not_hit += other.not_hit
         self.mechanisms.update(other.mechanisms)
         self.configs.update(other.configs)
-        self.divergences.update(other.divergences)
         self.cases.extend(other.cases)
         return self
 
@@ -229,7 +230,7 @@ def redzone_replay(config: Config, program, seed: int, vaddr: int, records: list
         optimised, sp, ax, r11, cx = next(hits, (False, 0, 0, 0, 0))
         if optimised:
             words = (ax, r11, cx, vaddr + 5)  # lowest address first: the trampoline's pushes, then the call's
-            uc.mem_write(sp - X86_PUSHED, b"".join(w.to_bytes(8, "little") for w in words))
+            uc.mem_write(sp - UPROBE_SYSCALL_ARGS_SIZE, b"".join(w.to_bytes(8, "little") for w in words))
 
     proc = _load(config, program)
     return _run(proc, seed, hook=lambda p: p.uc.hook_add(UC_HOOK_CODE, on_site, None, vaddr, vaddr))
@@ -285,7 +286,6 @@ def fuzz_program_once(arch: str, seed: int, configs=None, sites: int | None = No
                 result.not_hit += 1
                 continue
             mech = mechanism(proc, uprobe, consumer, ret)
-            result.probe_runs += 1
             result.mechanisms[f"{arch}/{mech}"] += 1
             result.configs[f"{arch}/{config.label}"] += 1
             tramp = proc.mm.xol_area.vaddr if ret and arch == "arm64" and proc.mm.xol_area else None
@@ -294,7 +294,6 @@ def fuzz_program_once(arch: str, seed: int, configs=None, sites: int | None = No
                 continue
             kind_ = classify(config, program, seed, None if ret else where, consumer, got)
             probe = f"return@{where}" if ret else f"entry@{where:#x}"
-            result.divergences[kind_] += 1
             listing = program.listing() if kind_ == "BUG" else ""
             result.cases.append(Divergence(kind_, arch, seed, config.label, mech, probe, diff, listing))
     return result
