@@ -286,7 +286,7 @@ def fit_prices(rows: pd.DataFrame, arch: str = "x86_64", references: bool = True
 
 # --- profiles from the published tables -----------------------------------------------------------
 
-# profile -> (cpu as the seeds name it, arch, sources whose rows belong to it)
+# profile -> (cpu as the seeds name it, arch)
 PROFILES = {
     "intel-i7-1165g7": ("Intel i7-1165G7", "x86_64"),
     "amd-ryzen7-5700u": ("AMD Ryzen 7 5700U", "x86_64"),
@@ -301,10 +301,9 @@ def profile_names(arch: str | None = None) -> list[str]:
     return [n for n, (_, a) in PROFILES.items() if arch is None or a == arch]
 
 
-def bench_rows(df: pd.DataFrame | None = None) -> pd.DataFrame:
+def bench_rows() -> pd.DataFrame:
     """Published M/s rows with their role: ``fit`` (before variants) or ``heldout`` (after variants)."""
-    if df is None:
-        df = load_published()
+    df = load_published()
     rows = df[df["unit"] == "M/s"].copy()
     rows["role"] = np.where(rows["variant"].isin(BEFORE_VARIANTS), ROLE_FIT, ROLE_HELDOUT)
     return rows
@@ -531,9 +530,10 @@ def model_table(names=None, arch: str = "x86_64", kernel=None, cpu: str | None =
     out = []
     for name in names:
         ev = events_for(name, arch, kernel, **options)
-        out.append({"bench": name, "mops": round(1000.0 / hit_ns(prof.prices, ev), 3), "stddev": 0.0,
+        ns = hit_ns(prof.prices, ev)
+        out.append({"bench": name, "mops": round(1000.0 / ns, 3), "stddev": 0.0,
                     "mode": "model", "arch": arch, "kernel": kernel, "cpu": prof.name,
-                    "ns_per_hit": round(hit_ns(prof.prices, ev), 1), "events_per_hit": ev})
+                    "ns_per_hit": round(ns, 1), "events_per_hit": ev})
     return out
 
 
