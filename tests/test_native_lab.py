@@ -328,9 +328,10 @@ def test_cli_interrupted_releases_everything(private_scratch):
     assert scratch() == before
 
 
-def test_kernel_change_table_and_picker():
+def test_kernel_change_table_and_picker(monkeypatch):
     import pandas as pd
 
+    from uprobe_lab.native import calibrate as calibrate_module
     from uprobe_lab.native.calibrate import kernel_change
     from uprobe_lab.process import LabError
     from uprobe_lab.views.native import kernel_picker
@@ -341,6 +342,12 @@ def test_kernel_change_table_and_picker():
     assert table["predicted_on_6.11"].tolist() == [1.5] and table["change_pct"].tolist() == [-70.0]
     with pytest.raises(LabError, match="no prediction for kernel '6.10'"):
         kernel_change(pred, "6.10")
+    # the picker looks kernel_change up when it is built: spy on it there
+    shown = []
+    monkeypatch.setattr(calibrate_module, "kernel_change",
+                        lambda p, k: shown.append(k) or kernel_change(p, k))
     picker, _ = kernel_picker(pred).children
     assert list(picker.options) == ["6.11", "6.18"]
+    assert shown == ["6.11"]  # drawn once for the first kernel
     picker.value = "6.18"  # redraws through kernel_change; the browser test checks what a learner sees
+    assert shown == ["6.11", "6.18"], "choosing a kernel did not redraw its table"
