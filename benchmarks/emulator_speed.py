@@ -12,13 +12,17 @@ Figures, not assertions.
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
 from pathlib import Path
 
 from unicorn import UC_HOOK_INTR
 
-from uprobe_lab.arches import make_process
-from uprobe_lab.bench import bench_names, run_bench
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from uprobe_lab.arches import make_process  # noqa: E402
+from uprobe_lab.bench import bench_names, run_bench  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,6 +1,6 @@
 """Long profile of the differential fuzzer (uprobe_lab.fuzz).
 
-    PYTHONPATH=. python benchmarks/fuzz.py --programs 500 --seed 1 --arch all
+    python benchmarks/fuzz.py --programs 500 --seed 1 --arch all
 
 Prints programs x mechanisms tried (probe runs per mechanism and per kernel/options) and the
 divergences by class; every BUG divergence is printed with its reproducer (seed, config, probe,
@@ -9,12 +9,15 @@ differences, listing). Exit status 1 if there is any BUG divergence.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
 from tqdm import tqdm
 
-from uprobe_lab.fuzz import CONFIGS, FuzzResult, fuzz_program_once
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from uprobe_lab.fuzz import CONFIGS, FuzzResult, fuzz_program_once  # noqa: E402
 
 
 def main(argv=None) -> int:

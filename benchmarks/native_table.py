@@ -9,9 +9,12 @@ emulated one (nop). Figures, not assertions.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
-from uprobe_lab.native import NativeUnavailable, run_native_benches
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from uprobe_lab.native import NativeUnavailable, run_native_benches  # noqa: E402
 
 RATIOS = [
     ("uprobe-nop5", "uprobe-nop5-pagecross", "optimised nop5 vs page-crossing nop5 (int3)"),

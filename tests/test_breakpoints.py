@@ -26,16 +26,6 @@ def final_state(proc):
     return state
 
 
-def run_program(program, kernel, probe_at=None, entry=None):
-    proc = X86Process(kernel)
-    proc.load(program)
-    consumer = CountingConsumer()
-    if probe_at is not None:
-        uprobe_register(proc, probe_at, consumer)
-    proc.call(entry or next(iter(program.symbols)))
-    return final_state(proc), consumer.hits
-
-
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_bench_targets_are_unchanged_by_a_probe_on_each_instruction(kernel):
     from uprobe_lab.x86.programs import bench_program

@@ -167,7 +167,12 @@ def test_calibrated_profile_predicts_the_kernels():
     assert abs(pred.loc["uprobe-nop5", "6.18"] / pred.loc["uprobe-nop5", "measured_mops"] - 1) < 0.1
 
 
-def test_predictions_match_the_cli(tmp_path):
+def test_cli_predict_plumbs_the_same_predictions_as_calibrate(tmp_path):
+    """``predict --measured CSV --to KERNEL`` writes what predict_kernels gives for the same rows.
+
+    Both go through model.predict_from_measured, so the comparison checks the plumbing (the CSV round trip,
+    kernel labels, bench order), not the prediction; the last assertion checks one prediction against the
+    model's formula worked by hand."""
     measured = calibrate.measured_frame(EXAMPLE["benches"])
     csv = tmp_path / "measured.csv"
     measured[["arch", "kernel", "bench", "mops"]].to_csv(csv, index=False)
@@ -176,6 +181,22 @@ def test_predictions_match_the_cli(tmp_path):
     from_cli = pd.read_csv(out).set_index("bench")["predicted_mops"]
     ours = calibrate.predict_kernels(EXAMPLE["benches"], kernels=("6.11",)).set_index("bench")["6.11"]
     pd.testing.assert_series_equal(from_cli, ours, check_names=False)
+
+    # model.py's formula: mops = 1000 / (sum of count_per_hit(kind) * price(kind) + fixed-price events), with the
+    # counts from bench.events_per_hit and the prices fitted on this machine's rows. uretprobe-nop on 6.11 counts
+    # an int3 exception, the return trampoline's syscall, a lookup and a consumer, an emulated nop, one return
+    # instance pushed and popped, and its uaccess bytes.
+    from uprobe_lab.bench import events_per_hit
+
+    p = calibrate.calibrate(EXAMPLE["benches"]).prices
+    ev = events_per_hit("uretprobe-nop", "x86_64", "6.11")
+    assert ev["exceptions"] == 1 and ev["syscalls"] == 1 and ev["ri_pushed"] == 1 and ev["uaccess_bytes"] > 0
+    assert not any(ev.get(k) for k in ("text_patches", "cpu_syncs", "signals"))  # zero in the steady state
+    ns = (ev["user_insns"] * p["user_insn"] + ev["exceptions"] * p["exception"] + ev["syscalls"] * p["syscall"]
+          + (ev["probe_lookups"] + ev["consumers"]) * p["handler"] + ev.get("xol_steps", 0) * p["xol_step"]
+          + (ev["ri_pushed"] + ev["ri_popped"]) * p["return_instance"] + ev["uaccess_bytes"] * p["uaccess_byte"]
+          + ev.get("pages_pinned", 0) * p["pin_map"] + 5.0 * ev.get("emulated", 0))
+    assert from_cli["uretprobe-nop"] == pytest.approx(1000.0 / ns, abs=0.0006)
 
 
 def test_profile_and_comparison():
@@ -307,9 +328,10 @@ def test_cli_interrupted_releases_everything(private_scratch):
     assert scratch() == before
 
 
-def test_kernel_change_table_and_picker():
+def test_kernel_change_table_and_picker(monkeypatch):
     import pandas as pd
 
+    from uprobe_lab.native import calibrate as calibrate_module
     from uprobe_lab.native.calibrate import kernel_change
     from uprobe_lab.process import LabError
     from uprobe_lab.views.native import kernel_picker
@@ -320,6 +342,12 @@ def test_kernel_change_table_and_picker():
     assert table["predicted_on_6.11"].tolist() == [1.5] and table["change_pct"].tolist() == [-70.0]
     with pytest.raises(LabError, match="no prediction for kernel '6.10'"):
         kernel_change(pred, "6.10")
+    # the picker looks kernel_change up when it is built: spy on it there
+    shown = []
+    monkeypatch.setattr(calibrate_module, "kernel_change",
+                        lambda p, k: shown.append(k) or kernel_change(p, k))
     picker, _ = kernel_picker(pred).children
     assert list(picker.options) == ["6.11", "6.18"]
+    assert shown == ["6.11"]  # drawn once for the first kernel
     picker.value = "6.18"  # redraws through kernel_change; the browser test checks what a learner sees
+    assert shown == ["6.11", "6.18"], "choosing a kernel did not redraw its table"

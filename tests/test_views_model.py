@@ -46,3 +46,23 @@ def test_widgets_show_their_content_as_text():
     assert "exception=" in text and f"{amd.loc['uretprobe-nop', 'fix']:.3f}" in text
     sliders.children[0].value = 2 * sliders.children[0].value  # a dearer exception: the text follows
     assert sliders._repr_mimebundle_()["text/plain"] != text
+
+
+def test_moving_a_price_slider_redraws_the_chart_with_that_price(monkeypatch):
+    drawn = []
+    real_chart = views.price_chart
+
+    def spy(profile, *args, **kwargs):
+        drawn.append(dict(profile.prices))
+        return real_chart(profile, *args, **kwargs)
+
+    monkeypatch.setattr(views, "price_chart", spy)
+    *sliders, _ = views.price_sliders("intel").children
+    assert len(drawn) == 1  # drawn once with the profile's own prices
+    exception = next(s for s in sliders if s.description == "exception")
+    new = round(exception.value / 2, 1)
+    assert new != exception.value
+    exception.value = new
+    assert len(drawn) == 2, "moving the exception slider did not redraw the chart"
+    assert drawn[-1]["exception"] == new
+    assert drawn[-1]["syscall"] == drawn[0]["syscall"]  # the other prices stay

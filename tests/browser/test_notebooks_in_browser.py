@@ -4,8 +4,9 @@ What the headless run (tests/test_notebooks.py) cannot see: that the widgets ren
 when a learner uses them. For each notebook: open it in JupyterLab, Run All, wait until every code cell has an
 execution count and the kernel is idle, then assert no error output, no "Error displaying widget" / "Failed to
 load model class", no chart left as its "<Figure size ...>" text, every widget output rendered; operate one
-widget and assert its output changes; save a screenshot into tests/browser/screenshots/ (gitignored;
-UPROBE_LAB_SCREENSHOTS overrides it). The last test does the same for lecture mode (Voila, no code shown).
+widget and assert what the kernel draws for it changes (the control itself left out); save a screenshot into
+tests/browser/screenshots/ (gitignored; UPROBE_LAB_SCREENSHOTS overrides it). The last test does the same for
+lecture mode (Voila, no code shown).
 
 Needs /usr/bin/chromium (or UPROBE_LAB_CHROMIUM) and the playwright package; skipped with the reason otherwise.
 Nothing is downloaded at run time: Playwright drives the system browser.
@@ -163,9 +164,26 @@ STATE_JS = """() => {
 }""" % WIDGET_MIME
 
 
+# The controls a learner operates. They change in the front end the moment they are used (a slider's handle
+# and readout, a toggle's active button, a text box's value), whether or not the kernel answers, so the
+# snapshot of a widget's result leaves them out.
+CONTROLS = ", ".join(f".widget-{c}" for c in (
+    "slider", "hslider", "vslider", "play", "button", "toggle-button", "toggle-buttons", "text", "textarea",
+    "dropdown", "checkbox", "radio", "select", "select-multiple", "colorpicker", "datepicker",
+    "datetimepicker", "timepicker", "upload", "controller"))
+# What the kernel drew in an output area: its text and its images, from a copy with the controls removed.
+RESULT_SNAPSHOT = """el => {
+  const copy = el.cloneNode(true);
+  copy.querySelectorAll('%s').forEach(n => n.remove());
+  const images = Array.from(copy.querySelectorAll('img'), img => img.getAttribute('src') || '');
+  return copy.textContent + '\\n' + images.join('\\n');
+}""" % CONTROLS
+
+
 def _operate_one_widget(page):
     """Use the first widget a learner would: a Step/Next/Run/Play button, else a slider, else a toggle, else a
-    text box. Returns (what was operated, output text before, after) or None if the notebook has no widget."""
+    text box. Returns (what was operated, its result before, after) or None if the notebook has no widget.
+    The result is RESULT_SNAPSHOT of the cell's output area: what the kernel redraws, not the control itself."""
     outputs = "#main .jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea-output"
     button = page.locator(f"{outputs} button.widget-button:not([disabled])").filter(
         has_text=re.compile(r"^\s*(Step|Next|Run|Play)\b"))
@@ -183,9 +201,9 @@ def _operate_one_widget(page):
     else:
         return None
     target.scroll_into_view_if_needed()
-    # The widget's whole output area (the widget plus whatever it redraws) is what must change.
+    # What the widget redraws in its cell's output area (not the control, which moves on its own) must change.
     area = target.evaluate_handle("el => el.closest('.jp-Cell').querySelector('.jp-OutputArea')")
-    snapshot = "el => el.innerText + '\\n' + el.innerHTML.length + ':' + el.innerHTML"
+    snapshot = RESULT_SNAPSHOT
     before = area.evaluate(snapshot)
 
     def changed(timeout_ms):
@@ -271,6 +289,7 @@ def test_notebook_in_browser(path, lab_server, browser, screenshot_dir):
         if state["widgets"]:
             assert operated, f"{rel}: widgets displayed, but none a learner could operate was found"
             kind, before, after = operated
+            assert before.strip(), f"{rel}: the {kind}'s cell shows its controls and nothing they drive"
             assert after != before, f"{rel}: operating the {kind} did not change its output"
             assert "Error displaying widget" not in page.locator("body").inner_text()
             msg = f"operated {kind}: output changed"
