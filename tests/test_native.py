@@ -552,3 +552,12 @@ def test_ctrl_c_just_after_mmap_leaves_no_mapping(private_scratch, monkeypatch):
             pytest.fail("the interrupt should arrive before the block")
     assert fd_count() == before_fds and scratch_dirs() == before_dirs and not mapped_bench_files()
 
+
+def test_cli_native_refuses_kernel_and_stp(capsys):
+    from uprobe_lab import cli
+
+    assert cli.main(["bench", "--mode", "native", "--kernel", "6.10"]) == 2
+    err = capsys.readouterr().err
+    assert "--kernel cannot apply to --mode native" in err and "running" in err and "--mode model" in err
+    assert cli.main(["bench", "--mode", "native", "--stp", "xol", "uprobe-nop"]) == 2
+    assert "--stp cannot apply to --mode native" in capsys.readouterr().err
