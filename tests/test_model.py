@@ -1,6 +1,8 @@
 """The cost model: predictions come from emulator counts times prices, fits never see an after-row,
 and held-out rows are predicted within the acceptance bounds."""
 
+import json
+
 import pandas as pd
 import pytest
 
@@ -211,3 +213,13 @@ def test_app_grep_is_out_of_scope():
     assert round(grep["predicted"], 3) == 11.935 and grep["error_pct"] > 400
     assert "258x" in grep["note"] and "1.35x" in grep["note"]
     assert "out of scope" in model.APP_MODEL
+
+
+def test_bench_cli_model_mode_passes_stp(capsys):
+    def push(stp):
+        assert cli.main(["bench", "--mode", "model", "--arch", "arm64", "--stp", stp, "--json", "uprobe-push"]) == 0
+        return json.loads(capsys.readouterr().out)[0]
+
+    simulated, xol = push("simulate"), push("xol")
+    assert simulated["events_per_hit"] != xol["events_per_hit"]
+    assert simulated["mops"] > xol["mops"]  # simulating the stp saves the single-step

@@ -12,6 +12,7 @@ import glob
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -484,3 +485,79 @@ def test_host_kernel_accepts_exactly_what_the_lab_accepts(hexbytes, tmp_path):
             assert err.errno == 524, err  # the kernel-internal ENOTSUPP from arch_uprobe_analyze_insn
             host_accepts = False
     assert host_accepts == lab_accepts
+
+
+# ------------------------------------------------------------------------------------------------
+# Ctrl-C between acquiring a resource and storing its handle
+# ------------------------------------------------------------------------------------------------
+needs_sigint = pytest.mark.skipif(signal.getsignal(signal.SIGINT) is not signal.default_int_handler,
+                                  reason="needs Python's own SIGINT handler")
+
+
+def ctrl_c():
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+@needs_sigint
+def test_sigint_deferred_holds_ctrl_c_until_the_block_ends():
+    reached = []
+    with pytest.raises(KeyboardInterrupt):
+        with perf.sigint_deferred():
+            ctrl_c()
+            reached.append("after kill")
+            with perf.sigint_deferred():  # nested: the outer block still decides
+                reached.append("nested")
+            reached.append("end")
+    assert reached == ["after kill", "nested", "end"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+@native
+@needs_sigint
+def test_ctrl_c_just_after_perf_event_open_leaves_no_probe(monkeypatch):
+    real = perf.perf_event_open
+
+    def open_then_interrupt(*a, **kw):
+        fd = real(*a, **kw)
+        ctrl_c()  # lands before open_uprobe's caller has stored the fd
+        return fd
+
+    monkeypatch.setattr(perf, "perf_event_open", open_then_interrupt)
+    with NativeCode() as nc:
+        with pytest.raises(KeyboardInterrupt):
+            with UprobeEvent(nc.path, nc.offset("uprobe_target_nop5")):
+                pytest.fail("the interrupt should arrive before the block")
+        assert not perf_fds()
+        assert nc.read("uprobe_target_nop5").hex() == NOP5
+
+
+@pytest.mark.skipif(_can_map() is not None, reason=str(_can_map()))
+@needs_sigint
+def test_ctrl_c_just_after_mmap_leaves_no_mapping(private_scratch, monkeypatch):
+    libc = code._libc()
+
+    class InterruptingLibc:
+        munmap = libc.munmap
+
+        @staticmethod
+        def mmap(*a):
+            addr = libc.mmap(*a)
+            ctrl_c()  # lands before NativeCode has stored the base
+            return addr
+
+    monkeypatch.setattr(code, "_libc", lambda: InterruptingLibc)
+    before_fds, before_dirs = fd_count(), scratch_dirs()
+    with pytest.raises(KeyboardInterrupt):
+        with NativeCode():
+            pytest.fail("the interrupt should arrive before the block")
+    assert fd_count() == before_fds and scratch_dirs() == before_dirs and not mapped_bench_files()
+
+
+def test_cli_native_refuses_kernel_and_stp(capsys):
+    from uprobe_lab import cli
+
+    assert cli.main(["bench", "--mode", "native", "--kernel", "6.10"]) == 2
+    err = capsys.readouterr().err
+    assert "--kernel cannot apply to --mode native" in err and "running" in err and "--mode model" in err
+    assert cli.main(["bench", "--mode", "native", "--stp", "xol", "uprobe-nop"]) == 2
+    assert "--stp cannot apply to --mode native" in capsys.readouterr().err

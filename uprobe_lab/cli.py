@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import platform
 import sys
 
 from .kernel import DEFAULT_KERNEL, KERNELS, get_kernel
@@ -21,15 +22,22 @@ def _progress(total: int, enabled: bool):
 def cmd_bench(args) -> int:
     from . import bench
 
+    options = {"stp": args.stp} if args.stp else {}
+    kernel = args.kernel or DEFAULT_KERNEL
     if args.mode == "emulated":
         names = args.names or bench.bench_names(args.arch)
         update, close = _progress(len(names), not args.json)
-        options = {"stp": args.stp} if args.stp else {}
         try:
-            results = bench.run_benches(names, args.arch, args.kernel, args.iterations, progress=update, **options)
+            results = bench.run_benches(names, args.arch, kernel, args.iterations, progress=update, **options)
         finally:
             close()
     elif args.mode == "native":
+        ignored = [flag for flag, value in (("--kernel", args.kernel), ("--stp", args.stp)) if value]
+        if ignored:
+            raise LabError(f"{' and '.join(ignored)} cannot apply to --mode native: it measures the kernel this "
+                           f"machine is running ({platform.release()}), not a modelled one; drop "
+                           f"{'them' if len(ignored) > 1 else 'it'}, or use --mode emulated or --mode model "
+                           "to choose a kernel or an arm64 stp handling")
         from tqdm import tqdm
 
         from .native import BENCH_NAMES, DEFAULT_REPEATS, NativeUnavailable, run_native_benches
@@ -49,7 +57,7 @@ def cmd_bench(args) -> int:
     else:
         from .model import model_table
 
-        results = model_table(args.names or None, arch=args.arch, kernel=args.kernel, cpu=args.cpu)
+        results = model_table(args.names or None, arch=args.arch, kernel=kernel, cpu=args.cpu, **options)
     print(json.dumps(results, indent=2) if args.json else bench.format_table(results))
     return 0
 
@@ -142,7 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("names", nargs="*", help="bench names, e.g. uprobe-nop uretprobe-ret (default: all)")
     b.add_argument("--mode", choices=["emulated", "native", "model"], default="emulated")
     b.add_argument("--arch", default="x86_64", choices=["x86_64", "arm64"])
-    b.add_argument("--kernel", default=DEFAULT_KERNEL, choices=list(KERNELS))
+    b.add_argument("--kernel", choices=list(KERNELS),
+                   help=f"emulated and model modes: the kernel to emulate (default {DEFAULT_KERNEL})")
     b.add_argument("--stp", choices=["xol", "simulate"], help="arm64: how a probed stp x29, x30 runs")
     b.add_argument("--cpu", help="model mode: the CPU profile to price events with")
     b.add_argument("--iterations", type=int, default=20_000)

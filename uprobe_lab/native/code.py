@@ -18,6 +18,7 @@ from typing import Iterator
 from .arch import host_arch, load_bench_program
 from .errors import noexec
 from .host import read_mem
+from .perf import sigint_deferred
 
 MOUNTS = "/proc/mounts"
 ENV_DIR = "UPROBE_LAB_NATIVE_DIR"
@@ -91,11 +92,15 @@ def find_exec_dir(candidates: list[str] | None = None, mounts_file: str | None =
 @contextlib.contextmanager
 def scratch_dir() -> Iterator[str]:
     """A fresh directory on an exec-capable file system, removed on the way out."""
-    d = tempfile.mkdtemp(prefix="uprobe_lab-native-", dir=find_exec_dir())
+    d = None
     try:
+        with sigint_deferred():
+            d = tempfile.mkdtemp(prefix="uprobe_lab-native-", dir=find_exec_dir())
         yield d
     finally:
-        shutil.rmtree(d, ignore_errors=True)
+        if d is not None:
+            with sigint_deferred():
+                shutil.rmtree(d, ignore_errors=True)
 
 
 class NativeCode:
@@ -134,35 +139,48 @@ class NativeCode:
     def _open(self) -> None:
         bench_program = load_bench_program(self.arch)
         image = bench_program().code  # position independent: same bytes at any base
-        self._dir_cm = scratch_dir()
-        directory = self._dir_cm.__enter__()
+        with sigint_deferred():
+            dir_cm = scratch_dir()
+            directory = dir_cm.__enter__()
+            self._dir_cm = dir_cm
         self.path = os.path.join(directory, self.FILE_NAME)
         with open(self.path, "wb") as f:
             f.write(image)
-        self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        with sigint_deferred():
+            self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         self._size = len(image)
-        addr = _libc().mmap(None, self._size, PROT_READ | PROT_EXEC, MAP_PRIVATE, self._fd, 0)
-        if addr in (None, MAP_FAILED):
-            e = ctypes.get_errno()
-            raise OSError(e, f"mmap of {self.path} PROT_READ|PROT_EXEC: {os.strerror(e)}")
-        self.base = addr
+        with sigint_deferred():
+            addr = _libc().mmap(None, self._size, PROT_READ | PROT_EXEC, MAP_PRIVATE, self._fd, 0)
+            if addr in (None, MAP_FAILED):
+                e = ctypes.get_errno()
+                raise OSError(e, f"mmap of {self.path} PROT_READ|PROT_EXEC: {os.strerror(e)}")
+            self.base = addr
         self.program = bench_program(base=addr)
         if self.program.code != image:
             raise RuntimeError("bench bytes depend on the base address; they must not")
         self._loop = ProducerLoop(self.program.resolve("producer_loop"))
 
     def close(self) -> None:
-        """Release everything that was acquired; safe to call twice."""
-        self._loop = None
-        base, self.base = self.base, None
-        if base is not None:
-            _libc().munmap(base, self._size)
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            os.close(fd)
-        cm, self._dir_cm = self._dir_cm, None
-        if cm is not None:
-            cm.__exit__(None, None, None)
+        """Release everything that was acquired; safe to call twice.
+
+        Ctrl-C waits until all of it is released, and a failure releasing one part does not keep
+        the later parts.
+        """
+        with sigint_deferred():
+            self._loop = None
+            try:
+                base, self.base = self.base, None
+                if base is not None:
+                    _libc().munmap(base, self._size)
+            finally:
+                try:
+                    fd, self._fd = self._fd, None
+                    if fd is not None:
+                        os.close(fd)
+                finally:
+                    cm, self._dir_cm = self._dir_cm, None
+                    if cm is not None:
+                        cm.__exit__(None, None, None)
 
     # -- use --------------------------------------------------------------------------------------
     def addr(self, name: str) -> int:
