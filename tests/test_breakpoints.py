@@ -268,3 +268,15 @@ def test_a_single_stepping_program_gets_its_sigtrap_past_the_probed_insn_not_in_
     result = proc.run(0x500000, 0x500000 + len(code) - 1)
     assert result.signal == "SIGTRAP" and proc.trace.counts["xol_steps"] == 1
     assert result.ip == mov + 3
+
+
+def test_two_stepped_probes_take_turns_in_the_same_xol_slot():
+    proc = make_process("x86_64")
+    ret, push = CountingConsumer(), CountingConsumer()
+    uprobe_register(proc, "uprobe_target_ret", ret)
+    uprobe_register(proc, "uprobe_target_push", push, offset=1)  # mov %rsp, %rbp: stepped out of line
+    for _ in range(3):
+        assert proc.call("uprobe_target_push") == 1
+        proc.call("uprobe_target_ret")
+    assert ret.hits == push.hits == 3 and proc.trace.counts["xol_steps"] == 6
+    assert proc.mm.xol_area.slot_insns[1] == proc.mm.probes[proc.program.resolve("uprobe_target_ret")].arch.ixol

@@ -273,13 +273,10 @@ class EmulatedProcess:
 
         Unicorn keeps translated blocks of code it already ran; a write into an executable mapping
         drops them, or the CPU would keep running the old bytes (a probe patched in mid-run).
-        Rewriting code with the same bytes (an XOL slot reused by its probe) keeps them.
         """
         data = bytes(data)
         mapping = self.mapping_at(addr)
         code = mapping is not None and "x" in mapping.perms
-        if code and self._mem_read(addr, len(data)) == data:
-            return
         if not self._mem_write(addr, data):
             raise LabError(f"address {addr:#x} (+{len(data)}) is not mapped in the emulated process")
         if code:

@@ -117,6 +117,9 @@ class XolArea:
     vaddr: int
     slot_bytes: int
     bitmap: list[bool]
+    # what each slot holds: a slot that already holds the copy is not written again (as arm64's
+    # arch_uprobe_copy_ixol compares first), so Unicorn keeps the code it translated there
+    slot_insns: dict[int, bytes] = field(default_factory=dict)
 
     def slot_vaddr(self, slot: int) -> int:
         return self.vaddr + slot * self.slot_bytes
@@ -264,7 +267,10 @@ def xol_get_insn_slot(proc, uprobe: Uprobe) -> int:
     utask = proc.utask
     utask.xol_slot = slot
     utask.xol_vaddr = area.slot_vaddr(slot)
-    proc.write(utask.xol_vaddr, uprobe.arch.ixol)  # arch_uprobe_copy_ixol: through the page, not uaccess
+    ixol = uprobe.arch.ixol
+    if area.slot_insns.get(slot) != ixol:
+        proc.write(utask.xol_vaddr, ixol)  # arch_uprobe_copy_ixol: through the page, not uaccess
+        area.slot_insns[slot] = ixol
     return utask.xol_vaddr
 
 
