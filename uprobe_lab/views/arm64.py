@@ -10,7 +10,7 @@ from ..arm64 import asm
 from ..arm64.process import Arm64Process
 from ..arm64.programs import bench_program
 from ..arm64.uprobes import analyze_hex, decode_fields
-from ..bench import events_per_hit
+from ..bench import events_table
 from ..uprobes import CountingConsumer, uprobe_register
 
 SEED = "001_a91640efe4f91e99.txt"
@@ -87,14 +87,13 @@ STP_KINDS = ["user_insns", "exceptions", "exc_brk", "exc_step", "eret", "emulate
 
 def stp_events(benches=("uprobe-nop", "uprobe-push", "uretprobe-push")) -> pd.DataFrame:
     """Events per hit: upstream XOL vs the seed's simulation (v2 pinned pages) vs v1 (uaccess)."""
-    rows = []
+    parts = []
     for label, options in (("xol-stp (upstream)", {"stp": "xol"}),
                            ("simulated-stp v2 (seed: pin pages)", {"stp": "simulate", "stp_store": "pin"}),
                            ("simulated-stp v1 (two uaccess stores)", {"stp": "simulate", "stp_store": "uaccess"})):
-        for bench in benches:
-            ev = events_per_hit(bench, "arm64", **options)
-            rows.append({"variant": label, "bench": bench, **{k: ev.get(k, 0) for k in STP_KINDS}})
-    return pd.DataFrame(rows).set_index(["bench", "variant"]).sort_index()
+        df = events_table(benches, "arm64", kinds=STP_KINDS, **options)
+        parts.append(df.drop(columns="kernel").assign(variant=label))
+    return pd.concat(parts)[["variant", "bench", *STP_KINDS]].set_index(["bench", "variant"]).sort_index()
 
 
 def published_stp() -> pd.DataFrame:
