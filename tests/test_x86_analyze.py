@@ -4,7 +4,7 @@ import pytest
 from uprobe_lab.kernel import get_kernel
 from uprobe_lab.program import disasm
 from uprobe_lab.uprobes import UnprobeableInstruction
-from uprobe_lab.x86.uprobes import analyze_hex, arch_uprobe_analyze_insn
+from uprobe_lab.x86.uprobes import analyze_hex, analyze_table, arch_uprobe_analyze_insn
 
 # (bytes, Capstone's text, action on 6.11, action on 6.16+)
 TABLE = [
@@ -89,3 +89,15 @@ def test_analyze_hex_errors():
         analyze_hex("zz", get_kernel())
     with pytest.raises(LabError, match="more than one instruction"):
         analyze_hex("90c3", get_kernel())
+
+
+def test_analyze_table_rows_keep_whole_reasons():
+    hexes = ["90", "f0 ff 00", "cc", "0f1f440000"]
+    df = analyze_table(hexes, kernel="6.11")
+    assert list(df.columns) == ["bytes", "mnemonic", "op_str", "length", "action", "reason"]
+    assert list(df["bytes"]) == ["90", "f0 ff 00", "cc", "0f 1f 44 00 00"]
+    assert list(df["action"]) == ["emulate", "reject", "reject", "xol"]  # nop5 is emulated from 6.16 only
+    for row, hexbytes in zip(df.itertuples(), hexes):
+        assert row.reason == analyze_hex(hexbytes, get_kernel("6.11"))["reason"]
+    assert len(df.loc[2, "reason"]) > 70 and df.loc[2, "reason"].endswith("pick a neighbouring instruction")
+    assert analyze_table(["0f1f440000"]).loc[0, "action"] == analyze_hex("0f1f440000", get_kernel())["action"]

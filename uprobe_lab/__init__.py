@@ -9,7 +9,7 @@ The lab in five lines::
     proc.trace.counts                                    # what it cost, in events
 """
 from .arches import make_process as new_process
-from .bench import events_per_hit, run_bench
+from .bench import events_per_hit, events_table, run_bench
 from .errors import LabError, ProcessKilled
 from .kernel import KERNELS, get_kernel
 from .program import disasm
@@ -24,6 +24,6 @@ def analyze(insn: str, arch: str = "x86_64", kernel=None, **options) -> dict:
     return arch_parts(arch)[2](insn, get_kernel(kernel), **options)
 
 
-__all__ = ["new_process", "attach", "detach", "run_bench", "events_per_hit", "analyze", "disasm", "CountingConsumer",
-           "UprobeConsumer", "UPROBE_HANDLER_REMOVE", "UPROBE_HANDLER_IGNORE", "LabError", "ProcessKilled",
-           "UnprobeableInstruction", "KERNELS", "get_kernel"]
+__all__ = ["new_process", "attach", "detach", "run_bench", "events_per_hit", "events_table", "analyze", "disasm",
+           "CountingConsumer", "UprobeConsumer", "UPROBE_HANDLER_REMOVE", "UPROBE_HANDLER_IGNORE", "LabError",
+           "ProcessKilled", "UnprobeableInstruction", "KERNELS", "get_kernel"]

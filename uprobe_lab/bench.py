@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from .arches import make_process
 from .kernel import get_kernel
 from .process import LabError
-from .trace import per_hit
+from .trace import EVENT_KINDS, per_hit
 from .uprobes import CountingConsumer, uprobe_register
 
 TARGETS = {
@@ -70,6 +70,23 @@ def events_per_hit(name: str, arch: str = "x86_64", kernel=None, **options) -> d
     after = proc.trace.counts
     steady = {k: (after[k] - middle[k]) - (middle[k] - before[k]) for k in set(after) | set(middle)}
     return per_hit({k: v for k, v in steady.items() if v}, 8)
+
+
+def events_table(benches, arch: str = "x86_64", kernels=(None,), kinds=None, **options):
+    """Steady-state events per hit as a pandas DataFrame: one row per (bench, kernel), benches outer.
+
+    Columns are ``bench``, ``kernel`` (the version's name; None is the default kernel) and one per
+    event kind: ``kinds`` in that order, or with ``kinds=None`` every kind some row counted, in the
+    trace vocabulary's order. A kind a hit did not count is 0. ``options`` go to every process
+    (arm64 ``stp``/``stp_store``, for instance)."""
+    import pandas as pd
+
+    counted = [(bench, get_kernel(kernel).name, events_per_hit(bench, arch, kernel, **options))
+               for bench in benches for kernel in kernels]
+    if kinds is None:
+        kinds = [k for k in EVENT_KINDS if any(k in ev for _, _, ev in counted)]
+    rows = [{"bench": bench, "kernel": kernel, **{k: ev.get(k, 0) for k in kinds}} for bench, kernel, ev in counted]
+    return pd.DataFrame(rows, columns=["bench", "kernel", *kinds])
 
 
 def run_bench(name: str, arch: str = "x86_64", kernel=None, iterations: int = 20_000, **options) -> dict:

@@ -1,16 +1,22 @@
 """Views for notebook 04 (arm64 STP): BRK install, a decode widget, events per hit, the seed's charts.
 
+The charts are ``matplotlib.figure.Figure`` objects, like views.charts: nothing is left open in pyplot,
+and a notebook cell shows one as its value or with ``display(fig)`` (the views package registers the
+PNG formatter).
+
 Every function works headless: widgets are optional, the tables and text are the lesson.
 """
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 
 from ..arm64 import asm
 from ..arm64.process import Arm64Process
 from ..arm64.programs import bench_program
 from ..arm64.uprobes import analyze_hex, decode_fields
-from ..bench import events_per_hit
+from ..bench import events_table
 from ..uprobes import CountingConsumer, uprobe_register
 
 SEED = "001_a91640efe4f91e99.txt"
@@ -87,14 +93,13 @@ STP_KINDS = ["user_insns", "exceptions", "exc_brk", "exc_step", "eret", "emulate
 
 def stp_events(benches=("uprobe-nop", "uprobe-push", "uretprobe-push")) -> pd.DataFrame:
     """Events per hit: upstream XOL vs the seed's simulation (v2 pinned pages) vs v1 (uaccess)."""
-    rows = []
+    parts = []
     for label, options in (("xol-stp (upstream)", {"stp": "xol"}),
                            ("simulated-stp v2 (seed: pin pages)", {"stp": "simulate", "stp_store": "pin"}),
                            ("simulated-stp v1 (two uaccess stores)", {"stp": "simulate", "stp_store": "uaccess"})):
-        for bench in benches:
-            ev = events_per_hit(bench, "arm64", **options)
-            rows.append({"variant": label, "bench": bench, **{k: ev.get(k, 0) for k in STP_KINDS}})
-    return pd.DataFrame(rows).set_index(["bench", "variant"]).sort_index()
+        df = events_table(benches, "arm64", kinds=STP_KINDS, **options)
+        parts.append(df.drop(columns="kernel").assign(variant=label))
+    return pd.concat(parts)[["variant", "bench", *STP_KINDS]].set_index(["bench", "variant"]).sort_index()
 
 
 def published_stp() -> pd.DataFrame:
@@ -105,33 +110,38 @@ def published_stp() -> pd.DataFrame:
     return df[df["source"] == SEED][["table", "kernel", "bench", "value", "unit"]].reset_index(drop=True)
 
 
-def plot_published_stp():
+def plot_published_stp() -> Figure:
     """Bar charts of the seed's Redis GET/SET and grep numbers: no uprobe, stepped STP, simulated STP."""
-    import matplotlib.pyplot as plt
-
     df = published_stp()
     order = ["no-uprobe", "xol-stp", "simulated-stp"]
-    fig, axes = plt.subplots(1, 3, figsize=(11, 3.2))
+    fig = Figure(figsize=(11, 3.2), layout="constrained")
+    axes = fig.subplots(1, 3)
     for ax, bench, better in zip(axes, ["redis-get", "redis-set", "grep"], ["higher", "higher", "lower"]):
         part = df[df["bench"] == bench].set_index("kernel").reindex(order)
         ax.bar(order, part["value"], color=["grey", "tab:red", "tab:green"])
         ax.set_title(f"{bench} ({part['unit'].iloc[0]}, {better} is better)")
         ax.tick_params(axis="x", labelrotation=15)
     fig.suptitle("Seed 001 on Kunpeng916: probe on every function entry's stp x29, x30")
-    fig.tight_layout()
     return fig
 
 
-def plot_published_bench():
+def plot_published_bench() -> Figure:
     """The seed's bench table: xol-stp vs simulated-stp, M/s per bench."""
-
     df = published_stp()
     bench = df[df["table"] == "kunpeng916-bench"].pivot(index="bench", columns="kernel", values="value")
-    ax = bench[["xol-stp", "simulated-stp"]].plot.bar(figsize=(8, 3.2), rot=20)
+    fig = Figure(figsize=(8, 3.2), layout="constrained")
+    ax = fig.add_subplot()
+    variants = ["xol-stp", "simulated-stp"]
+    x = np.arange(len(bench))
+    width = 0.5 / len(variants)
+    for i, variant in enumerate(variants):
+        ax.bar(x + (i - (len(variants) - 1) / 2) * width, bench[variant], width, label=variant)
+    ax.set_xticks(x, bench.index, rotation=20)
+    ax.set_xlabel("bench")
     ax.set_ylabel("M hits/s")
     ax.set_title("Seed 001 bench (Kunpeng916): only the *-push benches start with the STP")
-    ax.figure.tight_layout()
-    return ax.figure
+    ax.legend(title="kernel")
+    return fig
 
 
 __all__ = ["brk_install", "decode_report", "decode_widget", "stp_events", "published_stp",

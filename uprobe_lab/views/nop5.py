@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..arches import make_process
-from ..bench import events_per_hit
+from ..bench import events_table as bench_events_table
 from ..uprobes import CountingConsumer, uprobe_register, uprobe_unregister
 from ..x86 import optimize
 from ..x86.redzone_programs import check_transparency
@@ -77,12 +77,7 @@ def events_table(kernels=("6.11", "6.16", "6.18"),
                  benches=("uprobe-nop5", "uretprobe-nop5", "uprobe-nop5-pagecross",
                           "uretprobe-nop5-pagecross")) -> pd.DataFrame:
     """Steady-state events per hit, one row per (bench, kernel)."""
-    rows = []
-    for bench in benches:
-        for kernel in kernels:
-            ev = events_per_hit(bench, kernel=kernel)
-            rows.append({"bench": bench, "kernel": str(kernel), **{k: ev.get(k, 0) for k in KINDS}})
-    return pd.DataFrame(rows)
+    return bench_events_table(benches, kernels=kernels, kinds=KINDS)
 
 
 def address_map(proc, sites=()) -> str:

@@ -191,18 +191,12 @@ TRAMPOLINE_EVENTS = ("exceptions", "syscalls", "iret", "sysret")
 
 def trampoline_events(benches=("uretprobe-nop", "uretprobe-push", "uretprobe-ret"),
                       kernels=("6.10", "6.11")):
-    """A DataFrame: events per hit of each bench on each kernel (measured on the emulator)."""
-    import pandas as pd
+    """A DataFrame: events per hit of each bench on each kernel (measured on the emulator), kernels outer."""
+    from ..bench import events_table
 
-    from ..bench import events_per_hit
-
-    rows = []
-    for kernel in kernels:
-        for bench in benches:
-            ev = events_per_hit(bench, kernel=kernel)
-            rows.append({"kernel": kernel, "bench": bench, **{k: ev.get(k, 0) for k in TRAMPOLINE_EVENTS},
-                         "user_insns": ev.get("user_insns", 0)})
-    return pd.DataFrame(rows)
+    df = events_table(benches, kernels=kernels, kinds=(*TRAMPOLINE_EVENTS, "user_insns"))
+    df = df.sort_values("kernel", key=lambda k: k.map(list(map(str, kernels)).index), kind="stable")
+    return df[["kernel", "bench", *TRAMPOLINE_EVENTS, "user_insns"]].reset_index(drop=True)
 
 
 def plot_trampoline_events(df=None, ax=None):

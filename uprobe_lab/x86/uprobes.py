@@ -27,7 +27,7 @@ import capstone
 from capstone import x86_const as CX
 
 from .. import uprobes as core
-from ..kernel import __NR_getpgid, __NR_uprobe, __NR_uretprobe, KernelVersion
+from ..kernel import __NR_getpgid, __NR_uprobe, __NR_uretprobe, KernelVersion, get_kernel
 from ..process import MASK64
 from ..uprobes import UnprobeableInstruction
 from . import asm
@@ -572,3 +572,18 @@ def analyze_hex(hexbytes: str, kernel: KernelVersion, vaddr: int = 0x400000, **_
                             f"({d.mnemonic} {d.op_str}); pass one instruction")
     return {"mnemonic": d.mnemonic, "op_str": d.op_str, "length": d.length, "action": auprobe.action,
             "reason": auprobe.reason}
+
+
+def analyze_table(hexes, kernel=None):
+    """``analyze_hex`` of several instructions as a pandas DataFrame, one row each with the whole reason.
+
+    ``hexes`` are hex bytes in memory order (spaces allowed); ``kernel`` a version or its name (None:
+    the default). The ``bytes`` column shows each instruction's bytes space-separated."""
+    import pandas as pd
+
+    version = get_kernel(kernel)
+    rows = []
+    for hexbytes in hexes:
+        r = analyze_hex(hexbytes, version)
+        rows.append({"bytes": bytes.fromhex(hexbytes.replace(" ", "")).hex(" "), **r})
+    return pd.DataFrame(rows, columns=["bytes", "mnemonic", "op_str", "length", "action", "reason"])

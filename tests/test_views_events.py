@@ -1,0 +1,45 @@
+"""bench.events_table, the one events-per-hit table the chapters' views and notebooks show."""
+from uprobe_lab.bench import events_table
+from uprobe_lab.views.arm64 import STP_KINDS, stp_events
+from uprobe_lab.views.nop5 import KINDS
+from uprobe_lab.views.nop5 import events_table as nop5_events_table
+
+
+def _row(df, bench):
+    return df.set_index("bench").loc[bench]
+
+
+def test_x86_618_int3_and_optimised_nop5():
+    df = events_table(["uprobe-ret", "uprobe-nop5"], kernels=("6.18",), kinds=("exceptions", "syscalls"))
+    assert list(df.columns) == ["bench", "kernel", "exceptions", "syscalls"]
+    assert list(df["kernel"]) == ["6.18", "6.18"]
+    assert _row(df, "uprobe-ret")["exceptions"] == 2  # the int3, then the single-step trap of the XOL copy
+    nop5 = _row(df, "uprobe-nop5")
+    assert nop5["syscalls"] == 1 and nop5["exceptions"] == 0  # optimised: call + sys_uprobe, no int3
+
+
+def test_arm64_stp_store_variants():
+    pin = events_table(["uprobe-push"], "arm64", kinds=("pages_pinned",), stp="simulate", stp_store="pin")
+    assert _row(pin, "uprobe-push")["pages_pinned"] == 1
+    uaccess = events_table(["uprobe-push"], "arm64", kinds=("uaccess_bytes",), stp="simulate", stp_store="uaccess")
+    assert _row(uaccess, "uprobe-push")["uaccess_bytes"] == 16  # two 8-byte stores
+
+
+def test_default_kinds_are_the_counted_ones_and_default_kernel_is_named():
+    df = events_table(["uprobe-nop5"])
+    assert df["kernel"].tolist() == ["6.18"]
+    assert "syscalls" in df.columns and "exceptions" not in df.columns
+
+
+def test_rows_are_benches_then_kernels():
+    df = nop5_events_table(kernels=("6.16", "6.18"), benches=("uprobe-nop5", "uretprobe-nop5"))
+    assert list(zip(df["bench"], df["kernel"])) == [("uprobe-nop5", "6.16"), ("uprobe-nop5", "6.18"),
+                                                  ("uretprobe-nop5", "6.16"), ("uretprobe-nop5", "6.18")]
+    assert list(df.columns) == ["bench", "kernel", *KINDS]
+
+
+def test_stp_events_keeps_its_index_and_columns():
+    df = stp_events(("uprobe-push",))
+    assert df.index.names == ["bench", "variant"] and list(df.columns) == STP_KINDS
+    assert df.loc[("uprobe-push", "simulated-stp v2 (seed: pin pages)"), "pages_pinned"] == 1
+    assert df.loc[("uprobe-push", "simulated-stp v1 (two uaccess stores)"), "uaccess_bytes"] == 16
