@@ -63,6 +63,16 @@ def test_recorded_path_by_env(monkeypatch):
     assert run.banner().startswith("RECORDED EXAMPLE (recorded on a Linux 6.18 x86-64 virtual machine")
 
 
+def test_recorded_run_is_labelled_by_its_own_recording(monkeypatch):
+    """A re-recorded example on another machine is labelled with that machine, not the bundled one's."""
+    monkeypatch.setenv(example.ENV, "recorded")
+    other = dict(EXAMPLE, label="recorded on a Linux 6.19 arm64 laptop")
+    monkeypatch.setattr(example, "load_example", lambda path=example.EXAMPLE_PATH: other)
+    run = example.native_or_recorded()
+    assert run.label == "recorded on a Linux 6.19 arm64 laptop, not measured on this machine"
+    assert run.banner().startswith("RECORDED EXAMPLE (recorded on a Linux 6.19 arm64 laptop, not measured")
+
+
 def test_recorded_path_when_native_unavailable(monkeypatch):
     monkeypatch.delenv(example.ENV, raising=False)
 
