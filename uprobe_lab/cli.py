@@ -6,7 +6,7 @@ import json
 import platform
 import sys
 
-from .kernel import DEFAULT_KERNEL, KERNELS, get_kernel
+from .kernel import DEFAULT_KERNEL, KERNELS
 from .process import LabError
 
 
@@ -63,11 +63,10 @@ def cmd_bench(args) -> int:
 
 
 def cmd_analyze(args) -> int:
-    from .arches import arch_parts
+    from . import analyze
 
-    _, _, analyze = arch_parts(args.arch)
     options = {"stp": args.stp} if args.stp else {}
-    result = analyze(args.insn, get_kernel(args.kernel), **options)
+    result = analyze(args.insn, args.arch, args.kernel, **options)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
