@@ -43,17 +43,15 @@ def cmd_bench(args) -> int:
         from .native import BENCH_NAMES, DEFAULT_REPEATS, NativeUnavailable, run_native_benches
 
         # one tick per timed interval: the table takes seconds to minutes (uprobe-ret is single-stepped)
-        bar = tqdm(total=len(args.names or BENCH_NAMES) * DEFAULT_REPEATS, file=sys.stderr, leave=False,
-                   desc="native", disable=args.json, delay=0.2)
         try:
-            results = run_native_benches(args.names or None, iterations=args.iterations, progress=bar.update)
+            # the bar is closed on leaving the with, before any message, so it does not overwrite it
+            with tqdm(total=len(args.names or BENCH_NAMES) * DEFAULT_REPEATS, file=sys.stderr, leave=False,
+                      desc="native", disable=args.json, delay=0.2) as bar:
+                results = run_native_benches(args.names or None, iterations=args.iterations, progress=bar.update)
         except (NativeUnavailable, ValueError) as err:
-            bar.close()  # before the message, so the bar does not overwrite it
             print(f"native benchmarks are not possible here: {err}" if isinstance(err, NativeUnavailable)
                   else f"error: {err}", file=sys.stderr)
             return 2
-        finally:
-            bar.close()
     else:
         from .model import model_table
 
