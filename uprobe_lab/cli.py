@@ -130,7 +130,11 @@ def cmd_predict(args) -> int:
 
     from . import model
 
-    measured = pd.read_csv(args.measured, dtype={"kernel": str})
+    try:
+        measured = pd.read_csv(args.measured, dtype={"kernel": str})
+    except FileNotFoundError:
+        raise LabError(f"--measured {args.measured}: no such file; give the path of a CSV with columns "
+                       "arch, kernel, bench, mops (one row per bench measured on your machine)") from None
     result = model.predict_from_measured(measured, args.to)
     if args.out:
         result.to_csv(args.out, index=False)
