@@ -22,9 +22,10 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from uprobe_lab.bench import bench_spec  # noqa: E402
 from uprobe_lab.native import NativeUnavailable, check_native_support, run_native_benches  # noqa: E402
 from uprobe_lab.native.arch import load_bench_program  # noqa: E402
-from uprobe_lab.native.bench import BENCHES  # noqa: E402
+from uprobe_lab.native.bench import BENCH_NAMES  # noqa: E402
 from uprobe_lab.native.perf import retprobe_bit, uprobe_pmu_type  # noqa: E402
 
 C_MAIN = r"""
@@ -147,7 +148,7 @@ def build(tmp: str) -> tuple[str, object]:
 
 
 def run_c(exe: str, program, bench: str, iterations: int, repeats: int) -> tuple[float, float, int]:
-    b = BENCHES[bench]
+    b = bench_spec(bench)
     off = lambda name: program.resolve(name) - program.base  # noqa: E731
     args = [exe, str(uprobe_pmu_type()), str(retprobe_bit()), str(off("producer_loop")), str(off(b.target)),
             "1" if b.probe == "uretprobe" else "0", str(iterations), str(repeats)]
@@ -157,7 +158,7 @@ def run_c(exe: str, program, bench: str, iterations: int, repeats: int) -> tuple
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--bench", default="uprobe-nop", choices=[n for n, b in BENCHES.items() if b.probe])
+    ap.add_argument("--bench", default="uprobe-nop", choices=[n for n in BENCH_NAMES if bench_spec(n).probe])
     ap.add_argument("--iterations", type=int, default=200_000)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=3)

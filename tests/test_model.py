@@ -195,6 +195,14 @@ def test_reproduce_cli(tmp_path, capsys):
     assert "uretprobe-nop  :    1.969 \u00b1 0.001M/s" in out
 
 
+def test_predict_cli_missing_measured_file(tmp_path, capsys):
+    missing = tmp_path / "nowhere.csv"
+    assert cli.main(["predict", "--measured", str(missing), "--to", "6.11"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --measured {missing}: no such file") and "arch, kernel, bench, mops" in err
+    assert "Traceback" not in err
+
+
 def test_app_predictions():
     apps = model.app_predictions().set_index(["bench", "variant"])
     # the rows n is fitted on carry no prediction

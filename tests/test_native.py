@@ -162,6 +162,18 @@ def test_arch_without_bytes_module(monkeypatch):
         check_native_support()
 
 
+def test_arch_whose_bytes_module_fails_to_import(monkeypatch, tmp_path):
+    """A module that exists but whose own import fails is not "does not exist yet": its error comes through."""
+    (tmp_path / "uprobe_lab_broken_programs.py").write_text("import uprobe_lab_missing_dependency\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(os, "uname", lambda: Uname("Linux", "h", "6.18.0", "#1", "aarch64"))
+    spec = arch_mod.ArchSpec("arm64", ("aarch64",), 241, "uprobe_lab_broken_programs", False)
+    monkeypatch.setitem(arch_mod.ARCHES, "arm64", spec)
+    with pytest.raises(ImportError) as info:
+        check_native_support()
+    assert info.value.name == "uprobe_lab_missing_dependency"
+
+
 def test_no_uprobe_pmu(monkeypatch, tmp_path, linux_x86):
     monkeypatch.setattr(perf, "UPROBE_PMU_DIR", str(tmp_path / "missing"))
     with pytest.raises(NativeUnavailable, match="no uprobe PMU.*CONFIG_UPROBE_EVENTS"):

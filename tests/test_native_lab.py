@@ -63,6 +63,16 @@ def test_recorded_path_by_env(monkeypatch):
     assert run.banner().startswith("RECORDED EXAMPLE (recorded on a Linux 6.18 x86-64 virtual machine")
 
 
+def test_recorded_run_is_labelled_by_its_own_recording(monkeypatch):
+    """A re-recorded example on another machine is labelled with that machine, not the bundled one's."""
+    monkeypatch.setenv(example.ENV, "recorded")
+    other = dict(EXAMPLE, label="recorded on a Linux 6.19 arm64 laptop")
+    monkeypatch.setattr(example, "load_example", lambda path=example.EXAMPLE_PATH: other)
+    run = example.native_or_recorded()
+    assert run.label == "recorded on a Linux 6.19 arm64 laptop, not measured on this machine"
+    assert run.banner().startswith("RECORDED EXAMPLE (recorded on a Linux 6.19 arm64 laptop, not measured")
+
+
 def test_recorded_path_when_native_unavailable(monkeypatch):
     monkeypatch.delenv(example.ENV, raising=False)
 
@@ -170,9 +180,10 @@ def test_calibrated_profile_predicts_the_kernels():
 def test_cli_predict_plumbs_the_same_predictions_as_calibrate(tmp_path):
     """``predict --measured CSV --to KERNEL`` writes what predict_kernels gives for the same rows.
 
-    Both go through model.predict_from_measured, so the comparison checks the plumbing (the CSV round trip,
-    kernel labels, bench order), not the prediction; the last assertion checks one prediction against the
-    model's formula worked by hand."""
+    The CLI goes through model.predict_from_measured (one fit per call), predict_kernels fits once and predicts
+    every kernel from it, so the comparison checks both the plumbing (the CSV round trip, kernel labels, bench
+    order) and that one fit serves every kernel; the last assertion checks one prediction against the model's
+    formula worked by hand."""
     measured = calibrate.measured_frame(EXAMPLE["benches"])
     csv = tmp_path / "measured.csv"
     measured[["arch", "kernel", "bench", "mops"]].to_csv(csv, index=False)
@@ -208,6 +219,12 @@ def test_profile_and_comparison():
     assert cmp.loc["uprobe-nop5", "published_mops"] == 4.016  # the nop5 series' 6.18 figure
     assert pd.isna(cmp.loc["uprobe-nop5-pagecross", "published_mops"])
     assert abs(cmp.loc["syscall-count", "model_error_pct"]) < 10
+
+
+def test_rows_from_two_architectures_are_refused():
+    row = dict(EXAMPLE["benches"][2], arch="arm64")
+    with pytest.raises(model.LabError, match="one architecture"):
+        calibrate.predict_kernels(EXAMPLE["benches"] + [row])
 
 
 def test_too_old_kernel_is_refused():

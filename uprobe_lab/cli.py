@@ -6,7 +6,7 @@ import json
 import platform
 import sys
 
-from .kernel import DEFAULT_KERNEL, KERNELS, get_kernel
+from .kernel import DEFAULT_KERNEL, KERNELS
 from .process import LabError
 
 
@@ -43,17 +43,15 @@ def cmd_bench(args) -> int:
         from .native import BENCH_NAMES, DEFAULT_REPEATS, NativeUnavailable, run_native_benches
 
         # one tick per timed interval: the table takes seconds to minutes (uprobe-ret is single-stepped)
-        bar = tqdm(total=len(args.names or BENCH_NAMES) * DEFAULT_REPEATS, file=sys.stderr, leave=False,
-                   desc="native", disable=args.json, delay=0.2)
         try:
-            results = run_native_benches(args.names or None, iterations=args.iterations, progress=bar.update)
+            # the bar is closed on leaving the with, before any message, so it does not overwrite it
+            with tqdm(total=len(args.names or BENCH_NAMES) * DEFAULT_REPEATS, file=sys.stderr, leave=False,
+                      desc="native", disable=args.json, delay=0.2) as bar:
+                results = run_native_benches(args.names or None, iterations=args.iterations, progress=bar.update)
         except (NativeUnavailable, ValueError) as err:
-            bar.close()  # before the message, so the bar does not overwrite it
             print(f"native benchmarks are not possible here: {err}" if isinstance(err, NativeUnavailable)
                   else f"error: {err}", file=sys.stderr)
             return 2
-        finally:
-            bar.close()
     else:
         from .model import model_table
 
@@ -63,11 +61,10 @@ def cmd_bench(args) -> int:
 
 
 def cmd_analyze(args) -> int:
-    from .arches import arch_parts
+    from . import analyze
 
-    _, _, analyze = arch_parts(args.arch)
     options = {"stp": args.stp} if args.stp else {}
-    result = analyze(args.insn, get_kernel(args.kernel), **options)
+    result = analyze(args.insn, args.arch, args.kernel, **options)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -133,7 +130,11 @@ def cmd_predict(args) -> int:
 
     from . import model
 
-    measured = pd.read_csv(args.measured, dtype={"kernel": str})
+    try:
+        measured = pd.read_csv(args.measured, dtype={"kernel": str})
+    except FileNotFoundError:
+        raise LabError(f"--measured {args.measured}: no such file; give the path of a CSV with columns "
+                       "arch, kernel, bench, mops (one row per bench measured on your machine)") from None
     result = model.predict_from_measured(measured, args.to)
     if args.out:
         result.to_csv(args.out, index=False)

@@ -13,9 +13,9 @@ import ctypes
 import os
 import statistics
 import time
-from dataclasses import dataclass
 from typing import Callable, Iterable
 
+from ..bench import bench_names, bench_spec
 from .code import NativeCode
 from .errors import check_native_support
 from .host import is_optimized, kernel_release, parse_maps
@@ -26,31 +26,14 @@ DEFAULT_REPEATS = 5
 WARMUP_MIN = 1_000  # the first hit on a nop5 is where 6.18 optimises it
 
 
-@dataclass(frozen=True)
-class Bench:
-    name: str
-    target: str  # symbol the producer loop calls, and where the probe goes
-    probe: str | None  # None (no probe), "uprobe" or "uretprobe"
-
-
-def _benches() -> dict[str, Bench]:
-    rows = [Bench("usermode-count", "uprobe_target_nop", None),
-            Bench("syscall-count", "getpgid_syscall", None)]
-    for kind in ("uprobe", "uretprobe"):
-        for t in ("nop", "push", "ret", "nop5"):
-            rows.append(Bench(f"{kind}-{t}", f"uprobe_target_{t}", kind))
-    for kind in ("uprobe", "uretprobe"):
-        rows.append(Bench(f"{kind}-nop5-pagecross", "uprobe_target_nop5_pagecross", kind))
-    return {b.name: b for b in rows}
-
-
-BENCHES = _benches()
-BENCH_NAMES = tuple(BENCHES)
+# The emulator's benches (bench_spec gives each one's target and probe kind), listed with the
+# pagecross pair last, the order of the native table and of the recorded example.
+BENCH_NAMES = tuple(sorted(bench_names(), key=lambda n: n.endswith("-pagecross")))
 
 
 def available_benches(program) -> list[str]:
     """Bench names whose target exists in ``program`` (the nop5 ones are x86-only)."""
-    return [n for n, b in BENCHES.items() if b.target in program.symbols]
+    return [n for n in BENCH_NAMES if bench_spec(n).target in program.symbols]
 
 
 def _pin_to_one_cpu() -> set[int] | None:
@@ -82,7 +65,7 @@ def _measure(nc: NativeCode, addr: int, iterations: int, repeats: int,
 def run_bench(nc: NativeCode, name: str, iterations: int = DEFAULT_ITERATIONS, repeats: int = DEFAULT_REPEATS,
               progress: Callable[[int], object] | None = None) -> dict:
     """One bench on an open NativeCode; the probe (if any) is gone when this returns or raises."""
-    bench = BENCHES[name]
+    bench = bench_spec(name, nc.arch)
     addr = nc.addr(bench.target)
     warmup = max(WARMUP_MIN, iterations // 10)
     row = {"bench": name, "arch": nc.arch, "mode": "native", "kernel": kernel_release(),

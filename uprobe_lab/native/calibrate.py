@@ -4,8 +4,8 @@ Native rows say which kernel they ran on as ``uname -r`` (``6.18.44-fc-v857``); 
 versions where a probe hit's cost changed (6.10, 6.11, 6.16, 6.18). :func:`model_kernel` maps a release
 to the newest modelled version not newer than it: a 6.14 kernel behaves as 6.11, a 6.19 as 6.18.
 
-Everything here goes through the model's public functions (``fit_prices``, ``predict_from_measured``,
-``bench_rows``), the same path as ``python -m uprobe_lab predict --measured FILE.csv --to KERNEL``.
+Everything here goes through the model's public functions (``fit_prices``, ``Profile.predict``,
+``bench_rows``): the same fit and prediction as ``python -m uprobe_lab predict --measured FILE.csv --to KERNEL``.
 """
 from __future__ import annotations
 
@@ -52,7 +52,10 @@ def calibrate(rows: list[dict], cpu: str = "this machine") -> model.Profile:
     """Fit the model's prices on native rows: a Profile whose ``predict(bench, kernel)`` works like the
     published CPUs' profiles."""
     measured = measured_frame(rows)
-    arch = measured["arch"].iloc[0]
+    arches = sorted(set(measured["arch"]))
+    if len(arches) != 1:
+        raise LabError(f"native rows must be from one architecture, got {arches}")
+    arch = arches[0]
     prices, rho = model.fit_prices(measured[["bench", "kernel", "mops"]], arch)
     return model.Profile(PROFILE_NAME, cpu, arch, prices, measured, rho)
 
@@ -69,12 +72,12 @@ def prices_table(profile: model.Profile) -> pd.DataFrame:
 
 def predict_kernels(rows: list[dict], kernels=PREDICT_KERNELS) -> pd.DataFrame:
     """One row per bench: measured M/s here, then the calibrated prediction for each kernel in ``kernels``."""
-    measured = measured_frame(rows)
+    profile = calibrate(rows)  # the prices do not depend on the kernel predicted: fit them once
+    measured = profile.fit_rows
     out = measured[["bench", "mops", "stddev"]].rename(columns={"mops": "measured_mops"}).set_index("bench")
     out.insert(0, "measured_on", measured.set_index("bench")["kernel"])
     for k in kernels:
-        pred = model.predict_from_measured(measured[["arch", "kernel", "bench", "mops"]], k)
-        out[k] = pred.set_index("bench")["predicted_mops"]
+        out[k] = [round(profile.predict(b, k), 3) for b in out.index]  # as predict_from_measured rounds
     return out.reset_index()
 
 
@@ -89,8 +92,8 @@ def published_for(kernel: str, arch: str = "x86_64") -> pd.DataFrame:
 def native_vs_model(rows: list[dict]) -> pd.DataFrame:
     """Per bench: native M/s ± stddev, the calibrated model on the same kernel, and the published figure
     for that kernel (another machine: shown for scale, not fitted)."""
-    measured = measured_frame(rows)
     profile = calibrate(rows)
+    measured = profile.fit_rows
     kernel = measured["kernel"].iloc[0]
     pub = published_for(kernel, profile.arch).set_index("bench")
     out = []

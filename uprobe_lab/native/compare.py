@@ -21,7 +21,8 @@ import sys
 
 import pandas as pd
 
-from .bench import BENCHES
+from ..bench import bench_spec
+from ..errors import LabError
 from .errors import check_native_support
 from .host import (UPROBES, UPROBES_TRAMPOLINE, Mapping, _listing, call_target, host_snapshot,
                    trampoline_report)
@@ -31,10 +32,11 @@ DEFAULT_HITS = 100
 EMULATED_KERNEL = "6.18"
 
 
-def _probed(bench: str):
-    spec = BENCHES.get(bench)
-    if spec is None:
-        raise ValueError(f"unknown bench {bench!r}; known: {', '.join(BENCHES)}")
+def _probed(bench: str, arch: str = "x86_64"):
+    try:
+        spec = bench_spec(bench, arch)
+    except LabError as err:
+        raise ValueError(str(err)) from None
     if spec.probe is None:
         raise ValueError(f"{bench} has no probe: nothing to compare")
     return spec
@@ -48,7 +50,7 @@ def emulator_snapshot(bench: str = "uprobe-nop5", kernel: str = EMULATED_KERNEL,
     from ..arches import make_process
     from ..uprobes import CountingConsumer, uprobe_register
 
-    spec = _probed(bench)
+    spec = _probed(bench, arch)
     proc = make_process(arch, kernel)
     consumer = CountingConsumer(ret=spec.probe == "uretprobe")
     uprobe_register(proc, spec.target, consumer)

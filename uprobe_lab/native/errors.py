@@ -90,10 +90,15 @@ def check_native_support(arch: str | None = None) -> str:
         raise unsupported_arch(arch, "the lab has no bytes for this architecture")
     if arch != host:
         raise unsupported_arch(arch, f"its bytes cannot run on this {host} host")
+    module = ARCHES[arch].programs_module
     try:
         load_bench_program(arch)
-    except ImportError:
-        raise unsupported_arch(arch, f"{ARCHES[arch].programs_module} does not exist yet") from None
+    except ImportError as err:
+        # Only the module (or a package above it) being absent means "no bytes yet"; an import that
+        # fails inside it is a broken install or a bug, and its own error says which module is missing.
+        if err.name is None or not (module == err.name or module.startswith(err.name + ".")):
+            raise
+        raise unsupported_arch(arch, f"{module} does not exist yet") from None
     from . import code, perf  # late: both raise the errors defined above
 
     perf.uprobe_pmu_type()

@@ -24,7 +24,19 @@ from .host import host_description
 
 EXAMPLE_PATH = Path(__file__).resolve().parents[1] / "data" / "native_example_6.18.json"
 ENV = "UPROBE_LAB_NATIVE"
-RECORDED_LABEL = "recorded on a Linux 6.18 x86-64 virtual machine, not measured on this machine"
+NOT_HERE = "not measured on this machine"
+
+
+def recorded_label(example: dict) -> str:
+    """How a recording is labelled for the reader: its own ``label`` (where it was made) and that it is not
+    from this machine."""
+    return f"{example['label']}, {NOT_HERE}"
+
+
+def __getattr__(name: str):
+    if name == "RECORDED_LABEL":  # the bundled recording's label, read when asked for
+        return recorded_label(load_example())
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def native_reason() -> str | None:
@@ -94,4 +106,4 @@ def native_or_recorded(names=None, iterations: int = 20_000, repeats: int = 3,
             reason = str(err)
     ex = load_example()
     rows = ex["benches"] if names is None else [r for r in ex["benches"] if r["bench"] in set(names)]
-    return NativeRun(True, reason, ex["host"], rows, ex["snapshots"], RECORDED_LABEL)
+    return NativeRun(True, reason, ex["host"], rows, ex["snapshots"], recorded_label(ex))
