@@ -33,12 +33,6 @@ def recorded_label(example: dict) -> str:
     return f"{example['label']}, {NOT_HERE}"
 
 
-def __getattr__(name: str):
-    if name == "RECORDED_LABEL":  # the bundled recording's label, read when asked for
-        return recorded_label(load_example())
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def native_reason() -> str | None:
     """Why native runs cannot happen here (None if they can); honours UPROBE_LAB_NATIVE=recorded."""
     if os.environ.get(ENV, "").lower() == "recorded":
@@ -71,6 +65,9 @@ def record_example(path: str | Path = EXAMPLE_PATH, iterations: int = DEFAULT_IT
 def load_example(path: str | Path = EXAMPLE_PATH) -> dict:
     """The recorded run: keys label, recorded, host, command, benches (result dicts), snapshots."""
     return json.loads(Path(path).read_text())
+
+
+RECORDED_LABEL = recorded_label(load_example())  # the bundled recording's (8 KB, read on import)
 
 
 @dataclass
