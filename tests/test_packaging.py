@@ -1,0 +1,46 @@
+"""What a learner installs: environment.yml (conda, Binder) gives everything ./lab gives, and the licence is shipped."""
+import re
+import tomllib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _name_and_spec(requirement: str) -> tuple[str, str]:
+    name, spec = re.match(r"\s*([A-Za-z0-9_.-]+)\s*(.*)", requirement).groups()
+    return name.lower().replace("_", "-"), spec.replace(" ", "")
+
+
+def _environment_entries(path: Path) -> dict[str, str]:
+    entries = {}
+    for line in path.read_text().splitlines():
+        m = re.match(r"\s*-\s+([A-Za-z0-9_.-][^#]*)", line)
+        if m and m.group(1).strip() not in ("pip", "pip:"):
+            name, spec = _name_and_spec(m.group(1).split("=")[0] if "python=" in m.group(1) else m.group(1))
+            entries[name] = spec
+    return entries
+
+
+def test_environment_yml_has_every_dependency_and_extra_of_pyproject():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    wanted = list(project["dependencies"]) + [r for extra in project["optional-dependencies"].values() for r in extra]
+    env = _environment_entries(REPO / "environment.yml")
+    missing = [r for r in wanted if _name_and_spec(r)[0] not in env]
+    assert not missing, f"environment.yml lacks {missing}"
+    differ = [r for r in wanted if env[_name_and_spec(r)[0]] != _name_and_spec(r)[1]]
+    assert not differ, f"environment.yml pins these differently from pyproject.toml: {differ}"
+    assert "-e ." in (REPO / "environment.yml").read_text()
+
+
+def test_binder_environment_is_the_conda_one_without_the_local_install():
+    root = [l for l in (REPO / "environment.yml").read_text().splitlines() if not l.startswith("#")]
+    binder = [l for l in (REPO / "binder/environment.yml").read_text().splitlines() if not l.startswith("#")]
+    assert binder == [l for l in root if l.strip() != "- -e ."]
+    assert "pip install --no-deps -e ." in (REPO / "binder/postBuild").read_text()
+
+
+def test_licence_file_is_the_gpl_2_that_pyproject_names():
+    assert tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["license"] == "GPL-2.0-only"
+    text = (REPO / "LICENSE").read_text()
+    assert "GNU GENERAL PUBLIC LICENSE" in text and "Version 2, June 1991" in text
+    assert "END OF TERMS AND CONDITIONS" in text  # the full text, not a pointer to it
