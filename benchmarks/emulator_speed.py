@@ -66,20 +66,20 @@ def _nop_hits_per_s(iterations: int, int3_entry=None, count_events: bool = True)
     """uprobe-nop on the lab's x86 process, optionally with its #BP entry swapped for a stand-in."""
     from uprobe_lab.bench import _prepare, bench_spec
     from uprobe_lab.trace import Trace
-    from uprobe_lab.x86 import uprobes as x86_uprobes
+    from uprobe_lab.x86 import traps
 
     proc, _, target = _prepare(bench_spec("uprobe-nop"), "x86_64", None, False, {})
     proc.call("producer_loop", 16, target)
-    real_entry, real_emit = x86_uprobes.exc_int3, Trace.emit
+    real_entry, real_emit = traps.exc_int3, Trace.emit
     try:
-        x86_uprobes.exc_int3 = int3_entry or real_entry
+        traps.exc_int3 = int3_entry or real_entry
         if not count_events:
             Trace.emit = lambda self, kind, n=1, ip=None, note="": None
         t0 = time.perf_counter()
         proc.call("producer_loop", iterations, target, max_insns=iterations * 1000)
         return iterations / (time.perf_counter() - t0)
     finally:
-        x86_uprobes.exc_int3, Trace.emit = real_entry, real_emit
+        traps.exc_int3, Trace.emit = real_entry, real_emit
 
 
 def _pt_regs_only(proc) -> None:

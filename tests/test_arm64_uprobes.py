@@ -7,11 +7,12 @@ import sys
 import pytest
 
 from uprobe_lab.arm64 import asm
-from uprobe_lab.arm64.process import STACK_TOP, Arm64Process
+from uprobe_lab.arm64.constants import STACK_TOP
+from uprobe_lab.arm64.process import Arm64Process
 from uprobe_lab.arm64.randprog import fuzz_program
 from uprobe_lab.arm64.uprobes import analyze_hex, arch_uprobe_analyze_insn, decode_fields
 from uprobe_lab.bench import events_per_hit
-from uprobe_lab.process import LabError
+from uprobe_lab.errors import LabError
 from uprobe_lab.program import Assembler, disasm
 from uprobe_lab.uprobes import CountingConsumer, UnprobeableInstruction, uprobe_register
 

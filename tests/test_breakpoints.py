@@ -6,11 +6,12 @@ import pytest
 from uprobe_lab import fuzz as fz
 from uprobe_lab.arches import make_process
 from uprobe_lab.bench import events_per_hit, run_bench
-from uprobe_lab.process import LabError, ProcessKilled
+from uprobe_lab.errors import LabError, ProcessKilled
 from uprobe_lab.uprobes import (UPROBE_HANDLER_IGNORE, UPROBE_HANDLER_REMOVE, CountingConsumer,
                                 UnprobeableInstruction, UprobeConsumer, uprobe_register, uprobe_unregister)
 from uprobe_lab.x86 import asm
-from uprobe_lab.x86.process import GPRS, STACK_TOP, X86Process
+from uprobe_lab.x86.constants import STACK_TOP
+from uprobe_lab.x86.process import GPRS, X86Process
 from uprobe_lab.x86.randprog import fuzz_program
 
 KERNELS = ["6.10", "6.11", "6.16", "6.18"]

@@ -481,7 +481,7 @@ def test_host_kernel_accepts_exactly_what_the_lab_accepts(hexbytes, tmp_path):
     import mmap
 
     from uprobe_lab.kernel import get_kernel
-    from uprobe_lab.x86.uprobes import analyze_hex
+    from uprobe_lab.x86.analyze import analyze_hex
 
     lab_accepts = analyze_hex(hexbytes, get_kernel("6.18"))["action"] != "reject"
     path = tmp_path / "site.bin"

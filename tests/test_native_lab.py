@@ -350,7 +350,7 @@ def test_kernel_change_table_and_picker(monkeypatch):
 
     from uprobe_lab.native import calibrate as calibrate_module
     from uprobe_lab.native.calibrate import kernel_change
-    from uprobe_lab.process import LabError
+    from uprobe_lab.errors import LabError
     from uprobe_lab.views.native import kernel_picker
 
     pred = pd.DataFrame({"bench": ["uprobe-nop5"], "measured_on": ["6.18"], "measured_mops": [5.0], "stddev": [0.1],

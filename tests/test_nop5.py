@@ -5,14 +5,15 @@ import pytest
 
 from uprobe_lab.arches import make_process
 from uprobe_lab.bench import events_per_hit
-from uprobe_lab.process import ProcessKilled
+from uprobe_lab.errors import ProcessKilled
 from uprobe_lab.program import disasm
 from uprobe_lab.uprobes import CountingConsumer, UnprobeableInstruction, UprobeConsumer, uprobe_register, uprobe_unregister
 from uprobe_lab.x86 import asm, optimize
 from uprobe_lab.x86.optimize import NOP10_DEV_TREE, TRAMP_NAME, patch_log
-from uprobe_lab.x86.process import GPRS, STACK_TOP
+from uprobe_lab.x86.constants import STACK_TOP
+from uprobe_lab.x86.process import GPRS
 from uprobe_lab.x86.redzone_programs import check_transparency, make_redzone_process, redzone_program, site_of
-from uprobe_lab.x86.uprobes import ARCH_UPROBE_FLAG_CAN_OPTIMIZE, arch_uprobe_analyze_insn, insn_decode, can_optimize
+from uprobe_lab.x86.decode import ARCH_UPROBE_FLAG_CAN_OPTIMIZE, arch_uprobe_analyze_insn, can_optimize, insn_decode
 from uprobe_lab.kernel import get_kernel
 
 NOP5 = bytes.fromhex("0f1f440000")

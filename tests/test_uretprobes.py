@@ -5,13 +5,14 @@ import pytest
 
 from uprobe_lab import cli
 from uprobe_lab.bench import events_per_hit
-from uprobe_lab.kernel import KERNELS, URETPROBE_SYSCALL_HISTORY, __NR_uretprobe
-from uprobe_lab.process import ProcessKilled
+from uprobe_lab.kernel import KERNELS
+from uprobe_lab.x86.constants import URETPROBE_SYSCALL_HISTORY, __NR_uretprobe
+from uprobe_lab.errors import ProcessKilled
 from uprobe_lab.uprobes import MAX_URETPROBE_DEPTH, CountingConsumer, UprobeConsumer, uprobe_register
 from uprobe_lab.x86 import asm
 from uprobe_lab.x86.test_programs import (DATA_BASE, REG_ORDER, RegsRecorder, check_registers_equal,
                                           make_test_process, random_registers, regs_roundtrip)
-from uprobe_lab.x86.uprobes import uretprobe_syscall_check_offset, uretprobe_trampoline
+from uprobe_lab.x86.uretprobe import uretprobe_syscall_check_offset, uretprobe_trampoline
 
 ALL = list(KERNELS)
 

@@ -4,7 +4,8 @@ import pytest
 from uprobe_lab.kernel import get_kernel
 from uprobe_lab.program import disasm
 from uprobe_lab.uprobes import UnprobeableInstruction
-from uprobe_lab.x86.uprobes import analyze_hex, analyze_table, arch_uprobe_analyze_insn
+from uprobe_lab.x86.analyze import analyze_hex, analyze_table
+from uprobe_lab.x86.decode import arch_uprobe_analyze_insn
 
 # (bytes, Capstone's text, action on 6.11, action on 6.16+)
 TABLE = [
@@ -84,7 +85,7 @@ def test_branch_offsets_and_fixups():
 
 
 def test_analyze_hex_errors():
-    from uprobe_lab.process import LabError
+    from uprobe_lab.errors import LabError
     with pytest.raises(LabError, match="not hex"):
         analyze_hex("zz", get_kernel())
     with pytest.raises(LabError, match="more than one instruction"):

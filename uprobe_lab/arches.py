@@ -1,13 +1,13 @@
 """The architectures the lab emulates: how to make a process, its bench program, and analyze()."""
 from __future__ import annotations
 
-from .process import LabError
+from .errors import LabError
 
 
 def _x86():
-    from .x86 import programs, uprobes
+    from .x86 import analyze, programs
     from .x86.process import X86Process
-    return X86Process, programs.bench_program, uprobes.analyze_hex
+    return X86Process, programs.bench_program, analyze.analyze_hex
 
 
 def _arm64():

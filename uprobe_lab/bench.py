@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from .arches import make_process
 from .kernel import get_kernel
-from .process import LabError
+from .errors import LabError
 from .trace import EVENT_KINDS, per_hit
 from .uprobes import CountingConsumer, uprobe_register
 

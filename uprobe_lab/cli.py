@@ -7,7 +7,7 @@ import platform
 import sys
 
 from .kernel import DEFAULT_KERNEL, KERNELS
-from .process import LabError
+from .errors import LabError
 
 
 def _progress(total: int, enabled: bool):

@@ -171,14 +171,15 @@ def _run(proc, seed: int, hook=None) -> dict:
 def final_state(proc) -> dict:
     regs = proc.regs()
     if proc.arch == "x86_64":
-        from .x86.process import GPRS, STACK_TOP
+        from .x86.constants import STACK_TOP
+        from .x86.process import GPRS
         from .x86.randprog import FUZZ_DATA
         state = {name: regs.get(name) for name in GPRS}
         state["flags"] = regs.get("flags") & 0x8D5
         state["stack"] = (regs.sp, proc.read(regs.sp, STACK_TOP - regs.sp))
         state["data"] = (FUZZ_DATA, proc.read(FUZZ_DATA, 0x1000))
         return state
-    from .arm64.process import STACK_TOP
+    from .arm64.constants import STACK_TOP
     state = regs.as_dict()
     state.pop("ip")
     state["stack"] = (STACK_TOP - 0x1000, proc.read(STACK_TOP - 0x1000, 0x1000))
@@ -210,7 +211,7 @@ def mechanism(proc, uprobe, consumer, ret: bool) -> str:
         if ret:
             return "uretprobe-syscall" if proc.kernel.uretprobe_syscall else "uretprobe-int3"
         if any(r[0] for r in consumer.records):
-            from .x86.optimize import ARCH_UPROBE_FLAG_NOP10
+            from .x86.decode import ARCH_UPROBE_FLAG_NOP10
             return "nop10-opt" if ARCH_UPROBE_FLAG_NOP10 in uprobe.arch.flags else "nop5-opt"
         return uprobe.arch.action
     if ret:

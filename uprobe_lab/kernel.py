@@ -10,17 +10,6 @@ from dataclasses import dataclass
 
 from .errors import LabError
 
-__NR_getpgid = 121
-__NR_uretprobe = 335  # merged number (arch/x86/entry/syscalls/syscall_64.tbl); v1 of the patch used 462
-__NR_uprobe = 336  # 6.18
-
-URETPROBE_SYSCALL_HISTORY = [
-    (462, "v1 on the list (seed 002)"),
-    (463, "190fec72df4a 'uprobe: Wire up uretprobe system call' ('64' abi)"),
-    (467, "63ded110979b 'uprobe: Change uretprobe syscall scope and number' (common)"),
-    (335, "54233a425403 'uretprobe: change syscall number, again' - released in 6.11"),
-]
-
 
 @dataclass(frozen=True)
 class KernelVersion:

@@ -14,12 +14,11 @@ from dataclasses import dataclass
 from unicorn import UC_PROT_EXEC, UC_PROT_READ, UC_PROT_WRITE, Uc, UcError
 from unicorn.unicorn_py3.unicorn import uclib
 
+from .constants import MASK64, PAGE_SIZE
 from .errors import LabError, ProcessKilled
 from .kernel import KernelVersion, get_kernel
 from .trace import Trace
-
-PAGE_SIZE = 0x1000
-MASK64 = (1 << 64) - 1
+from .uprobes import MmUprobes, UprobeTask
 DEFAULT_MAX_INSNS = 10_000_000  # every run is guarded: no emulation can spin forever
 
 
@@ -175,8 +174,6 @@ class EmulatedProcess:
     EXEC_IMPLIES_READ = False  # True where page tables cannot express execute-only (x86)
 
     def __init__(self, kernel: str | KernelVersion | None = None, record: bool = False):
-        from .uprobes import MmUprobes, UprobeTask  # the generic core keeps per-mm and per-task state
-
         self.kernel = get_kernel(kernel)
         self.trace = Trace(record=record)
         self.uc = Uc(self.uc_arch, self.uc_mode)

@@ -14,14 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .process import PAGE_SIZE, LabError
+from .constants import MASK64, PAGE_SIZE
+from .errors import LabError
 
 UPROBE_HANDLER_REMOVE = 1
 UPROBE_HANDLER_IGNORE = 2
 MAX_URETPROBE_DEPTH = 64
-MASK64 = (1 << 64) - 1
 UPROBE_NO_TRAMPOLINE_VADDR = MASK64  # ~0UL
-TASK_SIZE = 0x7FFFFFFFF000  # x86-64 with 4-level paging; the XOL page goes just below it
 
 # enum rp_check
 RP_CHECK_CALL, RP_CHECK_CHAIN_CALL, RP_CHECK_RET = range(3)
@@ -241,7 +240,7 @@ def get_xol_area(proc) -> XolArea:
     if area is None:
         arch = proc.arch_ops
         slots = PAGE_SIZE // arch.UPROBE_XOL_SLOT_BYTES
-        vaddr = TASK_SIZE - PAGE_SIZE  # get_unmapped_area hint: "Try to map as high as possible"
+        vaddr = arch.TASK_SIZE - PAGE_SIZE  # get_unmapped_area hint: "Try to map as high as possible"
         page = bytearray(PAGE_SIZE)
         tramp = arch.arch_uretprobe_trampoline(proc)
         page[: len(tramp)] = tramp

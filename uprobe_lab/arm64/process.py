@@ -12,15 +12,14 @@ from __future__ import annotations
 from unicorn import UC_ARCH_ARM64, UC_HOOK_CODE, UC_HOOK_INTR, UC_MODE_ARM
 from unicorn import arm64_const as A
 
-from ..process import EmulatedProcess, LabError, PAGE_SIZE, RegsView, pt_regs_fields, raise_for
-from .. import uprobes as core
+from ..constants import PAGE_SIZE
+from ..errors import LabError
+from ..process import EmulatedProcess, RegsView, pt_regs_fields, raise_for
 from . import uprobes as arm64_uprobes
+from .constants import EXIT_ADDR, STACK_SIZE, STACK_TOP, TASK_SIZE
 from .stp import STP_STORES
 
-STACK_TOP = 0x7FFFFFFDE000
-STACK_SIZE = 0x21000
-EXIT_ADDR = 0x7FFFF7FF0000  # unmapped: returning here ends a call() (Unicorn stops before fetching)
-XOL_PAGE = core.TASK_SIZE - PAGE_SIZE  # where get_xol_area() maps [uprobes]
+XOL_PAGE = TASK_SIZE - PAGE_SIZE  # where get_xol_area() maps [uprobes]
 
 EXCP_UDEF, EXCP_SWI, EXCP_BKPT = 1, 2, 7  # Unicorn/QEMU interrupt numbers
 

@@ -19,11 +19,11 @@ from functools import lru_cache
 from ..program import Assembler, Program
 from . import asm
 from .asm import FP, LR, SP
+from .constants import __NR_getpgid
 
 TEXT_BASE = 0x400000
 PAGE = 0x1000
 PAD = asm.b(asm.brk(0x3E8))
-__NR_getpgid = 155  # include/uapi/asm-generic/unistd.h
 
 
 def emit_producer_loop(a: Assembler) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..process import MASK64, PAGE_SIZE
+from ..constants import MASK64, PAGE_SIZE
 
 STP_STORES = ("pin", "uaccess")
 

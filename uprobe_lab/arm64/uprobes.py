@@ -18,16 +18,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import uprobes as core
-from ..process import MASK64, LabError
+from ..constants import MASK64
+from ..errors import LabError
 from ..uprobes import UnprobeableInstruction
 from . import asm, stp as stp_sim
+from .constants import (AARCH64_INSN_SIZE, ENOSYS, MAX_UINSN_BYTES, TASK_SIZE,
+                        UPROBE_XOL_SLOT_BYTES, __NR_getpgid)
 from .stp import sign_extend
 
-AARCH64_INSN_SIZE = 4
 UPROBE_SWBP_INSN = asm.BRK64_OPCODE_UPROBES
-UPROBE_SWBP_INSN_SIZE = AARCH64_INSN_SIZE
-UPROBE_XOL_SLOT_BYTES = AARCH64_INSN_SIZE
-MAX_UINSN_BYTES = AARCH64_INSN_SIZE
 AARCH64_INSN_SPCLREG_DAIF = 0xDA11
 STP_MODES = ("xol", "simulate")
 
@@ -379,7 +378,7 @@ def el0_svc(proc) -> None:
     regs = proc.kernel_entry()
     nr = regs.get("x8")
     proc.trace.emit("syscalls", ip=regs.ip, note=lambda: f"nr {nr}")
-    regs.set("x0", 1 if nr == 155 else -38 & MASK64)  # getpgid, else -ENOSYS
+    regs.set("x0", 1 if nr == __NR_getpgid else -ENOSYS & MASK64)
     regs.flush()
     proc.trace.emit("eret", ip=regs.ip)
 
@@ -398,7 +397,7 @@ class Arm64ArchOps:
 
 # The other hooks are this module's own functions and constants, bound once: the core looks them
 # up on every hit, where a __getattr__ fallback would pay for a failed lookup each time.
-for _name in ("MAX_UINSN_BYTES", "UPROBE_XOL_SLOT_BYTES", "set_swbp", "set_orig_insn", "is_swbp_at",
+for _name in ("MAX_UINSN_BYTES", "UPROBE_XOL_SLOT_BYTES", "TASK_SIZE", "set_swbp", "set_orig_insn", "is_swbp_at",
               "uprobe_get_swbp_addr", "arch_uprobe_optimize", "arch_uprobe_skip_sstep", "arch_uprobe_pre_xol",
               "arch_uprobe_post_xol", "arch_uretprobe_hijack_return_addr", "arch_uretprobe_is_alive",
               "arch_uretprobe_trampoline"):

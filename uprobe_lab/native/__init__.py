@@ -12,7 +12,8 @@ Only x86_64 has been measured; the arm64 row in ``arch.ARCHES`` is untested.
 """
 from .bench import BENCH_NAMES, DEFAULT_ITERATIONS, DEFAULT_REPEATS, run_native_benches
 from .code import NativeCode
-from .errors import NativeUnavailable, check_native_support
+from .errors import NativeUnavailable
+from .support import check_native_support
 from .host import host_snapshot
 from .perf import UprobeEvent
 

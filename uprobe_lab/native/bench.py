@@ -17,7 +17,7 @@ from typing import Callable, Iterable
 
 from ..bench import bench_names, bench_spec
 from .code import NativeCode
-from .errors import check_native_support
+from .support import check_native_support
 from .host import is_optimized, kernel_release, parse_maps
 from .perf import UprobeEvent
 

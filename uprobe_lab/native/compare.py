@@ -23,7 +23,7 @@ import pandas as pd
 
 from ..bench import bench_spec
 from ..errors import LabError
-from .errors import check_native_support
+from .support import check_native_support
 from .host import (UPROBES, UPROBES_TRAMPOLINE, Mapping, _listing, call_target, host_snapshot,
                    trampoline_report)
 

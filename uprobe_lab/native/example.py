@@ -19,7 +19,8 @@ from typing import Callable
 
 from .bench import DEFAULT_ITERATIONS, DEFAULT_REPEATS, run_native_benches
 from .compare import COMPARE_BENCHES, DEFAULT_HITS, host_bench_snapshot
-from .errors import NativeUnavailable, check_native_support
+from .errors import NativeUnavailable
+from .support import check_native_support
 from .host import host_description
 
 EXAMPLE_PATH = Path(__file__).resolve().parents[1] / "data" / "native_example_6.18.json"

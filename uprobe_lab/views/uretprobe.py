@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..uprobes import CountingConsumer, uprobe_register
-from ..x86.process import EXIT_ADDR
+from ..x86.constants import EXIT_ADDR
 from ..x86.test_programs import make_test_process
 
 SHOWN_REGS = ("ax", "cx", "r11", "sp", "ip", "flags")

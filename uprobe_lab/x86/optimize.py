@@ -21,7 +21,8 @@ Also here, clearly apart from the merged form:
   ``X86Process(NOP10_DEV_TREE)``. A nop10 site ``66 2e 0f 1f 84 00 00 00 00 00`` becomes
   ``lea -0x80(%rsp),%rsp; call tramp``, the trampoline returns with ``ret $0x80`` and sys_uprobe
   uses ip = return address - 10 and skips 4*8 + 128 bytes of stack, so the 128-byte red zone of a
-  leaf function survives. Released 6.18 refuses a probe on that site (0x2e is a CS segment prefix).
+  leaf function survives. Released 6.18 refuses a probe on that site (0x2e is a CS segment prefix);
+  the scheme's own analysis of a nop10 site is in x86.decode (nop10_analyze_insn).
 
 What the lab leaves out: shadow stacks (shstk_pop/shstk_push), the mmap lock and its speculative
 lookup, seccomp, the ``.mremap`` hook, compat tasks, and the page-cache write path of
@@ -33,53 +34,27 @@ import weakref
 from dataclasses import dataclass
 
 from .. import uprobes as core
-from ..kernel import KernelVersion, __NR_uprobe
-from ..process import PAGE_SIZE
+from ..constants import PAGE_SIZE
+from ..kernel import KernelVersion
 from ..program import disasm
 from . import asm
+from .constants import ENXIO, TASK_SIZE, UPROBE_SWBP_INSN, __NR_uprobe
+from .decode import (ARCH_UPROBE_FLAG_CAN_OPTIMIZE, ARCH_UPROBE_FLAG_NOP10, ARCH_UPROBE_FLAG_OPTIMIZE_FAIL,
+                     NOP10_OPT_INSN_SIZE, ArchUprobe)
+from .traps import is_swbp_at
 
 TRAMP_NAME = "[uprobes-trampoline]"
 CALL_INSN_OPCODE = 0xE8
 CALL_INSN_SIZE = 5
 INT_MAX = 2**31 - 1
 INT_MIN = -(2**31)
-ENXIO = 6
 UPROBE_SYSCALL_ARGS_SIZE = 4 * 8  # struct uprobe_syscall_args { ax; r11; cx; retaddr; }
 
 # --- the development-tree nop10 scheme (not released) -------------------------------------
 REDZONE_SIZE = 0x80
-NOP10_OPT_INSN_SIZE = 10
-ARCH_UPROBE_FLAG_NOP10 = "nop10_site"
-
 
 # A kernel from a development tree: 6.18 plus the nop10 red-zone scheme. Not a release.
 NOP10_DEV_TREE = KernelVersion("6.18+nop10-dev", True, True, True, True, nop10_redzone=True)
-
-
-def is_nop10_site(raw: bytes) -> bool:
-    """``66 2e 0f 1f 84 <sib> <disp32>``: a 10-byte nopw with a CS prefix, the dev-tree USDT site.
-
-    The SIB byte and disp32 may be anything: after an unoptimize they hold the old ``call``.
-    """
-    return len(raw) >= 10 and raw[:5] == asm.NOP10[:5]
-
-
-def nop10_analyze_insn(raw: bytes, vaddr: int, kernel: KernelVersion):
-    """The dev-tree scheme's own analysis path for a nop10 site (released 6.18 refuses the CS prefix).
-
-    The probe is emulated as a 10-byte nop on the int3 path and may be optimised if it does not
-    cross a page.
-    """
-    from .uprobes import ArchUprobe, ARCH_UPROBE_FLAG_CAN_OPTIMIZE, insn_decode
-
-    insn = insn_decode(raw[:10], vaddr)
-    auprobe = ArchUprobe(insn.raw, insn.raw, insn, vaddr, "branch", "")
-    auprobe.branch_opc1, auprobe.branch_offs = 0x0F, 0  # a jump of 0: ip += 10
-    auprobe.reason = "nop10 site (dev-tree red-zone scheme): emulated as a nop, optimisable to lea+call"
-    auprobe.flags.add(ARCH_UPROBE_FLAG_NOP10)
-    if PAGE_SIZE - (vaddr & (PAGE_SIZE - 1)) >= NOP10_OPT_INSN_SIZE:
-        auprobe.flags.add(ARCH_UPROBE_FLAG_CAN_OPTIMIZE)
-    return auprobe
 
 
 # --- the trampoline page --------------------------------------------------------------------
@@ -135,7 +110,7 @@ def _hole_topdown(proc, low: int, high: int) -> int | None:
 def find_nearest_trampoline(proc, vaddr: int) -> int | None:
     """Twin of find_nearest_trampoline(): the free page closest to the call's end, within ±2 GB."""
     call_end = vaddr + CALL_INSN_SIZE
-    high = _hole_upward(proc, call_end, min(call_end + INT_MAX, core.TASK_SIZE))
+    high = _hole_upward(proc, call_end, min(call_end + INT_MAX, TASK_SIZE))
     low = _hole_topdown(proc, max(call_end + INT_MIN, PAGE_SIZE), call_end)
     if high is None or low is None:
         return low if high is None else high
@@ -227,7 +202,7 @@ def int3_update(proc, vaddr: int, new: bytes, optimize: bool) -> None:
     _stage(proc, vaddr, size, "start", "optimise: int3 already on byte 0" if optimize
            else "unoptimise: the site holds the call")
     if not optimize:
-        _write(proc, vaddr, vaddr, bytes([0xCC]), size, "byte 0 = int3")
+        _write(proc, vaddr, vaddr, bytes([UPROBE_SWBP_INSN]), size, "byte 0 = int3")
     _sync(proc, vaddr, size)
     _write(proc, vaddr, vaddr + 1, new[1:], size, f"bytes 1..{size - 1}")
     _sync(proc, vaddr, size)
@@ -274,8 +249,8 @@ def is_optimized(proc, vaddr: int) -> bool:
 
 
 def should_optimize(proc, auprobe) -> bool:
-    from .uprobes import ARCH_UPROBE_FLAG_CAN_OPTIMIZE, ARCH_UPROBE_FLAG_OPTIMIZE_FAIL
-
+    if not proc.kernel.optimize_nop5:
+        return False
     if ARCH_UPROBE_FLAG_CAN_OPTIMIZE not in auprobe.flags or ARCH_UPROBE_FLAG_OPTIMIZE_FAIL in auprobe.flags:
         return False
     # the lab's model of the dev-tree scheme: its trampoline returns with ret $0x80, so only nop10 sites
@@ -285,8 +260,6 @@ def should_optimize(proc, auprobe) -> bool:
 
 def arch_uprobe_optimize(proc, auprobe, vaddr: int) -> None:
     """After the first int3 hit: find or make a trampoline and rewrite the site into a call to it."""
-    from .uprobes import ARCH_UPROBE_FLAG_OPTIMIZE_FAIL, is_swbp_at
-
     if not should_optimize(proc, auprobe):
         return
     if not is_swbp_at(proc, vaddr):  # someone else optimised or removed it meanwhile
@@ -297,6 +270,25 @@ def arch_uprobe_optimize(proc, auprobe, vaddr: int) -> None:
         proc.dmesg.append(f"uprobe: no trampoline page within rel32 reach of {vaddr:#x}; stays on int3")
         return
     swbp_optimize(proc, auprobe, vaddr, tramp)
+
+
+# --- breakpoints in text (6.18 overrides the generic set_swbp/set_orig_insn for optimised sites) ---
+
+def set_swbp(proc, auprobe: ArchUprobe, vaddr: int) -> None:
+    """Write int3 over the first byte (uprobe_write_opcode); keep an already optimised site."""
+    if ARCH_UPROBE_FLAG_CAN_OPTIMIZE in auprobe.flags and is_optimized(proc, vaddr):
+        return
+    proc.write(vaddr, bytes([UPROBE_SWBP_INSN]))
+    proc.trace.emit("text_patches", ip=vaddr, note="int3")
+
+
+def set_orig_insn(proc, auprobe: ArchUprobe, vaddr: int) -> None:
+    """Put the original instruction back: its first byte, or the whole site if it was optimised."""
+    if ARCH_UPROBE_FLAG_CAN_OPTIMIZE in auprobe.flags and is_optimized(proc, vaddr):
+        swbp_unoptimize(proc, auprobe, vaddr)
+        return
+    proc.write(vaddr, auprobe.insn[:1])
+    proc.trace.emit("text_patches", ip=vaddr, note="original first byte")
 
 
 # --- the uprobe syscall ----------------------------------------------------------------------

@@ -12,13 +12,9 @@ from unicorn import UC_ARCH_X86, UC_HOOK_CODE, UC_HOOK_INSN, UC_HOOK_INTR, UC_MO
 from unicorn import x86_const as X
 
 from ..process import EmulatedProcess, RegsView, pt_regs_fields, raise_for
-from . import uprobes as x86_uprobes
-
-SYSCALL_INSN_SIZE = 2
-
-STACK_TOP = 0x7FFFFFFDE000  # below [uprobes], which the kernel maps as high as it can
-STACK_SIZE = 0x21000
-EXIT_ADDR = 0x7FFFF7FF0000  # unmapped: returning here ends a call() (Unicorn stops before fetching)
+from ..stepper import Stepper
+from . import syscalls, traps, uprobes as x86_uprobes
+from .constants import EXIT_ADDR, STACK_SIZE, STACK_TOP, SYSCALL_INSN_SIZE
 
 
 class PtRegs(RegsView):
@@ -53,7 +49,7 @@ class X86Process(EmulatedProcess):
         super().__init__(kernel, record)
         # False selects the broken teaching trampoline that does not save rcx/r11 around syscall
         self.uretprobe_saves_regs = uretprobe_saves_regs
-        self.syscalls = x86_uprobes.syscall_table(self.kernel)
+        self.syscalls = syscalls.syscall_table(self.kernel)
         self.map("[stack]", STACK_TOP - STACK_SIZE, STACK_SIZE, "rw-p")
         self.uc.hook_add(UC_HOOK_INTR, self._on_interrupt)
         self.uc.hook_add(UC_HOOK_INSN, self._on_syscall, None, 1, 0, X.UC_X86_INS_SYSCALL)
@@ -66,9 +62,9 @@ class X86Process(EmulatedProcess):
 
     def _on_interrupt(self, uc, intno, user_data):
         if intno == 3:
-            x86_uprobes.exc_int3(self)
+            traps.exc_int3(self)
         elif intno == 1:
-            x86_uprobes.exc_debug(self)
+            traps.exc_debug(self)
         else:
             self.force_sig("SIGSEGV", f"unexpected interrupt {intno}")
 
@@ -79,7 +75,7 @@ class X86Process(EmulatedProcess):
         regs.cx = next_ip
         regs.r11 = regs.flags
         regs.ip = next_ip  # pt_regs->ip is the instruction after syscall
-        x86_uprobes.do_syscall_64(self, regs)
+        syscalls.do_syscall_64(self, regs)
         regs.ip -= SYSCALL_INSN_SIZE  # Unicorn's rip still points at the syscall and it adds 2 after this hook
         regs.flush()
 
@@ -106,8 +102,6 @@ class X86Process(EmulatedProcess):
 
     def stepper(self, target, *args: int, regs=("ip", "sp", "ax", "cx", "r11", "flags")):
         """A Stepper over a call of ``target`` (needs record=True)."""
-        from ..stepper import Stepper
-
         start, until = self.prepare_call(target, *args)
         return Stepper(self, start, until, regs)
 

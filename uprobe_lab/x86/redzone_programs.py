@@ -18,10 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from ..kernel import __NR_uprobe
 from ..program import Assembler, Program
 from ..uprobes import CountingConsumer, uprobe_register
 from . import asm
+from .constants import __NR_uprobe
 from .optimize import REDZONE_SIZE
 
 REDZONE_BASE = 0x500000
@@ -96,7 +96,7 @@ class TransparencyReport:
 
 
 def _run_leaf(proc, symbol: str, arg: int) -> tuple[int, dict, bytes]:
-    from .process import STACK_TOP
+    from .constants import STACK_TOP
 
     entry_sp = ((STACK_TOP - 0x100) & ~0xF) - 8  # what X86Process.call() gives the callee
     regs = proc.regs()

@@ -18,10 +18,10 @@ from __future__ import annotations
 import random
 from functools import lru_cache
 
-from ..kernel import __NR_uretprobe
 from ..program import Assembler, Program
 from ..uprobes import UprobeConsumer, uprobe_register
 from . import asm
+from .constants import __NR_uretprobe
 from .process import GPRS, X86Process
 
 TEXT_BASE = 0x500000

@@ -1,0 +1,97 @@
+"""No import cycles in uprobe_lab, counting imports inside functions too.
+
+A cycle held together by a function-level import still means two modules that cannot be read,
+tested or changed apart; so every ``import`` statement counts, wherever it stands. Run it alone
+to list the cycles: ``python tests/test_import_cycles.py``.
+"""
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "uprobe_lab"
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def is_module(name: str) -> bool:
+    rel = Path(*name.split("."))
+    return (PACKAGE.parent / rel.with_suffix(".py")).exists() or (PACKAGE.parent / rel / "__init__.py").exists()
+
+
+def imports_of(path: Path) -> set[str]:
+    """The lab modules one file imports: ``from X import a`` counts as X.a when that is a module."""
+    this = module_name(path)
+    package = this if path.name == "__init__.py" else this.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                found.add(sub if is_module(sub) else base)
+    return {name for name in found if name.split(".")[0] == PACKAGE.name and name != this}
+
+
+def import_graph() -> dict[str, set[str]]:
+    return {module_name(p): imports_of(p) for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), each sorted."""
+    index, low, stack, on_stack, out = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_checker_sees_a_cycle_and_a_function_level_import():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    graph = import_graph()
+    assert "uprobe_lab.uprobes" in graph["uprobe_lab.process"]  # a top-level import
+    assert "uprobe_lab.x86.process" in graph["uprobe_lab.arches"]  # imported inside a function
+
+
+def test_no_import_cycles():
+    found = cycles(import_graph())
+    assert found == [], "import cycles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+if __name__ == "__main__":
+    found = cycles(import_graph())
+    for component in found:
+        print(" <-> ".join(component))
+    sys.exit(1 if found else 0)

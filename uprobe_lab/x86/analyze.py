@@ -1,0 +1,45 @@
+"""What the kernel would do with a probe on some x86-64 bytes, for the CLI and notebooks."""
+from __future__ import annotations
+
+from ..errors import LabError
+from ..kernel import KernelVersion, get_kernel
+from ..uprobes import UnprobeableInstruction
+from .decode import X86_64_DISASM, arch_uprobe_analyze_insn
+
+
+def analyze_hex(hexbytes: str, kernel: KernelVersion, vaddr: int = 0x400000, **_options) -> dict:
+    """What the kernel would do with a probe on these bytes (memory order): for the CLI and notebooks."""
+    try:
+        raw = bytes.fromhex(hexbytes.replace(" ", ""))
+    except ValueError:
+        raise LabError(f"{hexbytes!r} is not hex bytes; write them in memory order, e.g. 0f1f440000") from None
+    if not raw:
+        raise LabError("no bytes given; write an instruction in memory order, e.g. 0f1f440000")
+    try:
+        auprobe = arch_uprobe_analyze_insn(raw, vaddr, kernel)
+    except UnprobeableInstruction as err:
+        decoded = list(X86_64_DISASM.disasm(raw, vaddr, 1))
+        first = decoded[0] if decoded else None
+        return {"mnemonic": first.mnemonic if first else None, "op_str": first.op_str if first else None,
+                "length": first.size if first else None, "action": "reject", "reason": str(err)}
+    d = auprobe.decoded
+    if d.length < len(raw):
+        raise LabError(f"{raw.hex()} holds more than one instruction: the first is {d.length} bytes "
+                            f"({d.mnemonic} {d.op_str}); pass one instruction")
+    return {"mnemonic": d.mnemonic, "op_str": d.op_str, "length": d.length, "action": auprobe.action,
+            "reason": auprobe.reason}
+
+
+def analyze_table(hexes, kernel=None):
+    """``analyze_hex`` of several instructions as a pandas DataFrame, one row each with the whole reason.
+
+    ``hexes`` are hex bytes in memory order (spaces allowed); ``kernel`` a version or its name (None:
+    the default). The ``bytes`` column shows each instruction's bytes space-separated."""
+    import pandas as pd
+
+    version = get_kernel(kernel)
+    rows = []
+    for hexbytes in hexes:
+        r = analyze_hex(hexbytes, version)
+        rows.append({"bytes": bytes.fromhex(hexbytes.replace(" ", "")).hex(" "), **r})
+    return pd.DataFrame(rows, columns=["bytes", "mnemonic", "op_str", "length", "action", "reason"])

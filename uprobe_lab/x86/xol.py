@@ -1,0 +1,41 @@
+"""Single-stepping a probed x86-64 instruction out of line: twin of arch_uprobe_pre_xol and
+arch_uprobe_post_xol (default_post_xol_op) in arch/x86/kernel/uprobes.c.
+
+What the lab leaves out: abort_xol / xol_was_trapped (a fault inside the XOL step kills the process
+at the slot address instead of restarting at the probe) and arch_uprobe_ignore.
+"""
+from __future__ import annotations
+
+from .constants import X86_EFLAGS_TF
+from .decode import UPROBE_FIX_CALL, UPROBE_FIX_IP, UPROBE_FIX_SETF, ArchUprobe
+from .emulate import emulate_push_stack
+
+
+def arch_uprobe_pre_xol(proc, auprobe: ArchUprobe, regs) -> None:
+    utask = proc.utask
+    regs.ip = utask.xol_vaddr
+    utask.saved_tf = bool(regs.flags & X86_EFLAGS_TF)
+    regs.flags = regs.flags | X86_EFLAGS_TF
+
+
+def arch_uprobe_post_xol(proc, auprobe: ArchUprobe, regs) -> int:
+    """Fix up after the out-of-line step (default_post_xol_op), then settle the trap flag.
+
+    A program that was itself single-stepping (TF set before the probe) gets the SIGTRAP its step
+    owed it; a stepped popf keeps the TF it may have loaded (UPROBE_FIX_SETF)."""
+    utask = proc.utask
+    send_sigtrap = utask.saved_tf
+    if auprobe.fixups & UPROBE_FIX_IP:
+        regs.ip = regs.ip + utask.vaddr - utask.xol_vaddr
+    elif auprobe.fixups & UPROBE_FIX_CALL:
+        regs.sp = regs.sp + 8  # pop the return address the XOL copy pushed...
+        if not emulate_push_stack(proc, regs, utask.vaddr + auprobe.length):  # ...push the real one
+            regs.ip = utask.vaddr  # -ERESTART: run the probed call again
+            send_sigtrap = False
+    if auprobe.fixups & UPROBE_FIX_SETF:
+        utask.saved_tf = True
+    if send_sigtrap:
+        proc.force_sig("SIGTRAP", f"the program was single-stepping through the probed insn at {utask.vaddr:#x}")
+    if not utask.saved_tf:
+        regs.flags = regs.flags & ~X86_EFLAGS_TF
+    return 0
