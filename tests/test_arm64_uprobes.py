@@ -10,7 +10,8 @@ from uprobe_lab.arm64 import asm
 from uprobe_lab.arm64.constants import STACK_TOP
 from uprobe_lab.arm64.process import Arm64Process
 from uprobe_lab.arm64.randprog import fuzz_program
-from uprobe_lab.arm64.uprobes import analyze_hex, arch_uprobe_analyze_insn, decode_fields
+from uprobe_lab.arm64.analyze import analyze_word, decode_fields
+from uprobe_lab.arm64.decode import arch_uprobe_analyze_insn
 from uprobe_lab.bench import events_per_hit
 from uprobe_lab.errors import LabError
 from uprobe_lab.program import Assembler, disasm
@@ -63,9 +64,9 @@ TABLE = [
 @pytest.mark.parametrize("word,text,xol,sim", TABLE, ids=[t for _, t, _, _ in TABLE])
 def test_classification(word, text, xol, sim):
     assert disasm(asm.b(word), "arm64", 0x1000)[0][2] == text
-    assert analyze_hex(f"{word:08x}", vaddr=0x1000)["action"] == xol
-    assert analyze_hex(f"{word:08x}", vaddr=0x1000, stp="simulate")["action"] == sim
-    assert analyze_hex(f"{word:08x}", vaddr=0x1000, stp="simulate", mte=True)["action"] == (
+    assert analyze_word(f"{word:08x}", vaddr=0x1000)["action"] == xol
+    assert analyze_word(f"{word:08x}", vaddr=0x1000, stp="simulate")["action"] == sim
+    assert analyze_word(f"{word:08x}", vaddr=0x1000, stp="simulate", mte=True)["action"] == (
         "xol" if word in (STP_FP_LR, asm.stp(29, 30, 31, -96)) else sim)
 
 
@@ -160,7 +161,7 @@ def test_stp_misaligned_without_alignment_check_stores():
                                   asm.stp(19, 20, 31, -16), asm.stp(29, 19, 31, -16)])
 def test_near_misses_are_stepped_not_simulated(word):
     proc = _stp_proc(word, probe=True)
-    assert proc.mm.probes[TEXT].arch.action == "xol"
+    assert proc.mm.probes[TEXT].auprobe.action == "xol"
     regs = proc.regs()
     regs.set("x1", STACK_TOP - 0x1000)
     regs.flush()
@@ -172,7 +173,7 @@ def test_near_misses_are_stepped_not_simulated(word):
 
 def test_mte_turns_the_simulation_off():
     proc = _stp_proc(STP_FP_LR, probe=True, mte=True)
-    assert proc.mm.probes[TEXT].arch.action == "xol"
+    assert proc.mm.probes[TEXT].auprobe.action == "xol"
 
 
 # --- BRK handling ----------------------------------------------------------------------------
@@ -338,7 +339,7 @@ def test_bad_options_are_clear():
     with pytest.raises(LabError, match="stp must be"):
         Arm64Process(stp="fast")
     with pytest.raises(LabError, match="arm64 instruction word"):
-        analyze_hex("xyz")
+        analyze_word("xyz")
 
 
 def test_views_stp_gains_and_misaligned_demo():

@@ -280,4 +280,4 @@ def test_two_stepped_probes_take_turns_in_the_same_xol_slot():
         assert proc.call("uprobe_target_push") == 1
         proc.call("uprobe_target_ret")
     assert ret.hits == push.hits == 3 and proc.trace.counts["xol_steps"] == 6
-    assert proc.mm.xol_area.slot_insns[1] == proc.mm.probes[proc.program.resolve("uprobe_target_ret")].arch.ixol
+    assert proc.mm.xol_area.slot_insns[1] == proc.mm.probes[proc.program.resolve("uprobe_target_ret")].auprobe.ixol

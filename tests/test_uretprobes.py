@@ -10,8 +10,8 @@ from uprobe_lab.x86.constants import URETPROBE_SYSCALL_HISTORY, __NR_uretprobe
 from uprobe_lab.errors import ProcessKilled
 from uprobe_lab.uprobes import MAX_URETPROBE_DEPTH, CountingConsumer, UprobeConsumer, uprobe_register
 from uprobe_lab.x86 import asm
-from uprobe_lab.x86.test_programs import (DATA_BASE, REG_ORDER, RegsRecorder, check_registers_equal,
-                                          make_test_process, random_registers, regs_roundtrip)
+from uprobe_lab.x86.uretprobe_programs import (DATA_BASE, REG_ORDER, RegsRecorder, check_registers_equal,
+                                          make_uretprobe_process, random_registers, regs_roundtrip)
 from uprobe_lab.x86.uretprobe import uretprobe_syscall_check_offset, uretprobe_trampoline
 
 ALL = list(KERNELS)
@@ -23,9 +23,9 @@ ALL = list(KERNELS)
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_registers_equal_with_and_without_uretprobe(kernel, seed):
     values = random_registers(seed)
-    plain = regs_roundtrip(make_test_process(kernel), values)
+    plain = regs_roundtrip(make_uretprobe_process(kernel), values)
     assert plain == values
-    proc = make_test_process(kernel, record=True)
+    proc = make_uretprobe_process(kernel, record=True)
     rec = RegsRecorder()
     uprobe_register(proc, "uretprobe_regs_trigger", rec)
     probed = regs_roundtrip(proc, values)
@@ -61,7 +61,7 @@ def test_check_registers_equal_passes(kernel):
 def test_registers_change_reaches_caller(kernel):
     values = random_registers(7)
     changes = {"ax": 0x1234_5678_9ABC_DEF0, "cx": 0x0BAD_CAFE_0000_0001, "r11": 0x5555_AAAA_5555_AAAA}
-    proc = make_test_process(kernel)
+    proc = make_uretprobe_process(kernel)
     uprobe_register(proc, "uretprobe_regs_trigger", RegsRecorder(changes))
     after = regs_roundtrip(proc, values)
     expected = dict(values, **changes)
@@ -86,7 +86,7 @@ def test_broken_trampoline_bytes():
 def test_broken_trampoline_corrupts_rcx_r11_and_check_catches_it(kernel):
     diff = check_registers_equal(kernel, uretprobe_saves_regs=False)
     assert set(diff) == {"cx", "r11", "seen_by_consumer"}
-    proc = make_test_process(kernel, uretprobe_saves_regs=False)
+    proc = make_uretprobe_process(kernel, uretprobe_saves_regs=False)
     rec = RegsRecorder()
     uprobe_register(proc, "uretprobe_regs_trigger", rec)
     values = random_registers(0)
@@ -108,7 +108,7 @@ def test_broken_flag_changes_nothing_before_611():
 
 @pytest.mark.parametrize("kernel", ALL)
 def test_return_value_and_func_address(kernel):
-    proc = make_test_process(kernel)
+    proc = make_uretprobe_process(kernel)
     rec = RegsRecorder()
     uprobe_register(proc, "tail_callee", rec)
     assert proc.call("tail_callee") == 7
@@ -119,7 +119,7 @@ def test_return_value_and_func_address(kernel):
 
 @pytest.mark.parametrize("kernel", ["6.10", "6.11"])
 def test_recursion_depth_70(kernel):
-    proc = make_test_process(kernel)
+    proc = make_uretprobe_process(kernel)
     rec = RegsRecorder()
     uprobe_register(proc, "recurse", rec)
     assert proc.call("recurse", 70) == 70
@@ -137,7 +137,7 @@ def test_recursion_depth_70(kernel):
 
 @pytest.mark.parametrize("kernel", ["6.10", "6.11"])
 def test_longjmp_skipped_frames_run_no_handler(kernel):
-    proc = make_test_process(kernel, record=True)
+    proc = make_uretprobe_process(kernel, record=True)
     recs = {name: RegsRecorder(name=name) for name in ("lj_outer", "lj_a", "lj_b")}
     for name, rec in recs.items():
         uprobe_register(proc, name, rec)
@@ -151,7 +151,7 @@ def test_longjmp_skipped_frames_run_no_handler(kernel):
 
 @pytest.mark.parametrize("kernel", ["6.10", "6.11"])
 def test_longjmp_leftovers_dropped_at_next_call(kernel):
-    proc = make_test_process(kernel, record=True)
+    proc = make_uretprobe_process(kernel, record=True)
     recs = {name: RegsRecorder(name=name) for name in ("lj_a", "lj_b")}
     for name, rec in recs.items():
         uprobe_register(proc, name, rec)
@@ -169,7 +169,7 @@ def test_longjmp_leftovers_dropped_at_next_call(kernel):
 
 @pytest.mark.parametrize("kernel", ["6.10", "6.11"])
 def test_tail_call_chained_instances(kernel):
-    proc = make_test_process(kernel)
+    proc = make_uretprobe_process(kernel)
     caller, callee = RegsRecorder(name="caller"), RegsRecorder(name="callee")
     uprobe_register(proc, "tail_caller", caller)
     uprobe_register(proc, "tail_callee", callee)
@@ -183,7 +183,7 @@ def test_tail_call_chained_instances(kernel):
 
 
 def test_tail_call_instance_is_chained():
-    proc = make_test_process("6.11")
+    proc = make_uretprobe_process("6.11")
     uprobe_register(proc, "tail_caller", RegsRecorder())
     inner = []
     uprobe_register(proc, "tail_callee", RegsRecorder())
@@ -198,7 +198,7 @@ def test_tail_call_instance_is_chained():
 
 @pytest.mark.parametrize("kernel,moves", [("6.11", True), ("6.11", False), ("6.18", True), ("6.10", True)])
 def test_consumer_moving_sp_takes_iret(kernel, moves):
-    proc = make_test_process(kernel, record=True)
+    proc = make_uretprobe_process(kernel, record=True)
 
     class MoveSp(RegsRecorder):
         def _ret(self, regs, func):
@@ -227,7 +227,7 @@ def test_consumer_moving_sp_takes_iret(kernel, moves):
 
 @pytest.mark.parametrize("kernel", ["6.11", "6.16", "6.18"])
 def test_direct_uretprobe_syscall_is_sigill(kernel):
-    proc = make_test_process(kernel)
+    proc = make_uretprobe_process(kernel)
     rec = RegsRecorder()
     uprobe_register(proc, "sigill_outer", rec)
     with pytest.raises(ProcessKilled, match="SIGILL"):
@@ -239,14 +239,14 @@ def test_direct_uretprobe_syscall_is_sigill(kernel):
 
 @pytest.mark.parametrize("kernel", ["6.11", "6.18"])
 def test_direct_uretprobe_syscall_without_xol_area_is_sigill(kernel):
-    proc = make_test_process(kernel)
+    proc = make_uretprobe_process(kernel)
     assert proc.mm.xol_area is None  # uprobe_get_trampoline_vaddr() == UPROBE_NO_TRAMPOLINE_VADDR
     with pytest.raises(ProcessKilled, match="SIGILL"):
         proc.call("uretprobe_syscall_direct")
 
 
 def test_uretprobe_syscall_is_enosys_on_610():
-    proc = make_test_process("6.10")
+    proc = make_uretprobe_process("6.10")
     assert proc.call("uretprobe_syscall_direct") == (-38) & (2**64 - 1)
 
 
@@ -261,7 +261,7 @@ def test_trampoline_handler_name():
 
 
 def test_hijack_puts_trampoline_in_return_slot():
-    proc = make_test_process("6.11")
+    proc = make_uretprobe_process("6.11")
     seen = {}
 
     def entry(regs):

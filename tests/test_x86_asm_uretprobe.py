@@ -31,7 +31,7 @@ def test_flags_and_arith():
     assert one(asm.test_rr("rdi", "r10")) == "test rdi, r10"
 
 
-def test_existing_encoders_used_by_test_programs():
+def test_existing_encoders_used_by_uretprobe_programs():
     assert one(asm.mov_imm64("rcx", 0xCCCCCCCC)) == "movabs rcx, 0xcccccccc"
     assert one(asm.mov_imm_sx("rax", 335)) == "mov rax, 0x14f"
     assert one(asm.mov_rr("rsp", "r15")) == "mov rsp, r15"

@@ -8,7 +8,7 @@ The lab in five lines::
     proc.call("uprobe_target_ret")                       # one hit: int3 -> consumer -> XOL step -> #DB
     proc.trace.counts                                    # what it cost, in events
 """
-from .arches import make_process as new_process
+from .arches import get_arch, make_process as new_process
 from .bench import events_per_hit, events_table, run_bench
 from .errors import LabError, ProcessKilled
 from .kernel import KERNELS, get_kernel
@@ -19,9 +19,7 @@ from .uprobes import (UPROBE_HANDLER_IGNORE, UPROBE_HANDLER_REMOVE, CountingCons
 
 def analyze(insn: str, arch: str = "x86_64", kernel=None, **options) -> dict:
     """What the kernel would do with a probe on ``insn`` (x86: hex bytes; arm64: the word)."""
-    from .arches import arch_parts
-
-    return arch_parts(arch)[2](insn, get_kernel(kernel), **options)
+    return get_arch(arch).analyze(insn, get_kernel(kernel), **options)
 
 
 __all__ = ["new_process", "attach", "detach", "run_bench", "events_per_hit", "events_table", "analyze", "disasm",

@@ -1,35 +1,47 @@
-"""The architectures the lab emulates: how to make a process, its bench program, and analyze()."""
+"""The architectures the lab emulates, one row each: adding an architecture is adding a row.
+
+Each row names the process class (whose ``arch_ops`` implements uprobe_lab.arch_ops.ArchOps),
+the kernel bench program, and the ``analyze`` that answers "what would the kernel do with a
+probe on this instruction" for the CLI and notebooks.
+"""
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
+from .arm64 import analyze as arm64_analyze, programs as arm64_programs
+from .arm64.process import Arm64Process
 from .errors import LabError
+from .process import EmulatedProcess
+from .x86 import analyze as x86_analyze, programs as x86_programs
+from .x86.process import X86Process
 
 
-def _x86():
-    from .x86 import analyze, programs
-    from .x86.process import X86Process
-    return X86Process, programs.bench_program, analyze.analyze_hex
+@dataclass(frozen=True)
+class Arch:
+    name: str
+    process: type[EmulatedProcess]
+    bench_program: Callable  # () -> Program: the kernel bench's targets and producer loop
+    analyze: Callable  # (instruction text, KernelVersion, **options) -> dict; x86 takes hex bytes, arm64 a word
 
 
-def _arm64():
-    from .arm64 import programs, uprobes
-    from .arm64.process import Arm64Process
-    return Arm64Process, programs.bench_program, uprobes.analyze_hex
+ARCHES = {
+    "x86_64": Arch("x86_64", X86Process, x86_programs.bench_program, x86_analyze.analyze_hex),
+    "arm64": Arch("arm64", Arm64Process, arm64_programs.bench_program, arm64_analyze.analyze_word),
+}
 
 
-ARCHES = {"x86_64": _x86, "arm64": _arm64}
-
-
-def arch_parts(arch: str):
-    """(process class, bench_program(), analyze_hex()) for an architecture name."""
+def get_arch(name: str) -> Arch:
+    """The row for an architecture name ('x86_64', 'arm64')."""
     try:
-        return ARCHES[arch]()
+        return ARCHES[name]
     except KeyError:
-        raise LabError(f"unknown architecture {arch!r}: the lab emulates {', '.join(ARCHES)}") from None
+        raise LabError(f"unknown architecture {name!r}: the lab emulates {', '.join(ARCHES)}") from None
 
 
-def make_process(arch: str = "x86_64", kernel=None, **options):
+def make_process(arch: str = "x86_64", kernel=None, **options) -> EmulatedProcess:
     """A fresh emulated process of ``arch`` with the kernel bench program loaded."""
-    process_cls, bench_program, _ = arch_parts(arch)
-    proc = process_cls(kernel, **options)
-    proc.load(bench_program())
+    row = get_arch(arch)
+    proc = row.process(kernel, **options)
+    proc.load(row.bench_program())
     return proc

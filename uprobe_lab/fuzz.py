@@ -23,7 +23,7 @@ import random
 from collections import Counter
 from dataclasses import dataclass, field
 
-from .arches import arch_parts
+from .arches import get_arch
 from .errors import LabError
 from .kernel import KERNELS, get_kernel
 from .uprobes import CountingConsumer, UnprobeableInstruction, UprobeConsumer, uprobe_register
@@ -41,7 +41,7 @@ class Config:
     options: tuple = ()
 
     def process(self):
-        return arch_parts(self.arch)[0](self.kernel, **dict(self.options))
+        return get_arch(self.arch).process(self.kernel, **dict(self.options))
 
 
 def x86_configs() -> list[Config]:
@@ -212,13 +212,13 @@ def mechanism(proc, uprobe, consumer, ret: bool) -> str:
             return "uretprobe-syscall" if proc.kernel.uretprobe_syscall else "uretprobe-int3"
         if any(r[0] for r in consumer.records):
             from .x86.decode import ARCH_UPROBE_FLAG_NOP10
-            return "nop10-opt" if ARCH_UPROBE_FLAG_NOP10 in uprobe.arch.flags else "nop5-opt"
-        return uprobe.arch.action
+            return "nop10-opt" if ARCH_UPROBE_FLAG_NOP10 in uprobe.auprobe.flags else "nop5-opt"
+        return uprobe.auprobe.action
     if ret:
         return "uretprobe"
     from .arm64.stp import aarch64_insn_is_stp_fp_lr_sp_64b
-    stp = "stp-" if aarch64_insn_is_stp_fp_lr_sp_64b(uprobe.arch.word) else ""
-    return stp + uprobe.arch.action
+    stp = "stp-" if aarch64_insn_is_stp_fp_lr_sp_64b(uprobe.auprobe.word) else ""
+    return stp + uprobe.auprobe.action
 
 
 def redzone_replay(config: Config, program, seed: int, vaddr: int, records: list) -> dict:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from unicorn import UC_PROT_EXEC, UC_PROT_READ, UC_PROT_WRITE, Uc, UcError
 from unicorn.unicorn_py3.unicorn import uclib
 
+from .arch_ops import ArchOps
 from .constants import MASK64, PAGE_SIZE
 from .errors import LabError, ProcessKilled
 from .kernel import KernelVersion, get_kernel
@@ -167,7 +168,8 @@ def pt_regs_fields(uc_regs: dict[str, int], narrow: tuple[str, ...] = ()) -> lis
 class EmulatedProcess:
     """Base class: memory, mappings, run loop, signals. See the arch subclasses."""
 
-    arch = ""
+    arch = ""  # the architecture's name, as Program.arch and the CLI spell it ("x86_64", "arm64")
+    arch_ops: ArchOps  # the hooks the uprobe core calls (set by the arch subclass)
     uc_arch = uc_mode = 0
     Regs = RegsView
     PC = SP = 0  # Unicorn ids of the program counter and stack pointer

@@ -3,7 +3,8 @@
 Probes, consumers, the breakpoint handler (``handle_swbp`` -> ``handler_chain``), single-stepping
 out of line through the XOL area, return instances and ``uprobe_handle_trampoline``. The
 architecture's part is reached through ``proc.arch_ops`` with the kernel's arch hook names
-(``arch_uprobe_analyze_insn``, ``arch_uprobe_skip_sstep``, ``arch_uprobe_pre_xol``, ...).
+(``arch_uprobe_analyze_insn``, ``arch_uprobe_skip_sstep``, ``arch_uprobe_pre_xol``, ...): the
+whole list is uprobe_lab.arch_ops.ArchOps.
 
 What the lab leaves out: one process and one thread (so no RCU, SRCU, refcounts, hprobe leases
 or the ri_timer), probes keyed by virtual address instead of inode+offset, consumer filters only
@@ -14,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from .arch_ops import ArchUprobe
 from .constants import MASK64, PAGE_SIZE
 from .errors import LabError
 
@@ -85,18 +87,18 @@ class CountingConsumer(UprobeConsumer):
 @dataclass
 class Uprobe:
     vaddr: int
-    arch: object  # the arch's ArchUprobe: decoded instruction and how to execute it
+    auprobe: ArchUprobe  # struct uprobe's ``arch`` member: the decoded instruction and how it runs
     consumers: list[UprobeConsumer] = field(default_factory=list)
     symbol: str = ""
     applied: bool = True  # breakpoint present in this mm (unapply_uprobe clears it)
 
     @property
     def insn(self) -> bytes:
-        return self.arch.insn
+        return self.auprobe.insn
 
     def __repr__(self) -> str:
         where = f" {self.symbol}" if self.symbol else ""
-        return f"<Uprobe {self.vaddr:#x}{where} {self.arch.describe()} consumers={len(self.consumers)}>"
+        return f"<Uprobe {self.vaddr:#x}{where} {self.auprobe.describe()} consumers={len(self.consumers)}>"
 
 
 @dataclass
@@ -204,7 +206,7 @@ def uprobe_register(proc, target, consumer: UprobeConsumer, offset: int = 0) -> 
 
 def install_breakpoint(proc, uprobe: Uprobe) -> None:
     """Write the arch's breakpoint over the probed instruction (set_swbp) and mark the mm."""
-    proc.arch_ops.set_swbp(proc, uprobe.arch, uprobe.vaddr)
+    proc.arch_ops.set_swbp(proc, uprobe.auprobe, uprobe.vaddr)
     uprobe.applied = True
     proc.mm.has_uprobes = True
 
@@ -216,14 +218,14 @@ def uprobe_unregister(proc, uprobe: Uprobe, consumer: UprobeConsumer) -> None:
     uprobe.consumers.remove(consumer)
     if not uprobe.consumers:
         if uprobe.applied:
-            proc.arch_ops.set_orig_insn(proc, uprobe.arch, uprobe.vaddr)
+            proc.arch_ops.set_orig_insn(proc, uprobe.auprobe, uprobe.vaddr)
         del proc.mm.probes[uprobe.vaddr]
         proc.mm.recalc_has_uprobes()
 
 
 def unapply_uprobe(proc, uprobe: Uprobe) -> None:
     """Remove the breakpoint from this mm but keep the probe registered (all filters said no)."""
-    proc.arch_ops.set_orig_insn(proc, uprobe.arch, uprobe.vaddr)
+    proc.arch_ops.set_orig_insn(proc, uprobe.auprobe, uprobe.vaddr)
     uprobe.applied = False
     proc.mm.recalc_has_uprobes()
 
@@ -266,7 +268,7 @@ def xol_get_insn_slot(proc, uprobe: Uprobe) -> int:
     utask = proc.utask
     utask.xol_slot = slot
     utask.xol_vaddr = area.slot_vaddr(slot)
-    ixol = uprobe.arch.ixol
+    ixol = uprobe.auprobe.ixol
     if area.slot_insns.get(slot) != ixol:
         proc.write(utask.xol_vaddr, ixol)  # arch_uprobe_copy_ixol: through the page, not uaccess
         area.slot_insns[slot] = ixol
@@ -319,11 +321,11 @@ def handle_swbp(proc, regs) -> None:
     handler_chain(proc, uprobe, regs)
     if proc.signal:
         return
-    arch.arch_uprobe_optimize(proc, uprobe.arch, bp_vaddr)
+    arch.arch_uprobe_optimize(proc, uprobe.auprobe, bp_vaddr)
     if regs.ip != bp_vaddr:  # a consumer took execution elsewhere: skip the instruction
         return
-    if arch.arch_uprobe_skip_sstep(proc, uprobe.arch, regs):
-        proc.trace.emit("emulated", ip=bp_vaddr, note=uprobe.arch.describe)
+    if arch.arch_uprobe_skip_sstep(proc, uprobe.auprobe, regs):
+        proc.trace.emit("emulated", ip=bp_vaddr, note=uprobe.auprobe.describe)
         return
     pre_ssout(proc, uprobe, regs, bp_vaddr)
 
@@ -356,7 +358,7 @@ def pre_ssout(proc, uprobe: Uprobe, regs, bp_vaddr: int) -> None:
     utask = proc.utask
     xol_get_insn_slot(proc, uprobe)
     utask.vaddr = bp_vaddr
-    proc.arch_ops.arch_uprobe_pre_xol(proc, uprobe.arch, regs)
+    proc.arch_ops.arch_uprobe_pre_xol(proc, uprobe.auprobe, regs)
     utask.active_uprobe = uprobe
     proc.trace.emit("xol_steps", ip=bp_vaddr, note=lambda: f"slot {utask.xol_slot} at {utask.xol_vaddr:#x}")
 
@@ -371,7 +373,7 @@ def uprobe_post_sstep_notifier(proc) -> bool:
 def handle_singlestep(proc, regs) -> None:
     utask = proc.utask
     uprobe = utask.active_uprobe
-    err = proc.arch_ops.arch_uprobe_post_xol(proc, uprobe.arch, regs)
+    err = proc.arch_ops.arch_uprobe_post_xol(proc, uprobe.auprobe, regs)
     utask.active_uprobe = None
     xol_free_insn_slot(proc)
     if err:

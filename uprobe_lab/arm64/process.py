@@ -15,9 +15,10 @@ from unicorn import arm64_const as A
 from ..constants import PAGE_SIZE
 from ..errors import LabError
 from ..process import EmulatedProcess, RegsView, pt_regs_fields, raise_for
-from . import uprobes as arm64_uprobes
+from . import traps
 from .constants import EXIT_ADDR, STACK_SIZE, STACK_TOP, TASK_SIZE
 from .stp import STP_STORES
+from .uprobes import Arm64ArchOps
 
 XOL_PAGE = TASK_SIZE - PAGE_SIZE  # where get_xol_area() maps [uprobes]
 
@@ -61,7 +62,7 @@ class Arm64Process(EmulatedProcess):
         super().__init__(kernel, record)
         if stp_store not in STP_STORES:
             raise LabError(f"stp_store must be one of {', '.join(STP_STORES)}, got {stp_store!r}")
-        self.arch_ops = arm64_uprobes.Arm64ArchOps(stp or "xol", mte)
+        self.arch_ops = Arm64ArchOps(stp or "xol", mte)
         self.stp_store = stp_store
         self.sp_alignment_check = sp_alignment_check
         self.single_step = False  # MDSCR_EL1.SS for this task (user_enable_single_step)
@@ -83,7 +84,7 @@ class Arm64Process(EmulatedProcess):
         if self.single_step:
             if self._stepped:  # one instruction ran with SS set: the step exception fires here
                 self._stepped = False
-                arm64_uprobes.exc_step(self)
+                traps.exc_step(self)
                 return
             self._stepped = True
         if self.count_insns:
@@ -91,9 +92,9 @@ class Arm64Process(EmulatedProcess):
 
     def _on_interrupt(self, uc, intno, user_data):
         if intno == EXCP_BKPT:
-            arm64_uprobes.exc_brk(self)
+            traps.exc_brk(self)
         elif intno == EXCP_SWI:
-            arm64_uprobes.el0_svc(self)
+            traps.el0_svc(self)
         elif intno == EXCP_UDEF:
             self.force_sig("SIGILL", f"undefined instruction at {self.pc:#x}")
         else:

@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from ..arm64 import asm
 from ..arm64.process import Arm64Process
 from ..arm64.programs import bench_program
-from ..arm64.uprobes import analyze_hex, decode_fields
+from ..arm64.analyze import analyze_word, decode_fields
 from ..bench import events_table
 from ..uprobes import CountingConsumer, uprobe_register
 
@@ -38,7 +38,7 @@ def brk_install(symbol: str = "uprobe_target_push", stp: str = "xol") -> str:
     before = _listing(proc, symbol)
     uprobe = uprobe_register(proc, symbol, CountingConsumer())
     after = _listing(proc, symbol)
-    return f"before:\n{before}\n\nafter uprobe_register ({uprobe.arch.describe()}):\n{after}"
+    return f"before:\n{before}\n\nafter uprobe_register ({uprobe.auprobe.describe()}):\n{after}"
 
 
 def _listing(proc, symbol: str) -> str:
@@ -52,7 +52,7 @@ def _listing(proc, symbol: str) -> str:
 
 def decode_report(word: str, stp: str = "simulate") -> str:
     """Fields of an instruction word, whether it is the exact STP pattern, and what a probe does."""
-    r = analyze_hex(word, stp=stp)
+    r = analyze_word(word, stp=stp)
     f = decode_fields(int(r["word"], 16))
     lines = [f"{f['word']}  ({f['bytes']} in memory)  {f['text']}"]
     if "pair" in f:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from ..uprobes import CountingConsumer, uprobe_register
 from ..x86.constants import EXIT_ADDR
-from ..x86.test_programs import make_test_process
+from ..x86.uretprobe_programs import make_uretprobe_process
 
 SHOWN_REGS = ("ax", "cx", "r11", "sp", "ip", "flags")
 QUIET_EVENTS = {"user_insns", "uaccess_bytes", "probe_lookups"}
@@ -143,7 +143,7 @@ def first_step_at(steps: list[Step], prefix: str) -> int:
 
 def record_return_steps(kernel: str = "6.11", saves_regs: bool = True, max_steps: int = 64) -> list[Step]:
     """Run stepper_caller one instruction at a time with a return probe on stepper_target."""
-    proc = make_test_process(kernel, record=True, uretprobe_saves_regs=saves_regs)
+    proc = make_uretprobe_process(kernel, record=True, uretprobe_saves_regs=saves_regs)
     uprobe_register(proc, "stepper_target", CountingConsumer(ret=True))
     stepper = proc.stepper("stepper_caller", regs=SHOWN_REGS)
     steps: list[Step] = []

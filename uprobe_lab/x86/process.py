@@ -13,8 +13,9 @@ from unicorn import x86_const as X
 
 from ..process import EmulatedProcess, RegsView, pt_regs_fields, raise_for
 from ..stepper import Stepper
-from . import syscalls, traps, uprobes as x86_uprobes
+from . import syscalls, traps
 from .constants import EXIT_ADDR, STACK_SIZE, STACK_TOP, SYSCALL_INSN_SIZE
+from .uprobes import X86ArchOps
 
 
 class PtRegs(RegsView):
@@ -42,11 +43,11 @@ class X86Process(EmulatedProcess):
     Regs = PtRegs
     PC, SP = X.UC_X86_REG_RIP, X.UC_X86_REG_RSP
     EXEC_IMPLIES_READ = True  # protection_map[VM_EXEC] is PAGE_READONLY_EXEC: [uprobes] reads fine
-    arch_ops = x86_uprobes
 
     def __init__(self, kernel=None, record: bool = False, count_insns: bool = False,
                  uretprobe_saves_regs: bool = True):
         super().__init__(kernel, record)
+        self.arch_ops = X86ArchOps()
         # False selects the broken teaching trampoline that does not save rcx/r11 around syscall
         self.uretprobe_saves_regs = uretprobe_saves_regs
         self.syscalls = syscalls.syscall_table(self.kernel)

@@ -1,7 +1,7 @@
 """The x86-64 arch hooks of uprobes: twin of arch/x86/kernel/uprobes.c as the generic core sees it.
 
-An X86Process's ``proc.arch_ops`` is this module. Each hook lives where the kernel file's own
-sections put it:
+``X86ArchOps`` implements uprobe_lab.arch_ops.ArchOps; every X86Process has one as
+``proc.arch_ops``. Each hook lives where the kernel file's own sections put it:
 
 ==========================================================================  =============
 hook                                                                        module
@@ -17,15 +17,27 @@ is_swbp_at, uprobe_get_swbp_addr (and exc_int3/exc_debug)                   x86.
 The syscalls (do_syscall_64, sys_uretprobe, sys_uprobe) are in x86.syscalls; the CLI's and
 notebooks' ``analyze_hex``/``analyze_table`` in x86.analyze.
 """
-from .constants import MAX_UINSN_BYTES, TASK_SIZE, UPROBE_XOL_SLOT_BYTES
-from .decode import arch_uprobe_analyze_insn
-from .emulate import arch_uprobe_skip_sstep
-from .optimize import arch_uprobe_optimize, set_orig_insn, set_swbp
-from .traps import is_swbp_at, uprobe_get_swbp_addr
-from .uretprobe import arch_uretprobe_hijack_return_addr, arch_uretprobe_is_alive, arch_uretprobe_trampoline
-from .xol import arch_uprobe_post_xol, arch_uprobe_pre_xol
+from __future__ import annotations
 
-__all__ = ["MAX_UINSN_BYTES", "TASK_SIZE", "UPROBE_XOL_SLOT_BYTES", "arch_uprobe_analyze_insn",
-           "arch_uprobe_skip_sstep", "arch_uprobe_optimize", "set_orig_insn", "set_swbp", "is_swbp_at",
-           "uprobe_get_swbp_addr", "arch_uretprobe_hijack_return_addr", "arch_uretprobe_is_alive",
-           "arch_uretprobe_trampoline", "arch_uprobe_post_xol", "arch_uprobe_pre_xol"]
+from . import constants, decode, emulate, optimize, traps, uretprobe, xol
+
+
+class X86ArchOps:
+    """``proc.arch_ops`` of an x86-64 process (uprobe_lab.arch_ops.ArchOps)."""
+
+    MAX_UINSN_BYTES = constants.MAX_UINSN_BYTES
+    UPROBE_XOL_SLOT_BYTES = constants.UPROBE_XOL_SLOT_BYTES
+    TASK_SIZE = constants.TASK_SIZE
+
+    arch_uprobe_analyze_insn = staticmethod(decode.arch_uprobe_analyze_insn)
+    set_swbp = staticmethod(optimize.set_swbp)
+    set_orig_insn = staticmethod(optimize.set_orig_insn)
+    is_swbp_at = staticmethod(traps.is_swbp_at)
+    uprobe_get_swbp_addr = staticmethod(traps.uprobe_get_swbp_addr)
+    arch_uprobe_optimize = staticmethod(optimize.arch_uprobe_optimize)
+    arch_uprobe_skip_sstep = staticmethod(emulate.arch_uprobe_skip_sstep)
+    arch_uprobe_pre_xol = staticmethod(xol.arch_uprobe_pre_xol)
+    arch_uprobe_post_xol = staticmethod(xol.arch_uprobe_post_xol)
+    arch_uretprobe_hijack_return_addr = staticmethod(uretprobe.arch_uretprobe_hijack_return_addr)
+    arch_uretprobe_is_alive = staticmethod(uretprobe.arch_uretprobe_is_alive)
+    arch_uretprobe_trampoline = staticmethod(uretprobe.arch_uretprobe_trampoline)

@@ -11,7 +11,7 @@ deeper than MAX_URETPROBE_DEPTH, a setjmp/longjmp-style unwind over probed frame
 (chained instances), a caller that survives a consumer moving sp (sys_uretprobe's iret path),
 and a direct ``syscall`` with the uretprobe number from outside the trampoline.
 
-Data lives in one read-write page (``[heap]`` at DATA_BASE); ``make_test_process`` maps it.
+Data lives in one read-write page (``[heap]`` at DATA_BASE); ``make_uretprobe_process`` maps it.
 """
 from __future__ import annotations
 
@@ -152,7 +152,7 @@ def emit_stepper_target(a: Assembler) -> None:
 
 
 @lru_cache(maxsize=None)
-def uretprobe_test_program(base: int = TEXT_BASE) -> Program:
+def uretprobe_program(base: int = TEXT_BASE) -> Program:
     a = Assembler("x86_64", base)
     for emit in (emit_regs_roundtrip, emit_recurse, emit_longjmp, emit_tail_call, emit_sp_caller,
                  emit_direct_syscall, emit_stepper_target):
@@ -162,10 +162,10 @@ def uretprobe_test_program(base: int = TEXT_BASE) -> Program:
     return a.link()
 
 
-def make_test_process(kernel=None, **options) -> X86Process:
+def make_uretprobe_process(kernel=None, **options) -> X86Process:
     """An X86Process with the test program loaded and a read-write data page at DATA_BASE."""
     proc = X86Process(kernel, **options)
-    proc.load(uretprobe_test_program(), "/lab/uretprobe_tests")
+    proc.load(uretprobe_program(), "/lab/uretprobe_tests")
     proc.map("[heap]", DATA_BASE, DATA_SIZE, "rw-p")
     return proc
 
@@ -211,7 +211,7 @@ def check_registers_equal(kernel=None, uretprobe_saves_regs: bool = True, seed: 
     An empty dict means the return probe was invisible to the program. ``seen_by_consumer`` is
     added when a consumer ran, with its mismatches against the values the function returned with.
     """
-    proc = make_test_process(kernel, uretprobe_saves_regs=uretprobe_saves_regs)
+    proc = make_uretprobe_process(kernel, uretprobe_saves_regs=uretprobe_saves_regs)
     consumer = RegsRecorder()
     if probe:
         uprobe_register(proc, "uretprobe_regs_trigger", consumer)

@@ -1,0 +1,58 @@
+"""The arch contract (uprobe_lab.arch_ops.ArchOps) is what the core calls, and both arches keep it."""
+import ast
+import inspect
+from pathlib import Path
+
+import pytest
+
+import uprobe_lab
+from uprobe_lab.arch_ops import ARCH_CONSTANTS, ARCH_HOOKS, ArchOps, ArchUprobe
+from uprobe_lab.arches import ARCHES, make_process
+
+CORE = Path(uprobe_lab.__file__).with_name("uprobes.py")
+
+
+def _arch_members_the_core_uses() -> set[str]:
+    """Every ``proc.arch_ops.X`` and ``arch.X`` (where ``arch = proc.arch_ops``) in the core."""
+    used = set()
+    for node in ast.walk(ast.parse(CORE.read_text())):
+        if not isinstance(node, ast.Attribute):
+            continue
+        owner = node.value
+        if isinstance(owner, ast.Attribute) and owner.attr == "arch_ops":
+            used.add(node.attr)
+        elif isinstance(owner, ast.Name) and owner.id == "arch":
+            used.add(node.attr)
+    return used
+
+
+def test_the_contract_is_exactly_what_the_core_calls():
+    assert _arch_members_the_core_uses() == set(ARCH_HOOKS) | set(ARCH_CONSTANTS)
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHES))
+def test_each_arch_implements_the_contract_with_its_signatures(arch):
+    ops = make_process(arch).arch_ops
+    assert isinstance(ops, ArchOps)
+    for name in ARCH_HOOKS:
+        wanted = list(inspect.signature(getattr(ArchOps, name)).parameters)[1:]  # without self
+        have = list(inspect.signature(getattr(ops, name)).parameters)
+        assert have[: len(wanted)] == wanted, (arch, name, have)
+        extra = [p for p in inspect.signature(getattr(ops, name)).parameters.values()][len(wanted):]
+        assert all(p.default is not p.empty for p in extra), (arch, name, "extra parameters need defaults")
+    for name in ARCH_CONSTANTS:
+        assert isinstance(getattr(ops, name), int) and getattr(ops, name) > 0
+
+
+@pytest.mark.parametrize("arch, symbol", [("x86_64", "uprobe_target_nop"), ("arm64", "uprobe_target_nop")])
+def test_a_registered_probe_holds_an_arch_uprobe(arch, symbol):
+    proc = make_process(arch)
+    probe = uprobe_lab.attach(proc, symbol, uprobe_lab.CountingConsumer())
+    assert isinstance(probe.auprobe, ArchUprobe)
+    assert probe.insn == probe.auprobe.insn == proc.program.code[probe.vaddr - proc.program.base:][: len(probe.insn)]
+
+
+def test_each_arch_has_its_own_task_size():
+    # x86-64 4-level paging: TASK_SIZE_MAX = (1 << 47) - PAGE_SIZE; arm64 VA_BITS=48: 1 << 48
+    assert make_process("x86_64").arch_ops.TASK_SIZE == (1 << 47) - 0x1000
+    assert make_process("arm64").arch_ops.TASK_SIZE == 1 << 48

@@ -1,0 +1,48 @@
+"""What the kernel would do with a probe on an arm64 instruction word, for the CLI and notebooks."""
+from __future__ import annotations
+
+from ..errors import LabError
+from ..uprobes import UnprobeableInstruction
+from . import asm, stp as stp_sim
+from .decode import _text, arch_uprobe_analyze_insn
+
+
+def parse_word(text: str) -> int:
+    """'a9bf7bfd' or '0xa9bf7bfd' (the word as a listing shows it) -> int."""
+    cleaned = str(text).strip().lower().replace("_", "").replace(" ", "")
+    cleaned = cleaned[2:] if cleaned.startswith("0x") else cleaned
+    if not cleaned or len(cleaned) > 8 or any(c not in "0123456789abcdef" for c in cleaned):
+        raise LabError(f"{text!r} is not an arm64 instruction word; write it as a listing shows it, "
+                       "e.g. a9bf7bfd for stp x29, x30, [sp, #-16]!")
+    return int(cleaned, 16)
+
+
+def decode_fields(word: int) -> dict:
+    """Fields of the word that matter to uprobes (for the decode widget)."""
+    f = stp_sim.pair_fields(word)
+    out = {"word": f"{word:08x}", "bytes": asm.b(word).hex(" "), "text": _text(word)}
+    if f.is_pair:
+        out.update({"pair": ("ldp" if f.load else "stp") + " " + f.form, "opc": f.opc,
+                    "size": "64-bit x" if f.opc == 2 else ("32-bit w" if f.opc == 0 else f"opc {f.opc}"),
+                    "imm7": f.imm7, "offset": f.offset, "rt": f.rt, "rt2": f.rt2,
+                    "rn": "sp" if f.rn == 31 else f"x{f.rn}"})
+    why = stp_sim.why_not_stp_fp_lr(word)
+    out["stp_fp_lr_pattern"] = not why
+    out["not_pattern_because"] = why
+    return out
+
+
+def analyze_word(text: str, kernel=None, vaddr: int = 0x400000, stp: str | None = None, mte: bool = False,
+                **_options) -> dict:
+    """What the kernel would do with a probe on this word: action simulate, xol or reject."""
+    word = parse_word(text)
+    fields = decode_fields(word)
+    base = {"mnemonic": fields["text"].split(" ")[0], "op_str": fields["text"].partition(" ")[2],
+            "length": 4, "word": fields["word"], "stp": stp or "xol",
+            "stp_fp_lr_pattern": fields["stp_fp_lr_pattern"]}
+    try:
+        auprobe = arch_uprobe_analyze_insn(asm.b(word), vaddr, kernel, stp or "xol", mte)
+    except UnprobeableInstruction as err:
+        return {**base, "action": "reject", "handler": None, "reason": str(err)}
+    return {**base, "action": auprobe.action, "handler": auprobe.handler or None, "reason": auprobe.reason}
+

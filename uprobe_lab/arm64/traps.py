@@ -1,0 +1,57 @@
+"""arm64 exception entries into the uprobe core: twin of the BRK and single-step hooks
+(uprobe_brk_handler, uprobe_single_step_handler in arch/arm64/kernel/probes/uprobes.c, reached
+from el0_da/el0_dbg in arch/arm64/kernel/entry-common.c) and of el0_svc for the one syscall the
+bench makes.
+
+The kernel's ESR-based dispatch is replaced by decoding the trapping instruction (Unicorn reports
+no ESR).
+"""
+from __future__ import annotations
+
+from .. import uprobes as core
+from ..constants import MASK64
+from .constants import ENOSYS, __NR_getpgid
+from .uprobes import UPROBE_SWBP_INSN
+
+
+def exc_brk(proc) -> None:
+    """BRK from EL0: uprobe_brk_handler() claims BRK #5 if this mm has uprobes; else SIGTRAP."""
+    proc.trace.emit("exceptions")
+    regs = proc.kernel_entry()
+    pc = regs.ip
+    proc.trace.emit("exc_brk", ip=pc)
+    word = int.from_bytes(proc.read(pc, 4), "little")
+    if word != UPROBE_SWBP_INSN:
+        proc.force_sig("SIGTRAP", f"brk #{(word >> 5) & 0xFFFF:#x} at {pc:#x} (not the uprobe BRK)")
+        return
+    if not core.uprobe_pre_sstep_notifier(proc):
+        proc.force_sig("SIGTRAP", f"brk #0x5 at {pc:#x} and no uprobes in this process")
+        return
+    core.handle_swbp(proc, regs)  # uprobe_notify_resume(), on the way back to user mode
+    regs.flush()  # the registers the kernel set are in place even when a signal follows
+    if not proc.signal:
+        proc.trace.emit("eret", ip=regs.ip)
+
+
+def exc_step(proc) -> None:
+    """Hardware single-step exception: uprobe_single_step_handler() -> handle_singlestep()."""
+    proc.trace.emit("exceptions")
+    regs = proc.kernel_entry()
+    proc.trace.emit("exc_step", ip=regs.ip)
+    if not core.uprobe_post_sstep_notifier(proc):
+        proc.force_sig("SIGTRAP", f"single-step exception at {regs.ip:#x}")
+        return
+    core.handle_singlestep(proc, regs)
+    regs.flush()
+    if not proc.signal:
+        proc.trace.emit("eret", ip=regs.ip)
+
+
+def el0_svc(proc) -> None:
+    """svc #0: the syscall number in x8; only getpgid is served (returns 1)."""
+    regs = proc.kernel_entry()
+    nr = regs.get("x8")
+    proc.trace.emit("syscalls", ip=regs.ip, note=lambda: f"nr {nr}")
+    regs.set("x0", 1 if nr == __NR_getpgid else -ENOSYS & MASK64)
+    regs.flush()
+    proc.trace.emit("eret", ip=regs.ip)
