@@ -1,0 +1,104 @@
+"""Every exercise: its worked solution passes its checker, typical wrong answers fail with a reason that names
+what is wrong, and each chapter notebook carries the library's exercise section unchanged."""
+from pathlib import Path
+
+import nbformat
+import pandas as pd
+import pytest
+
+from uprobe_lab import exercises
+from uprobe_lab.exercises import notebook
+
+IDS = list(exercises.EXERCISES)
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
+
+# A plausible wrong answer per exercise and a phrase the reason must contain. Each phrase was worked out by hand
+# from the chapter (the kernel rule the learner got wrong), not copied from the checker's output.
+WRONG = {
+    "00.1": ({"uprobe_target_nop": 1, "uprobe_target_ret": 1}, "uprobe_target_ret: 2 exceptions"),
+    "00.2": ((2, 2), "int3 traps: not 2"),
+    "00.3": (("uprobe_target_ret", {"exceptions": 1}), "exceptions: you wrote 1, the lab counts 2"),
+    "01.1": ({"90": "emulate", "55": "emulate", "c3": "emulate", "e8 00 00 00 00": "emulate", "0f 05": "xol",
+              "f4": "xol"}, "c3: xol"),
+    "01.2": ({"6.11": "emulate", "6.16": "emulate"}, "6.11: xol"),
+    "01.3": ("SIGILL", "Not sigill"),
+    "01.4": (("c3", "emulate"), "not emulate but xol"),
+    "02.1": ({"6.10": 1, "6.11": 1}, "6.10: 2 exceptions"),
+    "02.2": ({"rax", "rdx"}, "should not be there: rdx"),
+    "02.3": ({"rax", "rcx", "r11"}, "Should not be there: rax"),
+    "02.4": ({"rax"}, "Missing 2 register(s); should not be there: rax"),
+    "02.5": (462, "too high"),
+    "02.6": (("uretprobe-ret", "6.11", {"exceptions": 1}), "the emulator counts 2"),
+    "03.1": ({"6.11": 1, "6.16": 1, "6.18": 1}, "6.18: 0 exceptions"),
+    "03.2": ({"bytes 1..4": "call", "byte 0": "call"}, "bytes 1..4: a CPU meets int3"),
+    "03.3": (0, "too low"),
+    "03.4": ({-8}, "Missing 3"),
+    "03.5": (("uretprobe-nop5", "6.18", {"exceptions": 1, "syscalls": 1}), "the emulator counts 0"),
+    "04.1": ({"d503201f": "simulate", "a9bf7bfd": "simulate", "910003fd": "xol", "d65f03c0": "simulate"},
+             "a9bf7bfd: xol"),
+    "04.2": ({"xol": 1, "simulate": 1}, "xol: 2 exceptions"),
+    "04.3": ({"a9bf7bfd": "simulate", "a9be7bfd": "xol", "a9bf53f3": "simulate"}, "a9bf53f3: xol"),
+    "04.4": (("SIGBUS", False), "sp did move"),
+    "04.5": (("d4000001", "xol", "xol"), "not xol but reject"),
+    "05.1": (20.0, "too low"),
+    "05.2": (90, "too high"),
+    "05.3": ({"syscall": "grow", "exception": "grow"}, "syscall: the gain would shrink"),
+    "05.4": (29.3, "too low"),
+    "05.5": ((pd.DataFrame({"arch": "x86_64", "kernel": "6.10", "bench": ["syscall-count", "uprobe-nop",
+                                                                          "uretprobe-nop"],
+                            "mops": [15.0, 2.8, 1.4]}), "6.11", {"uretprobe-nop": 1.4}), "the model gives"),
+    "06.1": (2, "too high"),
+    "06.2": (1.0, "too low"),
+    "06.3": ("exception", "Not exception"),
+}
+
+
+def test_every_chapter_has_three_to_six_exercises_with_one_open_task():
+    for number in ("00", "01", "02", "03", "04", "05", "06"):
+        chapter = exercises.chapter(number)
+        assert 3 <= len(chapter) <= 6, (number, len(chapter))
+        assert sum(ex.kind == "open" for ex in chapter) >= 1, number
+
+
+@pytest.mark.parametrize("ex_id", IDS)
+def test_worked_solution_passes_its_checker(ex_id):
+    scope = {}
+    exec(exercises.get(ex_id).solution, scope)
+    verdict = exercises.check(ex_id, scope["answer"])
+    assert verdict.ok, verdict
+
+
+@pytest.mark.parametrize("ex_id", IDS)
+def test_wrong_answer_gets_a_reason(ex_id):
+    answer, reason = WRONG[ex_id]
+    verdict = exercises.check(ex_id, answer)
+    assert not verdict.ok and verdict.answered
+    assert reason in verdict.message, verdict.message
+
+
+@pytest.mark.parametrize("ex_id", IDS)
+def test_unanswered_and_malformed_answers_are_explained_not_raised(ex_id):
+    assert not exercises.check(ex_id, None).answered
+    verdict = exercises.check(ex_id, object())
+    assert not verdict.ok and verdict.message
+
+
+def test_every_exercise_has_a_wrong_answer_case_here():
+    assert set(WRONG) == set(IDS)
+
+
+def test_unknown_exercise_names_the_known_ones():
+    with pytest.raises(exercises.LabError, match="01.1"):
+        exercises.check("9.9", 1)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_ends_with_the_librarys_exercise_section(path):
+    nb = nbformat.read(path, as_version=4)
+    section = [c for c in nb.cells if notebook.is_exercise_cell(c)]
+    expected = notebook.section_cells(notebook.chapter_of(path))
+    assert [(c.cell_type, c.source) for c in section] == [(c.cell_type, c.source) for c in expected], \
+        "run: python -m uprobe_lab.exercises.notebook " + str(path.relative_to(path.parents[1]))
+    assert nb.cells[-len(section):] == section, "the exercises are the notebook's last section"
+    hidden = [c.source for c in section if c.cell_type == "markdown" and "Worked solution" in c.source]
+    assert all("<details><summary>Worked solution</summary>" in s for s in hidden)  # folded until clicked

@@ -1,0 +1,106 @@
+"""Chapter 00: the bill of one hit."""
+from __future__ import annotations
+
+from .. import CountingConsumer, LabError, attach, new_process
+from .core import exercise
+from . import judges as j
+
+KERNEL = "6.18"
+
+
+def one_call(target: str, consumers: int = 1, kernel: str = KERNEL) -> dict:
+    """The trace counts of one call of ``target`` with ``consumers`` counting consumers on its first byte."""
+    proc = new_process(kernel=kernel)
+    for _ in range(consumers):
+        attach(proc, target, CountingConsumer())
+    proc.call(target)
+    return dict(proc.trace.counts)
+
+
+exercise(
+    id="00.1", kind="predict", title="nop or ret: how many exceptions?",
+    question="Before you run anything: one call of `uprobe_target_nop` and one of `uprobe_target_ret`, each with a "
+             "counting probe on its first instruction (kernel 6.18). How many **exceptions** does each call cost? "
+             "Answer a dict, e.g. `{\"uprobe_target_nop\": 3, \"uprobe_target_ret\": 3}`.",
+    hint="An exception is a trap into the kernel. The int3 is always one. Can the kernel finish the probed "
+         "instruction inside that trap, or must it let the CPU run it and trap again afterwards?",
+    solution="""import uprobe_lab as ul
+answer = {}
+for target in ("uprobe_target_nop", "uprobe_target_ret"):
+    proc = ul.new_process(kernel="6.18")
+    ul.attach(proc, target, ul.CountingConsumer())
+    proc.call(target)
+    answer[target] = proc.trace.counts["exceptions"]""",
+    explanation="The `nop` is emulated inside the int3 trap (one exception). The `ret` is single-stepped out of "
+                "line: a second exception (#DB) follows the step. Chapter 01 shows both, step by step.",
+    expected=lambda: {t: one_call(t)["exceptions"] for t in ("uprobe_target_nop", "uprobe_target_ret")},
+    judge=j.per_item(str, j.number(),
+                     lambda t, n: f"{n} exception{'s' if n != 1 else ''}"),
+    why=lambda e: (f"The lab counts {e['uprobe_target_nop']} for the nop (int3, emulated, back) and "
+                   f"{e['uprobe_target_ret']} for the ret (int3, then #DB after the out-of-line step)."),
+)
+
+exercise(
+    id="00.2", kind="predict", title="Two consumers on one probe",
+    question="Attach **two** `CountingConsumer`s to `uprobe_target_nop` and call it once. How many times do "
+             "consumers run, and how many int3 traps (`exc_bp`) happen? Answer a tuple `(consumers, exc_bp)`.",
+    hint="The kernel keeps one breakpoint per probed address, however many consumers share it; "
+         "`handler_chain()` walks the consumer list.",
+    solution="""import uprobe_lab as ul
+proc = ul.new_process(kernel="6.18")
+ul.attach(proc, "uprobe_target_nop", ul.CountingConsumer())
+ul.attach(proc, "uprobe_target_nop", ul.CountingConsumer())
+proc.call("uprobe_target_nop")
+answer = (proc.trace.counts["consumers"], proc.trace.counts["exc_bp"])""",
+    explanation="One int3, one trap, one `handler_chain()` that calls both consumers.",
+    expected=lambda: (lambda c: (c["consumers"], c["exc_bp"]))(one_call("uprobe_target_nop", consumers=2)),
+    judge=lambda a, e: _pair(a, e, ("consumer runs", "int3 traps")),
+    why=lambda e: f"The lab counts {e[0]} consumer runs from {e[1]} trap: consumers share the one breakpoint.",
+)
+
+
+def _pair(answer, expected, names) -> tuple[bool, str]:
+    if not isinstance(answer, (tuple, list)) or len(answer) != len(expected):
+        raise LabError(f"{answer!r}: give a tuple of {len(expected)} numbers ({', '.join(names)})")
+    wrong = [f"{n}: not {a}" for n, a, e in zip(names, answer, expected) if j.as_number(a) != e]
+    return (not wrong), "; ".join(wrong) + ("." if wrong else "")
+
+
+def _own_bill(answer, lab) -> tuple[bool, str]:
+    if not isinstance(answer, (tuple, list)) or len(answer) != 2 or not isinstance(answer[1], dict):
+        raise LabError("give (symbol, counts), e.g. ('uprobe_target_push', {'exceptions': 1, ...})")
+    target, counts = answer
+    right = lab(target)
+    wrong = {k: (counts.get(k), v) for k, v in right.items() if counts.get(k) != v}
+    extra = sorted(set(counts) - set(right))
+    if not wrong and not extra:
+        return True, f"Your bill for {target} matches the lab's: {right}."
+    parts = [f"{k}: you wrote {a}, the lab counts {b}" for k, (a, b) in wrong.items()]
+    parts += [f"{k} does not happen in this call" for k in extra]
+    return False, "; ".join(parts) + "."
+
+
+def _checked_call(target: str) -> dict:
+    proc = new_process(kernel=KERNEL)
+    if target not in proc.program.symbols:
+        raise LabError(f"no symbol {target!r} in the bench program; pick one of {', '.join(proc.program.symbols)}")
+    return one_call(target)
+
+
+exercise(
+    id="00.3", kind="open", title="Your own bill",
+    question="Pick any function of the bench program (`proc.program` lists them), probe its first instruction, "
+             "call it once and write down its bill: `answer = (\"symbol\", {kind: count, ...})` with every kind "
+             "`proc.trace.counts` shows. Predict it first, then run it and correct yourself.",
+    hint="Start from the five lines at the top of this notebook; change the symbol. `dict(proc.trace.counts)` "
+         "is the bill.",
+    solution="""import uprobe_lab as ul
+proc = ul.new_process(kernel="6.18")
+ul.attach(proc, "uprobe_target_push", ul.CountingConsumer())
+proc.call("uprobe_target_push")
+answer = ("uprobe_target_push", dict(proc.trace.counts))""",
+    explanation="`push %rbp` is emulated (store rbp below rsp, move rsp), so its bill looks like the nop's.",
+    expected=lambda: _checked_call,
+    judge=_own_bill,
+    why=lambda lab: "The lab ran the same call with one counting consumer on kernel 6.18.",
+)

@@ -1,0 +1,81 @@
+"""Chapter 06: this machine - the host kernel's rules, the recorded run, a calibrated profile."""
+from __future__ import annotations
+
+import math
+import platform
+
+from .. import LabError, events_per_hit, model
+from ..native import calibrate, example
+from .core import exercise
+from . import judges as j
+
+
+def host_model_kernel() -> str:
+    kernel = calibrate.model_kernel(platform.release())
+    if kernel is None:
+        raise LabError(f"this host's kernel {platform.release()} predates every modelled version")
+    return kernel
+
+
+def _recorded_mops(bench: str) -> float:
+    return next(r["mops"] for r in example.load_example()["benches"] if r["bench"] == bench)
+
+
+def moved_most() -> str:
+    """The price whose calibrated value is furthest (by factor) from its prior, on the recorded run."""
+    table = calibrate.prices_table(calibrate.calibrate(example.load_example()["benches"]))
+    factor = {r.price: abs(math.log(r.ns / r.prior_ns)) for r in table.itertuples() if r.ns > 0 and r.prior_ns > 0}
+    return max(factor, key=factor.get)
+
+
+exercise(
+    id="06.1", kind="predict", title="This kernel's rules",
+    question="Which modelled kernel's rules does this machine's kernel follow (`platform.release()`), and how "
+             "many exceptions does a steady-state `uprobe-nop5` hit cost under them? Answer the number.",
+    hint="`calibrate.model_kernel(platform.release())` names the modelled version; chapter 03's table gives "
+         "the events.",
+    solution="""import platform
+import uprobe_lab as ul
+from uprobe_lab.native import calibrate
+kernel = calibrate.model_kernel(platform.release())
+answer = ul.events_per_hit("uprobe-nop5", "x86_64", kernel).get("exceptions", 0)""",
+    explanation="On 6.18 or later the probed nop5 becomes a call into `[uprobes-trampoline]` after its first hit: "
+                "no exception at all (the table above shows `optimized` for it when measured here).",
+    expected=lambda: events_per_hit("uprobe-nop5", "x86_64", host_model_kernel()).get("exceptions", 0),
+    judge=j.number(),
+    why=lambda e: f"This host runs {platform.release()} (rules of {host_model_kernel()}): {e} exception(s) per hit.",
+)
+
+exercise(
+    id="06.2", kind="predict", title="What the page boundary costs",
+    question="In the recorded 6.18 run (`example.load_example()`), how many times faster is `uprobe-nop5` than "
+             "`uprobe-nop5-pagecross`? One decimal. Predict first from the events: what differs per hit?",
+    hint="`{r[\"bench\"]: r[\"mops\"] for r in example.load_example()[\"benches\"]}`.",
+    solution="""from uprobe_lab.native import example
+mops = {r["bench"]: r["mops"] for r in example.load_example()["benches"]}
+answer = round(mops["uprobe-nop5"] / mops["uprobe-nop5-pagecross"], 1)""",
+    explanation="The page-crossing nop5 keeps its int3 (an exception per hit, emulated); the optimised one "
+                "enters through `syscall`. On this VM that is about a factor of two.",
+    expected=lambda: round(_recorded_mops("uprobe-nop5") / _recorded_mops("uprobe-nop5-pagecross"), 1),
+    judge=j.number(0.1, "x"),
+    why=lambda e: f"The recording gives {e}x.",
+)
+
+exercise(
+    id="06.3", kind="open", title="Which price moved most?",
+    question="Calibrate a profile on the recorded run (`calibrate.calibrate(example.load_example()[\"benches\"])`) "
+             "and look at `calibrate.prices_table(...)`. Which price moved furthest from its prior, as a factor "
+             "(up or down)? Then: which bench would you add to pin it down, and why? (The second part has no "
+             "checker: discuss it.)",
+    hint="Compare `ns / prior_ns` and its inverse for every row; a virtual machine makes some traps far dearer.",
+    solution="""import math
+from uprobe_lab.native import calibrate, example
+table = calibrate.prices_table(calibrate.calibrate(example.load_example()["benches"]))
+answer = max(table.itertuples(), key=lambda r: abs(math.log(r.ns / r.prior_ns))).price""",
+    explanation="On the recording's VM, a single-step out of line (`uprobe-ret`) is more than ten times dearer "
+                "than the prior: the trap flag's #DB is expensive under virtualisation. A bench with two "
+                "out-of-line steps per hit, or one without any exception, would separate it from the others.",
+    expected=moved_most,
+    judge=j.choice(tuple(model.PRICE_NAMES)),
+    why=lambda e: f"The lab's calibration moves {e} furthest.",
+)

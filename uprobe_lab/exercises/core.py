@@ -1,0 +1,112 @@
+"""The exercise registry and the checker; the chapters register their exercises in it."""
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..errors import LabError
+
+KINDS = ("predict", "break it", "open")
+
+
+@dataclass
+class Verdict:
+    """What ``check`` says: right or not, and why."""
+
+    exercise: str
+    ok: bool
+    message: str
+    answered: bool = True
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def __str__(self) -> str:
+        mark = "right" if self.ok else ("no answer yet" if not self.answered else "not yet")
+        return f"Exercise {self.exercise}: {mark}. {self.message}"
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def _repr_html_(self) -> str:
+        colour = "#1a7f37" if self.ok else ("#9a6700" if not self.answered else "#cf222e")
+        mark = "✔ right" if self.ok else ("… no answer yet" if not self.answered else "✘ not yet")
+        body = html.escape(self.message).replace("\n", "<br>")
+        return (f"<div class='uprobe-lab-verdict' style='border-left:4px solid {colour};padding:4px 10px'>"
+                f"<b style='color:{colour}'>Exercise {self.exercise}: {mark}.</b> {body}</div>")
+
+
+@dataclass
+class Exercise:
+    """One exercise. ``expected()`` computes the right answer with the lab; ``judge(answer, expected)``
+    returns (ok, reason), the reason naming what is wrong in the learner's answer; ``why(expected)`` is
+    the explanation shown with every verdict."""
+
+    id: str
+    title: str
+    kind: str
+    question: str  # markdown
+    hint: str  # markdown
+    solution: str  # python that sets ``answer``; shown as the worked solution, run by the tests
+    expected: Callable[[], Any]
+    judge: Callable[[Any, Any], tuple[bool, str]]
+    why: Callable[[Any], str]
+    explanation: str = ""  # markdown under the worked solution's code
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"exercise {self.id}: kind {self.kind!r} is not one of {KINDS}")
+
+
+EXERCISES: dict[str, Exercise] = {}
+
+
+def exercise(**fields) -> Exercise:
+    ex = Exercise(**fields)
+    if ex.id in EXERCISES:
+        raise ValueError(f"exercise {ex.id} is defined twice")
+    EXERCISES[ex.id] = ex
+    return ex
+
+
+def get(ex_id: str) -> Exercise:
+    ex_id = str(ex_id).strip()
+    if ex_id not in EXERCISES:
+        raise LabError(f"no exercise {ex_id!r}; the exercises are {', '.join(EXERCISES)}")
+    return EXERCISES[ex_id]
+
+
+def chapter(number: str) -> list[Exercise]:
+    """The exercises of chapter ``number`` ("01"), in order."""
+    return [ex for ex_id, ex in EXERCISES.items() if ex_id.split(".")[0] == number]
+
+
+def check(ex_id: str, answer: Any) -> Verdict:
+    """Right or not, and why: the lab computes the answer now and compares."""
+    ex = get(ex_id)
+    if answer is None or answer is ... or answer == "":
+        return Verdict(ex.id, False, f"Replace None with your answer and run the cell again. Stuck? "
+                                    f"hint({ex.id!r})", answered=False)
+    expected = ex.expected()
+    try:
+        ok, reason = ex.judge(answer, expected)
+    except LabError as err:  # an answer in a form the checker cannot read: say which form it wants
+        return Verdict(ex.id, False, str(err).rstrip(".") + ".")
+    return Verdict(ex.id, ok, (reason + " " if reason else "") + ex.why(expected))
+
+
+def hint(ex_id: str) -> str:
+    return _Text(get(ex_id).hint)
+
+
+def solution(ex_id: str) -> str:
+    ex = get(ex_id)
+    return _Text(ex.solution + ("\n\n" + ex.explanation if ex.explanation else ""))
+
+
+class _Text(str):
+    """A string that prints as itself in a notebook (no quotes, newlines kept)."""
+
+    def __repr__(self) -> str:
+        return str(self)

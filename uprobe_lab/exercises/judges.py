@@ -1,0 +1,108 @@
+"""How an answer is compared with what the lab computed, each saying what is wrong in words."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ..errors import LabError
+
+# the lab's short names (pt_regs style) and 32-bit names -> the 64-bit names a learner reads in a listing
+REGISTER_ALIASES = {"ax": "rax", "eax": "rax", "cx": "rcx", "ecx": "rcx", "dx": "rdx", "edx": "rdx", "bx": "rbx",
+                    "sp": "rsp", "bp": "rbp", "si": "rsi", "di": "rdi", "ip": "rip", "flags": "rflags",
+                    "eflags": "rflags"}
+
+
+def as_number(answer: Any) -> float:
+    if isinstance(answer, bool):
+        raise LabError(f"{answer!r} is a truth value; the answer is a number")
+    try:
+        return float(str(answer).strip().rstrip("%x"))
+    except ValueError:
+        raise LabError(f"{answer!r} is not a number; give one, e.g. 2 or 31.4") from None
+
+
+def word(text: Any) -> str:
+    """Lower case, no surrounding space or quotes, inner spaces kept single."""
+    return " ".join(str(text).strip().strip("'\"").lower().split())
+
+
+def register(name: Any) -> str:
+    n = word(name).lstrip("%")
+    return REGISTER_ALIASES.get(n, n)
+
+
+def number(tolerance: float = 0.0, unit: str = "") -> Callable[[Any, float], tuple[bool, str]]:
+    """Equal within ``tolerance`` (absolute); the reason says too high or too low."""
+    def judge(answer, expected):
+        got = as_number(answer)
+        if abs(got - expected) <= tolerance + 1e-9:
+            return True, ""
+        return False, f"{got:g}{unit} is too {'high' if got > expected else 'low'}."
+    return judge
+
+
+def choice(options: tuple[str, ...], normalise: Callable[[Any], str] = word) -> Callable[[Any, str], tuple[bool, str]]:
+    """One of ``options``."""
+    def judge(answer, expected):
+        got = normalise(answer)
+        if got not in options:
+            raise LabError(f"{answer!r} is not one of the choices: {', '.join(options)}")
+        return (True, "") if got == expected else (False, f"Not {got}.")
+    return judge
+
+
+def truth(answer: Any) -> bool:
+    if isinstance(answer, bool):
+        return answer
+    w = word(answer)
+    if w in ("yes", "true", "y"):
+        return True
+    if w in ("no", "false", "n"):
+        return False
+    raise LabError(f"{answer!r}: answer True or False")
+
+
+def same_set(normalise: Callable[[Any], str] = word, what: str = "") -> Callable[[Any, set], tuple[bool, str]]:
+    """The same members; the reason names the missing and the extra ones."""
+    def judge(answer, expected):
+        if isinstance(answer, (str, bytes)) or not hasattr(answer, "__iter__"):
+            raise LabError(f"{answer!r}: give a set or list, e.g. {{'a', 'b'}}")
+        got = {normalise(a) for a in answer}
+        missing, extra = sorted(expected - got), sorted(got - expected)
+        if not missing and not extra:
+            return True, ""
+        parts = []
+        if missing:
+            parts.append(f"Missing {len(missing)} {what}".rstrip())
+        if extra:
+            parts.append(f"should not be there: {', '.join(map(str, extra))}")
+        text = "; ".join(parts)
+        return False, text[0].upper() + text[1:] + "."
+    return judge
+
+
+def per_item(normalise_key: Callable[[Any], Any], judge_value: Callable[[Any, Any], tuple[bool, str]],
+             explain: Callable[[Any, Any], str] | None = None) -> Callable[[Any, dict], tuple[bool, str]]:
+    """A mapping judged item by item: every key of the expected mapping must be answered; each wrong item is
+    named with ``explain(key, expected_value)`` - the kernel's reason for that one item."""
+    def judge(answer, expected):
+        if not isinstance(answer, dict):
+            raise LabError("give a dict, one entry per item: {" + ", ".join(f"{k!r}: ..." for k in expected) + "}")
+        got = {normalise_key(k): v for k, v in answer.items()}
+        unanswered = [k for k in expected if k not in got]
+        if unanswered:
+            return False, f"No answer for {', '.join(map(str, unanswered))}."
+        wrong = []
+        for key, want in expected.items():
+            ok, _ = judge_value(got[key], want)
+            if not ok:
+                wrong.append(f"{key}: {explain(key, want) if explain else 'not ' + str(got[key])}")
+        if not wrong:
+            return True, ""
+        return False, f"{len(wrong)} of {len(expected)} wrong - " + "; ".join(wrong) + "."
+    return judge
+
+
+def value(normalise: Callable[[Any], Any] = word) -> Callable[[Any, Any], tuple[bool, str]]:
+    def judge(answer, expected):
+        return (normalise(answer) == normalise(expected)), ""
+    return judge
