@@ -23,6 +23,8 @@ from uprobe_lab.native import bench, code, host, perf
 from uprobe_lab.native import NativeUnavailable, check_native_support, host_snapshot, run_native_benches
 from uprobe_lab.native.code import NativeCode
 from uprobe_lab.native.perf import PerfEventAttr, UprobeEvent
+from uprobe_lab import sites
+from uprobe_lab.program import listing_lines
 from native_support import NATIVE_REASON, Uname, native
 
 NOP5 = "0f1f440000"
@@ -254,17 +256,17 @@ def test_parse_maps_and_optimized():
     site_addr = 0x7F0000000060
     rel = 0x7F0000100000 - (site_addr + 5)
     site = b"\xe8" + rel.to_bytes(4, "little", signed=True)
-    assert host.call_target(site, site_addr) == 0x7F0000100000
-    assert host.is_optimized(site, site_addr, maps)
-    assert not host.is_optimized(bytes.fromhex("cc1f440000"), site_addr, maps)
-    assert not host.is_optimized(b"\xe8\0\0\0\0", site_addr, maps)  # a call, but not into a trampoline
+    assert sites.call_target(site, site_addr) == 0x7F0000100000
+    assert sites.calls_uprobe_trampoline(site, site_addr, maps)
+    assert not sites.calls_uprobe_trampoline(bytes.fromhex("cc1f440000"), site_addr, maps)
+    assert not sites.calls_uprobe_trampoline(b"\xe8\0\0\0\0", site_addr, maps)  # a call, but not into a trampoline
 
 
 def test_trampoline_trim_and_listing():
     tramp = bytes.fromhex("5141535048c7c0500100000f0558415b59c3cc") + bytes(64)
     first = host._trim(tramp, "x86_64", 0x1000)
     assert first.hex().endswith("c3cc") and len(first) == 19
-    listing = host._listing(first, 0x1000, "x86_64")
+    listing = listing_lines(first, "x86_64", 0x1000)
     assert "mov rax, 0x150" in listing[3] and listing[-1].endswith("int3")
 
 

@@ -18,24 +18,11 @@ from .arch_ops import ArchOps
 from .constants import MASK64, PAGE_SIZE
 from .errors import LabError, ProcessKilled
 from .kernel import KernelVersion, get_kernel
+from .sites import Mapping, mapping_at
 from .trace import Trace
 from .uprobes import MmUprobes, UprobeTask
 DEFAULT_MAX_INSNS = 10_000_000  # every run is guarded: no emulation can spin forever
 
-
-
-@dataclass
-class Mapping:
-    start: int
-    end: int
-    perms: str  # as in /proc/PID/maps, e.g. "r-xp"
-    name: str
-
-    def __contains__(self, addr: int) -> bool:
-        return self.start <= addr < self.end
-
-    def line(self) -> str:
-        return f"{self.start:08x}-{self.end:08x} {self.perms} 00000000 00:00 0    {self.name}"
 
 
 @dataclass
@@ -240,10 +227,7 @@ class EmulatedProcess:
         self.program = program
 
     def mapping_at(self, addr: int) -> Mapping | None:
-        for m in self.mappings:
-            if addr in m:
-                return m
-        return None
+        return mapping_at(self.mappings, addr)
 
     def find_mapping(self, name: str) -> Mapping | None:
         return next((m for m in self.mappings if m.name == name), None)

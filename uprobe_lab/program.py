@@ -36,6 +36,21 @@ def disasm(code: bytes, arch: str = "x86_64", address: int = 0) -> list[tuple[in
     ]
 
 
+def format_listing(rows, words: bool = False) -> list[str]:
+    """The lab's one listing line, ``addr:  bytes  mnemonic op_str``, for (address, bytes, text) rows.
+
+    ``words=True`` shows each 4-byte instruction as its word (how arm64 listings print it)."""
+    def shown(raw: bytes) -> str:
+        return f"{int.from_bytes(raw, 'little'):08x}" if words and len(raw) == 4 else raw.hex(" ")
+
+    return [f"{addr:x}:  {shown(raw):<30} {text}" for addr, raw, text in rows]
+
+
+def listing_lines(code: bytes, arch: str = "x86_64", address: int = 0, words: bool = False) -> list[str]:
+    """``format_listing`` of what Capstone decodes in ``code``."""
+    return format_listing(disasm(code, arch, address), words)
+
+
 @dataclass(frozen=True)
 class Symbol:
     name: str
@@ -89,8 +104,7 @@ class Program:
         syms = [self.symbols[name]] if name else sorted(self.symbols.values(), key=lambda s: s.addr)
         for sym in syms:
             lines.append(f"{sym.addr:016x} <{sym.name}>:")
-            for addr, raw, text in self.instructions(sym.name):
-                lines.append(f"  {addr:x}:  {raw.hex(' '):<30} {text}")
+            lines += ["  " + line for line in format_listing(self.instructions(sym.name))]
         return "\n".join(lines)
 
     def __repr__(self) -> str:

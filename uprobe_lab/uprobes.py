@@ -18,6 +18,7 @@ from typing import Callable
 from .arch_ops import ArchUprobe
 from .constants import MASK64, PAGE_SIZE
 from .errors import LabError
+from .sites import UPROBES
 
 UPROBE_HANDLER_REMOVE = 1
 UPROBE_HANDLER_IGNORE = 2
@@ -247,7 +248,7 @@ def get_xol_area(proc) -> XolArea:
         tramp = arch.arch_uretprobe_trampoline(proc)
         page[: len(tramp)] = tramp
         # VM_EXEC|VM_MAYEXEC: execute-only, as /proc/PID/maps shows it ("--xp")
-        proc.map("[uprobes]", vaddr, PAGE_SIZE, "--xp", bytes(page))
+        proc.map(UPROBES, vaddr, PAGE_SIZE, "--xp", bytes(page))
         area = XolArea(vaddr, arch.UPROBE_XOL_SLOT_BYTES, [True] + [False] * (slots - 1))
         proc.mm.xol_area = area
     return area

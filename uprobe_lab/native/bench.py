@@ -16,10 +16,11 @@ import time
 from typing import Callable, Iterable
 
 from ..bench import bench_names, bench_spec
+from ..sites import calls_uprobe_trampoline
 from .code import NativeCode
-from .support import check_native_support
-from .host import is_optimized, kernel_release, parse_maps
+from .host import kernel_release, parse_maps
 from .perf import UprobeEvent
+from .support import check_native_support
 
 DEFAULT_ITERATIONS = 100_000
 DEFAULT_REPEATS = 5
@@ -78,7 +79,7 @@ def run_bench(nc: NativeCode, name: str, iterations: int = DEFAULT_ITERATIONS, r
         with UprobeEvent(nc.path, nc.offset(bench.target), retprobe=bench.probe == "uretprobe") as ev:
             nc.run(addr, warmup)
             site = nc.read(bench.target)
-            optimized = is_optimized(site, addr, parse_maps())
+            optimized = calls_uprobe_trampoline(site, addr, parse_maps())
             before = ev.count()
             rates = _measure(nc, addr, iterations, repeats, progress)
             hits = ev.count() - before

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import functools
 import os
 import shutil
 import tempfile
@@ -18,6 +17,7 @@ from typing import Iterator
 from .arch import host_arch, load_bench_program
 from .errors import noexec
 from .host import read_mem
+from .libc import libc as _libc
 from .perf import sigint_deferred
 
 MOUNTS = "/proc/mounts"
@@ -26,17 +26,6 @@ ENV_DIR = "UPROBE_LAB_NATIVE_DIR"
 PROT_READ, PROT_EXEC = 0x1, 0x4
 MAP_PRIVATE = 0x02
 MAP_FAILED = ctypes.c_void_p(-1).value
-
-
-
-@functools.cache
-def _libc() -> ctypes.CDLL:  # loaded on first use, so importing this module works on any OS
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-    libc.munmap.restype = ctypes.c_int
-    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    return libc
 
 
 # producer_loop(n, target): System V rdi = n, rsi = target

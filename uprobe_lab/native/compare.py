@@ -24,8 +24,9 @@ import pandas as pd
 from ..bench import bench_spec
 from ..errors import LabError
 from .support import check_native_support
-from .host import (UPROBES, UPROBES_TRAMPOLINE, Mapping, _listing, call_target, host_snapshot,
-                   trampoline_report)
+from ..program import listing_lines
+from ..sites import SPECIAL_MAPPINGS, UPROBES, UPROBES_TRAMPOLINE, call_target, calls_uprobe_trampoline
+from .host import host_snapshot, trampoline_report
 
 COMPARE_BENCHES = ("uprobe-nop5", "uretprobe-nop")
 DEFAULT_HITS = 100
@@ -56,11 +57,9 @@ def emulator_snapshot(bench: str = "uprobe-nop5", kernel: str = EMULATED_KERNEL,
     uprobe_register(proc, spec.target, consumer)
     site_addr = proc.program.resolve(spec.target)
     proc.call("producer_loop", hits, site_addr)
-    maps = [Mapping(m.start, m.end, m.perms, 0, m.name) for m in proc.mappings]
-    specials = [m for m in maps if m.name in (UPROBES_TRAMPOLINE, UPROBES)]
+    specials = [m for m in proc.mappings if m.name in SPECIAL_MAPPINGS]
     site = proc.read(site_addr, 5)
     target = call_target(site, site_addr)
-    target_map = next((m for m in maps if target is not None and target in m), None)
 
     def reader(addr, n):
         return proc.read(addr, n), "emulated memory"
@@ -69,8 +68,8 @@ def emulator_snapshot(bench: str = "uprobe-nop5", kernel: str = EMULATED_KERNEL,
         "side": "emulator", "bench": bench, "hits": consumer.hits,
         "kernel": str(proc.kernel), "arch": arch,
         "site_addr": hex(site_addr), "site_bytes": site.hex(), "site_read_via": "emulated memory",
-        "site_listing": _listing(site, site_addr, arch),
-        "optimized": target_map is not None and target_map.name == UPROBES_TRAMPOLINE,
+        "site_listing": listing_lines(site, arch, site_addr),
+        "optimized": calls_uprobe_trampoline(site, site_addr, proc.mappings),
         "call_target": hex(target) if target is not None else None,
         "mappings": [m.as_dict() for m in specials],
         "trampolines": [trampoline_report(m, arch, reader) for m in specials],

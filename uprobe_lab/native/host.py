@@ -10,31 +10,14 @@ from __future__ import annotations
 
 import ctypes
 import os
-import struct
-from dataclasses import dataclass
 
-from ..program import disasm
+from ..arm64.constants import UPROBE_XOL_SLOT_BYTES as ARM64_XOL_SLOT_BYTES
+from ..program import disasm, listing_lines
+from ..sites import SPECIAL_MAPPINGS, UPROBES, Mapping, call_target, calls_uprobe_trampoline
+from ..x86.constants import UPROBE_XOL_SLOT_BYTES as X86_XOL_SLOT_BYTES
 from .arch import host_arch
 
-UPROBES = "[uprobes]"  # the XOL area: slot 0 = uretprobe trampoline, then out-of-line copies
-UPROBES_TRAMPOLINE = "[uprobes-trampoline]"  # 6.18 x86: what an optimised nop5 calls
-SPECIAL = (UPROBES, UPROBES_TRAMPOLINE)
-XOL_SLOT_BYTES = {"x86_64": 128, "arm64": 4}
-
-
-@dataclass(frozen=True)
-class Mapping:
-    start: int
-    end: int
-    perms: str
-    offset: int
-    name: str
-
-    def __contains__(self, addr: int) -> bool:
-        return self.start <= addr < self.end
-
-    def as_dict(self) -> dict:
-        return {"name": self.name, "start": hex(self.start), "end": hex(self.end), "perms": self.perms}
+XOL_SLOT_BYTES = {"x86_64": X86_XOL_SLOT_BYTES, "arm64": ARM64_XOL_SLOT_BYTES}
 
 
 def kernel_release() -> str:
@@ -52,19 +35,12 @@ def parse_maps(text: str | None = None) -> list[Mapping]:
         if len(parts) < 5:
             continue
         lo, hi = (int(x, 16) for x in parts[0].split("-"))
-        rows.append(Mapping(lo, hi, parts[1], int(parts[2], 16), parts[5].strip() if len(parts) > 5 else ""))
+        rows.append(Mapping(lo, hi, parts[1], parts[5].strip() if len(parts) > 5 else "", offset=int(parts[2], 16)))
     return rows
 
 
 def special_mappings(maps: list[Mapping] | None = None) -> list[Mapping]:
-    return [m for m in (parse_maps() if maps is None else maps) if m.name in SPECIAL]
-
-
-def mapping_at(addr: int, maps: list[Mapping] | None = None) -> Mapping | None:
-    for m in parse_maps() if maps is None else maps:
-        if addr in m:
-            return m
-    return None
+    return [m for m in (parse_maps() if maps is None else maps) if m.name in SPECIAL_MAPPINGS]
 
 
 def read_mem(addr: int, n: int) -> bytes:
@@ -104,26 +80,6 @@ def read_any(addr: int, n: int) -> tuple[bytes | None, str]:
             return None, f"unreadable: /proc/self/mem {e1.strerror or e1}; write(2) {e2.strerror or e2}"
 
 
-def call_target(site: bytes, site_addr: int) -> int | None:
-    """Where an x86 ``call rel32`` (e8) at ``site_addr`` goes, or None if the site is not one."""
-    if len(site) < 5 or site[0] != 0xE8:
-        return None
-    return site_addr + 5 + struct.unpack("<i", site[1:5])[0]
-
-
-def is_optimized(site: bytes, site_addr: int, maps: list[Mapping] | None = None) -> bool:
-    """6.18 x86: the nop5 became ``call`` into a [uprobes-trampoline] mapping."""
-    target = call_target(site, site_addr)
-    if target is None:
-        return False
-    m = mapping_at(target, maps)
-    return m is not None and m.name == UPROBES_TRAMPOLINE
-
-
-def _listing(code: bytes, addr: int, arch: str) -> list[str]:
-    return [f"{a:x}: {raw.hex(' '):<24} {text}" for a, raw, text in disasm(code, arch, addr)]
-
-
 def _trim(code: bytes, arch: str, addr: int) -> bytes:
     """The code up to its first ``int3`` after a ``ret`` (how both trampolines end), else without trailing zeros."""
     end, seen_ret = 0, False
@@ -148,7 +104,7 @@ def trampoline_report(m: Mapping, arch: str, reader=None) -> dict:
     slot = XOL_SLOT_BYTES.get(arch, 128) if m.name == UPROBES else size
     first = _trim(page[:slot], arch, m.start)
     out["bytes"] = first.hex()
-    out["listing"] = _listing(first, m.start, arch)
+    out["listing"] = listing_lines(first, arch, m.start)
     if m.name == UPROBES:
         for i in range(1, size // slot):
             chunk = page[i * slot : (i + 1) * slot].rstrip(b"\0")
@@ -175,8 +131,8 @@ def host_snapshot(site_addr: int, n: int = 5, arch: str | None = None) -> dict:
         "site_addr": hex(site_addr),
         "site_bytes": site.hex() if site else None,
         "site_read_via": how,
-        "site_listing": _listing(site, site_addr, arch) if site else [],
-        "optimized": bool(site) and is_optimized(site, site_addr, maps),
+        "site_listing": listing_lines(site, arch, site_addr) if site else [],
+        "optimized": bool(site) and calls_uprobe_trampoline(site, site_addr, maps),
         "call_target": hex(target) if target is not None else None,
         "mappings": [m.as_dict() for m in specials],
         "trampolines": [trampoline_report(m, arch) for m in specials],

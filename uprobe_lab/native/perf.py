@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
-import functools
 import os
 import re
 import signal
@@ -21,6 +20,7 @@ from typing import Iterator
 
 from .arch import perf_event_open_nr
 from .errors import NativeUnavailable, no_uprobe_pmu, permission_denied
+from .libc import libc as _libc
 
 u16, u32, u64, s32 = ctypes.c_uint16, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_int32
 
@@ -134,13 +134,6 @@ def sigint_deferred() -> Iterator[None]:
             raise raised[0]
         if held:
             previous(signal.SIGINT, held[0])  # Python's default handler raises KeyboardInterrupt
-
-
-@functools.cache
-def _libc() -> ctypes.CDLL:  # loaded on first use, so importing this module works on any OS
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
-    return libc
 
 
 def uprobe_pmu_type(pmu_dir: str | None = None) -> int:

@@ -13,10 +13,11 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from ..arm64 import asm
+from ..arm64.analyze import analyze_word, decode_fields
 from ..arm64.process import Arm64Process
 from ..arm64.programs import bench_program
-from ..arm64.analyze import analyze_word, decode_fields
 from ..bench import events_table
+from ..program import listing_lines
 from ..uprobes import CountingConsumer, uprobe_register
 
 SEED = "001_a91640efe4f91e99.txt"
@@ -42,12 +43,9 @@ def brk_install(symbol: str = "uprobe_target_push", stp: str = "xol") -> str:
 
 
 def _listing(proc, symbol: str) -> str:
-    from ..program import disasm
-
     sym = proc.program.symbols[symbol]
     code = proc.read(sym.addr, sym.size)
-    return "\n".join(f"  {a:x}:  {int.from_bytes(raw, 'little'):08x}  {text}"
-                     for a, raw, text in disasm(code, "arm64", sym.addr))
+    return "\n".join("  " + line for line in listing_lines(code, "arm64", sym.addr, words=True))
 
 
 def decode_report(word: str, stp: str = "simulate") -> str:

@@ -12,6 +12,7 @@ import pandas as pd
 from ..arches import make_process
 from ..bench import events_table as bench_events_table
 from ..uprobes import CountingConsumer, uprobe_register, uprobe_unregister
+from ..sites import call_target
 from ..x86 import optimize
 from ..x86.redzone_programs import check_transparency
 
@@ -85,8 +86,8 @@ def address_map(proc, sites=()) -> str:
     lines = [proc.maps()]
     for site in sites:
         raw = proc.read(site, 5)
-        if raw[0] == optimize.CALL_INSN_OPCODE:
-            target = site + 5 + int.from_bytes(raw[1:], "little", signed=True)
+        target = call_target(raw, site)
+        if target is not None:
             lines.append(f"site {site:#x}: call {target:#x} ({proc.mapping_at(target).name}), "
                          f"rel32 = {target - site - 5:+#x} (reach: +-2 GB from {site + 5:#x})")
         else:

@@ -36,16 +36,15 @@ from dataclasses import dataclass
 from .. import uprobes as core
 from ..constants import PAGE_SIZE
 from ..kernel import KernelVersion
-from ..program import disasm
+from ..program import disasm, format_listing
+from ..sites import CALL_INSN_SIZE, UPROBES_TRAMPOLINE, calls_uprobe_trampoline
 from . import asm
 from .constants import ENXIO, TASK_SIZE, UPROBE_SWBP_INSN, __NR_uprobe
 from .decode import (ARCH_UPROBE_FLAG_CAN_OPTIMIZE, ARCH_UPROBE_FLAG_NOP10, ARCH_UPROBE_FLAG_OPTIMIZE_FAIL,
                      NOP10_OPT_INSN_SIZE, ArchUprobe)
 from .traps import is_swbp_at
 
-TRAMP_NAME = "[uprobes-trampoline]"
-CALL_INSN_OPCODE = 0xE8
-CALL_INSN_SIZE = 5
+TRAMP_NAME = UPROBES_TRAMPOLINE
 INT_MAX = 2**31 - 1
 INT_MIN = -(2**31)
 UPROBE_SYSCALL_ARGS_SIZE = 4 * 8  # struct uprobe_syscall_args { ax; r11; cx; retaddr; }
@@ -146,7 +145,7 @@ class PatchStage:
     listing: list  # [(addr, bytes, text)]
 
     def lines(self) -> list[str]:
-        return [f"  {a:x}:  {raw.hex(' '):<30} {text}" for a, raw, text in self.listing]
+        return ["  " + line for line in format_listing(self.listing)]
 
     def __str__(self) -> str:
         head = f"[{self.action:5}] {self.what}: {self.site.hex(' ')}"
@@ -232,20 +231,12 @@ def swbp_unoptimize(proc, auprobe, vaddr: int) -> None:
     int3_update(proc, vaddr, new, optimize=False)
 
 
-def _call_target(proc, at: int) -> int | None:
-    insn = proc.read(at, CALL_INSN_SIZE)
-    if insn[0] != CALL_INSN_OPCODE:
-        return None
-    return at + CALL_INSN_SIZE + int.from_bytes(insn[1:5], "little", signed=True)
-
-
 def is_optimized(proc, vaddr: int) -> bool:
-    """The site holds ``call rel32`` (after the dev-tree ``lea``) whose target is a trampoline page."""
+    """Twin of is_optimized(): the site holds ``call rel32`` (after the dev-tree ``lea``) into a trampoline page."""
     call_at = vaddr
     if proc.kernel.nop10_redzone and proc.read(vaddr, 5) == asm.lea_rsp_disp8(-REDZONE_SIZE):
         call_at = vaddr + 5
-    target = _call_target(proc, call_at)
-    return target is not None and in_uprobe_trampoline(proc, target)
+    return calls_uprobe_trampoline(proc.read(call_at, CALL_INSN_SIZE), call_at, proc.mappings)
 
 
 def should_optimize(proc, auprobe) -> bool:

@@ -1,0 +1,55 @@
+"""Probe sites as the emulator and the host both show them: mappings, the 6.18 call into a
+trampoline page, and the names of the uprobe special mappings.
+
+One definition each, used by the emulated process, the x86 optimisation, native mode and the
+views. A leaf module: it imports nothing from the lab.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+UPROBES = "[uprobes]"  # the XOL area: slot 0 = the uretprobe trampoline, then out-of-line copies
+UPROBES_TRAMPOLINE = "[uprobes-trampoline]"  # 6.18 x86: what an optimised nop5 calls
+SPECIAL_MAPPINGS = (UPROBES, UPROBES_TRAMPOLINE)
+
+CALL_INSN_OPCODE = 0xE8  # x86 call rel32
+CALL_INSN_SIZE = 5
+
+
+@dataclass(frozen=True)
+class Mapping:
+    """One row of /proc/PID/maps."""
+
+    start: int
+    end: int
+    perms: str  # e.g. "r-xp"
+    name: str
+    offset: int = 0  # file offset (0 for the emulator's anonymous and special mappings)
+
+    def __contains__(self, addr: int) -> bool:
+        return self.start <= addr < self.end
+
+    def line(self) -> str:
+        return f"{self.start:08x}-{self.end:08x} {self.perms} {self.offset:08x} 00:00 0    {self.name}"
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "start": hex(self.start), "end": hex(self.end), "perms": self.perms}
+
+
+def mapping_at(maps, addr: int) -> Mapping | None:
+    return next((m for m in maps if addr in m), None)
+
+
+def call_target(site: bytes, site_addr: int) -> int | None:
+    """Where an x86 ``call rel32`` (e8) at ``site_addr`` goes, or None if the site is not one."""
+    if len(site) < CALL_INSN_SIZE or site[0] != CALL_INSN_OPCODE:
+        return None
+    return site_addr + CALL_INSN_SIZE + struct.unpack("<i", site[1:CALL_INSN_SIZE])[0]
+
+
+def calls_uprobe_trampoline(site: bytes, site_addr: int, maps) -> bool:
+    """6.18 x86: the site holds ``call`` into a [uprobes-trampoline] mapping (an optimised nop5)."""
+    target = call_target(site, site_addr)
+    mapping = mapping_at(maps, target) if target is not None else None
+    return mapping is not None and mapping.name == UPROBES_TRAMPOLINE
