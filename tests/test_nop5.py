@@ -10,7 +10,7 @@ from uprobe_lab.program import disasm
 from uprobe_lab.uprobes import CountingConsumer, UnprobeableInstruction, UprobeConsumer, uprobe_register, uprobe_unregister
 from uprobe_lab.x86 import asm, optimize
 from uprobe_lab.x86.optimize import NOP10_DEV_TREE, TRAMP_NAME, patch_log
-from uprobe_lab.x86.constants import STACK_TOP
+from uprobe_lab.x86.constants import STACK_TOP, __NR_uprobe
 from uprobe_lab.x86.process import GPRS
 from uprobe_lab.x86.redzone_programs import check_transparency, make_redzone_process, redzone_program, site_of
 from uprobe_lab.x86.decode import ARCH_UPROBE_FLAG_CAN_OPTIMIZE, arch_uprobe_analyze_insn, can_optimize, insn_decode
@@ -229,7 +229,7 @@ def test_sys_uprobe_outside_the_trampoline_returns_enxio_and_runs_no_consumer():
 
 def test_sys_uprobe_outside_the_trampoline_sigill_in_early_versions():
     proc = make_redzone_process("6.18")
-    proc.syscalls[336] = optimize.sys_uprobe_sigill
+    proc.set_syscall(__NR_uprobe, optimize.sys_uprobe_sigill)
     with pytest.raises(ProcessKilled, match="SIGILL"):
         proc.call("call_sys_uprobe")
 

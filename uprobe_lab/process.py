@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass
+from typing import Callable
 
 from unicorn import UC_PROT_EXEC, UC_PROT_READ, UC_PROT_WRITE, Uc, UcError
 from unicorn.unicorn_py3.unicorn import uclib
@@ -39,6 +40,11 @@ class RunResult:
     def __repr__(self) -> str:
         extra = f" {self.signal}" if self.signal else ""
         return f"<RunResult {self.stop}{extra} at {self.ip:#x}{': ' + self.reason if self.reason else ''}>"
+
+
+def sys_getpgid(proc, regs) -> int:
+    """getpgid(2) (kernel/sys.c): the lab's one process leads its own group, pid 1."""
+    return 1
 
 
 def raise_for(result: RunResult) -> None:
@@ -173,6 +179,7 @@ class EmulatedProcess:
         self.signal: str | None = None
         self.signal_reason = ""
         self.program = None
+        self.syscalls: dict[int, Callable] = {}  # sys_call_table: number -> handler(proc, regs) -> int
         self._uch = ctypes.c_void_p(self.uc._uch.value)
         self.reg_read, self.reg_write = register_access(self.uc)  # reg_read(UC_*_REG_...) -> int
         self._pt_regs = self.Regs().bind(self)
@@ -284,6 +291,24 @@ class EmulatedProcess:
             return False
         self.trace.emit("uaccess_bytes", len(data))
         return True
+
+    # --- syscalls ---
+    def set_syscall(self, nr: int, handler: Callable | None) -> Callable | None:
+        """Serve syscall ``nr`` with ``handler(proc, regs) -> int`` (None: -ENOSYS); returns the old handler.
+
+        For experiments with another version of a syscall (``optimize.sys_uprobe_sigill``) or a spy
+        that calls the old one; the arch's syscall entry looks the number up on every call."""
+        if not isinstance(nr, int) or nr < 0:
+            raise LabError(f"a syscall number is a non-negative int, got {nr!r} (see the arch's constants, e.g. "
+                           "uprobe_lab.x86.constants.__NR_uprobe)")
+        if handler is not None and not callable(handler):
+            raise LabError(f"a syscall handler is a function (proc, regs) -> int, got {handler!r}")
+        old = self.syscalls.get(nr)
+        if handler is None:
+            self.syscalls.pop(nr, None)
+        else:
+            self.syscalls[nr] = handler
+        return old
 
     # --- signals ---
     def force_sig(self, sig: str, reason: str = "") -> None:

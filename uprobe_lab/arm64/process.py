@@ -63,6 +63,7 @@ class Arm64Process(EmulatedProcess):
         if stp_store not in STP_STORES:
             raise LabError(f"stp_store must be one of {', '.join(STP_STORES)}, got {stp_store!r}")
         self.arch_ops = Arm64ArchOps(stp or "xol", mte)
+        self.syscalls.update(traps.syscall_table(self.kernel))
         self.stp_store = stp_store
         self.sp_alignment_check = sp_alignment_check
         self.single_step = False  # MDSCR_EL1.SS for this task (user_enable_single_step)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .. import uprobes as core
 from ..constants import MASK64
+from ..process import sys_getpgid
 from .constants import ENOSYS, __NR_getpgid
 from .uprobes import UPROBE_SWBP_INSN
 
@@ -47,11 +48,17 @@ def exc_step(proc) -> None:
         proc.trace.emit("eret", ip=regs.ip)
 
 
+def syscall_table(kernel=None) -> dict:
+    """The syscalls an arm64 process is served, by number: only getpgid (the bench's syscall-count)."""
+    return {__NR_getpgid: sys_getpgid}
+
+
 def el0_svc(proc) -> None:
-    """svc #0: the syscall number in x8; only getpgid is served (returns 1)."""
+    """svc #0: the syscall number in x8, served from proc.syscalls (getpgid); others get -ENOSYS."""
     regs = proc.kernel_entry()
     nr = regs.get("x8")
     proc.trace.emit("syscalls", ip=regs.ip, note=lambda: f"nr {nr}")
-    regs.set("x0", 1 if nr == __NR_getpgid else -ENOSYS & MASK64)
+    handler = proc.syscalls.get(nr)
+    regs.set("x0", (handler(proc, regs) if handler else -ENOSYS) & MASK64)
     regs.flush()
     proc.trace.emit("eret", ip=regs.ip)

@@ -14,6 +14,7 @@ from ..bench import events_table as bench_events_table
 from ..uprobes import CountingConsumer, uprobe_register, uprobe_unregister
 from ..sites import call_target
 from ..x86 import optimize
+from ..x86.constants import __NR_uprobe
 from ..x86.redzone_programs import check_transparency
 
 KINDS = ("exceptions", "iret", "syscalls", "sysret", "emulated", "xol_steps", "consumers", "uaccess_bytes")
@@ -113,14 +114,13 @@ def stack_at_sys_uprobe(kernel="6.18") -> pd.DataFrame:
     site = proc.program.resolve("uprobe_target_nop5")
     uprobe_register(proc, site, CountingConsumer(ret=True))
     captured = {}
-    real = proc.syscalls[336]
 
     def spy(p, regs):
         if not captured:
             captured["sp"] = regs.sp
             captured["words"] = [p.read_u64(regs.sp + 8 * i) for i in range(5)]
         return real(p, regs)
-    proc.syscalls[336] = spy
+    real = proc.set_syscall(__NR_uprobe, spy)
     proc.call("producer_loop", 2, site)
     names = ["saved rax", "saved r11", "saved rcx", "return address of the site's call (site + 5)",
              "the probed function's return address (what a uretprobe hijacks)"]

@@ -50,7 +50,7 @@ class X86Process(EmulatedProcess):
         self.arch_ops = X86ArchOps()
         # False selects the broken teaching trampoline that does not save rcx/r11 around syscall
         self.uretprobe_saves_regs = uretprobe_saves_regs
-        self.syscalls = syscalls.syscall_table(self.kernel)
+        self.syscalls.update(syscalls.syscall_table(self.kernel))
         self.map("[stack]", STACK_TOP - STACK_SIZE, STACK_SIZE, "rw-p")
         self.uc.hook_add(UC_HOOK_INTR, self._on_interrupt)
         self.uc.hook_add(UC_HOOK_INSN, self._on_syscall, None, 1, 0, X.UC_X86_INS_SYSCALL)

@@ -8,13 +8,10 @@ from __future__ import annotations
 
 from ..constants import MASK64
 from ..kernel import KernelVersion
+from ..process import sys_getpgid
 from . import optimize
 from .constants import ENOSYS, X86_EFLAGS_RF, X86_EFLAGS_TF, __NR_getpgid, __NR_uprobe, __NR_uretprobe
 from .uretprobe import sys_uretprobe
-
-
-def sys_getpgid(proc, regs) -> int:
-    return 1
 
 
 
