@@ -1,8 +1,10 @@
 """Step an emulated process one user instruction at a time and see what the kernel did.
 
-This is the logic behind the stepping widgets (uprobe_lab.views.stepper): every step runs
-exactly one user-mode instruction; if that instruction traps or makes a syscall, the kernel
-model runs inside the step and its events appear in the step's ``events``.
+This is the one step model behind every stepping view (uprobe_lab.views.stepper's widget, the
+uretprobe chapter's ReturnStepper): every step runs exactly one user-mode instruction; if that
+instruction traps or makes a syscall, the kernel model runs inside the step and its events
+appear in the step's ``events``. A view may annotate a step with the stack slots it shows and a
+note that explains it.
 """
 from __future__ import annotations
 
@@ -15,22 +17,52 @@ from .trace import Event
 
 @dataclass
 class Step:
+    """One user instruction and what the kernel did because of it: the one step model every view uses."""
+
     index: int
     ip: int  # the instruction executed in this step
     text: str  # its disassembly ("mnemonic op_str")
-    where: str  # mapping name (and symbol) it ran in
+    where: str  # symbol+offset, or mapping+offset ("[uprobes]+0x0"), or "unmapped"
     next_ip: int
     regs: dict[str, int]
     events: list[Event] = field(default_factory=list)
     done: bool = False
     signal: str | None = None
+    stack: list[tuple[int, int, str]] = field(default_factory=list)  # (address, value, what), set by a view
+    note: str = ""  # what this step means, set by a view
 
-    def describe(self) -> str:
-        head = f"step {self.index}: {self.ip:#x} {self.text:<28} [{self.where}]"
-        kernel = "".join(f"\n    kernel: {e.kind}{' x' + str(e.n) if e.n != 1 else ''}"
-                         f"{' - ' + e.note if e.note else ''}" for e in self.events)
-        tail = f"\n    -> {self.signal}" if self.signal else ("\n    (finished)" if self.done else "")
-        return head + kernel + tail
+    def has(self, kind: str) -> bool:
+        """Whether the kernel emitted an event of ``kind`` in this step."""
+        return any(e.kind == kind for e in self.events)
+
+    def describe(self, regs: bool = False, hide: tuple[str, ...] | set[str] = ()) -> str:
+        """The step as text: instruction, note, kernel events (less ``hide``), registers if asked, stack."""
+        lines = [f"step {self.index}: {self.ip:#x} {self.text:<28} [{self.where}]"]
+        if self.note:
+            lines.append(f"    {self.note}")
+        lines += [f"    kernel: {e.kind}{' x' + str(e.n) if e.n != 1 else ''}{' - ' + e.note if e.note else ''}"
+                  for e in self.events if e.kind not in hide]
+        if regs:
+            lines.append("    " + "  ".join(f"{n}={v:#x}" for n, v in self.regs.items()))
+        if self.stack:
+            lines.append("    stack (sp first):")
+            sp = self.regs.get("sp")
+            lines += [f"    {'sp->' if addr == sp else '    '} {addr:#x}: {value:#018x}  {what}"
+                      for addr, value, what in self.stack]
+        if self.signal:
+            lines.append(f"    -> {self.signal}")
+        elif self.done:
+            lines.append("    (finished)")
+        return "\n".join(lines)
+
+
+def where(proc, addr: int) -> str:
+    """An address as a reader wants it: symbol+offset in the program, else mapping+offset."""
+    hit = proc.program.symbol_at(addr) if proc.program else None
+    if hit:
+        return f"{hit[0]}+{hit[1]:#x}" if hit[1] else hit[0]
+    mapping = proc.mapping_at(addr)
+    return f"{mapping.name}+{addr - mapping.start:#x}" if mapping else "unmapped"
 
 
 class Stepper:
@@ -52,13 +84,6 @@ class Stepper:
     def done(self) -> bool:
         return self.pc == self.until or self.proc.signal is not None
 
-    def _where(self, addr: int) -> str:
-        mapping = self.proc.mapping_at(addr)
-        name = mapping.name if mapping else "unmapped"
-        program = self.proc.program
-        sym = program.symbol_at(addr) if program else None
-        return f"{name} {sym[0]}+{sym[1]:#x}" if sym else name
-
     def current_text(self) -> str:
         try:
             raw = self.proc.read(self.pc, 16)
@@ -71,21 +96,24 @@ class Stepper:
         if self.done:
             raise LabError("the run is finished; make a new stepper to go again")
         first_event = len(self.proc.trace.events)
-        ip, text, where = self.pc, self.current_text(), self._where(self.pc)
+        ip, text, at = self.pc, self.current_text(), where(self.proc, self.pc)
         result = self.proc.run(self.pc, self.until, max_insns=1)
         self.pc = result.ip
         regs = self.proc.regs()
         snapshot = {name: regs.get(name) for name in self.reg_names}
-        step = Step(len(self.steps), ip, text, where, self.pc, snapshot,
+        step = Step(len(self.steps), ip, text, at, self.pc, snapshot,
                     [e for e in self.proc.trace.events[first_event:] if e.kind != "user_insns"],
                     self.done, result.signal)
         self.steps.append(step)
         return step
 
-    def run_to_end(self, limit: int = 10_000) -> list[Step]:
+    def run_to_end(self, limit: int = 10_000, annotate=None) -> list[Step]:
+        """Step until the run ends (or ``limit`` steps); ``annotate(step)`` may add a view's stack and note."""
         steps = []
         while not self.done and len(steps) < limit:
             steps.append(self.step())
+            if annotate is not None:
+                annotate(steps[-1])
         return steps
 
     def stack(self, words: int = 6, sp: int | None = None) -> list[tuple[int, int]]:

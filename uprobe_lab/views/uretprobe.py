@@ -9,47 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..stepper import Step, where
 from ..uprobes import CountingConsumer, uprobe_register
 from ..x86.constants import EXIT_ADDR
 from ..x86.uretprobe_programs import make_uretprobe_process
 
 SHOWN_REGS = ("ax", "cx", "r11", "sp", "ip", "flags")
-QUIET_EVENTS = {"user_insns", "uaccess_bytes", "probe_lookups"}
-
-
-@dataclass
-class Step:
-    n: int
-    ip: int
-    where: str  # symbol+off, or [uprobes]+off
-    insn: str
-    events: list[str]  # kernel events this instruction caused (kind: note)
-    regs: dict[str, int]
-    stack: list[tuple[int, int, str]]  # (address, value, what it is), lowest address first
-    note: str = ""
-
-    def text(self) -> str:
-        lines = [f"step {self.n}: {self.ip:#x} <{self.where}>  {self.insn}"]
-        if self.note:
-            lines.append(f"  {self.note}")
-        for ev in self.events:
-            lines.append(f"  kernel: {ev}")
-        lines.append("  " + "  ".join(f"{n}={self.regs[n]:#x}" for n in SHOWN_REGS))
-        lines.append("  stack (rsp first):")
-        for addr, value, what in self.stack:
-            mark = "rsp->" if addr == self.regs["sp"] else "     "
-            lines.append(f"   {mark} {addr:#x}: {value:#018x}  {what}")
-        return "\n".join(lines)
-
-
-def where(proc, addr: int) -> str:
-    hit = proc.program.symbol_at(addr) if proc.program else None
-    if hit:
-        return f"{hit[0]}+{hit[1]:#x}" if hit[1] else hit[0]
-    m = proc.mapping_at(addr)
-    if m is not None:
-        return f"{m.name}+{addr - m.start:#x}"
-    return "exit" if addr == EXIT_ADDR else "?"
+QUIET_EVENTS = {"uaccess_bytes", "probe_lookups"}
 
 
 def stack_slots(proc, sp: int, tramp_sp: int | None, saved: dict[str, int], above: int = 2,
@@ -105,7 +71,7 @@ class ReturnStepper:
         self.index = first_step_at(self.steps, "[uprobes]")
 
     def text(self, i: int | None = None) -> str:
-        return self.steps[self.index if i is None else i].text()
+        return self.steps[self.index if i is None else i].describe(regs=True, hide=QUIET_EVENTS)
 
     def widget(self):
         import ipywidgets as w
@@ -138,38 +104,39 @@ class ReturnStepper:
 
 
 def first_step_at(steps: list[Step], prefix: str) -> int:
-    return next((s.n for s in steps if s.where.startswith(prefix)), 0)
+    return next((s.index for s in steps if s.where.startswith(prefix)), 0)
+
+
+TRAMPOLINE_SAVES = {"rax": "ax", "rcx": "cx", "r11": "r11"}
 
 
 def record_return_steps(kernel: str = "6.11", saves_regs: bool = True, max_steps: int = 64) -> list[Step]:
-    """Run stepper_caller one instruction at a time with a return probe on stepper_target."""
+    """Run stepper_caller one instruction at a time with a return probe on stepper_target; each step
+    annotated with the stack slots around sp (what each one holds) and what the step means."""
     proc = make_uretprobe_process(kernel, record=True, uretprobe_saves_regs=saves_regs)
     uprobe_register(proc, "stepper_target", CountingConsumer(ret=True))
     stepper = proc.stepper("stepper_caller", regs=SHOWN_REGS)
-    steps: list[Step] = []
-    tramp_sp = None
+    seen = {"tramp_sp": None, "sp": proc.sp}  # sp on entering the trampoline; sp before the current step
     saved: dict[str, int] = {}
-    while not stepper.done and len(steps) < max_steps:
-        insn, in_tramp = stepper.current_text(), where(proc, stepper.pc).startswith("[uprobes]")
-        if in_tramp and tramp_sp is None:
-            tramp_sp = proc.sp
-        if in_tramp and insn.startswith("push"):
-            reg = {"rax": "ax", "rcx": "cx", "r11": "r11"}[insn.split()[1]]
-            saved[reg] = proc.regs().get(reg)
-        step = stepper.step()
-        events = [e.kind + (f": {e.note}" if e.note else "") for e in step.events if e.kind not in QUIET_EVENTS]
-        if step.signal:
-            events.append(f"signal {step.signal}: {proc.signal_reason}")
-        steps.append(Step(step.index, step.ip, where(proc, step.ip), insn, events, step.regs,
-                          stack_slots(proc, step.regs["sp"], tramp_sp, saved),
-                          _explain(insn, events, in_tramp, where(proc, step.next_ip), saves_regs)))
-    return steps
+
+    def annotate(step: Step) -> None:
+        in_tramp = step.where.startswith("[uprobes]")
+        if in_tramp and seen["tramp_sp"] is None:
+            seen["tramp_sp"] = seen["sp"]
+        if in_tramp and step.text.startswith("push"):  # the value it pushed is at the new sp
+            saved[TRAMPOLINE_SAVES[step.text.split()[1]]] = proc.read_u64(step.regs["sp"])
+        step.stack = stack_slots(proc, step.regs["sp"], seen["tramp_sp"], saved)
+        step.note = _explain(step, in_tramp, where(proc, step.next_ip), saves_regs)
+        seen["sp"] = step.regs["sp"]
+
+    return stepper.run_to_end(max_steps, annotate)
 
 
-def _explain(insn: str, events: list[str], in_tramp: bool, to: str, saves_regs: bool) -> str:
-    if any(e.startswith("exc_bp") for e in events) and any(e.startswith("ri_pushed") for e in events):
+def _explain(step: Step, in_tramp: bool, to: str, saves_regs: bool) -> str:
+    insn = step.text
+    if step.has("exc_bp") and step.has("ri_pushed"):
         return "int3 at the probe: the kernel swaps the return address at [rsp] for the trampoline"
-    if any(e.startswith("exc_bp") for e in events) and in_tramp:
+    if step.has("exc_bp") and in_tramp:
         return "int3 trampoline (before 6.11): a second exception; handle_trampoline restores ip and runs consumers"
     if insn == "ret" and not in_tramp and to.startswith("[uprobes]"):
         return "ret pops the hijacked address: the function 'returns' into the [uprobes] trampoline"
