@@ -17,19 +17,19 @@ from tqdm import tqdm
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from uprobe_lab.fuzz import CONFIGS, FuzzResult, fuzz_program_once  # noqa: E402
+from uprobe_lab.fuzz import TARGETS, FuzzResult, fuzz_program_once  # noqa: E402
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--programs", type=int, default=200, help="programs per architecture")
     p.add_argument("--seed", type=int, default=1, help="program i uses seed + i")
-    p.add_argument("--arch", choices=[*CONFIGS, "all"], default="all")
+    p.add_argument("--arch", choices=[*TARGETS, "all"], default="all")
     p.add_argument("--sites", type=int, default=0, help="random entry-probe sites per program and config "
                    "besides the nop5/nop10 sites (0: every instruction)")
     p.add_argument("--size", type=int, default=None, help="instructions in the generated body")
     args = p.parse_args(argv)
-    arches = list(CONFIGS) if args.arch == "all" else [args.arch]
+    arches = list(TARGETS) if args.arch == "all" else [args.arch]
     result = FuzzResult()
     start = time.time()
     with tqdm(total=args.programs * len(arches), unit="prog") as bar:

@@ -26,7 +26,7 @@ def test_quick_profile_exercises_every_mechanism_and_config(quick):
     seen = {m.split("/", 1)[1] for m in quick.mechanisms if m.startswith("x86_64/")}
     assert X86_MECHANISMS <= seen
     assert {m.split("/", 1)[1] for m in quick.mechanisms if m.startswith("arm64/")} == ARM64_MECHANISMS
-    assert {c.label for c in fz.x86_configs() + fz.arm64_configs()} == {k.split("/", 1)[1] for k in quick.configs}
+    assert {c.label for c in fz.TARGETS["x86_64"].configs() + fz.TARGETS["arm64"].configs()} == {k.split("/", 1)[1] for k in quick.configs}
 
 
 def redzone_program():
@@ -50,7 +50,7 @@ def test_constructed_redzone_case_is_detected_on_6_18_only():
     program = redzone_program()
     site = program.resolve("fuzz_target") + 10 + 10 + 5
     per = {}
-    for config in fz.x86_configs():
+    for config in fz.TARGETS["x86_64"].configs():
         r = fz.fuzz_program_once("x86_64", 0, configs=[config], sites=0, program=program)
         per[config.label] = r
         assert not r.bugs, "\n".join(map(str, r.bugs))
@@ -65,16 +65,14 @@ def test_constructed_redzone_case_is_detected_on_6_18_only():
 
 
 def test_a_probe_that_changes_state_is_a_bug_even_on_an_optimised_nop5(monkeypatch):
+    record = fz.RecordingConsumer._hit
+
     def clobber(self, regs):
-        self.hits += 1
         regs.r10 ^= 1  # what a broken emulation would do
-        if self.proc.arch == "x86_64":
-            from uprobe_lab.x86.optimize import is_optimized
-            self.records.append((is_optimized(self.proc, self.vaddr), regs.sp, regs.ax, regs.r11, regs.cx))
-        return 0
+        return record(self, regs)
     monkeypatch.setattr(fz.RecordingConsumer, "_hit", clobber)
     program = redzone_program()
-    r = fz.fuzz_program_once("x86_64", 7, configs=[c for c in fz.x86_configs() if c.label == "6.18"],
+    r = fz.fuzz_program_once("x86_64", 7, configs=[c for c in fz.TARGETS["x86_64"].configs() if c.label == "6.18"],
                              sites=0, program=program)
     assert r.bugs and all(c.kind == "BUG" for c in r.cases)
     bug = r.bugs[0]

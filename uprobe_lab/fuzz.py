@@ -1,21 +1,16 @@
 """Differential fuzzer: a probe must not change what a program computes.
 
-Random programs (``x86.randprog.fuzz_program``, ``arm64.randprog.fuzz_program``) run once without
-probes and then once per probe site, per kernel configuration, with one probe: an entry probe on an
-instruction ``arch_uprobe_analyze_insn`` accepts, or a return probe on a function. The final state
-- every GPR, the arithmetic flags (x86) or NZCV (arm64), the stack above the final sp, the data
-page (x86) or the top 4 KiB of the stack (arm64) - must equal the unprobed run's.
+Random programs run once without probes and then once per probe site, per kernel configuration,
+with one probe: an entry probe on an instruction ``arch_uprobe_analyze_insn`` accepts, or a return
+probe on a function. The final state (the target's ``final_state``: every GPR, the flags, the stack
+the program owns, its data) must equal the unprobed run's.
 
-Each probe run is labelled with the mechanism that actually ran the hit: x86 ``emulate``, ``xol``,
-``uretprobe-int3`` (6.10), ``uretprobe-syscall`` (6.11+), ``nop5-opt`` (6.18 call into the
-trampoline), ``nop10-opt`` (dev-tree scheme); arm64 ``simulate``, ``xol``, ``stp-simulate``,
-``stp-xol``, ``uretprobe``.
-
-A divergence is classified ``red-zone`` when it is exactly the known 6.18 hazard: a nop5 site ran
-optimised, and the unprobed program, with the four words the ``call`` and the trampoline push
-(rax, r11, rcx, return address at sp-32..sp-1 of the site, all inside the 128-byte red zone)
-written at every optimised hit, ends in the probed run's state bit for bit. Anything else is a
-``BUG``, with a reproducer.
+This module knows no architecture: each one is a ``FuzzTarget`` (uprobe_lab.fuzz_target) in
+``TARGETS`` - x86.fuzz_target and arm64.fuzz_target - which makes the programs, reads the state,
+names the mechanism that ran each hit (x86 ``emulate``, ``xol``, ``uretprobe-int3`` (6.10),
+``uretprobe-syscall`` (6.11+), ``nop5-opt``, ``nop10-opt``; arm64 ``simulate``, ``xol``,
+``stp-simulate``, ``stp-xol``, ``uretprobe``) and classifies a divergence: a known hazard (x86's
+6.18 ``red-zone``) or a ``BUG``, reported with a reproducer.
 """
 from __future__ import annotations
 
@@ -23,39 +18,15 @@ import random
 from collections import Counter
 from dataclasses import dataclass, field
 
-from .arches import get_arch
+from .arm64.fuzz_target import TARGET as ARM64_TARGET
 from .errors import LabError
-from .kernel import KERNELS, get_kernel
+from .fuzz_target import Config, FuzzTarget
 from .uprobes import CountingConsumer, UnprobeableInstruction, UprobeConsumer, uprobe_register
-from .x86.optimize import UPROBE_SYSCALL_ARGS_SIZE  # the words a trampoline call leaves below sp
+from .x86.fuzz_target import TARGET as X86_TARGET
 
+TARGETS: dict[str, FuzzTarget] = {"x86_64": X86_TARGET, "arm64": ARM64_TARGET}
 
-
-@dataclass(frozen=True)
-class Config:
-    """One way to run a probe hit: the architecture, a kernel, and process options."""
-
-    arch: str
-    label: str
-    kernel: object = None
-    options: tuple = ()
-
-    def process(self):
-        return get_arch(self.arch).process(self.kernel, **dict(self.options))
-
-
-def x86_configs() -> list[Config]:
-    from .x86.optimize import NOP10_DEV_TREE
-    return [Config("x86_64", name, name) for name in KERNELS] + [Config("x86_64", NOP10_DEV_TREE.name, NOP10_DEV_TREE)]
-
-
-def arm64_configs() -> list[Config]:
-    return [Config("arm64", "stp=xol", None, (("stp", "xol"),)),
-            Config("arm64", "stp=simulate/pin", None, (("stp", "simulate"), ("stp_store", "pin"))),
-            Config("arm64", "stp=simulate/uaccess", None, (("stp", "simulate"), ("stp_store", "uaccess")))]
-
-
-CONFIGS = {"x86_64": x86_configs, "arm64": arm64_configs}
+__all__ = ["Config", "Divergence", "FuzzResult", "TARGETS", "fuzz", "fuzz_program_once"]
 
 
 @dataclass
@@ -115,80 +86,40 @@ class FuzzResult:
 
 
 class RecordingConsumer(UprobeConsumer):
-    """Counts hits and keeps, per hit, the registers a trampoline call would push (x86)."""
+    """Counts hits and keeps, per hit, what the target's classify() may need (x86: the registers a
+    trampoline call would push)."""
 
-    def __init__(self, proc, vaddr: int):
-        self.proc, self.vaddr, self.hits, self.records = proc, vaddr, 0, []
+    def __init__(self, proc, vaddr: int, target: FuzzTarget):
+        self.proc, self.vaddr, self.target, self.hits, self.records = proc, vaddr, target, 0, []
         super().__init__(handler=self._hit, name="fuzz")
 
     def _hit(self, regs) -> int:
         self.hits += 1
-        if self.proc.arch == "x86_64":
-            from .x86.optimize import is_optimized
-            self.records.append((is_optimized(self.proc, self.vaddr), regs.sp, regs.ax, regs.r11, regs.cx))
+        record = self.target.record_hit(self.proc, self.vaddr, regs)
+        if record is not None:
+            self.records.append(record)
         return 0
 
 
-# --- per architecture: program, run, state ----------------------------------------------------
-
-def make_program(arch: str, seed: int, size: int | None = None):
-    rng = random.Random(seed)
-    if arch == "x86_64":
-        from .x86.randprog import fuzz_program
-        return fuzz_program(rng, **({"n": size} if size else {}))
-    from .arm64.randprog import fuzz_program
-    return fuzz_program(rng, **({"n": size} if size else {}))
-
-
-ENTRY = {"x86_64": "fuzz_main", "arm64": "gen"}
-
-
-def _load(config: Config, program):
+def _load(target: FuzzTarget, config: Config, program):
     proc = config.process()
-    proc.load(program, "/lab/fuzz")
-    if config.arch == "x86_64":
-        from .x86.randprog import FUZZ_DATA
-        proc.map("/lab/fuzz-data", FUZZ_DATA, 0x1000, "rw-p")
+    target.load(proc, program)
     return proc
 
 
-def _args(seed: int) -> list[int]:
-    rng = random.Random(~seed)
-    return [rng.getrandbits(64) for _ in range(8)]
-
-
-def _run(proc, seed: int, hook=None) -> dict:
+def _run(target: FuzzTarget, proc, seed: int, hook=None) -> dict:
     if hook is not None:
         hook(proc)
-    args = _args(seed) if proc.arch == "arm64" else ()
     try:
-        proc.call(ENTRY[proc.arch], *args, max_insns=200_000)
+        proc.call(target.entry, *target.args(seed), max_insns=200_000)
     except LabError as e:
         return {"error": str(e)}
-    return final_state(proc)
+    return target.final_state(proc)
 
 
-def final_state(proc) -> dict:
-    regs = proc.regs()
-    if proc.arch == "x86_64":
-        from .x86.constants import STACK_TOP
-        from .x86.process import GPRS
-        from .x86.randprog import FUZZ_DATA
-        state = {name: regs.get(name) for name in GPRS}
-        state["flags"] = regs.get("flags") & 0x8D5
-        state["stack"] = (regs.sp, proc.read(regs.sp, STACK_TOP - regs.sp))
-        state["data"] = (FUZZ_DATA, proc.read(FUZZ_DATA, 0x1000))
-        return state
-    from .arm64.constants import STACK_TOP
-    state = regs.as_dict()
-    state.pop("ip")
-    state["stack"] = (STACK_TOP - 0x1000, proc.read(STACK_TOP - 0x1000, 0x1000))
-    return state
-
-
-def diff_states(expected: dict, got: dict, tramp: int | None = None) -> list[str]:
-    """What differs; with ``tramp`` (arm64 return probes), lr and stack words holding the trampoline
-    address are the kernel's documented trace (the LR hijack), not a difference."""
+def diff_states(expected: dict, got: dict, trace: int | None = None, trace_registers=()) -> list[str]:
+    """What differs; a stack word or one of ``trace_registers`` holding ``trace`` (the value a return
+    probe leaves by design, arm64's trampoline address in lr) is not a difference."""
     out = []
     for key in expected.keys() | got.keys():
         a, b = expected.get(key), got.get(key)
@@ -197,56 +128,13 @@ def diff_states(expected: dict, got: dict, tramp: int | None = None) -> list[str
             _, y = b
             for off in range(0, min(len(x), len(y)), 8):
                 wa, wb = x[off:off + 8], y[off:off + 8]
-                if wa != wb and not (tramp is not None and int.from_bytes(wb, "little") == tramp):
+                if wa != wb and not (trace is not None and int.from_bytes(wb, "little") == trace):
                     out.append(f"{key} {base + off:#x}: {wa.hex()} -> {wb.hex()}")
-        elif key == "x30" and tramp is not None and b == tramp:
+        elif trace is not None and b == trace and key in trace_registers:
             continue
         elif a != b:
             out.append(f"{key}: {a if not isinstance(a, int) else hex(a)} -> {b if not isinstance(b, int) else hex(b)}")
     return sorted(out)
-
-
-def mechanism(proc, uprobe, consumer, ret: bool) -> str:
-    if proc.arch == "x86_64":
-        if ret:
-            return "uretprobe-syscall" if proc.kernel.uretprobe_syscall else "uretprobe-int3"
-        if any(r[0] for r in consumer.records):
-            from .x86.decode import ARCH_UPROBE_FLAG_NOP10
-            return "nop10-opt" if ARCH_UPROBE_FLAG_NOP10 in uprobe.auprobe.flags else "nop5-opt"
-        return uprobe.auprobe.action
-    if ret:
-        return "uretprobe"
-    from .arm64.stp import aarch64_insn_is_stp_fp_lr_sp_64b
-    stp = "stp-" if aarch64_insn_is_stp_fp_lr_sp_64b(uprobe.auprobe.word) else ""
-    return stp + uprobe.auprobe.action
-
-
-def redzone_replay(config: Config, program, seed: int, vaddr: int, records: list) -> dict:
-    """The unprobed program with the optimised call's pushes done by hand at each optimised hit."""
-    from unicorn import UC_HOOK_CODE
-
-    hits = iter(records)
-
-    def on_site(uc, address, size, user_data):
-        optimised, sp, ax, r11, cx = next(hits, (False, 0, 0, 0, 0))
-        if optimised:
-            words = (ax, r11, cx, vaddr + 5)  # lowest address first: the trampoline's pushes, then the call's
-            uc.mem_write(sp - UPROBE_SYSCALL_ARGS_SIZE, b"".join(w.to_bytes(8, "little") for w in words))
-
-    proc = _load(config, program)
-    return _run(proc, seed, hook=lambda p: p.uc.hook_add(UC_HOOK_CODE, on_site, None, vaddr, vaddr))
-
-
-def classify(config: Config, program, seed: int, vaddr: int | None, consumer, got: dict) -> str:
-    kernel = get_kernel(config.kernel) if config.arch == "x86_64" else None
-    if kernel is None or vaddr is None or not kernel.optimize_nop5 or kernel.nop10_redzone:
-        return "BUG"
-    optimised = [r for r in consumer.records if r[0]]
-    if not optimised or "error" in got:
-        return "BUG"
-    # the pushed words lie within the 128 bytes below the site's sp by construction; the replay checks
-    # that those words, and nothing else, explain the whole difference
-    return "red-zone" if redzone_replay(config, program, seed, vaddr, consumer.records) == got else "BUG"
 
 
 # --- the driver -----------------------------------------------------------------------------
@@ -257,56 +145,60 @@ def fuzz_program_once(arch: str, seed: int, configs=None, sites: int | None = No
 
     ``program`` replaces the generated one (it must have the generated programs' entry symbol).
     """
-    program = program or make_program(arch, seed, size)
+    target = get_target(arch)
+    program = program or target.program(random.Random(seed), size)
     rng = rng or random.Random(seed)
     result = FuzzResult(programs=1)
     insns = [(addr, raw) for name in program.symbols for addr, raw, _ in program.instructions(name)]
-    # sites the kernel treats specially (nop5: optimised on 6.18; nop10: dev-tree only) are always probed
-    special = [addr for addr, raw in insns if len(raw) in (5, 10) and raw[:2] in (b"\x0f\x1f", b"\x66\x2e")]
+    special = target.special_sites(insns)
     addrs = [addr for addr, _ in insns if addr not in special]
-    for config in configs or CONFIGS[arch]():
-        expected = _run(_load(config, program), seed)
+    for config in configs or target.configs():
+        expected = _run(target, _load(target, config, program), seed)
         if "error" in expected:
             raise LabError(f"seed {seed}: the unprobed program failed on {config.label}: {expected['error']}")
         chosen = special + (addrs if sites is None or sites >= len(addrs) else rng.sample(addrs, sites))
         probes = [("entry", a) for a in chosen] + [("return", name) for name in program.symbols]
         for kind, where in probes:
-            proc = _load(config, program)
+            proc = _load(target, config, program)
             ret = kind == "return"
-            if ret:
-                consumer = CountingConsumer(ret=True)
-            else:
-                consumer = RecordingConsumer(proc, where)
+            consumer = CountingConsumer(ret=True) if ret else RecordingConsumer(proc, where, target)
             try:
                 uprobe = uprobe_register(proc, where, consumer)
             except UnprobeableInstruction:
                 result.refused += 1
                 continue
-            got = _run(proc, seed)
+            got = _run(target, proc, seed)
             if consumer.hits == 0 and "error" not in got:
                 result.not_hit += 1
                 continue
-            mech = mechanism(proc, uprobe, consumer, ret)
+            records = [] if ret else consumer.records
+            mech = target.mechanism(proc, uprobe, records, ret)
             result.mechanisms[f"{arch}/{mech}"] += 1
             result.configs[f"{arch}/{config.label}"] += 1
-            tramp = proc.mm.xol_area.vaddr if ret and arch == "arm64" and proc.mm.xol_area else None
-            diff = diff_states(expected, got, tramp)
+            diff = diff_states(expected, got, target.return_trace(proc) if ret else None, target.trace_registers)
             if not diff:
                 continue
-            kind_ = classify(config, program, seed, None if ret else where, consumer, got)
+
+            def replay(hook, config=config):
+                return _run(target, _load(target, config, program), seed, hook)
+            kind_ = target.classify(config, None if ret else where, records, got, replay)
             probe = f"return@{where}" if ret else f"entry@{where:#x}"
             listing = program.listing() if kind_ == "BUG" else ""
             result.cases.append(Divergence(kind_, arch, seed, config.label, mech, probe, diff, listing))
     return result
 
 
+def get_target(arch: str) -> FuzzTarget:
+    try:
+        return TARGETS[arch]
+    except KeyError:
+        raise LabError(f"unknown architecture {arch!r}: the fuzzer knows {', '.join(TARGETS)}") from None
+
+
 def fuzz(arch: str = "all", programs: int = 8, seed: int = 0, sites: int | None = 6, size: int | None = None,
          progress=None) -> FuzzResult:
     """Fuzz ``programs`` programs per architecture ("x86_64", "arm64" or "all"); program i uses seed+i."""
-    arches = list(CONFIGS) if arch == "all" else [arch]
-    for a in arches:
-        if a not in CONFIGS:
-            raise LabError(f"unknown architecture {a!r}: the fuzzer knows {', '.join(CONFIGS)}")
+    arches = list(TARGETS) if arch == "all" else [get_target(arch).arch]
     result = FuzzResult()
     for a in arches:
         for i in range(programs):
