@@ -124,7 +124,7 @@ def test_stp_simulation_matches_execution(store):
         crosses_up = imm > 0 and (sp + imm) >> 12 != sp >> 12
         native = _run_stp(_stp_proc(word, probe=False), sp, fp, lr)
         sim_proc = _stp_proc(word, probe=True, stp_store=store)
-        before = sim_proc.trace.snapshot()
+        before = sim_proc.trace.counts
         simulated = _run_stp(sim_proc, sp, fp, lr)
         if store == "pin" and crosses_up:
             # the seed counts pages from new_sp up to the old sp: 0 pages when new_sp is on the next page
@@ -165,7 +165,7 @@ def test_near_misses_are_stepped_not_simulated(word):
     regs = proc.regs()
     regs.set("x1", STACK_TOP - 0x1000)
     regs.flush()
-    before = proc.trace.snapshot()
+    before = proc.trace.counts
     result = _run_stp(proc, STACK_TOP - 0x800, 5, 6)[0]
     ev = proc.trace.since(before)
     assert result.ok and ev["xol_steps"] == 1 and ev["exc_step"] == 1 and "emulated" not in ev
@@ -195,7 +195,7 @@ def test_uretprobe_hijacks_lr_not_the_stack():
     uprobe_register(proc, "uprobe_target_push", ret)
     entry = CountingConsumer()
     uprobe_register(proc, "opaque_noop_func", entry)
-    before = proc.trace.snapshot()
+    before = proc.trace.counts
     assert proc.call("uprobe_target_push") == 1
     ev = proc.trace.since(before)
     assert ret.hits == 1 and ret.funcs == [proc.program.resolve("uprobe_target_push")]

@@ -59,7 +59,7 @@ def test_two_hits_leave_a_call_into_the_trampoline_and_unregister_restores_nop5(
 
 def test_first_hit_runs_on_int3_and_optimises():
     proc, consumer, _, site = probed()
-    before = proc.trace.snapshot()
+    before = proc.trace.counts
     call_target(proc, site, 1)
     first = proc.trace.since(before)
     assert first["exceptions"] == 1 and first["emulated"] == 1 and first["syscalls"] == 0
@@ -89,7 +89,7 @@ def test_unoptimise_stages_bytes_and_decode():
     proc, consumer, uprobe, site = probed()
     call_target(proc, site, 1)
     n = len(patch_log(proc))
-    before = proc.trace.snapshot()
+    before = proc.trace.counts
     uprobe_unregister(proc, uprobe, consumer)
     spent = proc.trace.since(before)
     assert spent["text_patches"] == 3 and spent["cpu_syncs"] == 3
@@ -194,7 +194,7 @@ def test_registers_are_the_probe_sites_and_survive_the_optimised_path():
             regs.set(n, v)
         regs.set("flags", flags)
         regs.flush()
-        before = proc.trace.snapshot()
+        before = proc.trace.counts
         result = proc.run(site, site + 5, max_insns=100)
         assert result.ok
         spent = proc.trace.since(before)
@@ -221,7 +221,7 @@ def test_sys_uprobe_outside_the_trampoline_returns_enxio_and_runs_no_consumer():
     proc.call("redzone_leaf_nop5", 1)
     assert optimize.is_optimized(proc, site_of("redzone_leaf_nop5"))
     hits = consumer.hits
-    before = proc.trace.snapshot()
+    before = proc.trace.counts
     assert proc.call("call_sys_uprobe") == (-6) & (2**64 - 1)  # -ENXIO
     spent = proc.trace.since(before)
     assert consumer.hits == hits and "consumers" not in spent and spent["syscalls"] == 1
@@ -253,7 +253,7 @@ def test_consumer_moving_ip_skips_the_site_through_sysret():
         return 0
     uprobe_register(proc, site, UprobeConsumer(handler=handler))
     proc.call("redzone_leaf_nop5", 1)
-    before = proc.trace.snapshot()
+    before = proc.trace.counts
     assert proc.call("redzone_leaf_nop5", 1) == 0xABCD
     spent = proc.trace.since(before)
     assert moved and spent["sysret"] == 1 and "iret" not in spent
@@ -280,8 +280,6 @@ def test_uretprobe_on_optimised_nop5_sees_the_probe_sites_sp_and_returns():
         if kernel == "6.18":
             assert optimize.is_optimized(proc, site)
     assert sps["6.16"] == sps["6.18"]  # the int3 path and the syscall path see the same sp
-    assert optimize.rfc_uretprobe_hijack_offset(swbp=False) == 32
-    assert optimize.rfc_uretprobe_hijack_offset(swbp=True) == 0
 
 
 # --- events per hit ---------------------------------------------------------------------------
@@ -334,7 +332,7 @@ def test_nop10_dev_scheme_events_stages_and_unoptimise():
     uprobe = uprobe_register(proc, site, rec)
     for _ in range(2):
         assert proc.call("redzone_leaf_nop10", 7) == 7
-    before = proc.trace.snapshot()
+    before = proc.trace.counts
     assert proc.call("redzone_leaf_nop10", 9) == 9
     spent = proc.trace.since(before)
     assert "exceptions" not in spent and spent["syscalls"] == 1 and spent["sysret"] == 1
@@ -376,7 +374,7 @@ def test_consumer_moving_sp_returns_by_iret():
         return 0
     uprobe_register(proc, site, UprobeConsumer(handler=fake_return))
     assert proc.call("redzone_leaf_nop5", 5) == 5  # first hit: int3 path, not optimised yet
-    before = proc.trace.snapshot()
+    before = proc.trace.counts
     assert proc.call("redzone_leaf_nop5", 5) == 0x77
     spent = proc.trace.since(before)
     assert spent["syscalls"] == 1 and spent["iret"] == 1 and "sysret" not in spent

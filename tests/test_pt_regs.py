@@ -74,7 +74,7 @@ def test_a_pc_written_from_the_arm64_step_hook_is_kept():
     proc = make_process("arm64")
     consumer = CountingConsumer()
     uprobe_register(proc, "uprobe_target_push", consumer)  # stp x29, x30, [sp, #-16]!: stepped out of line
-    before = proc.trace.snapshot()
+    before = proc.trace.counts
     proc.call("producer_loop", 3, proc.program.resolve("uprobe_target_push"))
     events = proc.trace.since(before)
     assert consumer.hits == 3 and events["xol_steps"] == 3 and events["exc_step"] == 3

@@ -63,9 +63,9 @@ def events_per_hit(name: str, arch: str = "x86_64", kernel=None, **options) -> d
     spec = bench_spec(name, arch)
     proc, _, target = _prepare(spec, arch, kernel, True, options)
     proc.call("producer_loop", 4, target)  # warm-up: first hits may patch text or map pages
-    before = proc.trace.snapshot()
+    before = proc.trace.counts
     proc.call("producer_loop", 8, target)
-    middle = proc.trace.snapshot()
+    middle = proc.trace.counts
     proc.call("producer_loop", 16, target)
     after = proc.trace.counts
     steady = {k: (after[k] - middle[k]) - (middle[k] - before[k]) for k in set(after) | set(middle)}

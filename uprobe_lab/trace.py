@@ -66,13 +66,10 @@ class Trace:
         if self.record:
             self.events.append(Event(len(self.events), kind, n, ip, note() if callable(note) else note))
 
-    def snapshot(self) -> Counter:
-        return self.counts
-
-    def since(self, snapshot: Counter) -> Counter:
-        """Counts accumulated after ``snapshot`` was taken (zero kinds dropped)."""
+    def since(self, before: Counter) -> Counter:
+        """Counts accumulated since ``before`` (an earlier ``counts``), zero kinds dropped."""
         diff = self.counts
-        diff.subtract(snapshot)
+        diff.subtract(before)
         return Counter({k: v for k, v in diff.items() if v})
 
     def clear(self) -> None:

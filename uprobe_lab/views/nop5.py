@@ -107,8 +107,8 @@ def stack_at_sys_uprobe(kernel="6.18") -> pd.DataFrame:
     """The user stack when sys_uprobe is entered from the trampoline, for a uretprobe'd nop5 function.
 
     The four words the trampoline and the site's call pushed sit on top; the probed function's own
-    return address - the one a uretprobe hijacks - is 4*8 bytes up. RFC v2 read it there
-    (``rfc_uretprobe_hijack_offset``); the merged sys_uprobe moves sp past the four words first.
+    return address - the one a uretprobe hijacks - is 4*8 bytes up (``optimize.UPROBE_SYSCALL_ARGS_SIZE``).
+    RFC v2 read it there; the merged sys_uprobe moves sp past the four words first.
     """
     proc = make_process("x86_64", kernel)
     site = proc.program.resolve("uprobe_target_nop5")

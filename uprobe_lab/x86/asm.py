@@ -120,10 +120,6 @@ def call_rel32(src: int, target: int) -> bytes:
     return rel32(b"\xe8", src + 5, target)
 
 
-def jmp_rel32(src: int, target: int) -> bytes:
-    return rel32(b"\xe9", src + 5, target)
-
-
 # --- label-aware helpers -------------------------------------------------------------------
 
 def _patch_rel32(buf: bytearray, off: int, addr: int, target: int) -> None:
@@ -208,13 +204,3 @@ def mov_store(base: str, disp: int, src: str) -> bytes:
     return bytes([0x48 | (0x04 if s >= 8 else 0) | (0x01 if b >= 8 else 0), 0x89]) + _modrm_mem(s, b, disp)
 
 
-def add_imm8(reg: str, imm: int) -> bytes:
-    """add $imm8, %reg (REX.W 83 /0 ib); sets flags."""
-    r = REG64[reg]
-    return bytes([0x48 | (1 if r >= 8 else 0), 0x83, 0xC0 | (r & 7)]) + struct.pack("<b", imm)
-
-
-def test_rr(a: str, b: str) -> bytes:
-    """test %b, %a (REX.W 85 /r)."""
-    x, y = REG64[a], REG64[b]
-    return bytes([0x48 | (0x04 if y >= 8 else 0) | (0x01 if x >= 8 else 0), 0x85, 0xC0 | ((y & 7) << 3) | (x & 7)])

@@ -15,8 +15,6 @@ Also here, clearly apart from the merged form:
 
 * ``sys_uprobe_sigill``: the RFC/v1 behaviour for a caller outside the trampoline (SIGILL instead
   of the merged -ENXIO);
-* ``rfc_uretprobe_hijack_offset``: the RFC v2 way of finding the return address for a uretprobe on an
-  optimised site (seed 003), dropped once sys_uprobe moved sp back above the trampoline's frame;
 * the **nop10 red-zone scheme from development trees (2026), not in any release**: selected with
   ``X86Process(NOP10_DEV_TREE)``. A nop10 site ``66 2e 0f 1f 84 00 00 00 00 00`` becomes
   ``lea -0x80(%rsp),%rsp; call tramp``, the trampoline returns with ``ret $0x80`` and sys_uprobe
@@ -333,14 +331,3 @@ def sys_uprobe(proc, regs, outside: str = "enxio") -> int:
 def sys_uprobe_sigill(proc, regs) -> int:
     """sys_uprobe as in the RFC and early versions: a caller outside the trampoline gets SIGILL."""
     return sys_uprobe(proc, regs, outside="sigill")
-
-
-def rfc_uretprobe_hijack_offset(swbp: bool) -> int:
-    """Where RFC v2 (seed 003) looked for the return address to hijack: ``regs->sp + off``.
-
-    In that version sys_uprobe left sp at the trampoline's frame (ax, r11, cx, return address of
-    the site's call), so arch_uretprobe_hijack_return_addr skipped 4*8 bytes when not called from
-    the int3 path. The merged sys_uprobe moves sp back above those words before running the
-    consumers, so the hijack needs no offset and consumers see the probe site's sp.
-    """
-    return 0 if swbp else 4 * 8
