@@ -1,0 +1,150 @@
+"""Build the course as a static web site: every chapter executed, with its outputs and charts, plus the glossary,
+the references and the performance notes. ``./lab site`` runs it; the result is ``build/site/_build/html``.
+
+The tool is Jupyter Book 1.x (Sphinx + MyST-NB). The notebooks are executed here, with nbclient, so a chapter
+that fails stops the build with its error; Jupyter Book then only renders (``execute_notebooks: "off"``).
+On the way, bare 12-digit commit hashes in the prose become links to the commit.
+
+    python -m uprobe_lab.site [--out DIR] [--no-execute]
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .errors import LabError
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = ("glossary.md", "references.md", "performance.md")
+COMMIT_URL = "https://git.kernel.org/torvalds/c/{}"
+# A 12-hex-digit token (the kernel's abbreviated commit id) with a digit and a letter, not already in a link.
+COMMIT = re.compile(r"(?<![\w\[/])(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])([0-9a-f]{12})(?![\w\]])")
+
+CONFIG = """\
+title: "uprobe_lab: how Linux uprobes work"
+author: the uprobe_lab authors
+copyright: "GPL-2.0-only"
+only_build_toc_files: true
+execute:
+  execute_notebooks: "off"
+parse:
+  myst_heading_anchors: 3
+  myst_enable_extensions: [colon_fence, dollarmath, linkify]
+html:
+  use_repository_button: false
+  home_page_in_navbar: true
+launch_buttons:
+  notebook_interface: jupyterlab
+sphinx:
+  config:
+    nb_merge_streams: true
+    suppress_warnings: ["mystnb.unknown_mime_type"]
+"""
+
+
+def link_commits(markdown: str) -> str:
+    """Bare commit hashes -> links, outside code spans and code blocks."""
+    parts = re.split(r"(```.*?```|`[^`]*`)", markdown, flags=re.S)
+    return "".join(p if i % 2 else COMMIT.sub(lambda m: f"[{m[1]}]({COMMIT_URL.format(m[1])})", p)
+                   for i, p in enumerate(parts))
+
+
+def execute_notebook(path: Path, timeout: int = 600):
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(nb, timeout=timeout, kernel_name="python3", store_widget_state=True,
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
+    if errors:
+        raise LabError(f"{path.name} failed while building the site: {errors[0].ename}: {errors[0].evalue}")
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            cell.source = link_commits(cell.source)
+    return nb
+
+
+def title_of(nb) -> str:
+    first = next((c.source for c in nb.cells if c.cell_type == "markdown"), "")
+    return first.splitlines()[0].lstrip("# ").strip() if first else "untitled"
+
+
+def intro(chapters: list[tuple[str, str]]) -> str:
+    rows = "\n".join(f"| [{title}](notebooks/{stem}.ipynb) |" for stem, title in chapters)
+    return f"""# uprobe_lab
+
+A course on how Linux **uprobes** work - breakpoint uprobes, return probes and their trampolines, the x86 nop5
+optimisation, arm64 - and why each optimisation in the kernel's history pays off. Each chapter below was executed
+when this site was built; run them yourself with `./lab course` (see the README), or present one with
+`./lab lecture 01`.
+
+| chapter |
+|---|
+{rows}
+
+Terms: the [glossary](docs/glossary.md). Sources: the [references](docs/references.md).
+"""
+
+
+def stage(src: Path, execute: bool = True) -> list[str]:
+    """Write the book's sources into ``src``; returns the chapter stems in order."""
+    import nbformat
+
+    if src.exists():
+        shutil.rmtree(src)
+    (src / "notebooks").mkdir(parents=True)
+    (src / "docs").mkdir()
+    chapters = []
+    for path in sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        t0 = time.monotonic()
+        nb = execute_notebook(path) if execute else nbformat.read(path, as_version=4)
+        nbformat.write(nb, src / "notebooks" / path.name)
+        chapters.append((path.stem, title_of(nb)))
+        print(f"site: {path.name} {'executed' if execute else 'copied'} in {time.monotonic() - t0:.1f} s", flush=True)
+    docs = [d for d in DOCS if (REPO / "docs" / d).exists()]
+    for name in docs:
+        (src / "docs" / name).write_text(link_commits((REPO / "docs" / name).read_text()))
+    (src / "intro.md").write_text(intro(chapters))
+    (src / "_config.yml").write_text(CONFIG)
+    toc = ["format: jb-book", "root: intro", "parts:", "  - caption: Chapters", "    chapters:"]
+    toc += [f"      - file: notebooks/{stem}" for stem, _ in chapters]
+    toc += ["  - caption: Reference", "    chapters:"] + [f"      - file: docs/{Path(d).stem}" for d in docs]
+    (src / "_toc.yml").write_text("\n".join(toc) + "\n")
+    return [stem for stem, _ in chapters]
+
+
+def build(out: Path = REPO / "build" / "site", execute: bool = True) -> Path:
+    """Stage and build; returns the directory holding index.html."""
+    t0 = time.monotonic()
+    stage(out, execute)
+    book = Path(sys.executable).with_name("jupyter-book")
+    cmd = [str(book) if book.exists() else "jupyter-book", "build", str(out), "--all"]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise LabError(f"jupyter-book failed:\n{(done.stdout + done.stderr)[-4000:]}")
+    html = out / "_build" / "html"
+    print(f"site: built in {time.monotonic() - t0:.0f} s -> {html / 'index.html'}")
+    return html
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m uprobe_lab.site", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=REPO / "build" / "site")
+    ap.add_argument("--no-execute", action="store_true", help="render the notebooks as committed (no outputs)")
+    args = ap.parse_args(argv)
+    try:
+        build(args.out, execute=not args.no_execute)
+    except LabError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
