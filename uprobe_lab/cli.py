@@ -6,8 +6,9 @@ import json
 import platform
 import sys
 
-from .kernel import DEFAULT_KERNEL, KERNELS
+from . import analyze, bench
 from .errors import LabError
+from .kernel import DEFAULT_KERNEL, KERNELS
 
 
 def _progress(total: int, enabled: bool):
@@ -20,8 +21,6 @@ def _progress(total: int, enabled: bool):
 
 
 def cmd_bench(args) -> int:
-    from . import bench
-
     options = {"stp": args.stp} if args.stp else {}
     kernel = args.kernel or DEFAULT_KERNEL
     if args.mode == "emulated":
@@ -61,8 +60,6 @@ def cmd_bench(args) -> int:
 
 
 def cmd_analyze(args) -> int:
-    from . import analyze
-
     options = {"stp": args.stp} if args.stp else {}
     result = analyze(args.insn, args.arch, args.kernel, **options)
     if args.json:

@@ -21,12 +21,17 @@ import sys
 
 import pandas as pd
 
+from ..arches import make_process
 from ..bench import bench_spec
 from ..errors import LabError
-from .support import check_native_support
 from ..program import listing_lines
 from ..sites import SPECIAL_MAPPINGS, UPROBES, UPROBES_TRAMPOLINE, call_target, calls_uprobe_trampoline
+from ..uprobes import CountingConsumer, uprobe_register
+from .calibrate import model_kernel
+from .code import NativeCode
 from .host import host_snapshot, trampoline_report
+from .perf import UprobeEvent
+from .support import check_native_support
 
 COMPARE_BENCHES = ("uprobe-nop5", "uretprobe-nop")
 DEFAULT_HITS = 100
@@ -48,9 +53,6 @@ def _probed(bench: str, arch: str = "x86_64"):
 def emulator_snapshot(bench: str = "uprobe-nop5", kernel: str = EMULATED_KERNEL, hits: int = DEFAULT_HITS,
                       arch: str = "x86_64") -> dict:
     """The emulator after ``hits`` calls of a probed bench target; same keys as ``host_snapshot``."""
-    from ..arches import make_process
-    from ..uprobes import CountingConsumer, uprobe_register
-
     spec = _probed(bench, arch)
     proc = make_process(arch, kernel)
     consumer = CountingConsumer(ret=spec.probe == "uretprobe")
@@ -80,9 +82,6 @@ def emulator_snapshot(bench: str = "uprobe-nop5", kernel: str = EMULATED_KERNEL,
 
 def _snapshot_here(bench: str, hits: int) -> dict:
     """In this process: map the bench bytes, attach the probe, hit it, snapshot, detach."""
-    from .code import NativeCode
-    from .perf import UprobeEvent
-
     spec = _probed(bench)
     with NativeCode() as nc:
         site = nc.addr(spec.target)
@@ -164,8 +163,6 @@ def _slots(slots: dict) -> str:
 
 
 def model_kernel_of(release: str) -> str | None:
-    from .calibrate import model_kernel
-
     return model_kernel(release)
 
 

@@ -17,7 +17,8 @@ from ..arm64.analyze import analyze_word, decode_fields
 from ..arm64.process import Arm64Process
 from ..arm64.programs import bench_program
 from ..bench import events_table
-from ..program import listing_lines
+from ..program import Assembler, listing_lines
+from ..published import load_published, seed_speedups
 from ..uprobes import CountingConsumer, uprobe_register
 
 SEED = "001_a91640efe4f91e99.txt"
@@ -102,8 +103,6 @@ def stp_events(benches=("uprobe-nop", "uprobe-push", "uretprobe-push")) -> pd.Da
 
 def published_stp() -> pd.DataFrame:
     """The seed's numbers: bench (M/s), Redis GET/SET (RPS) and grep (s), per variant."""
-    from ..published import load_published
-
     df = load_published()
     return df[df["source"] == SEED][["table", "kernel", "bench", "value", "unit"]].reset_index(drop=True)
 
@@ -148,8 +147,6 @@ __all__ = ["brk_install", "decode_report", "decode_widget", "stp_events", "publi
 
 def stp_gains() -> pd.DataFrame:
     """Seed 001's gains, computed from its own table beside the figure its text states."""
-    from ..published import seed_speedups
-
     d = seed_speedups()
     d = d[d["source"].str.startswith("001")]
     return d[["bench", "unit", "before", "after", "speedup_pct", "stated_speedup", "agreement"]].reset_index(drop=True)
@@ -160,8 +157,6 @@ def misaligned_stp(offset: int = -8, stp: str = "simulate") -> dict:
     sends SIGSEGV (SCTLR_EL1.SA0) yet has already moved sp and pc. With ``stp="xol"`` the copy runs
     in Unicorn, which does not check sp alignment, so it completes; on hardware with SA0 set the
     CPU itself would fault."""
-    from ..program import Assembler
-
     a = Assembler("arm64", 0x400000)
     a.function("f")
     asm.emit(a, asm.stp(29, 30, 31, offset), asm.RET)

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..bench import events_table
 from ..stepper import Step, where
 from ..uprobes import CountingConsumer, uprobe_register
 from ..x86.constants import EXIT_ADDR
 from ..x86.uretprobe_programs import make_uretprobe_process
+from .charts import events_per_hit_chart
 
 SHOWN_REGS = ("ax", "cx", "r11", "sp", "ip", "flags")
 QUIET_EVENTS = {"uaccess_bytes", "probe_lookups"}
@@ -159,8 +161,6 @@ TRAMPOLINE_EVENTS = ("exceptions", "syscalls", "iret", "sysret")
 def trampoline_events(benches=("uretprobe-nop", "uretprobe-push", "uretprobe-ret"),
                       kernels=("6.10", "6.11")):
     """A DataFrame: events per hit of each bench on each kernel (measured on the emulator), kernels outer."""
-    from ..bench import events_table
-
     df = events_table(benches, kernels=kernels, kinds=(*TRAMPOLINE_EVENTS, "user_insns"))
     df = df.sort_values("kernel", key=lambda k: k.map(list(map(str, kernels)).index), kind="stable")
     return df[["kernel", "bench", *TRAMPOLINE_EVENTS, "user_insns"]].reset_index(drop=True)
@@ -168,8 +168,6 @@ def trampoline_events(benches=("uretprobe-nop", "uretprobe-push", "uretprobe-ret
 
 def plot_trampoline_events(df=None, ax=None):
     """Grouped bars: exceptions / syscalls / iret / sysret per hit, one group per bench and kernel."""
-    from .charts import events_per_hit_chart
-
     df = trampoline_events() if df is None else df
     rows = {f"{r.bench}\n{r.kernel}": {k: getattr(r, k) for k in TRAMPOLINE_EVENTS} for r in df.itertuples()}
     return events_per_hit_chart(rows, TRAMPOLINE_EVENTS, "uretprobe: int3 trampoline (6.10) vs syscall trampoline (6.11)", ax)

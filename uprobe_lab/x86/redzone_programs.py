@@ -21,8 +21,9 @@ from functools import lru_cache
 from ..program import Assembler, Program
 from ..uprobes import CountingConsumer, uprobe_register
 from . import asm
-from .constants import __NR_uprobe
+from .constants import STACK_TOP, __NR_uprobe
 from .optimize import REDZONE_SIZE
+from .process import X86Process
 
 REDZONE_BASE = 0x500000
 SLOT = -8  # where the leaf keeps its live value
@@ -54,8 +55,6 @@ def site_of(symbol: str, program: Program | None = None) -> int:
 
 def make_redzone_process(kernel=None, **options):
     """An x86-64 process with the red-zone programs loaded."""
-    from .process import X86Process
-
     proc = X86Process(kernel, **options)
     proc.load(redzone_program(), "/lab/redzone")
     return proc
@@ -96,8 +95,6 @@ class TransparencyReport:
 
 
 def _run_leaf(proc, symbol: str, arg: int) -> tuple[int, dict, bytes]:
-    from .constants import STACK_TOP
-
     entry_sp = ((STACK_TOP - 0x100) & ~0xF) - 8  # what X86Process.call() gives the callee
     regs = proc.regs()
     for i, name in enumerate(CALLEE_SAVED):
