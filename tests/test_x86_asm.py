@@ -1,7 +1,7 @@
 """Every hand encoding decodes, with Capstone, to the instruction it claims to be."""
 import pytest
 
-from uprobe_lab.program import disasm
+from uprobe_lab.program import disasm, format_listing, listing
 from uprobe_lab.x86 import asm
 from uprobe_lab.x86.programs import bench_program
 
@@ -56,3 +56,11 @@ def test_listing_and_symbols():
         p.resolve("nope")
     with pytest.raises(ValueError, match="outside uprobe_target_nop"):
         p.resolve("uprobe_target_nop", 7)
+
+
+def test_one_listing_format():
+    code = bytes.fromhex("90c3")  # nop; ret
+    assert listing(code, "x86_64", 0x10).splitlines() == [f"  10:  {'90':<30} nop", f"  11:  {'c3':<30} ret"]
+    assert listing(code, "x86_64", 0x10, count=1) == f"  10:  {'90':<30} nop"
+    word = bytes.fromhex("fd7bbfa9")  # stp x29, x30, [sp, #-16]! as it lies in memory
+    assert format_listing([(0x400000, word, "stp")], words=True) == [f"400000:  {'a9bf7bfd':<30} stp"]

@@ -12,7 +12,7 @@ from .arches import get_arch, make_process as new_process
 from .bench import events_per_hit, events_table, run_bench
 from .errors import LabError, ProcessKilled
 from .kernel import KERNELS, get_kernel
-from .program import disasm
+from .program import disasm, listing
 from .uprobes import (UPROBE_HANDLER_IGNORE, UPROBE_HANDLER_REMOVE, CountingConsumer, UnprobeableInstruction,
                       UprobeConsumer, uprobe_register as attach, uprobe_unregister as detach)
 
@@ -22,6 +22,6 @@ def analyze(insn: str, arch: str = "x86_64", kernel=None, **options) -> dict:
     return get_arch(arch).analyze(insn, get_kernel(kernel), **options)
 
 
-__all__ = ["new_process", "attach", "detach", "run_bench", "events_per_hit", "events_table", "analyze", "disasm",
+__all__ = ["new_process", "attach", "detach", "run_bench", "events_per_hit", "events_table", "analyze", "disasm", "listing",
            "CountingConsumer", "UprobeConsumer", "UPROBE_HANDLER_REMOVE", "UPROBE_HANDLER_IGNORE", "LabError",
            "ProcessKilled", "UnprobeableInstruction", "KERNELS", "get_kernel"]

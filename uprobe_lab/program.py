@@ -51,6 +51,11 @@ def listing_lines(code: bytes, arch: str = "x86_64", address: int = 0, words: bo
     return format_listing(disasm(code, arch, address), words)
 
 
+def listing(code: bytes, arch: str = "x86_64", address: int = 0, count: int | None = None) -> str:
+    """What Capstone decodes in ``code`` (the first ``count`` instructions), one indented line each."""
+    return "\n".join("  " + line for line in format_listing(disasm(code, arch, address)[:count]))
+
+
 @dataclass(frozen=True)
 class Symbol:
     name: str
