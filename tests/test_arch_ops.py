@@ -1,5 +1,6 @@
 """The arch contract (uprobe_lab.arch_ops.ArchOps) is what the core calls, and both arches keep it."""
 import ast
+import sys
 import inspect
 from pathlib import Path
 
@@ -56,3 +57,44 @@ def test_each_arch_has_its_own_task_size():
     # x86-64 4-level paging: TASK_SIZE_MAX = (1 << 47) - PAGE_SIZE; arm64 VA_BITS=48: 1 << 48
     assert make_process("x86_64").arch_ops.TASK_SIZE == (1 << 47) - 0x1000
     assert make_process("arm64").arch_ops.TASK_SIZE == 1 << 48
+
+
+INFRASTRUCTURE = {"process.py", "trace.py", "sites.py", "program.py"}  # memory, registers, events: every path
+
+
+def _files_a_hit_runs(arch, kernel, target, ret=False):
+    """The lab's files whose code runs during the second call of a probed ``target`` (steady state)."""
+    proc = make_process(arch, kernel)
+    uprobe_lab.attach(proc, target, uprobe_lab.CountingConsumer(ret=ret))
+    addr = proc.program.resolve(target)
+    proc.call(addr)
+    root = Path(uprobe_lab.__file__).parent
+    seen = set()
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename.startswith(str(root)):
+            seen.add(Path(frame.f_code.co_filename).relative_to(root).as_posix())
+    sys.setprofile(profile)
+    try:
+        proc.call(addr)
+    finally:
+        sys.setprofile(None)
+    return seen - INFRASTRUCTURE
+
+
+@pytest.mark.parametrize("arch, kernel, target, ret, path", [
+    # docs/architecture.md: trap -> entry -> core -> arch ops -> the module that runs the instruction
+    ("x86_64", "6.18", "uprobe_target_push", False,
+     {"x86/process.py", "x86/traps.py", "uprobes.py", "x86/uprobes.py", "x86/emulate.py"}),
+    ("x86_64", "6.18", "uprobe_target_ret", False,
+     {"x86/process.py", "x86/traps.py", "uprobes.py", "x86/uprobes.py", "x86/xol.py"}),
+    ("arm64", None, "uprobe_target_nop", False,
+     {"arm64/process.py", "arm64/traps.py", "uprobes.py", "arm64/uprobes.py", "arm64/simulate.py"}),
+    # the return of a uretprobe'd function that is only a nop (6.11+: through the syscall trampoline),
+    # plus the entry hit that hijacked it
+    ("x86_64", "6.11", "uprobe_target_nop", True,
+     {"x86/process.py", "x86/traps.py", "uprobes.py", "x86/uprobes.py", "x86/emulate.py", "x86/uretprobe.py",
+      "x86/syscalls.py"}),
+])
+def test_the_files_a_hit_runs_through_are_the_documented_ones(arch, kernel, target, ret, path):
+    assert _files_a_hit_runs(arch, kernel, target, ret) == path

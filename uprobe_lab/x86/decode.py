@@ -153,10 +153,6 @@ class ArchUprobe:
     def action(self) -> str:
         return "xol" if self.ops == "default" else "emulate"
 
-    @property
-    def length(self) -> int:
-        return self.decoded.length
-
     def describe(self) -> str:
         return f"{self.decoded.mnemonic} {self.decoded.op_str}".strip() + f" [{self.action}]"
 

@@ -19,7 +19,7 @@ def emulate_push_stack(proc, regs, value: int) -> bool:
 
 
 def branch_emulate_op(proc, auprobe: ArchUprobe, regs) -> bool:
-    new_ip = regs.ip + auprobe.length
+    new_ip = regs.ip + auprobe.decoded.length
     offs = auprobe.branch_offs
     if auprobe.branch_opc1 == 0xE8:
         if not emulate_push_stack(proc, regs, new_ip):
@@ -33,7 +33,7 @@ def branch_emulate_op(proc, auprobe: ArchUprobe, regs) -> bool:
 def push_emulate_op(proc, auprobe: ArchUprobe, regs) -> bool:
     if not emulate_push_stack(proc, regs, regs.get(auprobe.push_reg)):
         return False
-    regs.ip = regs.ip + auprobe.length
+    regs.ip = regs.ip + auprobe.decoded.length
     return True
 
 

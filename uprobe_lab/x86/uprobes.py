@@ -20,6 +20,7 @@ notebooks' ``analyze_hex``/``analyze_table`` in x86.analyze.
 from __future__ import annotations
 
 from . import constants, decode, emulate, optimize, traps, uretprobe, xol
+from .decode import ARCH_UPROBE_FLAG_CAN_OPTIMIZE, ArchUprobe
 
 
 class X86ArchOps:
@@ -34,10 +35,19 @@ class X86ArchOps:
     set_orig_insn = staticmethod(optimize.set_orig_insn)
     is_swbp_at = staticmethod(traps.is_swbp_at)
     uprobe_get_swbp_addr = staticmethod(traps.uprobe_get_swbp_addr)
-    arch_uprobe_optimize = staticmethod(optimize.arch_uprobe_optimize)
-    arch_uprobe_skip_sstep = staticmethod(emulate.arch_uprobe_skip_sstep)
     arch_uprobe_pre_xol = staticmethod(xol.arch_uprobe_pre_xol)
     arch_uprobe_post_xol = staticmethod(xol.arch_uprobe_post_xol)
     arch_uretprobe_hijack_return_addr = staticmethod(uretprobe.arch_uretprobe_hijack_return_addr)
     arch_uretprobe_is_alive = staticmethod(uretprobe.arch_uretprobe_is_alive)
     arch_uretprobe_trampoline = staticmethod(uretprobe.arch_uretprobe_trampoline)
+
+    # Called on every hit: they pick the module that does the work, so a hit that needs no
+    # optimisation or no emulation never enters x86.optimize or x86.emulate.
+    @staticmethod
+    def arch_uprobe_optimize(proc, auprobe: ArchUprobe, vaddr: int) -> None:
+        if ARCH_UPROBE_FLAG_CAN_OPTIMIZE in auprobe.flags:
+            optimize.arch_uprobe_optimize(proc, auprobe, vaddr)
+
+    @staticmethod
+    def arch_uprobe_skip_sstep(proc, auprobe: ArchUprobe, regs) -> bool:
+        return auprobe.ops != "default" and emulate.arch_uprobe_skip_sstep(proc, auprobe, regs)

@@ -29,7 +29,7 @@ def arch_uprobe_post_xol(proc, auprobe: ArchUprobe, regs) -> int:
         regs.ip = regs.ip + utask.vaddr - utask.xol_vaddr
     elif auprobe.fixups & UPROBE_FIX_CALL:
         regs.sp = regs.sp + 8  # pop the return address the XOL copy pushed...
-        if not emulate_push_stack(proc, regs, utask.vaddr + auprobe.length):  # ...push the real one
+        if not emulate_push_stack(proc, regs, utask.vaddr + auprobe.decoded.length):  # ...push the real one
             regs.ip = utask.vaddr  # -ERESTART: run the probed call again
             send_sigtrap = False
     if auprobe.fixups & UPROBE_FIX_SETF:
