@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from uprobe_lab import exercises, presenter
+
 pytestmark = pytest.mark.browser
 
 REPO = Path(__file__).resolve().parents[2]
@@ -321,7 +323,8 @@ def test_lecture_mode_voila(browser, screenshot_dir, tmp_path):
     nb = REPO / "notebooks" / "01_breakpoint_uprobes.ipynb"
     port = _free_port()
     env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"), JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
-               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+               **{presenter.ENV: "1"})  # as ./lab lecture sets it (tests/test_presenter.py checks the script)
     log = open(tmp_path / "voila.log", "wb")
     proc = subprocess.Popen([sys.executable, "-m", "voila", str(nb.relative_to(REPO)), "--strip_sources=True",
                              "--Voila.ip=127.0.0.1", f"--port={port}", "--Voila.port_retries=0", "--no-browser"],
@@ -344,6 +347,10 @@ def test_lecture_mode_voila(browser, screenshot_dir, tmp_path):
         page.wait_for_timeout(1000)
         body = page.locator("body").inner_text()
         assert "stepper_widget(" not in body and "import uprobe_lab" not in body, "code is shown"
+        # the presenter switch: no printed walk under the stepper, nothing stepped before the lecturer presses Step
+        assert not re.search(r"^step \d+: 0x", body, re.M), "a printed walk is shown in lecture mode"
+        # the exercise checks ran in the page's kernel and drew their verdicts
+        assert page.locator(".uprobe-lab-verdict").count() == len(exercises.chapter("01"))
         for bad in ("Error displaying widget", "Failed to load model class", "Traceback"):
             assert bad not in body, bad
         assert page.locator("img").count() >= 1, "the chart is not drawn"
@@ -356,3 +363,40 @@ def test_lecture_mode_voila(browser, screenshot_dir, tmp_path):
     finally:
         context.close()
         stop_server(proc, log)
+
+
+def test_exercise_answered_in_jupyterlab(lab_server, browser, screenshot_dir):
+    """A learner's path through one exercise: Run All, write the worked solution into the answer cell, run it,
+    and the lab's check says right - in the page, through the notebook's own kernel."""
+    ex = exercises.chapter("00")[0]
+    rel = "notebooks/00_welcome.ipynb"
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    try:
+        page.goto(f"{lab_server['base']}/lab/tree/{rel}?reset&token={lab_server['token']}")
+        page.wait_for_function("() => { const s = (%s)(); return s && s.status === 'idle'; }" % STATE_JS,
+                               timeout=120_000, polling=250)
+        page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+        page.wait_for_function("() => { const s = (%s)(); return s && s.executed === s.code && s.status === 'idle'"
+                               " && !s.busy; }" % STATE_JS, timeout=RUN_TIMEOUT_S * 1000, polling=500)
+        verdicts = page.locator(".uprobe-lab-verdict")
+        assert verdicts.count() == len(exercises.chapter("00")), "the unanswered checks did not render"
+        assert "no answer yet" in verdicts.first.inner_text()
+        cell_id = f"ex-{ex.id.replace('.', '-')}-answer"
+        found = page.evaluate("""([id, src]) => {
+            const nb = window.jupyterapp.shell.currentWidget.content;
+            const i = nb.widgets.findIndex(w => w.model.id === id);
+            if (i < 0) return false;
+            nb.activeCellIndex = i;
+            nb.widgets[i].model.sharedModel.setSource(src);
+            return true; }""", [cell_id, f"{ex.solution}\ncheck({ex.id!r}, answer)"])
+        assert found, f"no answer cell {cell_id}"
+        page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-cell')")
+        page.wait_for_function("t => Array.from(document.querySelectorAll('.uprobe-lab-verdict'))"
+                               ".some(v => v.innerText.includes(t))", arg=f"Exercise {ex.id}: ✔ right",
+                               timeout=60_000)
+        page.locator(".uprobe-lab-verdict", has_text="right").first.scroll_into_view_if_needed()
+        page.screenshot(path=str(screenshot_dir / "exercise_00_1_checked.png"))
+    finally:
+        context.close()
+        _shutdown_kernels(lab_server)

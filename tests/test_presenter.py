@@ -1,0 +1,57 @@
+"""The presenter switch: ./lab lecture hides the printed walks under the steppers; every other run prints them."""
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+import uprobe_lab as ul
+from uprobe_lab import presenter
+
+REPO = Path(__file__).resolve().parents[1]
+WALK = re.compile(r"^step \d+: 0x", re.M)  # how Step.describe() starts a step
+
+
+def _walk_text():
+    proc = ul.new_process(kernel="6.18", record=True)
+    ul.attach(proc, "uprobe_target_nop", ul.CountingConsumer())
+    return proc.stepper("uprobe_target_nop").run_to_end()
+
+
+def test_print_walk_prints_unless_presenting(monkeypatch, capsys):
+    steps = _walk_text()
+    monkeypatch.delenv(presenter.ENV, raising=False)
+    assert not presenter.lecture_mode()
+    presenter.print_walk(steps, "a note")
+    out = capsys.readouterr().out
+    assert len(WALK.findall(out)) == len(steps) and "a note" in out
+    monkeypatch.setenv(presenter.ENV, "1")
+    assert presenter.lecture_mode()
+    presenter.print_walk(steps, "a note")
+    assert capsys.readouterr().out == ""
+    monkeypatch.setenv(presenter.ENV, "0")
+    assert not presenter.lecture_mode()
+
+
+def test_lab_lecture_sets_the_switch():
+    lecture = re.search(r"^    lecture\)(.*?);;", (REPO / "lab").read_text(), re.S | re.M).group(1)
+    assert f"{presenter.ENV}=1 exec" in lecture and "voila" in lecture
+
+
+@pytest.mark.parametrize("lecture", [False, True], ids=["headless", "lecture"])
+def test_chapter_01_prints_its_walks_only_outside_lecture_mode(lecture, monkeypatch):
+    if lecture:
+        monkeypatch.setenv(presenter.ENV, "1")
+    else:
+        monkeypatch.delenv(presenter.ENV, raising=False)
+    path = REPO / "notebooks" / "01_breakpoint_uprobes.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
+    printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+                      if o.get("output_type") == "stream")
+    walks, finished = WALK.findall(printed), printed.count("(finished)")
+    if lecture:
+        assert walks == [] and finished == 0, printed
+    else:  # the push walk and the ret walk, each to its end
+        assert walks and finished == 2, printed
