@@ -1,0 +1,247 @@
+"""Ask the host kernel: one instruction, run in a forked child twice unprobed and once under a real uprobe.
+
+The child maps the harness (``x86_harness``) at its fixed addresses, installs a signal handler on an
+alternate stack, and runs the instruction from the same state three times: twice without a probe (a
+result that differs between those two is not deterministic and cannot be judged) and once with a
+perf ``uprobe`` on SITE. It reports whether perf_event_open refused the probe (errno), how many
+hits the event counted, whether ``[uprobes]`` (an XOL area: the hit was single-stepped out of line)
+or ``[uprobes-trampoline]`` (6.18 optimised a nop5 into a call) appeared in /proc/self/maps, the
+site's first bytes after the hit, and each run's registers, signal, extended state and memory.
+Nothing is compiled: the machine code is the harness's, the probe is native.perf's.
+"""
+from __future__ import annotations
+
+import ctypes
+import errno as errno_mod
+import functools
+import os
+import pickle
+import struct
+
+from ..native.perf import open_uprobe, read_count
+from . import x86_harness as H
+
+PROT_READ, PROT_WRITE, PROT_EXEC = 1, 2, 4
+MAP_PRIVATE, MAP_ANONYMOUS, MAP_FIXED_NOREPLACE = 0x02, 0x20, 0x100000
+SA_SIGINFO, SA_ONSTACK = 0x4, 0x08000000
+CAUGHT = {"SIGILL": 4, "SIGTRAP": 5, "SIGBUS": 7, "SIGFPE": 8, "SIGSEGV": 11}
+SIGNAMES = {v: k for k, v in CAUGHT.items()}
+XSAVE_LEGACY_XMM, XSAVE_HEADER, XSAVE_YMM_HI = 160, 512, 576
+XSAVE_X87_POINTERS = slice(8, 24)  # FIP and FDP: where the last x87 insn ran, not what it computed
+CHUNK = 256
+
+
+class SigAction(ctypes.Structure):  # glibc's struct sigaction on x86-64
+    _fields_ = [("handler", ctypes.c_void_p), ("mask", ctypes.c_uint64 * 16), ("flags", ctypes.c_int),
+                ("restorer", ctypes.c_void_p)]
+
+
+class StackT(ctypes.Structure):
+    _fields_ = [("sp", ctypes.c_void_p), ("flags", ctypes.c_int), ("size", ctypes.c_size_t)]
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    return libc
+
+
+def cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def _mmap(addr: int, size: int, prot: int, flags: int, fd: int = -1) -> None:
+    got = _libc().mmap(addr, size, prot, flags | MAP_FIXED_NOREPLACE, fd, 0)
+    if got != addr:
+        e = ctypes.get_errno()
+        raise OSError(e, f"mmap at {addr:#x}: {os.strerror(e)} (got {got})")
+
+
+def _install_signal_handlers() -> None:
+    libc = _libc()
+    stack = StackT(H.ALT_STACK, 0, H.ALT_STACK_SIZE)
+    if libc.sigaltstack(ctypes.byref(stack), None):
+        raise OSError(ctypes.get_errno(), "sigaltstack")
+    act = SigAction(H.SIG_HANDLER, (ctypes.c_uint64 * 16)(), SA_SIGINFO | SA_ONSTACK, None)
+    for signo in CAUGHT.values():
+        if libc.sigaction(signo, ctypes.byref(act), None):
+            raise OSError(ctypes.get_errno(), f"sigaction {signo}")
+
+
+def _prepare_template() -> None:
+    """Extended state the test starts from: this thread's, with xmm/ymm 0-15 set to vector_pattern."""
+    ctypes.CFUNCTYPE(None)(H.SAVE_TEMPLATE)()
+    for i in range(16):
+        pattern = H.vector_pattern(i)
+        ctypes.memmove(H.TEMPLATE + XSAVE_LEGACY_XMM + 16 * i, pattern[:16], 16)
+        ctypes.memmove(H.TEMPLATE + XSAVE_YMM_HI + 16 * i, pattern[16:], 16)
+    bv = ctypes.c_uint64.from_address(H.TEMPLATE + XSAVE_HEADER)
+    bv.value |= 0b110  # SSE and AVX state come from the area, not from their init values
+
+
+def _mem_changes(initial: bytes) -> dict[int, bytes]:
+    now = ctypes.string_at(H.DATA, H.DATA_SIZE)
+    return {off: now[off : off + CHUNK] for off in range(0, H.DATA_SIZE, CHUNK)
+            if now[off : off + CHUNK] != initial[off : off + CHUNK]}
+
+
+def _one_run(entry, data: bytes, regs_in: bytes) -> dict:
+    ctypes.memmove(H.DATA, data, len(data))
+    ctypes.memmove(H.IN_REGS, regs_in, len(regs_in))
+    ctypes.memset(H.OUT_REGS, 0, 8 * len(H.GREGS))
+    ctypes.memset(H.OUT_SIGNO, 0, 16)
+    signalled = entry()
+    out = struct.unpack(f"<{len(H.GREGS)}Q", ctypes.string_at(H.OUT_REGS, 8 * len(H.GREGS)))
+    xsave = bytearray(ctypes.string_at(H.OUT_XSAVE, H.XSAVE_SIZE))
+    xsave[XSAVE_X87_POINTERS] = bytes(16)
+    run = {"regs": dict(zip(H.GREGS, out)), "xsave": bytes(xsave), "mem": _mem_changes(data), "signal": None}
+    if signalled:
+        signo, addr = struct.unpack("<QQ", ctypes.string_at(H.OUT_SIGNO, 16))
+        run["signal"] = SIGNAMES.get(signo & 0xFFFFFFFF, str(signo))
+        run["sigaddr"] = addr
+    return run
+
+
+def _maps_names() -> set[str]:
+    with open("/proc/self/maps") as f:
+        return {line.split(maxsplit=5)[5].strip() for line in f if len(line.split(maxsplit=5)) == 6}
+
+
+def child_main(insn: bytes, flags: int, path: str, opmask: bool) -> dict:
+    """Everything the child does; returns the report (the child pickles it to the parent)."""
+    with open(path, "wb") as f:
+        f.write(H.build_image(insn, opmask))
+    fd = os.open(path, os.O_RDONLY)
+    _mmap(H.CODE, H.CODE_SIZE, PROT_READ | PROT_EXEC, MAP_PRIVATE, fd)
+    _mmap(H.DATA, H.DATA_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS)
+    _mmap(H.CTRL, H.CTRL_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS)
+    _install_signal_handlers()
+    _prepare_template()
+    entry = ctypes.CFUNCTYPE(ctypes.c_int)(H.ENTRY)
+    data = H.data_image()
+    gprs = H.initial_gprs()
+    regs_in = struct.pack(f"<{len(H.GREGS)}Q", *(gprs.get(r, 0) if r != "eflags" else flags for r in H.GREGS))
+    report = {"runs": [_one_run(entry, data, regs_in), _one_run(entry, data, regs_in)], "attach_errno": None}
+    try:
+        probe = open_uprobe(path, H.SITE - H.CODE)
+    except OSError as err:
+        report["attach_errno"] = err.errno
+        report["attach_error"] = errno_mod.errorcode.get(err.errno, str(err.errno))
+        return report
+    try:
+        report["runs"].append(_one_run(entry, data, regs_in))
+        report["hits"] = read_count(probe)
+        names = _maps_names()
+        report["xol_area"] = "[uprobes]" in names
+        report["trampoline"] = "[uprobes-trampoline]" in names
+        with open("/proc/self/mem", "rb", buffering=0) as mem:
+            mem.seek(H.SITE)
+            report["site_after"] = mem.read(5)
+    finally:
+        os.close(probe)
+    return report
+
+
+def _child(insn: bytes, flags: int, path: str, opmask: bool, w: int) -> None:
+    """The forked child: run, send the report (length-prefixed pickle), exit without returning."""
+    status = 0
+    try:
+        try:
+            report = child_main(insn, flags, path, opmask)
+        except BaseException as err:  # noqa: BLE001 - the parent gets it as data
+            report = {"error": f"{type(err).__name__}: {err}"}
+        payload = pickle.dumps(report)
+        view = memoryview(struct.pack("<Q", len(payload)) + payload)
+        while view:
+            view = view[os.write(w, view):]
+    except BaseException:
+        status = 1
+    finally:
+        os._exit(status)  # closing the probe's fd happens here, after the parent has the report
+
+
+class HostPool:
+    """Run instructions on the host, several children at a time.
+
+    A child sends its report before it exits, so the parent does not wait for the probe's
+    teardown: closing a perf uprobe takes the kernel ~85 ms (tracepoint_synchronize_unregister
+    under event_mutex, one close at a time), and that, not the run, bounds the throughput.
+    """
+
+    def __init__(self, workdir: str, opmask: bool, parallel: int = 16):
+        self.workdir, self.opmask, self.parallel = workdir, opmask, parallel
+        self._serial = 0
+
+    def run(self, jobs):
+        """``jobs``: iterable of (key, insn bytes, flags). Yields (key, report) as reports arrive."""
+        import selectors
+
+        sel = selectors.DefaultSelector()
+        jobs = iter(jobs)
+        children: set[int] = set()
+        pending = 0
+        try:
+            while True:
+                while len(children) < self.parallel:
+                    job = next(jobs, None)
+                    if job is None:
+                        break
+                    key, insn, flags = job
+                    self._serial += 1
+                    path = os.path.join(self.workdir, f"site-{os.getpid()}-{self._serial}.bin")
+                    r, w = os.pipe()
+                    pid = os.fork()
+                    if pid == 0:
+                        os.close(r)
+                        _child(insn, flags, path, self.opmask, w)
+                    os.close(w)
+                    children.add(pid)
+                    sel.register(r, selectors.EVENT_READ, [key, path, bytearray(), pid])
+                    pending += 1
+                if not pending:
+                    break
+                for sk, _ in sel.select(timeout=0.5):
+                    state = sk.data
+                    chunk = os.read(sk.fd, 1 << 16)
+                    state[2] += chunk
+                    buf = state[2]
+                    done = not chunk or (len(buf) >= 8 and len(buf) >= 8 + struct.unpack_from("<Q", buf)[0])
+                    if done:
+                        sel.unregister(sk.fd)
+                        os.close(sk.fd)
+                        pending -= 1
+                        _unlink(state[1])
+                        if len(buf) >= 8 and len(buf) >= 8 + struct.unpack_from("<Q", buf)[0]:
+                            yield state[0], pickle.loads(bytes(buf[8:]))
+                        else:
+                            yield state[0], {"error": "the child died without a report"}
+                self._reap(children, block=False)
+        finally:
+            for key in list(sel.get_map().values()):
+                os.close(key.fd)
+                _unlink(key.data[1])
+            sel.close()
+            self._reap(children, block=True)
+
+    @staticmethod
+    def _reap(children: set[int], block: bool) -> None:
+        for pid in list(children):
+            got, _ = os.waitpid(pid, 0 if block else os.WNOHANG)
+            if got:
+                children.discard(pid)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
