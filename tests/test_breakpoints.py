@@ -40,13 +40,16 @@ def test_bench_targets_are_unchanged_by_a_probe_on_each_instruction(kernel):
             proc = make_process("x86_64", kernel)
             consumer = CountingConsumer()
             uprobe_register(proc, addr, consumer)
+            if proc.read(addr, 3) == b"\xcc\x05\xc3":  # syscall; ret, with the int3 over the syscall
+                # a probed syscall is stepped in the XOL slot, and the step trap comes after the next
+                # instruction, the ret, which also ran there: ip is then "fixed" from the ret's target to
+                # garbage and the task dies (a 6.18 host: SIGSEGV; tests/test_verify_x86.py asks it)
+                with pytest.raises(ProcessKilled, match="SIGSEGV"):
+                    proc.call(target, *args)
+                continue
             proc.call(target, *args)
             assert consumer.hits >= 1, hex(addr)
             got = final_state(proc)
-            if proc.read(addr, 2) == b"\xcc\x05":  # a probed syscall runs in the XOL slot with TF set,
-                slot = proc.mm.xol_area.slot_vaddr(1)  # and syscall itself saves rip and rflags in rcx, r11
-                assert (got.pop("cx"), got.pop("r11")) == (slot + 2, expected["r11"] | 0x100)
-                got = {**expected, **got}
             assert got == expected, f"{target} probed at {addr:#x}"
 
 

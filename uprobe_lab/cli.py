@@ -140,6 +140,42 @@ def cmd_predict(args) -> int:
     return 0
 
 
+def cmd_verify(args) -> int:
+    """Run instructions under real uprobes on this host and compare with the lab's emulator."""
+    from .native import NativeUnavailable
+    from .verify import verify
+
+    options = {"sample": args.sample, "seed": args.seed, "classes": args.classes, "sweeps": not args.no_sweeps,
+               "kernel": args.kernel}
+    with _verify_progress(args.json) as progress:
+        try:
+            report = verify(args.arch, progress=progress, **options)
+        except NativeUnavailable as err:
+            print(f"the referee needs real uprobes, not possible here: {err}", file=sys.stderr)
+            return 2
+    print(json.dumps(report.as_dict(), indent=2) if args.json else report.format())
+    return 0
+
+
+def _verify_progress(quiet: bool):
+    from tqdm import tqdm
+
+    bar = tqdm(file=sys.stderr, leave=False, disable=quiet, desc="verify", delay=0.5)
+
+    def progress(done: int, total: int) -> None:
+        bar.total = total
+        bar.update(done - bar.n)
+
+    class _Bar:
+        def __enter__(self):
+            return progress
+
+        def __exit__(self, *exc):
+            bar.close()
+
+    return _Bar()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m uprobe_lab", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -173,6 +209,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--to", required=True, help="kernel to predict: 6.10, 6.11, 6.16, 6.18 (arm64: xol-stp, simulated-stp)")
     p.add_argument("--out", help="CSV to write (bench, predicted_mops); default: stdout")
     p.set_defaults(func=cmd_predict)
+
+    v = sub.add_parser("verify", help="the host kernel as referee: instructions under real uprobes vs the lab")
+    v.add_argument("--arch", default="x86_64", choices=["x86_64", "arm64"])
+    v.add_argument("--sample", type=int, default=3000, help="random instructions (default 3000)")
+    v.add_argument("--seed", type=int, default=1)
+    v.add_argument("--classes", nargs="+", metavar="CLASS",
+                   help="x86: 1-byte 0f prefixed VEX EVEX RIP-relative branches nops syscall (default: all)")
+    v.add_argument("--no-sweeps", action="store_true",
+                   help="x86: leave out the sweep of every register-form VEX and EVEX opcode")
+    v.add_argument("--kernel", choices=list(KERNELS), help="the lab version to compare with (default: the host's)")
+    v.add_argument("--json", action="store_true")
+    v.set_defaults(func=cmd_verify)
     return parser
 
 

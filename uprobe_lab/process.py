@@ -328,7 +328,11 @@ class EmulatedProcess:
         try:
             self.uc.emu_start(start, until, count=max_insns)
         except UcError as err:
-            self.force_sig("SIGSEGV", f"{err} at pc={self.pc:#x}")
+            from .uprobes import handle_xol_fault  # the core imports this module
+
+            pc = self.pc
+            handle_xol_fault(self)  # a fault inside an XOL step is reported at the probed address
+            self.force_sig("SIGSEGV", f"{err} at pc={pc:#x}")
         pc = self.pc
         if self.signal:
             return RunResult("signal", pc, self.signal, self.signal_reason)

@@ -150,6 +150,7 @@ class UprobeTask:
     xol_vaddr: int = 0
     xol_slot: int = -1
     saved_tf: bool = False
+    saved_scratch_register: int = 0  # x86 autask: the register a RIP-relative XOL step borrows
 
     @property
     def depth(self) -> int:
@@ -369,6 +370,22 @@ def uprobe_post_sstep_notifier(proc) -> bool:
     if utask.active_uprobe is None:
         return False
     return True
+
+
+def handle_xol_fault(proc) -> None:
+    """The out-of-line step faulted: uprobe_deny_signal() holds the signal, handle_singlestep() sees
+    UTASK_SSTEP_TRAPPED and calls arch_uprobe_abort_xol(), then the signal is delivered.
+
+    Called by the process when the CPU faults; does nothing unless a step was under way."""
+    utask = proc.utask
+    uprobe = utask.active_uprobe
+    if uprobe is None:
+        return
+    regs = proc.kernel_entry()
+    proc.arch_ops.arch_uprobe_abort_xol(proc, uprobe.auprobe, regs)
+    utask.active_uprobe = None
+    xol_free_insn_slot(proc)
+    regs.flush()
 
 
 def handle_singlestep(proc, regs) -> None:

@@ -68,6 +68,12 @@ def arch_uprobe_post_xol(proc, auprobe: ArchUprobe, regs) -> int:
     return 0
 
 
+def arch_uprobe_abort_xol(proc, auprobe: ArchUprobe, regs) -> None:
+    """The step faulted: pc = vaddr, and user_disable_single_step() (arch/arm64/kernel/probes/uprobes.c)."""
+    regs.ip = proc.utask.vaddr
+    proc.single_step = False
+
+
 # --- return probes ------------------------------------------------------------------------
 
 def arch_uretprobe_hijack_return_addr(proc, trampoline_vaddr: int, regs) -> int:
@@ -112,6 +118,7 @@ class Arm64ArchOps:
     arch_uprobe_skip_sstep = staticmethod(arch_uprobe_skip_sstep)
     arch_uprobe_pre_xol = staticmethod(arch_uprobe_pre_xol)
     arch_uprobe_post_xol = staticmethod(arch_uprobe_post_xol)
+    arch_uprobe_abort_xol = staticmethod(arch_uprobe_abort_xol)
     arch_uretprobe_hijack_return_addr = staticmethod(arch_uretprobe_hijack_return_addr)
     arch_uretprobe_is_alive = staticmethod(arch_uretprobe_is_alive)
     arch_uretprobe_trampoline = staticmethod(arch_uretprobe_trampoline)

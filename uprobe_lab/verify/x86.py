@@ -169,7 +169,7 @@ class VerifyReport:
 def verify_x86(sample: int = 3000, seed: int = 1, classes=None, sweeps: bool = True, kernel: str | None = None,
                parallel: int = 16, progress=None) -> VerifyReport:
     """Run the referee; ``progress(done, total)`` is called as verdicts come in."""
-    from ..native.errors import check_native_support
+    from ..native.support import check_native_support
     from .x86_host import HostPool, cpu_flags
 
     check_native_support("x86_64")

@@ -12,6 +12,7 @@ and ``evex_sweep`` (the same for EVEX at 512 bits).
 """
 from __future__ import annotations
 
+import itertools
 import random
 import struct
 from dataclasses import dataclass
@@ -237,10 +238,10 @@ def vex_sweep(flags: int = 0x202) -> list[Case]:
     for mmmmm in (1, 2, 3):
         for pp in range(4):
             for op in range(256):
-                for L, W in ((0, 0), (1, 0), (0, 1), (1, 1)):
-                    raw = bytes([0xC4, 0xE0 | mmmmm, (W << 7) | (0xC << 3) | (L << 2) | pp, op, 0xCA])
+                for L, W, vvvv in itertools.product((0, 1), (0, 1), (0xC, 0xF)):  # vvvv: xmm3, or unused
+                    raw = bytes([0xC4, 0xE0 | mmmmm, (W << 7) | (vvvv << 3) | (L << 2) | pp, op, 0xCA])
                     ins = decode(raw + b"\x11")
-                    if ins is not None and ins.size in (5, 6):
+                    if ins is not None and ins.size in (4, 5, 6):  # no ModRM (vzeroupper), ModRM, + imm8
                         case = make_case("VEX", bytes(ins.bytes), flags)
                         if case:
                             out.append(case)

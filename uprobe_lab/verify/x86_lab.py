@@ -68,8 +68,8 @@ def lab_runs(case, kernel) -> dict:
         return report
     result = proc.run(H.SITE, H.COMMON, MAX_INSNS)
     report["probed"] = _state(proc, result, data)
-    report["action"] = uprobe.arch.action
-    report["reason"] = uprobe.arch.reason
+    report["action"] = uprobe.auprobe.action
+    report["reason"] = uprobe.auprobe.reason
     report["hits"] = consumer.hits
     report["xol_area"] = proc.find_mapping("[uprobes]") is not None
     report["trampoline"] = proc.find_mapping("[uprobes-trampoline]") is not None

@@ -12,6 +12,7 @@ MAX_UINSN_BYTES = 16
 
 # asm/processor-flags.h
 X86_EFLAGS_TF = 0x100
+X86_EFLAGS_IF = 0x200
 X86_EFLAGS_RF = 0x10000
 
 # errno

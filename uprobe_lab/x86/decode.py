@@ -5,12 +5,16 @@ emulated (branches, pushes, nops), single-stepped out of line (with which fixups
 fills struct arch_uprobe (``ArchUprobe``). Capstone stands in for the kernel's instruction decoder
 (``insn_decode``).
 
-What the lab leaves out: 32-bit and compat tasks, and rewriting RIP-relative operands for XOL (the
-kernel borrows a scratch register; the lab refuses such a probe with an error that says so). Also
-the kernel's reading of VEX instructions in branch_setup_xol_ops: its decoder takes the byte after a
-VEX prefix as the opcode, so by the code a VEX instruction whose opcode byte is 0x70-0x7f or 0x90
-would be taken for a jcc or a nop and emulated; not checked on a live kernel, so the lab steps
-every VEX instruction out of line.
+VEX and EVEX instructions go through the same switches as the kernel's: its decoder puts the byte
+after the VEX/EVEX prefix in ``insn->opcode.bytes[0]`` (OPCODE1), and uprobe_init_insn,
+branch_setup_xol_ops, the fixup switch and can_optimize test that byte without asking whether the
+instruction was VEX-encoded. So a VEX/EVEX instruction whose opcode byte is 0x70-0x7f, 0x90, 0xe8,
+0xe9 or 0xeb is emulated as a jcc, nop, call or jmp and never runs, and a 5-byte one with opcode
+byte 0x90 (kmovw/kmovq) is even optimised into a call on 6.18. That is a kernel bug, reproduced
+here on every modelled version and flagged in the verdict (``KERNEL_BUG_VEX``); `python -m
+uprobe_lab verify` shows it on a live kernel. RIP-relative operands are rewritten for XOL as the
+kernel does (x86.riprel). Left out: 32-bit and compat tasks, and the kernel decoder's own opcode
+tables (Capstone stands in: an instruction Capstone does not know is refused as -ENOEXEC).
 
 The nop10 site of the development-tree red-zone scheme (``kernel.nop10_redzone``, never released)
 has its own analysis path here, ``nop10_analyze_insn``; its optimisation is in x86.optimize.
@@ -27,6 +31,7 @@ from ..kernel import KernelVersion
 from ..uprobes import UnprobeableInstruction
 from . import asm
 from .constants import MAX_UINSN_BYTES
+from .riprel import UPROBE_FIX_RIP_MASK, riprel_analyze, riprel_scratch
 
 UPROBE_FIX_IP = 0x01
 UPROBE_FIX_CALL = 0x02
@@ -50,8 +55,15 @@ GOOD_INSNS_64 = _bitmap("""
 1101111111111111 1111111111011111 1111111111111111 1111111111111111
 1111111111110000 1111000111111111 1111000011010000 1011011111001111""")
 # The kernel also has good_2byte_insns, but for a 64-bit task it is never consulted: bit 0x0f is set in
-# good_insns_64, so uprobe_init_insn() accepts every two-byte opcode (0f xx) on its first test. Checked on
-# a 6.18 host: uprobes attach to syscall (0f 05) and ud2 (0f 0b) and refuse int3, hlt and EVEX (62 ...).
+# good_insns_64, so uprobe_init_insn() accepts every two-byte opcode (0f xx) on its first test. The same
+# table is asked about a VEX/EVEX instruction's opcode byte. Checked on a 6.18 host: uprobes attach to
+# syscall (0f 05), ud2 (0f 0b) and vzeroupper (c5 f8 77), and refuse int3, hlt and vpxor (c5 f9 ef: 0xef
+# is "out" in the one-byte map).
+
+# What the verdict says when OPCODE1 of a VEX/EVEX instruction collides with a branch or nop.
+KERNEL_BUG_VEX = ("KERNEL BUG: branch_setup_xol_ops() reads the opcode byte after the {kind} prefix as a "
+                  "one-byte opcode, so this {kind} instruction is emulated as {what} and never runs "
+                  "(every modelled kernel, 6.10-6.18; no upstream fix found)")
 
 
 LEGACY_PREFIXES = {0xF0, 0xF2, 0xF3, 0x2E, 0x36, 0x3E, 0x26, 0x64, 0x65, 0x66, 0x67}
@@ -94,6 +106,19 @@ class Insn:
     modrm: int | None
     rip_relative: bool
     target: int | None  # branch target for relative branches
+    vex_prefix: bytes = b""  # the VEX (c4/c5) or EVEX (62) prefix bytes; empty if none
+    vex_offset: int = 0
+    rex_offset: int | None = None
+    modrm_offset: int | None = None
+    immediate: int = 0  # insn->immediate.value, sign-extended (0 if the instruction has none)
+
+    @property
+    def evex(self) -> bool:
+        return self.vex_prefix[:1] == b"\x62"
+
+    @property
+    def vex_kind(self) -> str:
+        return "EVEX" if self.evex else "VEX"
 
 
 X86_64_DISASM = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
@@ -115,22 +140,30 @@ def insn_decode(raw: bytes, vaddr: int = 0) -> Insn:
     if i < len(code) and 0x40 <= code[i] <= 0x4F:
         rex = code[i]
         i += 1
-    vex = code[i] in (0xC4, 0xC5)
-    if vex:  # the kernel decoder takes the byte after the VEX prefix as a one-byte opcode
-        i += 3 if code[i] == 0xC4 else 2
+    rex_offset = i - 1 if rex else None
+    vex_offset = i
+    vex_len = {0xC4: 3, 0xC5: 2, 0x62: 4}.get(code[i], 0)  # 62 is always EVEX in 64-bit mode
+    vex = bool(vex_len)
+    vex_prefix = code[i : i + vex_len]
+    if vex:  # the kernel decoder takes the byte after the VEX/EVEX prefix as a one-byte opcode
+        i += vex_len
         opcode = code[i : i + 1]
     elif code[i] == 0x0F:
         opcode = code[i : i + (3 if code[i + 1] in (0x38, 0x3A) else 2)]
     else:
         opcode = code[i : i + 1]
     end = i + len(opcode)
-    modrm = code[end] if end < len(code) else None
+    modrm = code[ci.modrm_offset] if ci.modrm_offset else None
     rip_relative = any(op.type == CX.X86_OP_MEM and op.mem.base == CX.X86_REG_RIP for op in ci.operands)
     target = None
     if ci.group(CX.X86_GRP_JUMP) or ci.group(CX.X86_GRP_CALL):
         if ci.operands and ci.operands[0].type == CX.X86_OP_IMM:
             target = ci.operands[0].imm & MASK64
-    return Insn(code, ci.size, ci.mnemonic, ci.op_str, prefixes, rex, vex, opcode, modrm, rip_relative, target)
+    immediate = 0
+    if ci.imm_size:
+        immediate = int.from_bytes(code[ci.imm_offset : ci.imm_offset + ci.imm_size], "little", signed=True)
+    return Insn(code, ci.size, ci.mnemonic, ci.op_str, prefixes, rex, vex, opcode, modrm, rip_relative, target,
+                vex_prefix, vex_offset, rex_offset, ci.modrm_offset or None, immediate)
 
 
 @dataclass
@@ -165,7 +198,7 @@ def uprobe_init_insn(insn: Insn) -> None:
                 f"{insn.mnemonic} {insn.op_str}: the {BAD_PREFIXES[p]} prefix ({p:#04x}) is refused by "
                 "is_prefix_bad() (-ENOTSUPP); probe another instruction")
     op1 = insn.opcode[0]
-    if not insn.vex and (op1 == 0x17 or (op1 == 0x8E and insn.modrm is not None and (insn.modrm >> 3) & 7 == 2)):
+    if (op1 == 0x17 or (op1 == 0x8E and insn.modrm is not None and (insn.modrm >> 3) & 7 == 2)):
         raise UnprobeableInstruction(f"{insn.mnemonic} {insn.op_str}: a move to %ss masks exceptions for one "
                                      "instruction, so it cannot be single-stepped (insn_masking_exception)")
     if op1 in GOOD_INSNS_64:
@@ -177,34 +210,35 @@ def uprobe_init_insn(insn: Insn) -> None:
 
 
 def branch_setup_xol_ops(auprobe: ArchUprobe, insn: Insn, kernel: KernelVersion) -> bool:
+    """Emulate nops, jmp, call rel32 and jcc: the switch is on OPCODE1 alone, so VEX/EVEX opcode bytes
+    that collide are emulated too (``KERNEL_BUG_VEX``); the offset is the instruction's immediate."""
     opc1 = insn.opcode[0]
     if kernel.emulate_all_nops and insn.length <= asm.ASM_NOP_MAX and insn.raw == asm.X86_NOPS[insn.length]:
         auprobe.ops, auprobe.branch_opc1, auprobe.branch_offs = "branch", opc1, 0
         since = "" if insn.opcode == b"\x90" else " (since 6.16; single-stepped before)"
         auprobe.reason = f"a standard nop, x86_nops[{insn.length}]: emulated as a jump of 0{since}"
         return True
-    if insn.vex:
-        return False
     if opc1 == 0x90:
-        auprobe.ops, auprobe.branch_opc1, auprobe.branch_offs = "branch", opc1, 0
-        auprobe.reason = "prefix* + 0x90: emulated as a nop"
-        return True
-    if opc1 in (0xEB, 0xE9):
+        what = "prefix* + 0x90: emulated as a nop"
+    elif opc1 in (0xEB, 0xE9):
         what = "jmp: emulated (ip += offset)"
     elif opc1 == 0xE8:
         what = "call rel32: emulated (push the return address, ip += offset)"
     elif opc1 == 0x0F and len(insn.opcode) == 2 and insn.opcode[1] - 0x10 in JCC_TAKEN:
         opc1 = insn.opcode[1] - 0x10  # jcc near checks the same condition as jcc short
         what = "jcc near: emulated (flags decide)"
-    elif opc1 in JCC_TAKEN:
+    elif opc1 in JCC_TAKEN and len(insn.opcode) == 1:
         what = "jcc short: emulated (flags decide)"
     else:
         return False
-    if 0x66 in insn.prefixes:
+    if opc1 != 0x90 and 0x66 in insn.prefixes:
         raise UnprobeableInstruction(f"{insn.mnemonic} {insn.op_str}: branches with a 0x66 operand-size prefix "
                                      "are refused (-ENOTSUPP): Intel and AMD disagree on them")
     auprobe.ops, auprobe.branch_opc1 = "branch", opc1
-    auprobe.branch_offs = insn.target - (auprobe.vaddr + insn.length)
+    auprobe.branch_offs = insn.immediate  # insn->immediate.value: the rel8/rel32 of a real branch
+    if insn.vex:
+        as_what = {0x90: "a nop", 0xE8: "a call", 0xE9: "a jmp", 0xEB: "a jmp"}.get(opc1, f"a jcc (opcode {opc1:#04x})")
+        what = KERNEL_BUG_VEX.format(kind=insn.vex_kind, what=f"{as_what} with offset {insn.immediate}")
     auprobe.reason = what
     return True
 
@@ -238,34 +272,42 @@ def arch_uprobe_analyze_insn(raw: bytes, vaddr: int, kernel: KernelVersion) -> A
     if branch_setup_xol_ops(auprobe, insn, kernel) or push_setup_xol_ops(auprobe, insn):
         return auprobe
     fix = UPROBE_FIX_IP
-    op1 = insn.opcode[0] if not insn.vex else None
+    op1 = insn.opcode[0]  # OPCODE1: for VEX/EVEX the byte after the prefix, as in the kernel
+    rewrite = True  # riprel_analyze() runs only in the switch's 0xff and default arms
     if op1 == 0x9D:
         auprobe.fixups |= UPROBE_FIX_SETF
-    if op1 in (0xC3, 0xCB, 0xC2, 0xCA, 0xEA):
-        fix = 0  # ret/lret/jmp absolute: ip is already right
+        rewrite = False
+    elif op1 in (0xC3, 0xCB, 0xC2, 0xCA, 0xEA):
+        fix, rewrite = 0, False  # ret/lret/jmp absolute: ip is already right
     elif op1 == 0x9A:
-        fix = UPROBE_FIX_CALL
+        fix, rewrite = UPROBE_FIX_CALL, False
     elif op1 == 0xFF and insn.modrm is not None:
         reg = (insn.modrm >> 3) & 7
         if reg in (2, 3):
             fix = UPROBE_FIX_CALL
         elif reg in (4, 5):
             fix = 0
-    if insn.rip_relative:
-        raise UnprobeableInstruction(
-            f"{insn.mnemonic} {insn.op_str} addresses memory relative to rip. The kernel single-steps it "
-            "after rewriting the operand to use a scratch register (riprel_analyze); the lab does not model "
-            "that rewrite - probe a neighbouring instruction")
+    if rewrite:
+        riprel_analyze(auprobe, insn)
     auprobe.fixups |= fix
     auprobe.reason = {UPROBE_FIX_IP: "single-stepped out of line, then ip += vaddr - xol_vaddr",
                       UPROBE_FIX_CALL: "single-stepped out of line, then the pushed return address is fixed",
                       0: "single-stepped out of line; it sets ip itself (ret/jmp)"}[fix]
+    if insn.vex and op1 in (0x9D, 0xC3, 0xCB, 0xC2, 0xCA, 0xEA, 0x9A):
+        auprobe.reason = (f"KERNEL BUG: the fixup switch takes this {insn.vex_kind} instruction's opcode byte "
+                          f"{op1:#04x} for a one-byte {'popf' if op1 == 0x9D else 'call' if op1 == 0x9A else 'ret/jmp'}: "
+                          + auprobe.reason + (", and ip is not moved back from the slot" if fix == 0 else ""))
+    if auprobe.fixups & UPROBE_FIX_RIP_MASK:
+        auprobe.reason += f"; RIP-relative operand rewritten to use %{riprel_scratch(auprobe)} (riprel_analyze)"
     return auprobe
 
 
 def can_optimize(insn: Insn, vaddr: int) -> bool:
-    """A 5-byte nop (0x90 with prefixes, or NOPL 0f 1f /0) that does not cross a page (6.18)."""
-    if insn.length != 5 or insn.vex:
+    """A 5-byte nop (0x90 with prefixes, or NOPL 0f 1f /0) that does not cross a page (6.18).
+
+    insn_is_nop() tests only OPCODE1 == 0x90, so a 5-byte VEX instruction with that opcode byte
+    (kmovw k, k: c4 e1 f8 90 c1) passes too (KERNEL_BUG_VEX)."""
+    if insn.length != 5:
         return False
     is_nop = insn.opcode == b"\x90"
     is_nopl = insn.opcode == b"\x0f\x1f" and insn.modrm is not None and (insn.modrm >> 3) & 7 == 0

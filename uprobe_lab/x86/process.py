@@ -14,7 +14,7 @@ from unicorn import x86_const as X
 from ..process import EmulatedProcess, RegsView, pt_regs_fields, raise_for
 from ..stepper import Stepper
 from . import syscalls, traps
-from .constants import EXIT_ADDR, STACK_SIZE, STACK_TOP, SYSCALL_INSN_SIZE
+from .constants import EXIT_ADDR, STACK_SIZE, STACK_TOP, SYSCALL_INSN_SIZE, X86_EFLAGS_IF, X86_EFLAGS_TF
 from .uprobes import X86ArchOps
 
 
@@ -52,6 +52,8 @@ class X86Process(EmulatedProcess):
         self.uretprobe_saves_regs = uretprobe_saves_regs
         self.syscalls.update(syscalls.syscall_table(self.kernel))
         self.map("[stack]", STACK_TOP - STACK_SIZE, STACK_SIZE, "rw-p")
+        self._syscall_tf_ip = None  # a syscall executed with TF set: where its (delayed) step trap is due
+        self.uc.reg_write(X.UC_X86_REG_RFLAGS, 0x2 | X86_EFLAGS_IF)  # user mode always runs with IF set
         self.uc.hook_add(UC_HOOK_INTR, self._on_interrupt)
         self.uc.hook_add(UC_HOOK_INSN, self._on_syscall, None, 1, 0, X.UC_X86_INS_SYSCALL)
         if count_insns:
@@ -65,6 +67,12 @@ class X86Process(EmulatedProcess):
         if intno == 3:
             traps.exc_int3(self)
         elif intno == 1:
+            if self._syscall_tf_ip is not None and self.pc == self._syscall_tf_ip:
+                # syscall masks TF on entry (MSR_SYSCALL_MASK) and the exit restores it by iret, so the
+                # step trap comes after the *next* instruction, not after the syscall (6.18 host)
+                self._syscall_tf_ip = None
+                return
+            self._syscall_tf_ip = None
             traps.exc_debug(self)
         else:
             self.force_sig("SIGSEGV", f"unexpected interrupt {intno}")
@@ -76,6 +84,7 @@ class X86Process(EmulatedProcess):
         regs.cx = next_ip
         regs.r11 = regs.flags
         regs.ip = next_ip  # pt_regs->ip is the instruction after syscall
+        self._syscall_tf_ip = next_ip if regs.flags & X86_EFLAGS_TF else None
         syscalls.do_syscall_64(self, regs)
         regs.ip -= SYSCALL_INSN_SIZE  # Unicorn's rip still points at the syscall and it adds 2 after this hook
         regs.flush()

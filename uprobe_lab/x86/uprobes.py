@@ -8,7 +8,7 @@ hook                                                                        modu
 ==========================================================================  =============
 arch_uprobe_analyze_insn                                                    x86.decode
 arch_uprobe_skip_sstep (branch/push emulation)                              x86.emulate
-arch_uprobe_pre_xol, arch_uprobe_post_xol                                   x86.xol
+arch_uprobe_pre_xol, arch_uprobe_post_xol, arch_uprobe_abort_xol            x86.xol
 arch_uretprobe_hijack_return_addr, arch_uretprobe_is_alive, trampoline      x86.uretprobe
 set_swbp, set_orig_insn, arch_uprobe_optimize (6.18 nop5)                   x86.optimize
 is_swbp_at, uprobe_get_swbp_addr (and exc_int3/exc_debug)                   x86.traps
@@ -37,6 +37,7 @@ class X86ArchOps:
     uprobe_get_swbp_addr = staticmethod(traps.uprobe_get_swbp_addr)
     arch_uprobe_pre_xol = staticmethod(xol.arch_uprobe_pre_xol)
     arch_uprobe_post_xol = staticmethod(xol.arch_uprobe_post_xol)
+    arch_uprobe_abort_xol = staticmethod(xol.arch_uprobe_abort_xol)
     arch_uretprobe_hijack_return_addr = staticmethod(uretprobe.arch_uretprobe_hijack_return_addr)
     arch_uretprobe_is_alive = staticmethod(uretprobe.arch_uretprobe_is_alive)
     arch_uretprobe_trampoline = staticmethod(uretprobe.arch_uretprobe_trampoline)

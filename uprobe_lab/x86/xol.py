@@ -1,19 +1,22 @@
 """Single-stepping a probed x86-64 instruction out of line: twin of arch_uprobe_pre_xol and
 arch_uprobe_post_xol (default_post_xol_op) in arch/x86/kernel/uprobes.c.
 
-What the lab leaves out: abort_xol / xol_was_trapped (a fault inside the XOL step kills the process
-at the slot address instead of restarting at the probe) and arch_uprobe_ignore.
+A RIP-relative instruction runs with its operand rewritten to a scratch register (x86.riprel). A
+fault inside the step is aborted (arch_uprobe_abort_xol): the signal is delivered at the probed
+address, as on a 6.18 host. What the lab leaves out: arch_uprobe_ignore.
 """
 from __future__ import annotations
 
 from .constants import X86_EFLAGS_TF
 from .decode import UPROBE_FIX_CALL, UPROBE_FIX_IP, UPROBE_FIX_SETF, ArchUprobe
 from .emulate import emulate_push_stack
+from .riprel import riprel_post_xol, riprel_pre_xol
 
 
 def arch_uprobe_pre_xol(proc, auprobe: ArchUprobe, regs) -> None:
     utask = proc.utask
     regs.ip = utask.xol_vaddr
+    riprel_pre_xol(proc, auprobe, regs)
     utask.saved_tf = bool(regs.flags & X86_EFLAGS_TF)
     regs.flags = regs.flags | X86_EFLAGS_TF
 
@@ -25,6 +28,7 @@ def arch_uprobe_post_xol(proc, auprobe: ArchUprobe, regs) -> int:
     owed it; a stepped popf keeps the TF it may have loaded (UPROBE_FIX_SETF)."""
     utask = proc.utask
     send_sigtrap = utask.saved_tf
+    riprel_post_xol(proc, auprobe, regs)
     if auprobe.fixups & UPROBE_FIX_IP:
         regs.ip = regs.ip + utask.vaddr - utask.xol_vaddr
     elif auprobe.fixups & UPROBE_FIX_CALL:
@@ -39,3 +43,15 @@ def arch_uprobe_post_xol(proc, auprobe: ArchUprobe, regs) -> int:
     if not utask.saved_tf:
         regs.flags = regs.flags & ~X86_EFLAGS_TF
     return 0
+
+
+def arch_uprobe_abort_xol(proc, auprobe: ArchUprobe, regs) -> None:
+    """The step faulted (arch_uprobe_xol_was_trapped): undo it and go back to the probed address.
+
+    The kernel held the fault's signal (uprobe_deny_signal) and delivers it after this, with ip at
+    the probed instruction, so a handler sees the same state as without the probe."""
+    utask = proc.utask
+    riprel_post_xol(proc, auprobe, regs)
+    regs.ip = utask.vaddr
+    if not utask.saved_tf:
+        regs.flags = regs.flags & ~X86_EFLAGS_TF

@@ -1,0 +1,95 @@
+"""The x86 referee: its machine code, its generator, and (as root, with the uprobe PMU) a sample run.
+
+The sample asks this host's kernel, so its expectations are the host's answers, not the lab's:
+every judged instruction must agree, and a few single instructions are pinned to what a 6.18 host
+was seen to do with them (each also reasoned from arch/x86/kernel/uprobes.c in the test's comment).
+"""
+import os
+import platform
+
+import capstone
+import pytest
+
+from uprobe_lab.errors import LabError
+from uprobe_lab.verify import verify
+from uprobe_lab.verify import x86_gen as G
+from uprobe_lab.verify import x86_harness as H
+
+from native_support import NATIVE_REASON
+
+x86_host = pytest.mark.skipif(
+    NATIVE_REASON is not None or platform.machine() != "x86_64" or os.geteuid() != 0,
+    reason=f"the referee needs real uprobes on an x86-64 host as root: {NATIVE_REASON or 'not x86-64 root'}")
+
+MD = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+
+
+def listing(code: bytes, addr: int) -> list[str]:
+    out = []
+    for ins in MD.disasm(code, addr):
+        if ins.mnemonic == "int3":
+            break
+        out.append(f"{ins.mnemonic} {ins.op_str}".strip())
+    return out
+
+
+def test_harness_routines_decode_as_written():
+    image = H.build_image(bytes.fromhex("4801d8"), opmask=True)
+    at = lambda addr: image[addr - H.CODE:]
+    entry = listing(at(H.ENTRY), H.ENTRY)
+    assert entry[6] == f"mov qword ptr [{H.SAVE_RSP:#x}], rsp"
+    assert f"xrstor64 ptr [{H.TEMPLATE:#x}]" in entry and "kmovq k7, rax" in entry and "popfq" in entry
+    assert entry[-2:] == [f"mov rsp, qword ptr [{H.IN_REGS + H.out_offset('rsp'):#x}]", f"jmp {H.SITE:#x}"]
+    assert listing(at(H.SITE), H.SITE)[:3] == ["add rax, rbx", f"mov qword ptr [{H.OUT_REGS + 13 * 8:#x}], rax",
+                                               f"mov eax, {H.SITE + 3:#x}"]
+    handler = listing(at(H.SIG_HANDLER), H.SIG_HANDLER)
+    assert "rep movsq qword ptr [rdi], qword ptr [rsi]" in handler
+    assert f"mov qword ptr [rdx + 0xa8], {H.SIG_EXIT:#x}" in handler  # REG_RIP = gregs[16]
+    assert handler[-2:] == ["and qword ptr [rdx + 0xb0], 0xfffffffffffffeff", "ret"]  # REG_EFL, TF cleared
+    assert listing(at(H.SIG_EXIT), H.SIG_EXIT)[-2:] == ["mov eax, 1", "ret"]
+    for pad in (H.PAD_BACK, H.PAD_FWD, H.RET_PAD):
+        assert listing(at(pad), pad)[-1] == f"jmp {H.COMMON:#x}"
+
+
+def test_generator_is_seeded_and_capstone_agrees_on_every_length():
+    a, b = G.random_cases(300, 5), G.random_cases(300, 5)
+    assert a == b and a != G.random_cases(300, 6)
+    assert {c.cls for c in a} == set(G.CLASSES)
+    for case in a + G.vex_sweep() + G.evex_sweep():
+        ins = G.decode(case.insn + b"\xcc" * 16)
+        assert ins.size == len(case.insn), case
+
+
+def test_sweeps_cover_the_colliding_opcodes():
+    vex = {(c.insn[1] & 0x1F, c.insn[2] & 3, c.insn[3]) for c in G.vex_sweep()}
+    assert (1, 0, 0x77) in vex  # vzeroupper
+    assert (1, 1, 0x74) in vex and (1, 1, 0x70) in vex  # vpcmpeqb, vpshufd
+    assert (1, 0, 0x90) in vex  # kmovw k, k/m16 (VEX.L0.0F.W0 90)
+    evex = {c.insn[4] for c in G.evex_sweep()}
+    assert {0x6F, 0x7F, 0x70, 0xEB} <= evex
+
+
+def test_unknown_arch_or_class_is_a_clear_error():
+    with pytest.raises(LabError, match="no referee"):
+        verify("mips")
+    with pytest.raises(LabError, match="unknown instruction class"):
+        verify("x86_64", sample=1, classes=["bogus"])
+
+
+@x86_host
+def test_sample_agrees_with_the_host():
+    report = verify("x86_64", sample=80, seed=20261130, sweeps=False)  # every class, ~10 s
+    d = report.as_dict()
+    assert d["judged"] >= 60, d
+    assert not report.disagreements, report.format()
+
+
+@x86_host
+def test_host_kills_a_probed_syscall_followed_by_ret(tmp_path):
+    from uprobe_lab.verify.x86_host import HostPool
+
+    (_, report), = HostPool(str(tmp_path), opmask=False, parallel=1).run([(0, bytes.fromhex("0f05c3"), 0x202)])
+    plain, probed = report["runs"][0], report["runs"][2]
+    assert plain["signal"] is None and plain["regs"]["rip"] == H.RET_PAD  # the ret landed
+    assert report["xol_area"] and probed["signal"] == "SIGSEGV"  # the ret ran in the slot; ip "fixed" wrong
+    assert probed["sigaddr"] == probed["regs"]["rip"] != H.RET_PAD
