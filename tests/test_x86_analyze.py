@@ -55,6 +55,8 @@ TABLE = [
     ("c5f877", "vzeroupper", "emulate", "emulate"),  # host: emulated as ja (0x77): kernel bug
     ("c5fd74c1", "vpcmpeqb ymm0, ymm0, ymm1", "emulate", "emulate"),  # host: emulated as je: kernel bug
     ("c4e1f890c1", "kmovq k0, k1", "emulate", "emulate"),  # host: "nop" (0x90), optimised on 6.18
+    ("f20f78c10102", "insertq xmm0, xmm1, 1, 2", "reject", "reject"),  # host: -ENOEXEC (SSE4a, not in its map)
+    ("660f79c1", "extrq xmm0, xmm1", "reject", "reject"),  # host: -ENOEXEC
 ]
 
 

@@ -105,7 +105,7 @@ def judge(case: G.Case, host: dict, kernel: str) -> Verdict:
     v = Verdict(case, "", host_action=host_action(host))
     v.host_changed = host_changes(runs[0], runs[2]) if len(runs) == 3 else []
     v.host_optimized = bool(host.get("trampoline"))
-    lab = lab_runs(case, kernel)
+    lab = lab_runs(case, kernel, runs[0])
     v.lab_action, v.lab_reason = lab["action"], lab["reason"]
     v.lab_changed = lab_changes(lab["unprobed"], lab["probed"]) if lab["probed"] else []
     v.lab_optimized = lab["trampoline"]

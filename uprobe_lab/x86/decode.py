@@ -162,6 +162,11 @@ def insn_decode(raw: bytes, vaddr: int = 0) -> Insn:
     immediate = 0
     if ci.imm_size:
         immediate = int.from_bytes(code[ci.imm_offset : ci.imm_offset + ci.imm_size], "little", signed=True)
+    if not vex and opcode in (b"\x0f\x78", b"\x0f\x79") and prefixes[-1:] in (b"\x66", b"\xf2"):
+        # AMD SSE4a extrq/insertq: Capstone knows them, the kernel's x86-opcode-map.txt does not (a 6.18
+        # host answers -ENOEXEC for 66/f2 0f 78 and 0f 79)
+        raise UnprobeableInstruction(f"{ci.mnemonic} {ci.op_str}: the kernel's instruction decoder does not know "
+                                     "this SSE4a instruction (-ENOEXEC); probe a neighbouring instruction")
     return Insn(code, ci.size, ci.mnemonic, ci.op_str, prefixes, rex, vex, opcode, modrm, rip_relative, target,
                 vex_prefix, vex_offset, rex_offset, ci.modrm_offset or None, immediate)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from unicorn import UC_ARCH_X86, UC_HOOK_CODE, UC_HOOK_INSN, UC_HOOK_INTR, UC_MODE_64
 from unicorn import x86_const as X
 
+from ..uprobes import handle_xol_fault
 from ..process import EmulatedProcess, RegsView, pt_regs_fields, raise_for
 from ..stepper import Stepper
 from . import syscalls, traps
@@ -74,8 +75,10 @@ class X86Process(EmulatedProcess):
                 return
             self._syscall_tf_ip = None
             traps.exc_debug(self)
-        else:
-            self.force_sig("SIGSEGV", f"unexpected interrupt {intno}")
+        else:  # #DE, #UD, #GP...: a fault inside an XOL step is reported at the probed address
+            pc = self.pc
+            handle_xol_fault(self)
+            self.force_sig("SIGSEGV", f"unexpected interrupt {intno} at pc={pc:#x}")
 
     def _on_syscall(self, uc, user_data):
         regs = self.kernel_entry()
