@@ -43,23 +43,13 @@ def host_action(report: dict) -> str:
     return "xol" if report["xol_area"] else "emulate"
 
 
-def host_changes(a: dict, b: dict) -> list[str]:
-    """What differs between two host runs (unprobed a, probed b)."""
-    out = [r for r in H.GREGS if a["regs"][r] != b["regs"][r]]
-    if a["signal"] != b["signal"]:
-        out.append(f"signal {a['signal']}->{b['signal']}")
-    if a["xsave"] != b["xsave"]:
-        out.append("vector/x87 state")
-    if a["mem"] != b["mem"]:
-        out.append("memory")
-    return out
-
-
-def lab_changes(a: dict, b: dict) -> list[str]:
+def changes(a: dict, b: dict, vectors: str) -> list[str]:
+    """What differs between two runs (unprobed a, probed b); ``vectors`` names the extended-state key
+    ("xsave" on the host, "ymm" in the lab)."""
     out = [r for r in H.GREGS if a["regs"].get(r) != b["regs"].get(r)]
     if a["signal"] != b["signal"]:
         out.append(f"signal {a['signal']}->{b['signal']}")
-    if a["ymm"] != b["ymm"]:
+    if a[vectors] != b[vectors]:
         out.append("vector/x87 state")
     if a["mem"] != b["mem"]:
         out.append("memory")
@@ -100,14 +90,14 @@ def judge(case: G.Case, host: dict, kernel: str) -> Verdict:
     runs = host["runs"]
     if runs[0]["signal"] == "SIGILL" and runs[0]["regs"]["rip"] == H.SITE:
         return Verdict(case, SKIP_SIGILL)
-    if host_changes(runs[0], runs[1]):
+    if changes(runs[0], runs[1], "xsave"):
         return Verdict(case, SKIP_UNSTABLE)
     v = Verdict(case, "", host_action=host_action(host))
-    v.host_changed = host_changes(runs[0], runs[2]) if len(runs) == 3 else []
+    v.host_changed = changes(runs[0], runs[2], "xsave") if len(runs) == 3 else []
     v.host_optimized = bool(host.get("trampoline"))
     lab = lab_runs(case, kernel, runs[0])
     v.lab_action, v.lab_reason = lab["action"], lab["reason"]
-    v.lab_changed = lab_changes(lab["unprobed"], lab["probed"]) if lab["probed"] else []
+    v.lab_changed = changes(lab["unprobed"], lab["probed"], "ymm") if lab["probed"] else []
     v.lab_optimized = lab["trampoline"]
     same = (v.host_action == v.lab_action and bool(v.host_changed) == bool(v.lab_changed)
             and v.host_optimized == v.lab_optimized)
