@@ -378,3 +378,21 @@ def test_consumer_moving_sp_returns_by_iret():
     assert proc.call("redzone_leaf_nop5", 5) == 0x77
     spent = proc.trace.since(before)
     assert spent["syscalls"] == 1 and spent["iret"] == 1 and "sysret" not in spent
+
+
+def test_sys_uprobe_with_an_unmapped_return_address_returns_quietly():
+    # arch/x86/kernel/uprobes.c (v6.18) sys_uprobe -> handle_syscall_uprobe(regs, retaddr - 5):
+    # find_active_uprobe_rcu finds no probe and is_trap_at_addr() fails with -EFAULT, so no consumer
+    # runs and the syscall writes the saved registers back and returns 0 - no signal, no error
+    proc, consumer, uprobe, site = probed()
+    call_target(proc, site)
+    tramp, hits = proc.mm.tramps[0], consumer.hits
+    sp = STACK_TOP - 0x800
+    proc.write_u64(sp, 5)  # a return address whose "call site" (0) is not mapped
+    regs = proc.regs()
+    regs.sp, regs.ax, regs.cx, regs.r11 = sp, 0xA1, 0xC1, 0x202
+    regs.flush()
+    result = proc.run(tramp, tramp + TRAMP.index(b"\xc3"))  # up to the trampoline's ret
+    assert result.ok and consumer.hits == hits
+    after = proc.regs()
+    assert (after.ax, after.cx, after.r11, after.sp) == (0xA1, 0xC1, 0x202, sp)

@@ -322,3 +322,21 @@ def test_cli_bench_uretprobe_nop_json(kernel, capsys):
     else:
         assert ev["exceptions"] == 1 and ev["syscalls"] == 1 and ev["sysret"] == 1
     assert result["hits"] == 200
+
+
+def test_after_the_last_detach_a_stray_int3_trampoline_call_is_still_claimed_on_6_10():
+    # kernel/events/uprobes.c: remove_breakpoint() only sets MMF_RECALC_UPROBES; MMF_HAS_UPROBES stays
+    # until find_active_uprobe() misses and recalculates. So uprobe_pre_sstep_notifier() still claims
+    # the trampoline's int3, handle_swbp() finds bp_vaddr == the trampoline, and with no return
+    # instance pending uprobe_handle_trampoline() sends SIGILL - not the SIGTRAP of an unclaimed int3.
+    import uprobe_lab as ul
+
+    proc = ul.new_process(kernel="6.10")
+    consumer = ul.CountingConsumer(ret=True)
+    probe = ul.attach(proc, "uprobe_target_nop", consumer)
+    proc.call("uprobe_target_nop")
+    ul.detach(proc, probe, consumer)
+    assert proc.mm.has_uprobes  # not cleared eagerly
+    tramp = proc.find_mapping("[uprobes]").start
+    result = proc.run(tramp, tramp + 1)
+    assert result.signal == "SIGILL"

@@ -252,6 +252,10 @@ class EmulatedProcess:
     def _mem_write(self, addr: int, data: bytes) -> bool:
         return not _uc_mem_write(self._uch, ctypes.c_uint64(addr), data, ctypes.c_size_t(len(data)))
 
+    def read_page(self, addr: int, size: int) -> bytes | None:
+        """Read as the kernel reads a page it looked up (get_user_pages): None if not mapped, no event."""
+        return self._mem_read(addr, size)
+
     def read(self, addr: int, size: int) -> bytes:
         data = self._mem_read(addr, size)
         if data is None:

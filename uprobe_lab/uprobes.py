@@ -134,7 +134,8 @@ class MmUprobes:
     probes: dict[int, Uprobe] = field(default_factory=dict)
     xol_area: XolArea | None = None
     tramps: list[int] = field(default_factory=list)  # [uprobes-trampoline] pages (x86, 6.18)
-    has_uprobes: bool = False  # MMF_HAS_UPROBES: set on install, recalculated when a breakpoint goes
+    has_uprobes: bool = False  # MMF_HAS_UPROBES: set on install, cleared only by a recalculation
+    recalc: bool = False  # MMF_RECALC_UPROBES: a breakpoint went; recalculate at the next lookup miss
 
     def recalc_has_uprobes(self) -> None:  # mmf_recalc_uprobes()
         self.has_uprobes = any(p.applied for p in self.probes.values())
@@ -222,14 +223,14 @@ def uprobe_unregister(proc, uprobe: Uprobe, consumer: UprobeConsumer) -> None:
         if uprobe.applied:
             proc.arch_ops.set_orig_insn(proc, uprobe.auprobe, uprobe.vaddr)
         del proc.mm.probes[uprobe.vaddr]
-        proc.mm.recalc_has_uprobes()
+        proc.mm.recalc = True  # remove_breakpoint(): MMF_HAS_UPROBES stays for now
 
 
 def unapply_uprobe(proc, uprobe: Uprobe) -> None:
     """Remove the breakpoint from this mm but keep the probe registered (all filters said no)."""
     proc.arch_ops.set_orig_insn(proc, uprobe.auprobe, uprobe.vaddr)
     uprobe.applied = False
-    proc.mm.recalc_has_uprobes()
+    proc.mm.recalc = True
 
 
 def filter_chain(proc, uprobe: Uprobe) -> bool:
@@ -298,6 +299,9 @@ def find_active_uprobe(proc, bp_vaddr: int) -> tuple[Uprobe | None, bool]:
     uprobe = proc.mm.probes.get(bp_vaddr)
     if uprobe is not None and uprobe.applied:
         return uprobe, True
+    if proc.mm.recalc:  # test_and_clear_bit(MMF_RECALC_UPROBES) -> mmf_recalc_uprobes()
+        proc.mm.recalc = False
+        proc.mm.recalc_has_uprobes()
     return None, proc.arch_ops.is_swbp_at(proc, bp_vaddr)
 
 

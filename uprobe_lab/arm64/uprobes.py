@@ -36,7 +36,8 @@ def set_orig_insn(proc, auprobe: ArchUprobe, vaddr: int) -> None:
 
 
 def is_swbp_at(proc, vaddr: int) -> bool:
-    return proc.read(vaddr, 4) == asm.b(UPROBE_SWBP_INSN)
+    """is_trap_at_addr(): an unreadable address is -EFAULT, i.e. not a breakpoint (no error)."""
+    return proc.read_page(vaddr, 4) == asm.b(UPROBE_SWBP_INSN)
 
 
 def uprobe_get_swbp_addr(regs) -> int:

@@ -55,7 +55,7 @@ def riprel_pre_xol(proc, auprobe, regs) -> None:
         utask = proc.utask
         name = riprel_scratch(auprobe)
         utask.saved_scratch_register = regs.get(name)
-        regs.set(name, utask.vaddr + auprobe.length)
+        regs.set(name, utask.vaddr + auprobe.decoded.length)
 
 
 def riprel_post_xol(proc, auprobe, regs) -> None:

@@ -9,7 +9,9 @@ from .constants import UPROBE_SWBP_INSN, UPROBE_SWBP_INSN_SIZE
 
 
 def is_swbp_at(proc, vaddr: int) -> bool:
-    return proc.read(vaddr, 1)[0] == UPROBE_SWBP_INSN
+    """is_trap_at_addr(): an unreadable address is -EFAULT, i.e. not a breakpoint (no error)."""
+    raw = proc.read_page(vaddr, 1)
+    return raw is not None and raw[0] == UPROBE_SWBP_INSN
 
 
 def uprobe_get_swbp_addr(regs) -> int:

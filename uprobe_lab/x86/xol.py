@@ -10,13 +10,14 @@ from __future__ import annotations
 from .constants import X86_EFLAGS_TF
 from .decode import UPROBE_FIX_CALL, UPROBE_FIX_IP, UPROBE_FIX_SETF, ArchUprobe
 from .emulate import emulate_push_stack
-from .riprel import riprel_post_xol, riprel_pre_xol
+from .riprel import UPROBE_FIX_RIP_MASK, riprel_post_xol, riprel_pre_xol
 
 
 def arch_uprobe_pre_xol(proc, auprobe: ArchUprobe, regs) -> None:
     utask = proc.utask
     regs.ip = utask.xol_vaddr
-    riprel_pre_xol(proc, auprobe, regs)
+    if auprobe.fixups & UPROBE_FIX_RIP_MASK:  # only RIP-relative steps reach x86/riprel.py
+        riprel_pre_xol(proc, auprobe, regs)
     utask.saved_tf = bool(regs.flags & X86_EFLAGS_TF)
     regs.flags = regs.flags | X86_EFLAGS_TF
 
@@ -28,7 +29,8 @@ def arch_uprobe_post_xol(proc, auprobe: ArchUprobe, regs) -> int:
     owed it; a stepped popf keeps the TF it may have loaded (UPROBE_FIX_SETF)."""
     utask = proc.utask
     send_sigtrap = utask.saved_tf
-    riprel_post_xol(proc, auprobe, regs)
+    if auprobe.fixups & UPROBE_FIX_RIP_MASK:
+        riprel_post_xol(proc, auprobe, regs)
     if auprobe.fixups & UPROBE_FIX_IP:
         regs.ip = regs.ip + utask.vaddr - utask.xol_vaddr
     elif auprobe.fixups & UPROBE_FIX_CALL:
@@ -51,7 +53,8 @@ def arch_uprobe_abort_xol(proc, auprobe: ArchUprobe, regs) -> None:
     The kernel held the fault's signal (uprobe_deny_signal) and delivers it after this, with ip at
     the probed instruction, so a handler sees the same state as without the probe."""
     utask = proc.utask
-    riprel_post_xol(proc, auprobe, regs)
+    if auprobe.fixups & UPROBE_FIX_RIP_MASK:
+        riprel_post_xol(proc, auprobe, regs)
     regs.ip = utask.vaddr
     if not utask.saved_tf:
         regs.flags = regs.flags & ~X86_EFLAGS_TF
