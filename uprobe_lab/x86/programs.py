@@ -13,6 +13,7 @@ from functools import lru_cache
 
 from ..program import Assembler, Program
 from . import asm
+from .constants import __NR_getpgid
 
 TEXT_BASE = 0x400000
 PAGE = 0x1000
@@ -50,7 +51,7 @@ def emit_targets(a: Assembler) -> None:
     a.emit(asm.X86_NOPS[5] + asm.RET)
     a.align(16, PAD)
     a.function("getpgid_syscall")  # syscall-count's producer body: syscall(__NR_getpgid)
-    a.emit(asm.mov_imm32("rax", 121) + asm.xor_rr32("rdi", "rdi") + asm.SYSCALL + asm.RET)
+    a.emit(asm.mov_imm32("rax", __NR_getpgid) + asm.xor_rr32("rdi", "rdi") + asm.SYSCALL + asm.RET)
     a.end_function()
 
 
