@@ -9,6 +9,7 @@ import pytest
 from uprobe_lab.arm64 import asm
 from uprobe_lab.arm64.constants import STACK_TOP
 from uprobe_lab.arm64.process import Arm64Process
+from uprobe_lab.arm64.programs import bench_program
 from uprobe_lab.arm64.randprog import fuzz_program
 from uprobe_lab.arm64.analyze import analyze_word, decode_fields
 from uprobe_lab.arm64.decode import arch_uprobe_analyze_insn
@@ -359,3 +360,14 @@ def test_decode_report_names_registers_by_their_size():
 
     assert "rt=w29 rt2=w30" in v.decode_report("29bf7bfd")  # stp w29, w30: 32-bit pair
     assert "rt=x29 rt2=x30" in v.decode_report("a9bf7bfd")  # stp x29, x30: 64-bit pair
+
+
+def test_the_stepper_works_on_arm64_too():
+    proc = Arm64Process(record=True)
+    proc.load(bench_program())
+    uprobe_register(proc, "uprobe_target_push", CountingConsumer())
+    steps = proc.stepper("uprobe_target_push").run_to_end()
+    assert steps[0].text == "brk #5" and steps[0].has("exc_brk") and steps[0].has("xol_steps")
+    assert steps[1].where.startswith("[uprobes]+") and steps[1].text.startswith("stp x29, x30")
+    assert any(s.has("exc_step") for s in steps) and steps[-1].done and steps[-1].text == "ret"
+    assert set(steps[0].regs) == {"ip", "sp", "x0", "x29", "x30", "pstate"}

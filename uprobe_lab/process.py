@@ -20,6 +20,7 @@ from .constants import MASK64, PAGE_SIZE
 from .errors import LabError, ProcessKilled
 from .kernel import KernelVersion, get_kernel
 from .sites import Mapping, mapping_at
+from .stepper import Stepper
 from .trace import Trace
 from .uprobes import MmUprobes, UprobeTask
 DEFAULT_MAX_INSNS = 10_000_000  # every run is guarded: no emulation can spin forever
@@ -166,6 +167,8 @@ class EmulatedProcess:
     uc_arch = uc_mode = 0
     Regs = RegsView
     PC = SP = 0  # Unicorn ids of the program counter and stack pointer
+    RETVAL = 0  # Unicorn id of the register a call returns its value in
+    STEPPER_REGS: tuple[str, ...] = ()  # the pt_regs a Stepper shows by default
     EXEC_IMPLIES_READ = False  # True where page tables cannot express execute-only (x86)
 
     def __init__(self, kernel: str | KernelVersion | None = None, record: bool = False):
@@ -343,6 +346,25 @@ class EmulatedProcess:
         if pc == until:
             return RunResult("until", pc)
         return RunResult("count", pc, reason=f"stopped after {max_insns} instructions at {pc:#x}")
+
+    # --- calls, for notebooks and tests ---
+    def prepare_call(self, target, *args: int) -> tuple[int, int]:
+        """Set up a call of ``target`` (a symbol or address) by the arch's calling convention, returning
+        to an unmapped exit address; returns (start, exit address)."""
+        raise NotImplementedError
+
+    def call(self, target, *args: int, max_insns: int = DEFAULT_MAX_INSNS) -> int:
+        """Call a function with the arch's calling convention and return its return value."""
+        start, until = self.prepare_call(target, *args)
+        result = self.run(start, until, max_insns)
+        if not result.ok:
+            raise_for(result)
+        return self.reg_read(self.RETVAL)
+
+    def stepper(self, target, *args: int, regs: tuple[str, ...] | None = None) -> Stepper:
+        """A Stepper over a call of ``target``, one instruction per step (needs record=True)."""
+        start, until = self.prepare_call(target, *args)
+        return Stepper(self, start, until, regs or self.STEPPER_REGS)
 
     def __repr__(self) -> str:
         state = f" killed by {self.signal}" if self.signal else ""

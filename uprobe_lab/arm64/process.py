@@ -14,7 +14,7 @@ from unicorn import arm64_const as A
 
 from ..constants import PAGE_SIZE
 from ..errors import LabError
-from ..process import EmulatedProcess, RegsView, pt_regs_fields, raise_for
+from ..process import EmulatedProcess, RegsView, pt_regs_fields
 from . import traps
 from .constants import EXIT_ADDR, STACK_SIZE, STACK_TOP, TASK_SIZE
 from .stp import STP_STORES
@@ -55,7 +55,8 @@ class Arm64Process(EmulatedProcess):
     arch = "arm64"
     uc_arch, uc_mode = UC_ARCH_ARM64, UC_MODE_ARM
     Regs = PtRegs
-    PC, SP = A.UC_ARM64_REG_PC, A.UC_ARM64_REG_SP
+    PC, SP, RETVAL = A.UC_ARM64_REG_PC, A.UC_ARM64_REG_SP, A.UC_ARM64_REG_X0
+    STEPPER_REGS = ("ip", "sp", "x0", "x29", "x30", "pstate")
 
     def __init__(self, kernel=None, record: bool = False, count_insns: bool = False, stp: str | None = None,
                  stp_store: str = "pin", mte: bool = False, sp_alignment_check: bool = True):
@@ -102,8 +103,8 @@ class Arm64Process(EmulatedProcess):
             self.force_sig("SIGSEGV", f"unexpected exception {intno} at {self.pc:#x}")
 
     # --- conveniences for notebooks and tests ---
-    def call(self, target, *args: int, max_insns: int = 10_000_000):
-        """Call a function with AAPCS64 arguments (x0..x7) and return x0; target is a symbol or address."""
+    def prepare_call(self, target, *args: int) -> tuple[int, int]:
+        """Set up an AAPCS64 call of ``target`` (arguments in x0..x7, lr = EXIT_ADDR)."""
         if len(args) > 8:
             raise LabError("call() passes at most 8 arguments (x0..x7)")
         addr = self.program.resolve(target) if isinstance(target, str) else target
@@ -113,7 +114,4 @@ class Arm64Process(EmulatedProcess):
         regs.set("sp", (STACK_TOP - 0x100) & ~0xF)
         regs.set("x30", EXIT_ADDR)
         regs.flush()
-        result = self.run(addr, EXIT_ADDR, max_insns)
-        if not result.ok:
-            raise_for(result)
-        return self.reg_read(A.UC_ARM64_REG_X0)
+        return addr, EXIT_ADDR

@@ -11,9 +11,8 @@ from __future__ import annotations
 from unicorn import UC_ARCH_X86, UC_HOOK_CODE, UC_HOOK_INSN, UC_HOOK_INTR, UC_MODE_64
 from unicorn import x86_const as X
 
+from ..process import EmulatedProcess, RegsView, pt_regs_fields
 from ..uprobes import handle_xol_fault
-from ..process import EmulatedProcess, RegsView, pt_regs_fields, raise_for
-from ..stepper import Stepper
 from . import syscalls, traps
 from .constants import EXIT_ADDR, STACK_SIZE, STACK_TOP, SYSCALL_INSN_SIZE, X86_EFLAGS_IF, X86_EFLAGS_TF
 from .uprobes import X86ArchOps
@@ -42,7 +41,8 @@ class X86Process(EmulatedProcess):
     arch = "x86_64"
     uc_arch, uc_mode = UC_ARCH_X86, UC_MODE_64
     Regs = PtRegs
-    PC, SP = X.UC_X86_REG_RIP, X.UC_X86_REG_RSP
+    PC, SP, RETVAL = X.UC_X86_REG_RIP, X.UC_X86_REG_RSP, X.UC_X86_REG_RAX
+    STEPPER_REGS = ("ip", "sp", "ax", "cx", "r11", "flags")
     EXEC_IMPLIES_READ = True  # protection_map[VM_EXEC] is PAGE_READONLY_EXEC: [uprobes] reads fine
 
     def __init__(self, kernel=None, record: bool = False, count_insns: bool = False,
@@ -94,7 +94,7 @@ class X86Process(EmulatedProcess):
 
     # --- conveniences for notebooks and tests ---
     def prepare_call(self, target, *args: int) -> tuple[int, int]:
-        """Set up a System V call of ``target`` returning to EXIT_ADDR; returns (start, EXIT_ADDR)."""
+        """Set up a System V call of ``target`` (arguments in rdi, rsi, ...) returning to EXIT_ADDR."""
         addr = self.program.resolve(target) if isinstance(target, str) else target
         regs = self.regs()
         for name, value in zip(("di", "si", "dx", "cx", "r8", "r9"), args):
@@ -105,16 +105,4 @@ class X86Process(EmulatedProcess):
         self.write_u64(sp - 8, EXIT_ADDR)
         return addr, EXIT_ADDR
 
-    def call(self, target, *args: int, max_insns: int = 10_000_000) -> int:
-        """Call a function with System V arguments and return rax; target is a symbol or address."""
-        start, until = self.prepare_call(target, *args)
-        result = self.run(start, until, max_insns)
-        if not result.ok:
-            raise_for(result)
-        return self.reg_read(X.UC_X86_REG_RAX)
-
-    def stepper(self, target, *args: int, regs=("ip", "sp", "ax", "cx", "r11", "flags")):
-        """A Stepper over a call of ``target`` (needs record=True)."""
-        start, until = self.prepare_call(target, *args)
-        return Stepper(self, start, until, regs)
 
