@@ -104,5 +104,3 @@ class X86Process(EmulatedProcess):
         regs.flush()
         self.write_u64(sp - 8, EXIT_ADDR)
         return addr, EXIT_ADDR
-
-
