@@ -6,10 +6,16 @@ import math
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from ..published import seed_speedups
 
 BEFORE_COLOR, AFTER_COLOR = "#8da0cb", "#fc8d62"
+
+
+def cpu_words(cpu: str) -> str:
+    """A seed's CPU as a title says it ("unspecified (x86-64)" is the nop5 series' unnamed machine)."""
+    return "an unnamed x86-64 machine" if cpu.startswith("unspecified") else (cpu or "unknown CPU")
 
 
 def seed_table_chart(repro, source: str, table: str) -> Figure:
@@ -20,7 +26,7 @@ def seed_table_chart(repro, source: str, table: str) -> Figure:
     benches = list(dict.fromkeys(grp["bench"]))
     speed = seed_speedups()
     speed = speed[(speed["source"] == source) & (speed["table"] == table)].set_index("bench")
-    fig = Figure(figsize=(max(6, 1.3 * len(benches)), 4.2), layout="constrained")
+    fig = Figure(figsize=(max(7, 1.6 * len(benches)), 5.2), layout="constrained")
     ax = fig.add_subplot()
     x = np.arange(len(benches))
     width = 0.8 / (2 * len(variants))
@@ -50,16 +56,16 @@ def seed_table_chart(repro, source: str, table: str) -> Figure:
             label += f"\nmodel: {100 * (pred.iloc[1] / pred.iloc[0] - 1):+.1f}%"
         ymax = grp[grp["bench"] == bench][["published_mops", "predicted_mops"]].max().max()
         ax.annotate(label, (j, ymax), xytext=(0, 4), textcoords="offset points", ha="center", va="bottom",
-                    fontsize=7)
-    ax.set_xticks(x, benches, rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel("M/s (higher is better)")
+                    fontsize=10)
+    ax.set_xticks(x, benches, rotation=30, ha="right", fontsize=10)
+    ax.set_ylabel("M hits/s (higher is better)", fontsize=10)
     if top > 50:  # usermode-count dwarfs the rest
         ax.set_yscale("log")
     else:
-        ax.set_ylim(0, top * 1.35 if top else 1)
-    cpu = grp["cpu"].iloc[0] if len(grp) else ""
-    ax.set_title(f"{source[:3]} {table} ({cpu}): published vs model", fontsize=10)
-    ax.legend(fontsize=7, ncols=2, loc="upper right")
+        ax.set_ylim(0, top * 1.45 if top else 1)
+    ax.set_title(f"Seed {source[:3]}, {cpu_words(grp['cpu'].iloc[0] if len(grp) else '')}: "
+                 f"published (solid) vs model (hatched)", fontsize=11)
+    ax.legend(fontsize=9, ncols=2, loc="upper left", bbox_to_anchor=(0, -0.32), frameon=False)
     return fig
 
 
@@ -108,12 +114,51 @@ def events_per_hit_chart(rows: dict[str, dict[str, float]], kinds=EVENT_COLUMNS,
         fig = Figure(figsize=(8, 3.5), layout="constrained")
         ax = fig.add_subplot()
     labels = list(rows)
+    kinds = [k for k in kinds if any(rows[label].get(k, 0) for label in labels)]  # a legend entry per drawn bar
     width = 0.8 / len(kinds)
     x = np.arange(len(labels))
     for i, kind in enumerate(kinds):
         ax.bar(x + i * width, [rows[label].get(kind, 0) for label in labels], width, label=kind)
-    ax.set_xticks(x + width * (len(kinds) - 1) / 2, labels)
-    ax.set_ylabel("per hit")
-    ax.set_title(title)
-    ax.legend(fontsize=8, ncols=len(kinds))
+    ax.set_xticks(x + width * (len(kinds) - 1) / 2, labels, fontsize=11)
+    ax.set_ylabel("count per hit", fontsize=11)
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # events are whole counts
+    ax.set_ylim(0, max([rows[label].get(k, 0) for label in labels for k in kinds] + [1]) * 1.1)
+    ax.set_title(title, fontsize=12)
+    ax.legend(fontsize=10, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)  # beside, never over a bar
     return ax.figure
+
+
+HISTORY_BENCHES = ("uprobe-nop", "uprobe-ret", "uprobe-nop5", "uretprobe-nop", "uretprobe-nop5")
+
+
+def kernel_history_chart(profiles=("intel", "nop5"), benches=HISTORY_BENCHES, kernels=None) -> Figure:
+    """Throughput by kernel version on a linear axis, one panel per published CPU: lines are the CPU's fitted
+    profile priced on each modelled kernel's events; dots are what that CPU's seed table measured."""
+    from .. import model
+    from ..kernel import KERNELS
+
+    kernels = list(kernels or [k for k in KERNELS if k[:1].isdigit()])
+    rows = model.bench_rows()
+    fig = Figure(figsize=(6.5 * len(profiles), 4.8), layout="constrained")
+    axes = fig.subplots(1, len(profiles), sharey=True, squeeze=False)[0]
+    x = np.arange(len(kernels))
+    for ax, name in zip(axes, profiles):
+        prof = model.get_profile(name)
+        measured = rows[rows["cpu"] == prof.cpu]
+        for i, bench in enumerate(benches):
+            color = f"C{i}"
+            ax.plot(x, [prof.predict(bench, k) for k in kernels], marker="o", ms=4, lw=2, color=color, label=bench)
+            seen = measured[measured["bench"] == bench].drop_duplicates(["kernel", "value"])
+            pos = [kernels.index(k) for k in seen["kernel"] if k in kernels]
+            ax.scatter(pos, [v for k, v in zip(seen["kernel"], seen["value"]) if k in kernels], s=90,
+                       facecolor="white", edgecolor=color, linewidth=2, zorder=3)
+        ax.set_xticks(x, kernels, fontsize=11)
+        ax.set_xlabel("kernel version", fontsize=11)
+        ax.set_title(cpu_words(prof.cpu), fontsize=12)
+        ax.set_ylim(bottom=0)
+        ax.grid(axis="y", color="0.9")
+    axes[0].set_ylabel("M hits/s (higher is better)", fontsize=11)
+    axes[-1].legend(fontsize=10, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False,
+                    title="line: model; circle: published", title_fontsize=10)
+    fig.suptitle("What each kernel release bought, bench by bench", fontsize=13)
+    return fig
