@@ -3,8 +3,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import platform
 import sys
+from pathlib import Path
 
 from . import analyze, bench
 from .errors import LabError
@@ -20,10 +23,92 @@ def _progress(total: int, enabled: bool):
     return (lambda name: (bar.set_description(name), bar.update(1))), bar.close
 
 
+MAX_ITERATIONS = 1 << 64  # the producer loop counts in one 64-bit register
+MIN_MOPS = 0.001  # 1000 calls/s: a measured rate below this is a unit mistake, not a uprobe
+
+
+def output_dir(path: str) -> Path:
+    """``--out`` for reproduce: a directory that exists or can be made, and that can be written."""
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise LabError(f"--out {path} is a file, not a directory; give a directory (new or existing), e.g. --out charts")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise LabError(f"--out {path}: cannot make the directory ({err.strerror}); "
+                       "give a directory you can write, e.g. --out charts") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise LabError(f"--out {path}: the directory is not writable; give one you can write, e.g. --out charts")
+    return out
+
+
+def output_file(path: str) -> Path:
+    """``--out`` for a CSV: checked before the work, so a typo does not waste a run."""
+    out = Path(path)
+    if out.is_dir():
+        raise LabError(f"--out {path} is a directory; give a file name, e.g. --out {out / 'predicted.csv'}")
+    parent = out.parent
+    if not parent.is_dir():
+        raise LabError(f"--out {path}: {parent} is not an existing directory; make it first or write elsewhere")
+    if not os.access(parent, os.W_OK | os.X_OK) or (out.exists() and not os.access(out, os.W_OK)):
+        raise LabError(f"--out {path} is not writable; give a path you can write, e.g. --out predicted.csv")
+    return out
+
+
+def read_measured(path: str):
+    """The ``--measured`` CSV as a table of arch, kernel, bench (text) and mops (a positive rate).
+
+    Every way a file can be wrong ends in one LabError naming the file, the problem and what a
+    good file looks like."""
+    import pandas as pd
+
+    shape = "a CSV with a header line arch,kernel,bench,mops and one row per bench measured on your machine"
+    if os.path.isdir(path):
+        raise LabError(f"--measured {path} is a directory; give {shape}")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+        if b"\0" in head:
+            raise UnicodeDecodeError("utf-8", head, head.index(b"\0"), len(head), "NUL byte")
+        table = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except FileNotFoundError:
+        raise LabError(f"--measured {path}: no such file; give the path of {shape}") from None
+    except OSError as err:
+        raise LabError(f"--measured {path}: cannot read it ({err.strerror}); give {shape}") from None
+    except UnicodeDecodeError:
+        raise LabError(f"--measured {path} is not text (a binary file?); give {shape}") from None
+    except pd.errors.EmptyDataError:
+        raise LabError(f"--measured {path} is empty; give {shape}") from None
+    except pd.errors.ParserError as err:
+        raise LabError(f"--measured {path} is not a well-formed CSV ({str(err).strip()}); give {shape}") from None
+    missing = [c for c in ("arch", "kernel", "bench", "mops") if c not in table.columns]
+    if missing:
+        raise LabError(f"--measured {path} lacks the column(s) {', '.join(missing)}; give {shape}")
+    if table.empty:
+        raise LabError(f"--measured {path} has a header but no rows; give {shape}")
+    for column in ("arch", "kernel", "bench", "mops"):
+        blank = table.index[table[column].str.strip() == ""]
+        if len(blank):  # an unbalanced quote swallows the rest of the file into one field, for one
+            raise LabError(f"--measured {path}: line {blank[0] + 2} has no {column} (a stray quote or a "
+                           f"missing field?); give {shape}")
+    mops = pd.to_numeric(table["mops"], errors="coerce")
+    for i, (text, value) in enumerate(zip(table["mops"], mops)):
+        if not (math.isfinite(value) and value >= MIN_MOPS):
+            raise LabError(f"--measured {path}: line {i + 2} has mops {text!r}; mops is a measured rate in "
+                           f"millions of calls per second, a number of at least {MIN_MOPS}")
+    return table.assign(mops=mops)
+
+
 def cmd_bench(args) -> int:
+    if not 1 <= args.iterations < MAX_ITERATIONS:
+        raise LabError(f"--iterations must be in 1 .. 2**64-1 (the bench loop counts in a 64-bit register), "
+                       f"got {args.iterations}")
     options = {"stp": args.stp} if args.stp else {}
     kernel = args.kernel or DEFAULT_KERNEL
+    if args.stp and args.mode != "native" and (args.arch or "x86_64") != "arm64":
+        raise LabError("--stp is an arm64 setting (how a probed stp x29, x30 runs); add --arch arm64 or drop --stp")
     if args.mode == "emulated":
+        args.arch = args.arch or "x86_64"
         names = args.names or bench.bench_names(args.arch)
         update, close = _progress(len(names), not args.json)
         try:
@@ -40,13 +125,19 @@ def cmd_bench(args) -> int:
         from tqdm import tqdm
 
         from .native import BENCH_NAMES, DEFAULT_REPEATS, NativeUnavailable, run_native_benches
+        from .native.arch import host_arch
+
+        if args.arch not in (None, host_arch()):
+            raise LabError(f"--mode native --arch {args.arch}: native mode runs the bytes on this machine's CPU, "
+                           f"which is {host_arch()}; drop --arch, or use --mode emulated --arch {args.arch}")
 
         # one tick per timed interval: the table takes seconds to minutes (uprobe-ret is single-stepped)
         try:
             # the bar is closed on leaving the with, before any message, so it does not overwrite it
             with tqdm(total=len(args.names or BENCH_NAMES) * DEFAULT_REPEATS, file=sys.stderr, leave=False,
                       desc="native", disable=args.json, delay=0.2) as bar:
-                results = run_native_benches(args.names or None, iterations=args.iterations, progress=bar.update)
+                results = run_native_benches(args.names or None, iterations=args.iterations, progress=bar.update,
+                                             arch=args.arch)
         except (NativeUnavailable, ValueError) as err:
             print(f"native benchmarks are not possible here: {err}" if isinstance(err, NativeUnavailable)
                   else f"error: {err}", file=sys.stderr)
@@ -54,6 +145,7 @@ def cmd_bench(args) -> int:
     else:
         from .model import model_table
 
+        args.arch = args.arch or "x86_64"
         results = model_table(args.names or None, arch=args.arch, kernel=kernel, cpu=args.cpu, **options)
     print(json.dumps(results, indent=2) if args.json else bench.format_table(results))
     return 0
@@ -72,13 +164,10 @@ def cmd_analyze(args) -> int:
 
 def cmd_reproduce(args) -> int:
     """Every seed chart, the reproduction table and the per-hit cost breakdown, into ``args.out``."""
-    from pathlib import Path
-
     from . import model
     from .views import charts
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = output_dir(args.out)
     n_rows = len(model.bench_rows())
     update, close = _progress(n_rows, True)
     try:
@@ -123,18 +212,22 @@ def cmd_reproduce(args) -> int:
 
 def cmd_predict(args) -> int:
     """Fit a profile on an unseen machine's measurements and predict another kernel."""
-    import pandas as pd
-
     from . import model
 
-    try:
-        measured = pd.read_csv(args.measured, dtype={"kernel": str})
-    except FileNotFoundError:
-        raise LabError(f"--measured {args.measured}: no such file; give the path of a CSV with columns "
-                       "arch, kernel, bench, mops (one row per bench measured on your machine)") from None
+    out = output_file(args.out) if args.out else None
+    measured = read_measured(args.measured)
     result = model.predict_from_measured(measured, args.to)
-    if args.out:
-        result.to_csv(args.out, index=False)
+    bad = result[~(result["predicted_mops"] > 0)]  # NaN too
+    if len(bad):
+        raise LabError(f"the fit on {args.measured} predicts {bad.iloc[0]['predicted_mops']} M/s for "
+                       f"{bad.iloc[0]['bench']}, which no machine runs at; check the measured rates (mops is in "
+                       "millions of calls per second)")
+    if out:
+        try:
+            result.to_csv(out, index=False)
+        except OSError as err:
+            raise LabError(f"--out {args.out}: cannot write it ({err.strerror}); give a path you can write, "
+                           "e.g. --out predicted.csv") from None
     else:
         print(result.to_csv(index=False), end="")
     return 0
@@ -183,7 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="run the kernel bench's uprobe triggers")
     b.add_argument("names", nargs="*", help="bench names, e.g. uprobe-nop uretprobe-ret (default: all)")
     b.add_argument("--mode", choices=["emulated", "native", "model"], default="emulated")
-    b.add_argument("--arch", default="x86_64", choices=["x86_64", "arm64"])
+    b.add_argument("--arch", choices=["x86_64", "arm64"], help="default x86_64; native mode: this machine's")
     b.add_argument("--kernel", choices=list(KERNELS),
                    help=f"emulated and model modes: the kernel to emulate (default {DEFAULT_KERNEL})")
     b.add_argument("--stp", choices=["xol", "simulate"], help="arm64: how a probed stp x29, x30 runs")
@@ -234,6 +327,11 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:  # every probe, mapping and temp file is released on the way up
         print("interrupted", file=sys.stderr)
         return 130
+    except OSError as err:  # the disk filled up, a file vanished mid-run: say which, no traceback
+        where = f"{err.filename}: " if err.filename else ""
+        print(f"error: {where}{err.strerror or err}; check the path and the free space, and run again",
+              file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

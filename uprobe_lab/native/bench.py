@@ -17,7 +17,7 @@ from typing import Callable, Iterable
 
 from ..bench import bench_names, bench_spec
 from ..sites import calls_uprobe_trampoline
-from .code import NativeCode
+from .code import MAX_CALLS, NativeCode
 from .host import kernel_release, parse_maps
 from .perf import UprobeEvent
 from .support import check_native_support
@@ -91,7 +91,7 @@ def run_bench(nc: NativeCode, name: str, iterations: int = DEFAULT_ITERATIONS, r
 
 def run_native_benches(names: Iterable[str] | None = None, iterations: int = DEFAULT_ITERATIONS,
                        repeats: int = DEFAULT_REPEATS,
-                       progress: Callable[[int], object] | None = None) -> list[dict]:
+                       progress: Callable[[int], object] | None = None, arch: str | None = None) -> list[dict]:
     """Run the native benches on this host; one result dict per bench, in the order asked.
 
     names       bench names (default: all that this architecture has, see BENCH_NAMES)
@@ -99,6 +99,7 @@ def run_native_benches(names: Iterable[str] | None = None, iterations: int = DEF
     repeats     timed intervals per bench (>= 1); stddev needs >= 2
     progress    called as progress(1) after every timed interval, e.g. a tqdm bar's ``update``
                 with total = len(names) * repeats
+    arch        the architecture asked for (default: this host's); another one is refused
 
     Each dict: bench, arch, mode ("native"), kernel, iterations, repeats, hits, mops, stddev,
     optimized (True/False for probe benches, None without a probe), site_bytes (hex of the first
@@ -109,7 +110,9 @@ def run_native_benches(names: Iterable[str] | None = None, iterations: int = DEF
     """
     if iterations < 1 or repeats < 1:
         raise ValueError("iterations and repeats must be >= 1")
-    arch = check_native_support()
+    if iterations >= MAX_CALLS:
+        raise ValueError(f"iterations must be below 2**64 (the loop count is one 64-bit register), got {iterations}")
+    arch = check_native_support(arch)
     old_mask = _pin_to_one_cpu()
     try:
         with NativeCode(arch) as nc:

@@ -12,10 +12,11 @@ import ctypes
 import os
 import shutil
 import tempfile
+import time
 from typing import Iterator
 
 from .arch import host_arch, load_bench_program
-from .errors import noexec
+from .errors import noexec, unsupported_arch
 from .host import read_mem
 from .libc import libc as _libc
 from .perf import sigint_deferred
@@ -26,7 +27,9 @@ ENV_DIR = "UPROBE_LAB_NATIVE_DIR"
 PROT_READ, PROT_EXEC = 0x1, 0x4
 MAP_PRIVATE = 0x02
 MAP_FAILED = ctypes.c_void_p(-1).value
-
+MAX_CALLS = 1 << 64  # producer_loop's count is one 64-bit register
+SCRATCH_PREFIX = "uprobe_lab-native-"
+CHUNK_SECONDS = 0.1  # Ctrl-C is acted on between two chunks of a long run: this late at most
 
 # producer_loop(n, target): System V rdi = n, rsi = target
 ProducerLoop = ctypes.CFUNCTYPE(None, ctypes.c_uint64, ctypes.c_void_p)
@@ -78,13 +81,49 @@ def find_exec_dir(candidates: list[str] | None = None, mounts_file: str | None =
     raise noexec(tried)
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by someone else
+        return True
+    return True
+
+
+def remove_stale_scratch_dirs(parent: str) -> list[str]:
+    """Remove the scratch directories of lab processes that died without cleaning up (killed hard).
+
+    Each directory is named after the pid that made it; one whose pid no longer runs is stale.
+    Returns the paths removed.
+    """
+    removed = []
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return removed
+    for name in names:
+        pid, sep, _ = name[len(SCRATCH_PREFIX):].partition("-")
+        if not name.startswith(SCRATCH_PREFIX) or not sep or not pid.isdigit():
+            continue
+        if int(pid) != os.getpid() and not _pid_alive(int(pid)):
+            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+            removed.append(os.path.join(parent, name))
+    return removed
+
+
 @contextlib.contextmanager
 def scratch_dir() -> Iterator[str]:
-    """A fresh directory on an exec-capable file system, removed on the way out."""
+    """A fresh directory on an exec-capable file system, removed on the way out.
+
+    Named uprobe_lab-native-<pid>-*, so a later run can tell it from a live one and remove it if
+    this process is killed before it can (SIGKILL runs no cleanup)."""
     d = None
     try:
+        parent = find_exec_dir()
+        remove_stale_scratch_dirs(parent)
         with sigint_deferred():
-            d = tempfile.mkdtemp(prefix="uprobe_lab-native-", dir=find_exec_dir())
+            d = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-", dir=parent)
         yield d
     finally:
         if d is not None:
@@ -104,7 +143,11 @@ class NativeCode:
     FILE_NAME = "bench_targets.bin"
 
     def __init__(self, arch: str | None = None):
-        self.arch = arch or host_arch()
+        host = host_arch()
+        if arch is not None and arch != host:  # calling foreign machine code would crash Python
+            raise unsupported_arch(arch, f"its bytes cannot run on this {host} CPU; the emulator "
+                                         f"runs them: uprobe_lab.new_process({arch!r})")
+        self.arch = host
         self.program = None
         self.path: str | None = None
         self.base: int | None = None
@@ -183,10 +226,21 @@ class NativeCode:
         """Call ``target`` (a symbol or an address) ``n`` times from the program's producer_loop."""
         if self._loop is None:
             raise RuntimeError("NativeCode is not open")
-        if n < 1:
-            raise ValueError("n must be >= 1 (the loop decrements before it tests)")
+        if not 1 <= n < MAX_CALLS:
+            raise ValueError(f"n must be in 1 .. 2**64-1 (the loop decrements a 64-bit count before it "
+                             f"tests), got {n}")
         addr = self.program.resolve(target) if isinstance(target, str) else target
-        self._loop(n, addr)
+        # Ctrl-C cannot stop native code in a ctypes call: Python acts on it only when the call
+        # returns. So a long loop runs in chunks of about CHUNK_SECONDS each, sized from the rate of
+        # the first chunk: a run of up to 2**16 calls is still one call, and a longer one pays one
+        # ctypes call per chunk (well under 0.1% of its time).
+        chunk = 1 << 16
+        while n:
+            calls = min(chunk, n)
+            t0 = time.perf_counter()
+            self._loop(calls, addr)
+            n -= calls
+            chunk = max(1 << 16, int(calls * CHUNK_SECONDS / max(time.perf_counter() - t0, 1e-9)))
 
     def read(self, name: str, n: int = 5) -> bytes:
         """The bytes at a symbol as this process sees them now (breakpoints and calls included)."""

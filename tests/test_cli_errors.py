@@ -1,0 +1,116 @@
+"""Every bad command line ends in one line naming the problem and the way out, and exit status 2."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from uprobe_lab import cli
+
+HEADER = "arch,kernel,bench,mops\n"
+GOOD_ROWS = ("x86_64,6.10,syscall-count,15.9\nx86_64,6.10,uprobe-nop,3.0\nx86_64,6.10,uprobe-ret,1.1\n"
+             "x86_64,6.10,uretprobe-nop,1.49\nx86_64,6.10,uretprobe-ret,0.82\n")
+
+
+def fails_cleanly(capsys, argv, *words) -> str:
+    """Run the CLI: exit 2, one 'error:' line on stderr holding ``words``, no traceback, nothing on stdout."""
+    assert cli.main(argv) == 2
+    captured = capsys.readouterr()
+    err = captured.err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert "Traceback" not in err and captured.out == ""
+    for word in words:
+        assert word in err, (word, err)
+    return err
+
+
+@pytest.fixture
+def files(tmp_path):
+    def write(name, text, mode="w"):
+        path = tmp_path / name
+        with open(path, mode) as f:
+            f.write(text)
+        return str(path)
+    return write
+
+
+# --- predict --measured -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name, body, words", [
+    ("empty.csv", "", ("is empty",)),
+    ("nonnumeric.csv", HEADER + "x86_64,6.10,uprobe-nop,fast\n", ("line 2", "'fast'", "millions of calls")),
+    ("zero.csv", HEADER + "x86_64,6.10,uprobe-nop,0\n", ("line 2", "'0'")),
+    ("inf.csv", HEADER + "x86_64,6.10,uprobe-nop,1\nx86_64,6.10,uprobe-ret,inf\n", ("line 3", "'inf'")),
+    ("nan.csv", HEADER + "x86_64,6.10,uprobe-nop,nan\n", ("line 2", "'nan'")),
+    ("negative.csv", HEADER + GOOD_ROWS + "x86_64,6.10,uprobe-push,-1.5\n", ("line 7", "'-1.5'")),
+    ("tiny.csv", HEADER + "x86_64,6.10,uprobe-nop,1e-9\nx86_64,6.10,uprobe-ret,1e-9\n", ("line 2", "at least")),
+    ("quoting.csv", HEADER + '"x86_64,6.10,uprobe-nop,1\nx86_64,"6.10\n', ("line 2", "stray quote")),
+    ("nocolumns.csv", "a,b\n1,2\n", ("lacks the column(s) arch, kernel, bench, mops",)),
+    ("header-only.csv", HEADER, ("no rows",)),
+])
+def test_predict_refuses_bad_measured_files(capsys, files, name, body, words):
+    fails_cleanly(capsys, ["predict", "--measured", files(name, body), "--to", "6.11"], "--measured", *words)
+
+
+def test_predict_refuses_a_binary_file_and_a_directory(capsys, files, tmp_path):
+    binary = files("ls.csv", bytes(range(256)) * 4, "wb")
+    fails_cleanly(capsys, ["predict", "--measured", binary, "--to", "6.11"], "not text")
+    fails_cleanly(capsys, ["predict", "--measured", str(tmp_path), "--to", "6.11"], "is a directory")
+
+
+def test_predict_out_must_be_a_writable_file(capsys, files, tmp_path):
+    measured = files("good.csv", HEADER + GOOD_ROWS)
+    fails_cleanly(capsys, ["predict", "--measured", measured, "--to", "6.11", "--out", str(tmp_path)],
+                  "is a directory", "give a file name")
+    fails_cleanly(capsys, ["predict", "--measured", measured, "--to", "6.11", "--out", "/proc/no/such.csv"],
+                  "/proc/no", "not an existing directory")
+    # /proc accepts no new files, not even from root
+    fails_cleanly(capsys, ["predict", "--measured", measured, "--to", "6.11", "--out", "/proc/predicted.csv"],
+                  "--out /proc/predicted.csv", "give a path you can write")
+
+
+def test_predict_still_writes_good_input(capsys, files, tmp_path):
+    out = tmp_path / "pred.csv"
+    assert cli.main(["predict", "--measured", files("good.csv", HEADER + GOOD_ROWS), "--to", "6.11",
+                     "--out", str(out)]) == 0
+    assert out.read_text().startswith("bench,predicted_mops\nsyscall-count,")
+
+
+# --- reproduce --out ----------------------------------------------------------------------------
+
+def test_reproduce_out_must_be_a_directory_it_can_make(capsys, files, tmp_path):
+    a_file = files("a-file", "x")
+    fails_cleanly(capsys, ["reproduce", "--out", a_file], "is a file, not a directory")
+    fails_cleanly(capsys, ["reproduce", "--out", os.path.join(a_file, "charts")], "cannot make the directory",
+                  "Not a directory")
+    fails_cleanly(capsys, ["reproduce", "--out", "/proc/charts"], "cannot make the directory")
+
+
+# --- bench --------------------------------------------------------------------------------------
+
+def test_bench_stp_is_an_arm64_option(capsys):
+    fails_cleanly(capsys, ["bench", "--stp", "simulate", "uprobe-nop", "--iterations", "10"],
+                  "--stp is an arm64 setting", "--arch arm64")
+    fails_cleanly(capsys, ["bench", "--mode", "model", "--stp", "xol", "uprobe-push"], "--arch arm64")
+
+
+@pytest.mark.parametrize("iterations", ["0", "-5", str(2 ** 64), str(10 ** 23)])
+def test_bench_iterations_must_fit_the_loop_register(capsys, iterations):
+    fails_cleanly(capsys, ["bench", "uprobe-nop", "--iterations", iterations], "2**64-1", iterations)
+    fails_cleanly(capsys, ["bench", "--mode", "native", "uprobe-nop", "--iterations", iterations], "2**64-1")
+
+
+def test_bench_native_refuses_a_foreign_arch(capsys):
+    from uprobe_lab.native.arch import host_arch
+
+    other = "arm64" if host_arch() == "x86_64" else "x86_64"
+    fails_cleanly(capsys, ["bench", "--mode", "native", "--arch", other, "uprobe-nop"],
+                  f"--arch {other}", f"which is {host_arch()}", "--mode emulated")
+
+
+def test_an_os_error_mid_run_is_one_line(capsys, monkeypatch):
+    def full_disk(args):
+        raise OSError(28, "No space left on device", "/data/pred.csv")
+
+    monkeypatch.setattr(cli, "cmd_analyze", full_disk)  # build_parser() looks it up on each main()
+    fails_cleanly(capsys, ["analyze", "90"], "/data/pred.csv: No space left on device")

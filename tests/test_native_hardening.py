@@ -1,0 +1,107 @@
+"""Native mode cannot be made to crash Python, run forever, or leave files behind."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from uprobe_lab.native import NativeUnavailable, code, run_native_benches
+from uprobe_lab.native.arch import host_arch
+from uprobe_lab.native.code import NativeCode
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OTHER_ARCH = "arm64" if host_arch() == "x86_64" else "x86_64"
+
+
+def exec_dir_reason() -> str | None:
+    try:
+        code.find_exec_dir()
+    except NativeUnavailable as err:
+        return str(err)
+    return None if host_arch() in ("x86_64", "arm64") else f"no bench bytes for {host_arch()}"
+
+
+can_run_code = pytest.mark.skipif(exec_dir_reason() is not None, reason=f"cannot run native code: {exec_dir_reason()}")
+
+
+def test_foreign_arch_code_is_refused_before_it_can_run():
+    # Calling arm64 words on an x86 CPU (or the reverse) kills the interpreter with SIGSEGV/SIGILL.
+    with pytest.raises(NativeUnavailable, match=f"no native bench for '{OTHER_ARCH}'.*new_process"):
+        NativeCode(OTHER_ARCH)
+    with pytest.raises(NativeUnavailable, match=f"cannot run on this {host_arch()}"):
+        run_native_benches(["usermode-count"], iterations=10, repeats=1, arch=OTHER_ARCH)
+
+
+@can_run_code
+@pytest.mark.parametrize("n", [0, 2 ** 64, 2 ** 64 + 5])
+def test_run_count_must_fit_the_loop_register(private_scratch, n):
+    # 2**64 + 5 would reach the 64-bit register as 5: a short run that looks like a huge one
+    with NativeCode() as nc, pytest.raises(ValueError, match=r"1 \.\. 2\*\*64-1"):
+        nc.run("uprobe_target_nop", n)
+
+
+def test_bench_iterations_must_fit_the_loop_register():
+    with pytest.raises(ValueError, match="below 2\\*\\*64"):
+        run_native_benches(["usermode-count"], iterations=2 ** 64, repeats=1)
+
+
+@can_run_code
+def test_ctrl_c_breaks_a_long_native_loop(tmp_path):
+    """10**12 calls take many minutes; Ctrl-C (here from another thread) ends the run within a second."""
+    script = textwrap.dedent("""
+        import _thread, os, sys, threading, time
+        from uprobe_lab.native.code import NativeCode
+        with NativeCode() as nc:
+            threading.Timer(0.3, _thread.interrupt_main).start()
+            t0 = time.perf_counter()
+            try:
+                nc.run("uprobe_target_nop", 10 ** 12)
+            except KeyboardInterrupt:
+                print(f"interrupted after {time.perf_counter() - t0:.2f}s")
+                sys.exit(0)
+        print("ran to the end")
+    """)
+    env = {**os.environ, "PYTHONPATH": REPO, code.ENV_DIR: str(tmp_path)}
+    try:
+        done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        pytest.fail("Ctrl-C did not stop the native loop within 30 s")
+    assert done.returncode == 0, done.stderr
+    seconds = float(done.stdout.split("after ")[1].rstrip("s\n"))
+    assert 0.3 <= seconds < 1.3
+    assert os.listdir(tmp_path) == []  # the scratch directory went too
+
+
+@can_run_code
+def test_stale_scratch_dirs_of_dead_processes_are_removed(private_scratch):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = private_scratch / f"uprobe_lab-native-{dead.pid}-abc123"
+    live = private_scratch / f"uprobe_lab-native-{os.getppid()}-def456"  # our parent is running
+    unrelated = private_scratch / "uprobe_lab-native-notapid"
+    for d in (stale, live, unrelated):
+        d.mkdir()
+        (d / code.NativeCode.FILE_NAME).write_bytes(b"\xc3")
+    with NativeCode() as nc:
+        mine = os.path.dirname(nc.path)
+        assert os.path.basename(mine).startswith(f"uprobe_lab-native-{os.getpid()}-")
+        assert not stale.exists() and live.exists() and unrelated.exists()
+    assert not os.path.exists(mine)
+
+
+@can_run_code
+def test_a_process_killed_hard_leaves_a_dir_the_next_run_removes(private_scratch):
+    script = "import os, time\nfrom uprobe_lab.native.code import NativeCode\nnc = NativeCode().__enter__()\n" \
+             "print(nc.path, flush=True)\ntime.sleep(60)\n"
+    env = {**os.environ, "PYTHONPATH": REPO, code.ENV_DIR: str(private_scratch)}
+    child = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, text=True)
+    path = child.stdout.readline().strip()
+    child.kill()
+    child.wait()
+    child.stdout.close()
+    assert os.path.exists(path)  # SIGKILL ran no cleanup
+    with NativeCode():
+        assert not os.path.exists(os.path.dirname(path))
