@@ -62,7 +62,7 @@ def read_measured(path: str):
     good file looks like."""
     import pandas as pd
 
-    shape = "a CSV with a header line arch,kernel,bench,mops and one row per bench measured on your machine"
+    shape = "a CSV with the columns arch, kernel, bench, mops (a header line, then one row per bench measured on your machine)"
     if os.path.isdir(path):
         raise LabError(f"--measured {path} is a directory; give {shape}")
     try:
