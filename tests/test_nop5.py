@@ -1,4 +1,4 @@
-"""The nop5 optimisation (6.18) and the dev-tree nop10 red-zone scheme."""
+"""The nop5 optimisation (6.18); 7.3's nop10 form is in test_nop10.py."""
 import random
 
 import pytest
@@ -9,11 +9,11 @@ from uprobe_lab.errors import ProcessKilled
 from uprobe_lab.program import disasm
 from uprobe_lab.uprobes import CountingConsumer, UnprobeableInstruction, UprobeConsumer, uprobe_register, uprobe_unregister
 from uprobe_lab.x86 import asm, optimize
-from uprobe_lab.x86.optimize import NOP10_DEV_TREE, TRAMP_NAME, patch_log
+from uprobe_lab.x86.optimize import TRAMP_NAME, patch_log
 from uprobe_lab.x86.constants import STACK_TOP, __NR_uprobe
 from uprobe_lab.x86.process import GPRS
 from uprobe_lab.x86.redzone_programs import check_transparency, make_redzone_process, redzone_program, site_of
-from uprobe_lab.x86.decode import ARCH_UPROBE_FLAG_CAN_OPTIMIZE, arch_uprobe_analyze_insn, can_optimize, insn_decode
+from uprobe_lab.x86.decode import can_optimize, insn_decode
 from uprobe_lab.kernel import get_kernel
 
 NOP5 = bytes.fromhex("0f1f440000")
@@ -113,12 +113,13 @@ def test_unoptimise_stages_bytes_and_decode():
     ("e800000000", False),
 ])
 def test_can_optimize(hexbytes, ok):
-    assert can_optimize(insn_decode(bytes.fromhex(hexbytes), 0x400000), 0x400000) is ok
+    assert can_optimize(insn_decode(bytes.fromhex(hexbytes), 0x400000), 0x400000, get_kernel("6.18")) is ok
 
 
 def test_page_crossing_nop5_is_not_optimised():
-    assert not can_optimize(insn_decode(NOP5, 0x400FFE), 0x400FFE)
-    assert can_optimize(insn_decode(NOP5, 0x400FFB), 0x400FFB)
+    k618 = get_kernel("6.18")
+    assert not can_optimize(insn_decode(NOP5, 0x400FFE), 0x400FFE, k618)
+    assert can_optimize(insn_decode(NOP5, 0x400FFB), 0x400FFB, k618)
     proc, consumer, _, site = probed(target="uprobe_target_nop5_pagecross")
     assert site % 0x1000 == 0xFFE
     call_target(proc, site, 4)
@@ -317,49 +318,6 @@ def test_red_zone_corrupted_by_optimised_nop5():
 
 def test_red_zone_intact_on_the_int3_path():
     assert check_transparency("redzone_leaf_nop5", "6.16").ok
-
-
-def test_nop10_dev_scheme_keeps_the_red_zone():
-    report = check_transparency("redzone_leaf_nop10", NOP10_DEV_TREE)
-    assert report.ok, str(report)
-    assert bytes.fromhex(report.site_bytes)[:6] == bytes.fromhex("488d642480e8")
-
-
-def test_nop10_dev_scheme_events_stages_and_unoptimise():
-    proc = make_redzone_process(NOP10_DEV_TREE)
-    site = site_of("redzone_leaf_nop10")
-    rec = Recorder()
-    uprobe = uprobe_register(proc, site, rec)
-    for _ in range(2):
-        assert proc.call("redzone_leaf_nop10", 7) == 7
-    before = proc.trace.counts
-    assert proc.call("redzone_leaf_nop10", 9) == 9
-    spent = proc.trace.since(before)
-    assert "exceptions" not in spent and spent["syscalls"] == 1 and spent["sysret"] == 1
-    assert rec.seen[-1]["ip"] == site and rec.seen[-1]["sp"] == rec.seen[0]["sp"]
-    tramp = proc.mm.tramps[0]
-    assert proc.read(tramp, 21) == optimize.uprobe_trampoline_code(nop10=True)
-    assert proc.read(tramp, 21).endswith(bytes.fromhex("c28000cc"))  # ret $0x80; int3
-    lea_call = asm.lea_rsp_disp8(-0x80) + asm.call_rel32(site + 5, tramp)
-    stages = patch_log(proc)
-    assert stages[2].site == b"\xcc" + lea_call[1:] and stages[-1].site == lea_call
-    uprobe_unregister(proc, uprobe, rec)
-    restored = proc.read(site, 10)
-    assert restored == asm.NOP10[:5] + lea_call[5:]  # the call's bytes stay, as operands of the nop
-    assert disasm(restored, "x86_64", site)[0][2].startswith("nop word ptr cs:")
-    assert proc.call("redzone_leaf_nop10", 3) == 3
-
-
-def test_released_618_refuses_the_nop10_site():
-    with pytest.raises(UnprobeableInstruction, match="CS segment"):
-        arch_uprobe_analyze_insn(asm.NOP10, 0x400000, get_kernel("6.18"))
-    auprobe = arch_uprobe_analyze_insn(asm.NOP10, 0x400000, NOP10_DEV_TREE)
-    assert ARCH_UPROBE_FLAG_CAN_OPTIMIZE in auprobe.flags and auprobe.action == "emulate"
-
-
-def test_nop5_stays_on_int3_under_the_dev_scheme():
-    e = events_per_hit("uprobe-nop5", kernel=NOP10_DEV_TREE)
-    assert e["exceptions"] == 1 and "syscalls" not in e
 
 
 def test_consumer_moving_sp_returns_by_iret():

@@ -1,7 +1,11 @@
 """The kernel bench's trigger benchmarks, run on the emulator.
 
 Names follow tools/testing/selftests/bpf/benchs/run_bench_uprobes.sh without the ``trig-``
-prefix. Each bench is measured twice, because the two questions need different instruments:
+prefix; 7.3's bench names the x86 ones ``uprobe-nop10``, ``uretprobe-nop10`` and ``usdt-nop10``, 6.18's
+``uprobe-nop5`` and ``usdt-nop5``; the lab keeps all of them, plus ``*-pagecross`` variants whose
+long nop straddles a page. A ``usdt-*`` bench attaches as libbpf does (uprobe_lab.usdt.attach_usdt,
+with the kernel tree's own libbpf, as the kernel's bench links it). A kernel that refuses the probe
+(6.18 and a nop10: its 0x2e prefix) gives a row that says so instead of events. Each bench is measured twice, because the two questions need different instruments:
 events per hit come from a process that counts every user instruction (exact, slow), and
 emulated hits/s from one that does not (fast). Like the kernel bench, both warm up first, so
 the figures describe the steady state (after a 6.18 nop5 site has been optimised, for example).
@@ -15,20 +19,26 @@ from .arches import make_process
 from .kernel import get_kernel
 from .errors import LabError
 from .trace import EVENT_KINDS, per_hit
-from .uprobes import CountingConsumer, uprobe_register
+from .uprobes import CountingConsumer, UnprobeableInstruction, uprobe_register
+from .usdt import USDT_SHAPES, attach_usdt, read_usdt_sites, site_bench
 
 TARGETS = {
     "nop": "uprobe_target_nop", "push": "uprobe_target_push", "ret": "uprobe_target_ret",
-    "nop5": "uprobe_target_nop5", "nop5-pagecross": "uprobe_target_nop5_pagecross",
+    "nop5": "uprobe_target_nop5", "nop10": "uprobe_target_nop10",
+    "nop5-pagecross": "uprobe_target_nop5_pagecross", "nop10-pagecross": "uprobe_target_nop10_pagecross",
 }
-X86_ONLY = {"nop5", "nop5-pagecross"}
+X86_ONLY = {"nop5", "nop10", "nop5-pagecross", "nop10-pagecross"}
+USDT_TARGETS = {  # x86-64 only, like the kernel bench's usdt benches
+    "nop": "usdt_nop", "nop5": "usdt_nop5", "nop10": "usdt_nop10",
+    "nop5-pagecross": "usdt_nop5_pagecross", "nop10-pagecross": "usdt_nop10_pagecross",
+}
 
 
 @dataclass(frozen=True)
 class BenchSpec:
     name: str
     target: str  # symbol the producer loop calls
-    probe: str | None  # None: no probe; "uprobe" or "uretprobe"
+    probe: str | None  # None: no probe; "uprobe", "uretprobe" or "usdt"
 
 
 def bench_spec(name: str, arch: str = "x86_64") -> BenchSpec:
@@ -41,21 +51,66 @@ def bench_spec(name: str, arch: str = "x86_64") -> BenchSpec:
         if target in X86_ONLY and arch != "x86_64":
             raise LabError(f"{name} is x86-64 only (the kernel bench builds it under #ifdef __x86_64__)")
         return BenchSpec(name, TARGETS[target], kind)
+    if kind == "usdt" and target in USDT_TARGETS:
+        if arch != "x86_64":
+            raise LabError(f"{name} is x86-64 only (the kernel bench builds it under #ifdef __x86_64__)")
+        return BenchSpec(name, USDT_TARGETS[target], kind)
     raise LabError(f"unknown bench {name!r}; known: {', '.join(bench_names(arch))}")
 
 
 def bench_names(arch: str = "x86_64") -> list[str]:
     targets = [t for t in TARGETS if arch == "x86_64" or t not in X86_ONLY]
-    return ["usermode-count", "syscall-count"] + [f"{k}-{t}" for k in ("uprobe", "uretprobe") for t in targets]
+    names = ["usermode-count", "syscall-count"] + [f"{k}-{t}" for k in ("uprobe", "uretprobe") for t in targets]
+    return names + ([f"usdt-{t}" for t in USDT_TARGETS] if arch == "x86_64" else [])
 
 
 def _prepare(spec: BenchSpec, arch: str, kernel, count_insns: bool, options: dict):
     proc = make_process(arch, kernel, count_insns=count_insns, **options)
     consumer = None
-    if spec.probe:
+    if spec.probe == "usdt":
+        consumer = CountingConsumer()
+        attach_usdt(proc, spec.target, consumer)
+    elif spec.probe:
         consumer = CountingConsumer(ret=spec.probe == "uretprobe")
         uprobe_register(proc, spec.target, consumer)
     return proc, consumer, proc.program.resolve(spec.target)
+
+
+def usdt_events(name: str, kernel=None) -> dict:
+    """A usdt bench on one kernel: {offset, why, events} - where libbpf put the probe and a hit's events."""
+    spec = bench_spec(name)
+    if spec.probe != "usdt":
+        raise LabError(f"{name} is not a usdt bench; usdt benches: {', '.join(n for n in bench_names() if n.startswith('usdt-'))}")
+    proc = make_process("x86_64", kernel)
+    _, offset, why = attach_usdt(proc, spec.target, CountingConsumer())
+    return {"offset": offset, "why": why, "events": events_per_hit(name, "x86_64", kernel)}
+
+
+def usdt_cost_table(path, kernels=("6.16", "6.18", "7.3")):
+    """One row per USDT site of the ELF file ``path``: its shape and, per kernel, where that kernel's
+    libbpf probes it (+0: the nop, +1: the long nop) and the exceptions and syscalls a hit costs.
+
+    The cost is measured on the bench target of the same shape and page crossing: the cost of a hit
+    depends on those bytes, not on the rest of the program.
+    """
+    import pandas as pd
+
+    rows = []
+    for site in read_usdt_sites(path):
+        shown = len(USDT_SHAPES[site.shape].site) if site.shape in USDT_SHAPES else 1
+        row = {"usdt": f"{site.provider}:{site.name}", "addr": hex(site.addr), "file offset": hex(site.file_offset),
+               "bytes": site.code[:shown].hex(" "), "shape": site.shape, "crosses page": site.crosses_page}
+        bench = site_bench(site.shape, site.crosses_page)
+        for kernel in kernels:
+            if bench is None:
+                row[f"{kernel} probe"], row[f"{kernel} per hit"] = "-", "unknown site shape"
+                continue
+            info = usdt_events(bench, kernel)
+            ev = info["events"]
+            row[f"{kernel} probe"] = f"+{info['offset']}"
+            row[f"{kernel} per hit"] = f"{ev.get('exceptions', 0):g} exc + {ev.get('syscalls', 0):g} sys"
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def events_per_hit(name: str, arch: str = "x86_64", kernel=None, **options) -> dict[str, float]:
@@ -95,7 +150,10 @@ def run_bench(name: str, arch: str = "x86_64", kernel=None, iterations: int = 20
         raise LabError(f"iterations must be positive, got {iterations}")
     kernel = get_kernel(kernel)
     spec = bench_spec(name, arch)
-    events = events_per_hit(name, arch, kernel, **options)
+    try:
+        events = events_per_hit(name, arch, kernel, **options)
+    except UnprobeableInstruction as err:
+        return refused_row(name, arch, "emulated", kernel.name, str(err))
     proc, consumer, target = _prepare(spec, arch, kernel, False, options)
     proc.call("producer_loop", 16, target)  # warm-up
     start_hits = consumer.hits if consumer else 0
@@ -121,11 +179,31 @@ def run_benches(names=None, arch: str = "x86_64", kernel=None, iterations: int =
     return results
 
 
+def refused_row(name: str, arch: str, mode: str, kernel: str, reason: str) -> dict:
+    """The row of a bench whose probe the kernel refuses at attach time."""
+    return {"bench": name, "arch": arch, "mode": mode, "kernel": kernel,
+            "refused": f"refused by this kernel ({kernel}) at attach: {reason}"}
+
+
+def refusal(name: str, arch: str = "x86_64", kernel=None) -> str | None:
+    """Why ``kernel`` refuses the probe of bench ``name`` at attach time, or None if it accepts it."""
+    spec = bench_spec(name, arch)
+    if spec.probe is None:
+        return None
+    try:
+        _prepare(spec, arch, kernel, False, {})
+    except UnprobeableInstruction as err:
+        return str(err)
+    return None
+
+
 def format_table(results: list[dict]) -> str:
     """A table like the kernel's run_bench_uprobes.sh, plus the events each hit cost."""
     lines = []
     for r in results:
-        if r.get("mode") == "emulated":
+        if r.get("refused"):
+            lines.append(f"{r['bench']:<25}: {r['refused']}")
+        elif r.get("mode") == "emulated":
             ev = r["events_per_hit"]
             kinds = ("exceptions", "syscalls", "sysret", "iret", "eret", "emulated", "xol_steps", "consumers")
             brief = " ".join(f"{k}={ev[k]}" for k in kinds if ev.get(k))

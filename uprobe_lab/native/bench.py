@@ -15,11 +15,13 @@ import statistics
 import time
 from typing import Callable, Iterable
 
-from ..bench import bench_names, bench_spec
-from ..sites import calls_uprobe_trampoline
+from ..bench import bench_names, bench_spec, refused_row
+from ..sites import LEA_RSP_MINUS_0X80, calls_uprobe_trampoline
+from ..usdt import LIBBPFS, has_uprobe_syscall, usdt_probe_offset
 from .code import MAX_CALLS, NativeCode
 from .host import kernel_release, parse_maps
 from .perf import UprobeEvent
+from .scheme import ENOTSUPP, uprobe_syscall_result
 from .support import check_native_support
 
 DEFAULT_ITERATIONS = 100_000
@@ -27,14 +29,17 @@ DEFAULT_REPEATS = 5
 WARMUP_MIN = 1_000  # the first hit on a nop5 is where 6.18 optimises it
 
 
-# The emulator's benches (bench_spec gives each one's target and probe kind), listed with the
-# pagecross pair last, the order of the native table and of the recorded example.
-BENCH_NAMES = tuple(sorted(bench_names(), key=lambda n: n.endswith("-pagecross")))
+# The native table: the 6.18 bench's names (bench_spec gives each one's target and probe kind), with
+# the pagecross pair last, the order of the recorded example. The 7.3 and USDT benches (EXTRA_BENCH_NAMES)
+# run when asked for by name: the recording predates them.
+BENCH_NAMES = tuple(sorted((n for n in bench_names() if "nop10" not in n and not n.startswith("usdt-")),
+                           key=lambda n: n.endswith("-pagecross")))
+EXTRA_BENCH_NAMES = tuple(n for n in bench_names() if n not in BENCH_NAMES)
 
 
 def available_benches(program) -> list[str]:
-    """Bench names whose target exists in ``program`` (the nop5 ones are x86-only)."""
-    return [n for n in BENCH_NAMES if bench_spec(n).target in program.symbols]
+    """Bench names whose target exists in ``program`` (the nop5, nop10 and usdt ones are x86-only)."""
+    return [n for n in BENCH_NAMES + EXTRA_BENCH_NAMES if bench_spec(n).target in program.symbols]
 
 
 def _pin_to_one_cpu() -> set[int] | None:
@@ -63,9 +68,19 @@ def _measure(nc: NativeCode, addr: int, iterations: int, repeats: int,
     return rates
 
 
+def usdt_offset(nc: NativeCode, target: str) -> tuple[int, str]:
+    """Where libbpf probes this USDT target on this host: the libbpf whose feature probe recognises
+    the kernel's answer to syscall 336 (if any) decides between the nop and the long nop at +1."""
+    ret = uprobe_syscall_result(nc)
+    libbpf = next((lib for lib in LIBBPFS if has_uprobe_syscall(ret, lib)), LIBBPFS[-1])
+    return usdt_probe_offset(nc.read(target, len(libbpf.combo)), nc.addr(target), ret, libbpf)
+
+
 def run_bench(nc: NativeCode, name: str, iterations: int = DEFAULT_ITERATIONS, repeats: int = DEFAULT_REPEATS,
               progress: Callable[[int], object] | None = None) -> dict:
-    """One bench on an open NativeCode; the probe (if any) is gone when this returns or raises."""
+    """One bench on an open NativeCode; the probe (if any) is gone when this returns or raises.
+
+    A probe the kernel refuses at attach (ENOTSUPP: 6.18 and a nop10) gives a row with ``refused``."""
     bench = bench_spec(name, nc.arch)
     addr = nc.addr(bench.target)
     warmup = max(WARMUP_MIN, iterations // 10)
@@ -76,13 +91,30 @@ def run_bench(nc: NativeCode, name: str, iterations: int = DEFAULT_ITERATIONS, r
         rates = _measure(nc, addr, iterations, repeats, progress)
         hits, optimized, site = iterations * repeats, None, nc.read(bench.target)
     else:
-        with UprobeEvent(nc.path, nc.offset(bench.target), retprobe=bench.probe == "uretprobe") as ev:
+        offset, why = usdt_offset(nc, bench.target) if bench.probe == "usdt" else (0, None)
+        if why:
+            row["usdt_probe"] = f"+{offset}: {why}"
+        ev = UprobeEvent(nc.path, nc.offset(bench.target) + offset, retprobe=bench.probe == "uretprobe")
+        try:
+            ev.open()
+        except OSError as err:
+            if err.errno != ENOTSUPP:
+                raise
+            if progress is not None:
+                progress(repeats)
+            return refused_row(name, nc.arch, "native", row["kernel"],
+                               "perf_event_open failed with errno 524 (ENOTSUPP): arch_uprobe_analyze_insn "
+                               f"refused the instruction at {bench.target}+{offset}")
+        try:
             nc.run(addr, warmup)
-            site = nc.read(bench.target)
-            optimized = calls_uprobe_trampoline(site, addr, parse_maps())
+            site = nc.read(bench.target, 10 + offset)[offset:]
+            optimized = calls_uprobe_trampoline(site, addr + offset, parse_maps())
+            site = site[:10] if site[:5] == LEA_RSP_MINUS_0X80 else site[:5]
             before = ev.count()
             rates = _measure(nc, addr, iterations, repeats, progress)
             hits = ev.count() - before
+        finally:
+            ev.close()
     row.update(hits=hits, mops=statistics.fmean(rates),
                stddev=statistics.stdev(rates) if len(rates) > 1 else 0.0,
                optimized=optimized, site_bytes=site.hex())
@@ -94,7 +126,8 @@ def run_native_benches(names: Iterable[str] | None = None, iterations: int = DEF
                        progress: Callable[[int], object] | None = None, arch: str | None = None) -> list[dict]:
     """Run the native benches on this host; one result dict per bench, in the order asked.
 
-    names       bench names (default: all that this architecture has, see BENCH_NAMES)
+    names       bench names (default: the table of BENCH_NAMES this architecture has; any of
+                EXTRA_BENCH_NAMES by name: uprobe-nop10, uretprobe-nop10, usdt-*, their pagecross variants)
     iterations  calls per timed interval (>= 1)
     repeats     timed intervals per bench (>= 1); stddev needs >= 2
     progress    called as progress(1) after every timed interval, e.g. a tqdm bar's ``update``
@@ -103,7 +136,9 @@ def run_native_benches(names: Iterable[str] | None = None, iterations: int = DEF
 
     Each dict: bench, arch, mode ("native"), kernel, iterations, repeats, hits, mops, stddev,
     optimized (True/False for probe benches, None without a probe), site_bytes (hex of the first
-    5 bytes of the target after warm-up). Raises NativeUnavailable (with the reason and the way
+    5 bytes of the probed instruction after warm-up, 10 for an optimised nop10), usdt_probe (usdt
+    benches: where libbpf put the probe and why); a bench whose probe the kernel refuses gives
+    {bench, arch, mode, kernel, refused} instead. Raises NativeUnavailable (with the reason and the way
     out) when the host cannot run them; ValueError for an unknown name. Every probe, mapping,
     fd and temp file is released on return, on error and on KeyboardInterrupt. The process is
     pinned to one CPU while it runs (like the bench's -a) and unpinned afterwards.
@@ -117,7 +152,7 @@ def run_native_benches(names: Iterable[str] | None = None, iterations: int = DEF
     try:
         with NativeCode(arch) as nc:
             have = available_benches(nc.program)
-            wanted = list(have if names is None else names)
+            wanted = [n for n in BENCH_NAMES if n in have] if names is None else list(names)
             unknown = [n for n in wanted if n not in have]
             if unknown:
                 raise ValueError(f"unknown native bench(es) {', '.join(unknown)} on {arch}; "

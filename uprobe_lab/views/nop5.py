@@ -22,7 +22,7 @@ KINDS = ("exceptions", "iret", "syscalls", "sysret", "emulated", "xol_steps", "c
 
 @dataclass
 class PatchRun:
-    """One probe's life on a 6.18 nop5 site: registered, hit (optimised), unregistered."""
+    """One probe's life on an optimisable site (6.18's nop5, 7.3's nop10): registered, hit (optimised), unregistered."""
 
     proc: object
     site: int
@@ -59,12 +59,18 @@ class PatchRun:
         return "\n\n".join(self.text(i) for i in range(len(self.stages)))
 
 
-def patch_run(kernel="6.18", target: str = "uprobe_target_nop5") -> PatchRun:
-    """Register a probe on the bench's nop5, hit it twice, unregister it.
+def patch_run(kernel="6.18", target: str | None = None) -> PatchRun:
+    """Register a probe on the bench's optimisable nop (6.18: the nop5, 7.3: the nop10), hit it twice,
+    unregister it.
 
-    The first hit takes the int3 and, right after its consumers, 6.18 rewrites the site into a call;
-    the second goes through that call and sys_uprobe, with no exception. ``run.proc.trace`` thus holds
-    one hit of each path before the unregister undoes the rewrite."""
+    The first hit takes the int3 and, right after its consumers, the kernel rewrites the site (6.18:
+    into a call; 7.3: into lea -0x80(%rsp),%rsp; call); the second goes through that call and
+    sys_uprobe, with no exception. ``run.proc.trace`` thus holds one hit of each path before the
+    unregister undoes the rewrite (7.3: bytes 0..4 only)."""
+    from ..kernel import get_kernel
+
+    if target is None:
+        target = "uprobe_target_nop10" if get_kernel(kernel).optimize_nop10 else "uprobe_target_nop5"
     proc = make_process("x86_64", kernel)
     consumer = CountingConsumer()
     uprobe = uprobe_register(proc, target, consumer)
@@ -82,48 +88,81 @@ def events_table(kernels=("6.11", "6.16", "6.18"),
     return bench_events_table(benches, kernels=kernels, kinds=KINDS)
 
 
+def kernels_side_by_side(kernels=("6.16", "6.18", "7.3"),
+                         benches=("uprobe-nop", "uprobe-nop5", "uprobe-nop10", "usdt-nop", "usdt-nop5",
+                                  "usdt-nop10", "usdt-nop10-pagecross")) -> pd.DataFrame:
+    """Events per hit, benches down and kernels across: ``E exc + S sys`` per cell, or ``refused``.
+
+    The usdt rows are probed where each kernel's own libbpf probes them (uprobe_lab.usdt)."""
+    from ..bench import events_per_hit
+    from ..uprobes import UnprobeableInstruction
+
+    def cell(bench, kernel):
+        try:
+            ev = events_per_hit(bench, kernel=kernel)
+        except UnprobeableInstruction:
+            return "refused"
+        return f"{ev.get('exceptions', 0):g} exc + {ev.get('syscalls', 0):g} sys"
+    return pd.DataFrame({k: [cell(b, k) for b in benches] for k in kernels}, index=list(benches))
+
+
 def address_map(proc, sites=()) -> str:
     """/proc/PID/maps of a process, with each probe site and the trampoline it calls marked."""
     lines = [proc.maps()]
     for site in sites:
-        raw = proc.read(site, 5)
-        target = call_target(raw, site)
+        lea = proc.read(site, optimize.LEA_INSN_SIZE) == optimize.LEA_RSP  # 7.3: the call follows the lea
+        at = site + optimize.LEA_INSN_SIZE if lea else site
+        target = call_target(proc.read(at, 5), at)
         if target is not None:
-            lines.append(f"site {site:#x}: call {target:#x} ({proc.mapping_at(target).name}), "
-                         f"rel32 = {target - site - 5:+#x} (reach: +-2 GB from {site + 5:#x})")
+            lines.append(f"site {site:#x}: {'lea -0x80(%rsp),%rsp; ' if lea else ''}call {target:#x} "
+                         f"({proc.mapping_at(target).name}), rel32 = {target - at - 5:+#x} "
+                         f"(reach: +-2 GB from {at + 5:#x})")
         else:
-            lines.append(f"site {site:#x}: {raw.hex(' ')} (not optimised)")
+            lines.append(f"site {site:#x}: {proc.read(site, 10 if lea else 5).hex(' ')} (not optimised)")
     return "\n".join(lines)
 
 
 def redzone_reports() -> list:
-    """The leaf with a live red-zone value, on the int3 path, optimised nop5, and the dev-tree nop10."""
+    """The leaf with a live red-zone value: nop5 on the int3 path (6.16), optimised nop5 (6.18), the
+    nop5 back on the int3 path (7.3), and 7.3's optimised nop10."""
     return [check_transparency("redzone_leaf_nop5", "6.16"),
             check_transparency("redzone_leaf_nop5", "6.18"),
-            check_transparency("redzone_leaf_nop10", optimize.NOP10_DEV_TREE)]
+            check_transparency("redzone_leaf_nop5", "7.3"),
+            check_transparency("redzone_leaf_nop10", "7.3")]
 
 
 def stack_at_sys_uprobe(kernel="6.18") -> pd.DataFrame:
-    """The user stack when sys_uprobe is entered from the trampoline, for a uretprobe'd nop5 function.
+    """The user stack when sys_uprobe is entered from the trampoline, for a uretprobe'd optimised site.
 
-    The four words the trampoline and the site's call pushed sit on top; the probed function's own
-    return address - the one a uretprobe hijacks - is 4*8 bytes up (``optimize.UPROBE_SYSCALL_ARGS_SIZE``).
-    RFC v2 read it there; the merged sys_uprobe moves sp past the four words first.
+    The four words the trampoline and the site's call pushed sit on top: saved rax, r11, rcx and the
+    call's return address (site + 5 on 6.18, site + 10 on 7.3, whose call follows the lea). On 7.3 the
+    lea put them 0x80 bytes further down, below the probed function's red zone. The probed function's
+    own return address - the one a uretprobe hijacks - is above all that (``optimize.UPROBE_SYSCALL_ARGS_SIZE``
+    up, + 0x80 on 7.3). RFC v2 read it there; the merged sys_uprobe moves sp past the words first.
     """
+    from ..kernel import get_kernel
+
+    nop10 = get_kernel(kernel).optimize_nop10
     proc = make_process("x86_64", kernel)
-    site = proc.program.resolve("uprobe_target_nop5")
+    site = proc.program.resolve("uprobe_target_nop10" if nop10 else "uprobe_target_nop5")
     uprobe_register(proc, site, CountingConsumer(ret=True))
     captured = {}
+    skip = optimize.UPROBE_SYSCALL_ARGS_SIZE + (optimize.REDZONE_SIZE if nop10 else 0)
 
     def spy(p, regs):
         if not captured:
             captured["sp"] = regs.sp
-            captured["words"] = [p.read_u64(regs.sp + 8 * i) for i in range(5)]
+            captured["words"] = [p.read_u64(regs.sp + 8 * i) for i in range(4)] + [p.read_u64(regs.sp + skip)]
         return real(p, regs)
     real = proc.set_syscall(__NR_uprobe, spy)
     proc.call("producer_loop", 2, site)
-    names = ["saved rax", "saved r11", "saved rcx", "return address of the site's call (site + 5)",
+    size = optimize.opt_insn_size(proc.kernel)
+    names = ["saved rax", "saved r11", "saved rcx", f"return address of the site's call (site + {size})",
              "the probed function's return address (what a uretprobe hijacks)"]
-    return pd.DataFrame({"address": [hex(captured["sp"] + 8 * i) for i in range(5)],
-                         "offset from sp": [f"+{8 * i}" for i in range(5)],
-                         "value": [hex(v) for v in captured["words"]], "what": names})
+    offsets = [8 * i for i in range(4)] + [skip]
+    rows = [{"address": hex(captured["sp"] + o), "offset from sp": f"+{o:#x}", "value": hex(v), "what": w}
+            for o, v, w in zip(offsets, captured["words"], names)]
+    if nop10:
+        rows.insert(4, {"address": f"{captured['sp'] + 32:#x}..", "offset from sp": "+0x20..+0x9f",
+                        "value": "(untouched)", "what": "the probed code's red zone: 0x80 bytes the lea stepped over"})
+    return pd.DataFrame(rows)

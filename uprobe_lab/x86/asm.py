@@ -24,7 +24,7 @@ X86_NOPS = {
     8: bytes.fromhex("0f1f840000000000"),
 }
 ASM_NOP_MAX = 8
-NOP10 = bytes.fromhex("662e0f1f840000000000")  # nopw %cs:0x0(%rax,%rax,1): the dev-tree nop10 USDT site
+NOP10 = bytes.fromhex("662e0f1f840000000000")  # nopw %cs:0x0(%rax,%rax,1): the site 7.3 optimises
 
 NOP = b"\x90"
 RET = b"\xc3"

@@ -15,9 +15,10 @@ X86_EFLAGS_TF = 0x100
 X86_EFLAGS_IF = 0x200
 X86_EFLAGS_RF = 0x10000
 
-# errno
-ENXIO = 6
+# errno (include/uapi/asm-generic/errno{-base}.h)
+ENXIO = 6  # sys_uprobe off the trampoline, 6.18
 ENOSYS = 38
+EPROTO = 71  # sys_uprobe off the trampoline, 7.3
 
 # asm/page_64_types.h, 4-level paging: the top of user space; the XOL page goes just below it
 TASK_SIZE = 0x7FFFFFFFF000
@@ -25,7 +26,7 @@ TASK_SIZE = 0x7FFFFFFFF000
 # syscall_64.tbl
 __NR_getpgid = 121
 __NR_uretprobe = 335  # v1 of the patch used 462, see URETPROBE_SYSCALL_HISTORY
-__NR_uprobe = 336  # 6.18
+__NR_uprobe = 336  # 6.18 and 7.3
 
 URETPROBE_SYSCALL_HISTORY = [
     (462, "v1 on the list (seed 002)"),

@@ -16,8 +16,9 @@ uprobe_lab verify` shows it on a live kernel. RIP-relative operands are rewritte
 kernel does (x86.riprel). Left out: 32-bit and compat tasks, and the kernel decoder's own opcode
 tables (Capstone stands in: an instruction Capstone does not know is refused as -ENOEXEC).
 
-The nop10 site of the development-tree red-zone scheme (``kernel.nop10_redzone``, never released)
-has its own analysis path here, ``nop10_analyze_insn``; its optimisation is in x86.optimize.
+``can_optimize`` flags the site the kernel's optimised uprobe may rewrite after the first hit
+(6.18: a nop5; 7.3: only the nop10 ``66 2e 0f 1f 84 ..``, which 7.3 accepts without the generic
+prefix checks); the rewrite itself is in x86.optimize.
 """
 from __future__ import annotations
 
@@ -39,8 +40,8 @@ UPROBE_FIX_SETF = 0x04
 
 ARCH_UPROBE_FLAG_CAN_OPTIMIZE = "can_optimize"
 ARCH_UPROBE_FLAG_OPTIMIZE_FAIL = "optimize_fail"
-ARCH_UPROBE_FLAG_NOP10 = "nop10_site"  # dev-tree red-zone scheme
-NOP10_OPT_INSN_SIZE = 10
+NOP10_OPT_INSN_SIZE = 10  # 7.3's OPT_INSN_SIZE: lea (5) + call (5)
+NOP10_PREFIX = bytes.fromhex("662e0f1f84")  # is_optimizable_nop10(): the rest are SIB/disp32 operands
 
 
 def _bitmap(rows: str) -> set[int]:
@@ -265,15 +266,28 @@ def push_setup_xol_ops(auprobe: ArchUprobe, insn: Insn) -> bool:
 
 
 def arch_uprobe_analyze_insn(raw: bytes, vaddr: int, kernel: KernelVersion) -> ArchUprobe:
-    """Decide, as the kernel does, how a probe on these bytes will run: emulate, xol, or refuse."""
-    if kernel.nop10_redzone and is_nop10_site(raw):  # dev-tree scheme only: its own path for nop10 sites
-        return nop10_analyze_insn(raw, vaddr, kernel)
+    """Decide, as the kernel does, how a probe on these bytes will run: emulate, xol, or refuse.
+
+    7.3 asks can_optimize first and skips uprobe_init_insn for an optimisable nop10 (whose 0x2e, a
+    CS prefix, is_prefix_bad would refuse); a nop10 that crosses a page takes the generic checks and
+    is refused. 6.18 checks every instruction first and flags an optimisable nop5 after.
+    """
     insn = insn_decode(raw, vaddr)
-    uprobe_init_insn(insn)
+    optimizable = can_optimize(insn, vaddr, kernel)
+    if not (optimizable and kernel.optimize_nop10):
+        try:
+            uprobe_init_insn(insn)
+        except UnprobeableInstruction as err:
+            raise UnprobeableInstruction(f"{err}{_nop10_hint(insn, vaddr, kernel)}") from None
     # ixol is what the kernel copies into an XOL slot: all MAX_UINSN_BYTES it read from the file
     auprobe = ArchUprobe(insn.raw, bytes(raw[:MAX_UINSN_BYTES]), insn, vaddr, "default", "")
-    if can_optimize(insn, vaddr):
+    if optimizable:
         auprobe.flags.add(ARCH_UPROBE_FLAG_CAN_OPTIMIZE)
+    if optimizable and kernel.optimize_nop10:  # 7.3's insn_is_nop() takes it for a nop: a jump of 0
+        auprobe.ops, auprobe.branch_opc1, auprobe.branch_offs = "branch", insn.opcode[0], 0
+        auprobe.reason = ("the optimisable nop10 (7.3): emulated as a nop on its first (int3) hit, then "
+                          "rewritten into lea -0x80(%rsp),%rsp; call [uprobes-trampoline]")
+        return auprobe
     if branch_setup_xol_ops(auprobe, insn, kernel) or push_setup_xol_ops(auprobe, insn):
         return auprobe
     fix = UPROBE_FIX_IP
@@ -307,40 +321,35 @@ def arch_uprobe_analyze_insn(raw: bytes, vaddr: int, kernel: KernelVersion) -> A
     return auprobe
 
 
-def can_optimize(insn: Insn, vaddr: int) -> bool:
-    """A 5-byte nop (0x90 with prefixes, or NOPL 0f 1f /0) that does not cross a page (6.18).
+def is_optimizable_nop10(insn: Insn) -> bool:
+    """7.3: a 10-byte nop whose first five bytes are ``66 2e 0f 1f 84`` (nopw %cs:disp32(base,index)).
 
-    insn_is_nop() tests only OPCODE1 == 0x90, so a 5-byte VEX instruction with that opcode byte
-    (kmovw k, k: c4 e1 f8 90 c1) passes too (KERNEL_BUG_VEX)."""
-    if insn.length != 5:
+    Only this form: unoptimising leaves the call's bytes in the last five, which must stay operands."""
+    is_nopw = insn.opcode == b"\x0f\x1f" and insn.modrm is not None and (insn.modrm >> 3) & 7 == 0
+    return insn.length == NOP10_OPT_INSN_SIZE and is_nopw and insn.raw[:5] == NOP10_PREFIX
+
+
+def can_optimize(insn: Insn, vaddr: int, kernel: KernelVersion) -> bool:
+    """6.18: a 5-byte nop (0x90 with prefixes, or NOPL 0f 1f /0); 7.3: the nop10 above. Neither may cross a page.
+
+    6.18's insn_is_nop() tests only OPCODE1 == 0x90, so a 5-byte VEX instruction with that opcode byte
+    (kmovw k, k: c4 e1 f8 90 c1) passes too (KERNEL_BUG_VEX); 7.3 compares the nop10's bytes."""
+    if kernel.optimize_nop10:
+        ok = is_optimizable_nop10(insn)
+    elif kernel.optimize_nop5:
+        is_nopl = insn.opcode == b"\x0f\x1f" and insn.modrm is not None and (insn.modrm >> 3) & 7 == 0
+        ok = insn.length == 5 and (insn.opcode == b"\x90" or is_nopl)
+    else:
         return False
-    is_nop = insn.opcode == b"\x90"
-    is_nopl = insn.opcode == b"\x0f\x1f" and insn.modrm is not None and (insn.modrm >> 3) & 7 == 0
-    return (is_nop or is_nopl) and 0x1000 - (vaddr & 0xFFF) >= 5
+    # "We can't do cross page atomic writes yet."
+    return ok and PAGE_SIZE - (vaddr & (PAGE_SIZE - 1)) >= insn.length
 
 
-
-# --- the development-tree nop10 scheme (not released) ----------------------------------------
-
-def is_nop10_site(raw: bytes) -> bool:
-    """``66 2e 0f 1f 84 <sib> <disp32>``: a 10-byte nopw with a CS prefix, the dev-tree USDT site.
-
-    The SIB byte and disp32 may be anything: after an unoptimize they hold the old ``call``.
-    """
-    return len(raw) >= 10 and raw[:5] == asm.NOP10[:5]
-
-
-def nop10_analyze_insn(raw: bytes, vaddr: int, kernel: KernelVersion) -> ArchUprobe:
-    """The dev-tree scheme's own analysis path for a nop10 site (released 6.18 refuses the CS prefix).
-
-    The probe is emulated as a 10-byte nop on the int3 path and may be optimised if it does not
-    cross a page.
-    """
-    insn = insn_decode(raw[:10], vaddr)
-    auprobe = ArchUprobe(insn.raw, insn.raw, insn, vaddr, "branch", "")
-    auprobe.branch_opc1, auprobe.branch_offs = 0x0F, 0  # a jump of 0: ip += 10
-    auprobe.reason = "nop10 site (dev-tree red-zone scheme): emulated as a nop, optimisable to lea+call"
-    auprobe.flags.add(ARCH_UPROBE_FLAG_NOP10)
-    if PAGE_SIZE - (vaddr & (PAGE_SIZE - 1)) >= NOP10_OPT_INSN_SIZE:
-        auprobe.flags.add(ARCH_UPROBE_FLAG_CAN_OPTIMIZE)
-    return auprobe
+def _nop10_hint(insn: Insn, vaddr: int, kernel: KernelVersion) -> str:
+    """Why a refused ``66 2e 0f 1f 84 ..`` nop10 is refused here when 7.3 optimises it."""
+    if insn.length != NOP10_OPT_INSN_SIZE or insn.raw[:5] != NOP10_PREFIX:
+        return ""
+    if kernel.optimize_nop10:
+        return (". 7.3 skips these checks only for a nop10 it can optimise, and this one crosses a page "
+                f"({vaddr:#x} + 10 > the page end): libbpf keeps a USDT probe on the preceding 1-byte nop")
+    return f". {kernel.name} has no nop10 path; 7.3 accepts this nop10 and optimises it into lea; call"

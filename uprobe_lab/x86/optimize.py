@@ -1,30 +1,35 @@
-"""The nop5 optimisation (6.18): twin of the optimisation half of arch/x86/kernel/uprobes.c.
+"""The optimised uprobe: twin of the optimisation half of arch/x86/kernel/uprobes.c, 6.18 and 7.3.
 
-A probe on a 5-byte nop is hit once through int3 like any other (the nop is emulated). Right after
-that first hit ``arch_uprobe_optimize`` rewrites the site into ``call <trampoline>``; the trampoline
-lives in a ``[uprobes-trampoline]`` page within rel32 reach and enters the kernel by ``syscall``
+A probe on an optimisable nop is hit once through int3 like any other (the nop is emulated). Right
+after that first hit ``arch_uprobe_optimize`` rewrites the site into a call to a trampoline in a
+``[uprobes-trampoline]`` page within rel32 reach; the trampoline enters the kernel by ``syscall``
 (``sys_uprobe``, number 336), which runs the consumers with the registers of the probe site and
 returns by sysret. No exception, no emulation, no single-step.
 
-The site is rewritten while other threads may be executing it, so the write is staged with int3
-(``int3_update``): int3 on byte 0, sync every CPU, bytes 1..4, sync, byte 0, sync. Each write and
-each sync is counted (``text_patches``, ``cpu_syncs``) and kept, with what a CPU entering the site
-at that moment would decode, in ``patch_log(proc)``.
+* **6.18** optimises a 5-byte nop into ``call tramp``. The call pushes its return address at
+  sp-8, inside the 128-byte red zone a leaf function may keep live data in: the hazard libbpf/usdt
+  cited when it reverted its ``nop; nop5`` USDT sites (b0144b0, 2026-05-06).
+* **7.3** (554ba38456da "uprobes/x86: Move optimized uprobe from nop5 to nop10") optimises only the
+  10-byte nop ``66 2e 0f 1f 84 00 00 00 00 00`` into ``lea -0x80(%rsp),%rsp; call tramp``; the
+  trampoline returns with ``ret $0x80`` and sys_uprobe uses ip = return address - 10 and
+  sp + 4*8 + 0x80, so the red zone survives. A nop5 stays on the int3 path (emulated), and 6.18
+  refuses a probe on the nop10 altogether (0x2e is a CS prefix, refused by is_prefix_bad). Which
+  site a kernel accepts is decided in x86.decode (can_optimize).
 
-Also here, clearly apart from the merged form:
+The site is rewritten while other threads may be executing it, so the write is staged with int3:
+int3 on byte 0, sync every CPU, the other bytes, sync, byte 0, sync (6.18 ``int3_update``; 7.3
+``int3_update_optimize`` / ``int3_update_unoptimize``, which restores only bytes 1..4 of the nop10
+and leaves ``e8 rel32`` in bytes 5..9: a thread already past the lea must still find the call).
+Each write and each sync is counted (``text_patches``, ``cpu_syncs``) and kept, with what a CPU
+entering the site at that moment would decode, in ``patch_log(proc)``.
 
-* ``sys_uprobe_sigill``: the RFC/v1 behaviour for a caller outside the trampoline (SIGILL instead
-  of the merged -ENXIO);
-* the **nop10 red-zone scheme from development trees (2026), not in any release**: selected with
-  ``X86Process(NOP10_DEV_TREE)``. A nop10 site ``66 2e 0f 1f 84 00 00 00 00 00`` becomes
-  ``lea -0x80(%rsp),%rsp; call tramp``, the trampoline returns with ``ret $0x80`` and sys_uprobe
-  uses ip = return address - 10 and skips 4*8 + 128 bytes of stack, so the 128-byte red zone of a
-  leaf function survives. Released 6.18 refuses a probe on that site (0x2e is a CS segment prefix);
-  the scheme's own analysis of a nop10 site is in x86.decode (nop10_analyze_insn).
+Also here, clearly apart from the merged forms: ``sys_uprobe_sigill``, the RFC/v1 behaviour for a
+caller outside the trampoline (SIGILL instead of 6.18's -ENXIO / 7.3's -EPROTO).
 
 What the lab leaves out: shadow stacks (shstk_pop/shstk_push), the mmap lock and its speculative
-lookup, seccomp, the ``.mremap`` hook, compat tasks, and the page-cache write path of
-``uprobe_write`` (the lab writes the text directly and counts the write).
+lookup, seccomp, the ``.mremap`` hook, compat tasks, fork (7.3 copies trampolines into the child),
+the write verification callback (verify_insn) and the page-cache write path of ``uprobe_write``
+(the lab writes the text directly and counts the write).
 """
 from __future__ import annotations
 
@@ -35,11 +40,10 @@ from .. import uprobes as core
 from ..constants import PAGE_SIZE
 from ..kernel import KernelVersion
 from ..program import disasm, format_listing
-from ..sites import CALL_INSN_SIZE, UPROBES_TRAMPOLINE, calls_uprobe_trampoline
+from ..sites import CALL_INSN_SIZE, LEA_INSN_SIZE, LEA_RSP_MINUS_0X80, UPROBES_TRAMPOLINE, calls_uprobe_trampoline
 from . import asm
-from .constants import ENXIO, TASK_SIZE, UPROBE_SWBP_INSN, __NR_uprobe
-from .decode import (ARCH_UPROBE_FLAG_CAN_OPTIMIZE, ARCH_UPROBE_FLAG_NOP10, ARCH_UPROBE_FLAG_OPTIMIZE_FAIL,
-                     NOP10_OPT_INSN_SIZE, ArchUprobe)
+from .constants import ENXIO, EPROTO, TASK_SIZE, UPROBE_SWBP_INSN, __NR_uprobe
+from .decode import ARCH_UPROBE_FLAG_CAN_OPTIMIZE, ARCH_UPROBE_FLAG_OPTIMIZE_FAIL, NOP10_OPT_INSN_SIZE, ArchUprobe
 from .traps import is_swbp_at
 
 TRAMP_NAME = UPROBES_TRAMPOLINE
@@ -47,20 +51,23 @@ INT_MAX = 2**31 - 1
 INT_MIN = -(2**31)
 UPROBE_SYSCALL_ARGS_SIZE = 4 * 8  # struct uprobe_syscall_args { ax; r11; cx; retaddr; }
 
-# --- the development-tree nop10 scheme (not released) -------------------------------------
+# --- 7.3: the nop10 form ----------------------------------------------------------------------
 REDZONE_SIZE = 0x80
+LEA_RSP = LEA_RSP_MINUS_0X80  # 48 8d 64 24 80
 
-# A kernel from a development tree: 6.18 plus the nop10 red-zone scheme. Not a release.
-NOP10_DEV_TREE = KernelVersion("6.18+nop10-dev", True, True, True, True, nop10_redzone=True)
+
+def opt_insn_size(kernel: KernelVersion) -> int:
+    """Bytes an optimised site spans: the call (6.18), or the lea and the call (7.3)."""
+    return NOP10_OPT_INSN_SIZE if kernel.optimize_nop10 else CALL_INSN_SIZE
 
 
 # --- the trampoline page --------------------------------------------------------------------
 
 def uprobe_trampoline_code(nop10: bool = False) -> bytes:
-    """uprobe_trampoline_entry as merged: save rcx/r11/rax, syscall 336, restore, ret, int3 (SLS).
+    """uprobe_trampoline_entry: save rcx/r11/rax, syscall 336, restore, ret, int3 (SLS).
 
-    ``nop10=True`` gives the dev-tree variant that returns with ``ret $0x80`` to undo the
-    ``lea -0x80(%rsp),%rsp`` at the site.
+    ``nop10=True`` gives 7.3's, which returns with ``ret $0x80``: it pops the return address and
+    then undoes the ``lea -0x80(%rsp),%rsp`` at the site.
     """
     saves = asm.push("rcx") + asm.push("r11") + asm.push("rax")
     restores = asm.pop("rax") + asm.pop("r11") + asm.pop("rcx")
@@ -73,8 +80,9 @@ def in_uprobe_trampoline(proc, ip: int) -> bool:
     return mapping is not None and mapping.name == TRAMP_NAME
 
 
-def is_reachable_by_call(vtramp: int, vaddr: int) -> bool:
-    delta = vaddr + CALL_INSN_SIZE - vtramp
+def is_reachable_by_call(vtramp: int, vaddr: int, insn_size: int = CALL_INSN_SIZE) -> bool:
+    """The call at the end of the optimised site (``insn_size`` bytes from ``vaddr``) reaches ``vtramp``."""
+    delta = vaddr + insn_size - vtramp
     return INT_MIN <= delta <= INT_MAX
 
 
@@ -106,7 +114,7 @@ def _hole_topdown(proc, low: int, high: int) -> int | None:
 
 def find_nearest_trampoline(proc, vaddr: int) -> int | None:
     """Twin of find_nearest_trampoline(): the free page closest to the call's end, within ±2 GB."""
-    call_end = vaddr + CALL_INSN_SIZE
+    call_end = vaddr + opt_insn_size(proc.kernel)
     high = _hole_upward(proc, call_end, min(call_end + INT_MAX, TASK_SIZE))
     low = _hole_topdown(proc, max(call_end + INT_MIN, PAGE_SIZE), call_end)
     if high is None or low is None:
@@ -117,15 +125,18 @@ def find_nearest_trampoline(proc, vaddr: int) -> int | None:
 def get_uprobe_trampoline(proc, vaddr: int) -> int | None:
     """A reachable [uprobes-trampoline] page: an existing one if any, else a new one (never unmapped).
 
-    The kernel keeps them on an hlist with hlist_add_head, so the newest reachable one wins.
+    6.18 keeps them on an hlist with hlist_add_head, so the newest reachable one wins; 7.3 (which
+    dropped struct uprobe_trampoline) walks the mm's VMAs, so the lowest reachable one wins.
     """
-    for tramp in proc.mm.tramps:
-        if is_reachable_by_call(tramp, vaddr):
+    size = opt_insn_size(proc.kernel)
+    tramps = sorted(proc.mm.tramps) if proc.kernel.optimize_nop10 else proc.mm.tramps
+    for tramp in tramps:
+        if is_reachable_by_call(tramp, vaddr, size):
             return tramp
     tramp = find_nearest_trampoline(proc, vaddr)
     if tramp is None:
         return None
-    proc.map(TRAMP_NAME, tramp, PAGE_SIZE, "r-xp", uprobe_trampoline_code(proc.kernel.nop10_redzone))
+    proc.map(TRAMP_NAME, tramp, PAGE_SIZE, "r-xp", uprobe_trampoline_code(proc.kernel.optimize_nop10))
     proc.mm.tramps.insert(0, tramp)
     return tramp
 
@@ -207,44 +218,54 @@ def int3_update(proc, vaddr: int, new: bytes, optimize: bool) -> None:
     _sync(proc, vaddr, size)
 
 
-def optimized_insn(proc, auprobe, vaddr: int, tramp: int) -> bytes:
-    """The bytes an optimised site holds: ``call tramp`` (nop5), or ``lea -0x80(%rsp),%rsp; call`` (nop10, dev)."""
-    if ARCH_UPROBE_FLAG_NOP10 in auprobe.flags:
-        lea = asm.lea_rsp_disp8(-REDZONE_SIZE)
-        return lea + asm.call_rel32(vaddr + len(lea), tramp)
+def int3_update_unoptimize(proc, vaddr: int, insn: bytes) -> None:
+    """7.3: back from ``lea; call`` to the nop10, leaving the call's five bytes in place.
+
+    1. int3 on byte 0 -> sync; 2. bytes 1..4 of the nop (``2e 0f 1f 84``) -> sync; 3. byte 0 -> sync.
+    ``66 2e 0f 1f 84 e8 d0 d1 d2 d3`` is the nop10 again from byte 0 (the call's bytes are its SIB and
+    disp32 operands), while a thread that had already run the lea and stopped at byte 5 still finds
+    the call. The trampoline is the same on every re-optimisation, so those bytes never change.
+    """
+    size = NOP10_OPT_INSN_SIZE
+    _stage(proc, vaddr, size, "start", "unoptimise: the site holds lea; call")
+    _write(proc, vaddr, vaddr, bytes([UPROBE_SWBP_INSN]), size, "byte 0 = int3")
+    _sync(proc, vaddr, size)
+    _write(proc, vaddr, vaddr + 1, insn[1:LEA_INSN_SIZE], size,
+           f"bytes 1..4 = {insn[1:LEA_INSN_SIZE].hex(' ')} (bytes 5..9 keep the call)")
+    _sync(proc, vaddr, size)
+    _write(proc, vaddr, vaddr, insn[:1], size, f"byte 0 = {insn[0]:02x}")
+    _sync(proc, vaddr, size)
+
+
+def optimized_insn(proc, vaddr: int, tramp: int) -> bytes:
+    """The bytes an optimised site holds: ``call tramp`` (6.18), or ``lea -0x80(%rsp),%rsp; call tramp`` (7.3)."""
+    if proc.kernel.optimize_nop10:
+        return LEA_RSP + asm.call_rel32(vaddr + LEA_INSN_SIZE, tramp)
     return asm.call_rel32(vaddr, tramp)
 
 
 def swbp_optimize(proc, auprobe, vaddr: int, tramp: int) -> None:
-    int3_update(proc, vaddr, optimized_insn(proc, auprobe, vaddr, tramp), optimize=True)
+    int3_update(proc, vaddr, optimized_insn(proc, vaddr, tramp), optimize=True)
 
 
 def swbp_unoptimize(proc, auprobe, vaddr: int) -> None:
-    """Back to the original instruction. The dev-tree nop10 variant restores bytes 0..4 only: bytes 5..9
-    are written back unchanged, so the call stays there as the SIB/disp32 operands of the restored 10-byte nop."""
-    if ARCH_UPROBE_FLAG_NOP10 in auprobe.flags:
-        new = auprobe.insn[:5] + proc.read(vaddr + 5, 5)
+    """Back to the original instruction (7.3: bytes 0..4 only, see int3_update_unoptimize)."""
+    if proc.kernel.optimize_nop10:
+        int3_update_unoptimize(proc, vaddr, auprobe.insn)
     else:
-        new = auprobe.insn[:CALL_INSN_SIZE]
-    int3_update(proc, vaddr, new, optimize=False)
+        int3_update(proc, vaddr, auprobe.insn[:CALL_INSN_SIZE], optimize=False)
 
 
 def is_optimized(proc, vaddr: int) -> bool:
-    """Twin of is_optimized(): the site holds ``call rel32`` (after the dev-tree ``lea``) into a trampoline page."""
-    call_at = vaddr
-    if proc.kernel.nop10_redzone and proc.read(vaddr, 5) == asm.lea_rsp_disp8(-REDZONE_SIZE):
-        call_at = vaddr + 5
-    return calls_uprobe_trampoline(proc.read(call_at, CALL_INSN_SIZE), call_at, proc.mappings)
+    """Twin of is_optimized(): the site holds ``call rel32`` (7.3: ``lea; call``, is_opt_insns) into a trampoline page."""
+    if proc.kernel.optimize_nop10 and proc.read(vaddr, LEA_INSN_SIZE) != LEA_RSP:
+        return False
+    return calls_uprobe_trampoline(proc.read(vaddr, opt_insn_size(proc.kernel)), vaddr, proc.mappings)
 
 
 def should_optimize(proc, auprobe) -> bool:
-    if not proc.kernel.optimize_nop5:
-        return False
-    if ARCH_UPROBE_FLAG_CAN_OPTIMIZE not in auprobe.flags or ARCH_UPROBE_FLAG_OPTIMIZE_FAIL in auprobe.flags:
-        return False
-    # the lab's model of the dev-tree scheme: its trampoline returns with ret $0x80, so only nop10 sites
-    # (which moved sp down by 0x80) may call it; nop5 sites stay on the int3 path there
-    return (ARCH_UPROBE_FLAG_NOP10 in auprobe.flags) == proc.kernel.nop10_redzone
+    return (proc.kernel.uprobe_syscall and ARCH_UPROBE_FLAG_CAN_OPTIMIZE in auprobe.flags
+            and ARCH_UPROBE_FLAG_OPTIMIZE_FAIL not in auprobe.flags)
 
 
 def arch_uprobe_optimize(proc, auprobe, vaddr: int) -> None:
@@ -265,7 +286,7 @@ def arch_uprobe_optimize(proc, auprobe, vaddr: int) -> None:
 
 def set_swbp(proc, auprobe: ArchUprobe, vaddr: int) -> None:
     """Write int3 over the first byte (uprobe_write_opcode); keep an already optimised site."""
-    if ARCH_UPROBE_FLAG_CAN_OPTIMIZE in auprobe.flags and is_optimized(proc, vaddr):
+    if should_optimize(proc, auprobe) and is_optimized(proc, vaddr):
         return
     proc.write(vaddr, bytes([UPROBE_SWBP_INSN]))
     proc.trace.emit("text_patches", ip=vaddr, note="int3")
@@ -282,22 +303,25 @@ def set_orig_insn(proc, auprobe: ArchUprobe, vaddr: int) -> None:
 
 # --- the uprobe syscall ----------------------------------------------------------------------
 
-def sys_uprobe(proc, regs, outside: str = "enxio") -> int:
-    """The uprobe syscall (336), merged form: consumers run with the probe site's registers.
+def sys_uprobe(proc, regs, outside: str = "errno") -> int:
+    """The uprobe syscall (336): consumers run with the probe site's registers.
 
-    ``outside`` selects what happens when called from anywhere but a trampoline page: "enxio"
-    (merged, "Return error from uprobe syscall when not called from trampoline") or "sigill"
-    (RFC and early versions). With the dev-tree nop10 scheme, ip = return address - 10 and the
-    red zone (128 bytes) is skipped as well.
+    Called from anywhere but a trampoline page it fails: -ENXIO on 6.18, -EPROTO on 7.3 (libbpf's
+    feature probe expects exactly the one its own kernel gives); ``outside="sigill"`` gives the RFC
+    and early versions' SIGILL instead. Stack at entry (sp upwards): the trampoline's pushes ax,
+    r11, cx, then the site call's return address. Consumers see ip = return address - the optimised
+    site's size (5 or 10) and sp = entry sp + 4*8 (+ 0x80 on 7.3, undoing the lea): the probe site's
+    own registers. Unless a consumer moved sp, the (possibly changed) registers go back on the stack,
+    a moved ip replaces the return address, and the syscall returns by sysret into the trampoline;
+    if a consumer moved sp, it returns by iret straight to the ip (past the site if ip is unchanged).
     """
     if not in_uprobe_trampoline(proc, regs.ip):
         if outside == "sigill":
             proc.force_sig("SIGILL", f"sys_uprobe called from {regs.ip:#x}, not from [uprobes-trampoline]")
             return -1
-        return -ENXIO
-    dev = proc.kernel.nop10_redzone
-    insn_size = NOP10_OPT_INSN_SIZE if dev else CALL_INSN_SIZE
-    skip = UPROBE_SYSCALL_ARGS_SIZE + (REDZONE_SIZE if dev else 0)
+        return -EPROTO if proc.kernel.optimize_nop10 else -ENXIO
+    insn_size = opt_insn_size(proc.kernel)
+    skip = UPROBE_SYSCALL_ARGS_SIZE + (REDZONE_SIZE if proc.kernel.optimize_nop10 else 0)
     raw = proc.copy_from_user(regs.sp, UPROBE_SYSCALL_ARGS_SIZE)
     if raw is None:
         proc.force_sig("SIGILL", "sys_uprobe could not read the saved registers")

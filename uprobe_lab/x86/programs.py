@@ -2,7 +2,11 @@
 
 Twin of tools/testing/selftests/bpf/benchs/bench_trigger.c: the targets are what GCC emits for
 ``uprobe_target_{nop,push,ret,nop5}`` with ``-O2 -fno-omit-frame-pointer`` and ``__nocf_check``
-(no endbr64). The producer is the bench's ``while (true) target();`` loop, made finite: it takes
+(no endbr64). 7.3's bench renamed the x86 target to ``uprobe_target_nop10`` (the 10-byte nop
+``66 2e 0f 1f 84 00 00 00 00 00``); the lab keeps both. The USDT targets are the bodies of the
+bench's ``usdt_1`` / ``usdt_2``: the USDT site (see uprobe_lab.usdt) and ``ret``, one per site shape.
+``uprobe_syscall_probe`` is libbpf's feature probe for the uprobe syscall: ``syscall(336)`` from
+outside any trampoline, its result left in rax. The producer is the bench's ``while (true) target();`` loop, made finite: it takes
 the iteration count in rdi and the target in rsi (System V ABI), so the same bytes can be called
 natively through ctypes. ``opaque_noop_func`` is a bare ``ret`` (the bench builds it without
 ``__nocf_check``, so a CET build would start it with endbr64; the lab leaves that out).
@@ -12,8 +16,12 @@ from __future__ import annotations
 from functools import lru_cache
 
 from ..program import Assembler, Program
+from ..usdt import USDT_SHAPES
 from . import asm
-from .constants import __NR_getpgid
+from .constants import __NR_getpgid, __NR_uprobe
+
+# the USDT bench targets, one per site shape (the kernel bench's usdt_1 is "nop", usdt_2 the usdt.h default)
+USDT_TARGETS = {"nop": "usdt_nop", "nop,nop5": "usdt_nop5", "nop,nop10": "usdt_nop10"}
 
 TEXT_BASE = 0x400000
 PAGE = 0x1000
@@ -52,19 +60,41 @@ def emit_targets(a: Assembler) -> None:
     a.align(16, PAD)
     a.function("getpgid_syscall")  # syscall-count's producer body: syscall(__NR_getpgid)
     a.emit(asm.mov_imm32("rax", __NR_getpgid) + asm.xor_rr32("rdi", "rdi") + asm.SYSCALL + asm.RET)
+    a.align(16, PAD)
+    a.function("uprobe_target_nop10")
+    a.emit(asm.NOP10 + asm.RET)
+    a.align(16, PAD)
+    a.function("uprobe_syscall_probe")  # libbpf probe_uprobe_syscall(): syscall(__NR_uprobe) off the trampoline
+    a.emit(asm.mov_imm32("rax", __NR_uprobe) + asm.SYSCALL + asm.RET)
+    for shape, name in USDT_TARGETS.items():
+        a.align(16, PAD)
+        a.function(name)
+        a.emit(USDT_SHAPES[shape].site + asm.RET)
+    a.end_function()
+
+
+def emit_at(a: Assembler, addr: int, name: str, code: bytes) -> None:
+    """A function ``name`` holding ``code`` + ret at ``addr`` (padding up to it with int3)."""
+    a.pad_to(addr, PAD)
+    a.function(name)
+    a.emit(code + asm.RET)
     a.end_function()
 
 
 @lru_cache(maxsize=None)
 def bench_program(base: int = TEXT_BASE) -> Program:
-    """All bench targets in two text pages; the page-crossing nop5 straddles the page boundary."""
+    """All bench targets in five text pages; each page-crossing site straddles its own page boundary.
+
+    The kernel cannot optimise a site that crosses a page (no atomic cross-page write): the nop5
+    whose first two bytes end page 0, the nop10 whose first three end page 1, and the USDT sites
+    whose long nop (at +1) crosses the end of pages 2 and 3.
+    """
     a = Assembler("x86_64", base)
     emit_producer_loop(a)
     emit_targets(a)
-    # A nop5 whose first two bytes end page 0: the kernel cannot optimise it (no atomic cross-page write).
-    a.pad_to(base + PAGE - 2, PAD)
-    a.function("uprobe_target_nop5_pagecross")
-    a.emit(asm.X86_NOPS[5] + asm.RET)
-    a.end_function()
-    a.pad_to(base + 2 * PAGE, PAD)
+    emit_at(a, base + PAGE - 2, "uprobe_target_nop5_pagecross", asm.X86_NOPS[5])
+    emit_at(a, base + 2 * PAGE - 3, "uprobe_target_nop10_pagecross", asm.NOP10)
+    emit_at(a, base + 3 * PAGE - 4, "usdt_nop10_pagecross", USDT_SHAPES["nop,nop10"].site)
+    emit_at(a, base + 4 * PAGE - 3, "usdt_nop5_pagecross", USDT_SHAPES["nop,nop5"].site)
+    a.pad_to(base + 5 * PAGE, PAD)
     return a.link()

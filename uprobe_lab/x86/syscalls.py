@@ -1,7 +1,7 @@
 """The x86-64 syscall entry the lab serves: twin of do_syscall_64 (arch/x86/entry/syscall_64.c)
 and the few entries of syscall_64.tbl a probed program needs.
 
-Only getpgid (the bench's syscall-count producer), uretprobe (6.11+) and uprobe (6.18+) are served;
+Only getpgid (the bench's syscall-count producer), uretprobe (6.11+) and uprobe (6.18, 7.3) are served;
 every other number returns -ENOSYS.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ def syscall_table(kernel: KernelVersion) -> dict:
     table = {__NR_getpgid: sys_getpgid}
     if kernel.uretprobe_syscall:
         table[__NR_uretprobe] = sys_uretprobe
-    if kernel.optimize_nop5:
+    if kernel.uprobe_syscall:
         table[__NR_uprobe] = optimize.sys_uprobe
     return table
 
