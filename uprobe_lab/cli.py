@@ -143,12 +143,35 @@ def cmd_bench(args) -> int:
                   else f"error: {err}", file=sys.stderr)
             return 2
     else:
-        from .model import model_table
-
         args.arch = args.arch or "x86_64"
-        results = model_table(args.names or None, arch=args.arch, kernel=kernel, cpu=args.cpu, **options)
+        results = model_rows(args.names or bench.bench_names(args.arch), args.arch, kernel, args.cpu, options)
     print(json.dumps(results, indent=2) if args.json else bench.format_table(results))
     return 0
+
+
+def model_rows(names, arch: str, kernel: str, cpu, options: dict) -> list[dict]:
+    """The model's table, with a refusal row where the kernel refuses the probe, and each row saying
+    whether a published figure exists for it or the model's number is a prediction only."""
+    from . import bench
+    from .model import model_table
+    from .published import load_published
+
+    published = load_published()
+    refused = {n: bench.refusal(n, arch, kernel) for n in names}
+    priced = [n for n in names if refused[n] is None]
+    rows = {r["bench"]: r for r in (model_table(priced, arch=arch, kernel=kernel, cpu=cpu, **options) if priced else [])}
+    out = []
+    for n in names:
+        if refused[n] is not None:
+            out.append(bench.refused_row(n, arch, "model", kernel, refused[n]))
+            continue
+        row = rows[n]
+        seen = published[(published["bench"] == n) & (published["kernel"].astype(str) == str(kernel))
+                         & (published["arch"] == arch)]
+        row["basis"] = ("priced from the published figures' fit; published figures exist for this bench and kernel"
+                        if len(seen) else "prediction: no throughput has been published for this bench on this kernel")
+        out.append(row)
+    return out
 
 
 def cmd_analyze(args) -> int:
