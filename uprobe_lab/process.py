@@ -22,7 +22,7 @@ from .kernel import KernelVersion, get_kernel
 from .sites import Mapping, mapping_at
 from .stepper import Stepper
 from .trace import Trace
-from .uprobes import MmUprobes, UprobeTask
+from .uprobes import MmUprobes, UprobeTask, handle_xol_fault
 DEFAULT_MAX_INSNS = 10_000_000  # every run is guarded: no emulation can spin forever
 
 
@@ -335,8 +335,6 @@ class EmulatedProcess:
         try:
             self.uc.emu_start(start, until, count=max_insns)
         except UcError as err:
-            from .uprobes import handle_xol_fault  # the core imports this module
-
             pc = self.pc
             handle_xol_fault(self)  # a fault inside an XOL step is reported at the probed address
             self.force_sig("SIGSEGV", f"{err} at pc={pc:#x}")

@@ -8,6 +8,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from ..kernel import KERNELS
 from ..published import seed_speedups
 
 BEFORE_COLOR, AFTER_COLOR = "#8da0cb", "#fc8d62"
@@ -134,8 +135,7 @@ HISTORY_BENCHES = ("uprobe-nop", "uprobe-ret", "uprobe-nop5", "uretprobe-nop", "
 def kernel_history_chart(profiles=("intel", "nop5"), benches=HISTORY_BENCHES, kernels=None) -> Figure:
     """Throughput by kernel version on a linear axis, one panel per published CPU: lines are the CPU's fitted
     profile priced on each modelled kernel's events; dots are what that CPU's seed table measured."""
-    from .. import model
-    from ..kernel import KERNELS
+    from .. import model  # the cost model (pandas, fits) only when this chart is drawn
 
     kernels = list(kernels or [k for k in KERNELS if k[:1].isdigit()])
     rows = model.bench_rows()
