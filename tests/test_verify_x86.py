@@ -6,6 +6,7 @@ was seen to do with them (each also reasoned from arch/x86/kernel/uprobes.c in t
 """
 import os
 import platform
+import tempfile
 
 import capstone
 import pytest
@@ -82,6 +83,28 @@ def test_sample_agrees_with_the_host():
     d = report.as_dict()
     assert d["judged"] >= 60, d
     assert not report.disagreements, report.format()
+
+
+@x86_host
+def test_a_uprobe_multi_batch_gives_the_host_answers_a_perf_uprobe_gives():
+    from uprobe_lab.verify.x86 import host_action
+    from uprobe_lab.verify.x86_host import HostPool
+
+    cases = G.random_cases(24, 77) + [G.make_case("VEX", bytes.fromhex(h), 0x202) for h in ("c5f877", "c5f9efc0")]
+    answers = {}
+    for probe in ("perf", "bpf"):
+        with tempfile.TemporaryDirectory() as d:
+            pool = HostPool(d, opmask=False, parallel=8, probe=probe)
+            answers[probe] = {k: (host_action(r), r.get("xol_area"), r["runs"][-1]["signal"])
+                              for k, r in pool.run((i, c.insn, c.flags) for i, c in enumerate(cases))}
+    assert answers["perf"] == answers["bpf"]
+    assert answers["bpf"][24][0] == "emulate" and answers["bpf"][25][0] == "reject"  # vzeroupper, vpxor
+
+
+@x86_host
+def test_bpf_sample_agrees_with_the_lab():
+    report = verify("x86_64", sample=150, seed=424242, sweeps=False, probe="bpf")
+    assert report.as_dict()["judged"] >= 120 and not report.disagreements, report.format()
 
 
 @x86_host

@@ -262,7 +262,7 @@ def cmd_verify(args) -> int:
     from .verify import verify
 
     options = {"sample": args.sample, "seed": args.seed, "classes": args.classes, "sweeps": not args.no_sweeps,
-               "kernel": args.kernel}
+               "kernel": args.kernel, **({"probe": args.probe} if args.probe else {})}
     with _verify_progress(args.json) as progress:
         try:
             report = verify(args.arch, progress=progress, **options)
@@ -335,6 +335,9 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--no-sweeps", action="store_true",
                    help="x86: leave out the sweep of every register-form VEX and EVEX opcode")
     v.add_argument("--kernel", choices=list(KERNELS), help="the lab version to compare with (default: the host's)")
+    v.add_argument("--probe", choices=["perf", "bpf"],
+                   help="x86: perf (one perf uprobe per instruction, ~0.1 s each; default) or bpf (uprobe_multi "
+                        "batches, the same kernel uprobes, much faster)")
     v.add_argument("--json", action="store_true")
     v.set_defaults(func=cmd_verify)
     return parser

@@ -57,6 +57,7 @@ SAVE_RSP = CTRL + 0x210
 CSTATE = CTRL + 0x1000  # the caller's extended state
 TEMPLATE = CTRL + 0x2000  # the test's extended state
 OUT_XSAVE = CTRL + 0x3000
+IN_XSAVE = CTRL + 0x4000  # the test's extended state just before the instruction
 XSAVE_SIZE = 0x1000
 TMP_STACK = CTRL + 0x6000
 ALT_STACK = CTRL + 0x8000
@@ -144,6 +145,7 @@ def entry_code(opmask: bool) -> bytes:
     if opmask:
         for k, value in enumerate(OPMASKS):
             code += mov_rax_imm64(value) + kmovq_k_rax(k)
+    code += mov_eax_imm(-1) + xsave64(IN_XSAVE)  # edx is still -1
     code += mov_rsp_imm(TMP_STACK) + b"\xff\x34" + _abs(IN_REGS + out_offset("eflags")) + POPFQ  # push [..]; popfq
     for reg in GPRS:
         code += mov_load(reg, IN_REGS + out_offset(reg))  # rsp last but one, rcx/rsp order is irrelevant

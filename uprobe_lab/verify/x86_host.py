@@ -17,6 +17,7 @@ import functools
 import os
 import pickle
 import struct
+from dataclasses import dataclass
 
 from ..native.perf import open_uprobe, read_count
 from . import x86_harness as H
@@ -59,8 +60,8 @@ def cpu_flags() -> set[str]:
     return set()
 
 
-def _mmap(addr: int, size: int, prot: int, flags: int, fd: int = -1) -> None:
-    got = _libc().mmap(addr, size, prot, flags | MAP_FIXED_NOREPLACE, fd, 0)
+def _mmap(addr: int, size: int, prot: int, flags: int, fd: int = -1, offset: int = 0) -> None:
+    got = _libc().mmap(addr, size, prot, flags | MAP_FIXED_NOREPLACE, fd, offset)
     if got != addr:
         e = ctypes.get_errno()
         raise OSError(e, f"mmap at {addr:#x}: {os.strerror(e)} (got {got})")
@@ -94,6 +95,12 @@ def _mem_changes(initial: bytes) -> dict[int, bytes]:
             if now[off : off + CHUNK] != initial[off : off + CHUNK]}
 
 
+def _xsave_at(addr: int) -> bytes:
+    xsave = bytearray(ctypes.string_at(addr, H.XSAVE_SIZE))
+    xsave[XSAVE_X87_POINTERS] = bytes(16)
+    return bytes(xsave)
+
+
 def _one_run(entry, data: bytes, regs_in: bytes) -> dict:
     ctypes.memmove(H.DATA, data, len(data))
     ctypes.memmove(H.IN_REGS, regs_in, len(regs_in))
@@ -101,9 +108,8 @@ def _one_run(entry, data: bytes, regs_in: bytes) -> dict:
     ctypes.memset(H.OUT_SIGNO, 0, 16)
     signalled = entry()
     out = struct.unpack(f"<{len(H.GREGS)}Q", ctypes.string_at(H.OUT_REGS, 8 * len(H.GREGS)))
-    xsave = bytearray(ctypes.string_at(H.OUT_XSAVE, H.XSAVE_SIZE))
-    xsave[XSAVE_X87_POINTERS] = bytes(16)
-    run = {"regs": dict(zip(H.GREGS, out)), "xsave": bytes(xsave), "mem": _mem_changes(data), "signal": None}
+    run = {"regs": dict(zip(H.GREGS, out)), "xsave": _xsave_at(H.OUT_XSAVE), "xsave_before": _xsave_at(H.IN_XSAVE),
+           "mem": _mem_changes(data), "signal": None}
     if signalled:
         signo, addr = struct.unpack("<QQ", ctypes.string_at(H.OUT_SIGNO, 16))
         run["signal"] = SIGNAMES.get(signo & 0xFFFFFFFF, str(signo))
@@ -116,23 +122,32 @@ def _maps_names() -> set[str]:
         return {line.split(maxsplit=5)[5].strip() for line in f if len(line.split(maxsplit=5)) == 6}
 
 
-def child_main(insn: bytes, flags: int, path: str, opmask: bool) -> dict:
-    """Everything the child does; returns the report (the child pickles it to the parent)."""
-    with open(path, "wb") as f:
-        f.write(H.build_image(insn, opmask))
-    fd = os.open(path, os.O_RDONLY)
-    _mmap(H.CODE, H.CODE_SIZE, PROT_READ | PROT_EXEC, MAP_PRIVATE, fd)
+def _setup(code_fd: int, offset: int, flags: int):
+    _mmap(H.CODE, H.CODE_SIZE, PROT_READ | PROT_EXEC, MAP_PRIVATE, code_fd, offset)
     _mmap(H.DATA, H.DATA_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS)
     _mmap(H.CTRL, H.CTRL_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS)
     _install_signal_handlers()
     _prepare_template()
-    entry = ctypes.CFUNCTYPE(ctypes.c_int)(H.ENTRY)
-    data = H.data_image()
     gprs = H.initial_gprs()
     regs_in = struct.pack(f"<{len(H.GREGS)}Q", *(gprs.get(r, 0) if r != "eflags" else flags for r in H.GREGS))
+    return ctypes.CFUNCTYPE(ctypes.c_int)(H.ENTRY), H.data_image(), regs_in
+
+
+def _after_probed_run(report: dict) -> None:
+    names = _maps_names()
+    report["xol_area"] = "[uprobes]" in names
+    report["trampoline"] = "[uprobes-trampoline]" in names
+    report["site_after"] = ctypes.string_at(H.SITE, 5)
+
+
+def child_perf(job: "Job") -> dict:
+    """perf mode: write this instruction's file, run it twice, attach a perf uprobe, run it again."""
+    with open(job.path, "wb") as f:
+        f.write(H.build_image(job.insn, job.opmask))
+    entry, data, regs_in = _setup(os.open(job.path, os.O_RDONLY), 0, job.flags)
     report = {"runs": [_one_run(entry, data, regs_in), _one_run(entry, data, regs_in)], "attach_errno": None}
     try:
-        probe = open_uprobe(path, H.SITE - H.CODE)
+        probe = open_uprobe(job.path, H.SITE - H.CODE)
     except OSError as err:
         report["attach_errno"] = err.errno
         report["attach_error"] = errno_mod.errorcode.get(err.errno, str(err.errno))
@@ -140,23 +155,47 @@ def child_main(insn: bytes, flags: int, path: str, opmask: bool) -> dict:
     try:
         report["runs"].append(_one_run(entry, data, regs_in))
         report["hits"] = read_count(probe)
-        names = _maps_names()
-        report["xol_area"] = "[uprobes]" in names
-        report["trampoline"] = "[uprobes-trampoline]" in names
-        with open("/proc/self/mem", "rb", buffering=0) as mem:
-            mem.seek(H.SITE)
-            report["site_after"] = mem.read(5)
+        _after_probed_run(report)
     finally:
         os.close(probe)
     return report
 
 
-def _child(insn: bytes, flags: int, path: str, opmask: bool, w: int) -> None:
+def child_batch(job: "Job") -> dict:
+    """uprobe_multi mode: this instruction's cell of the batch, from the unprobed copy twice, then from
+    the probed file, where the kernel installed the breakpoint when the cell was mapped - or, if it
+    refused the instruction (arch_uprobe_analyze_insn failed in uprobe_mmap), did not."""
+    entry, data, regs_in = _setup(os.open(job.plain_path, os.O_RDONLY), job.offset, job.flags)
+    report = {"runs": [_one_run(entry, data, regs_in), _one_run(entry, data, regs_in)], "attach_errno": None}
+    if _libc().munmap(ctypes.c_void_p(H.CODE), ctypes.c_size_t(H.CODE_SIZE)):
+        raise OSError(ctypes.get_errno(), "munmap")
+    _mmap(H.CODE, H.CODE_SIZE, PROT_READ | PROT_EXEC, MAP_PRIVATE, os.open(job.path, os.O_RDONLY), job.offset)
+    if ctypes.string_at(H.SITE, 1) != b"\xcc":
+        report["attach_errno"] = "no breakpoint installed"
+        return report
+    report["runs"].append(_one_run(entry, data, regs_in))
+    report["hits"] = None  # no counter in this mode: the breakpoint is at the first instruction run
+    _after_probed_run(report)
+    return report
+
+
+@dataclass
+class Job:
+    key: object
+    insn: bytes
+    flags: int
+    opmask: bool
+    path: str  # perf: this instruction's file; batch: the probed batch file
+    plain_path: str = ""  # batch: an unprobed copy of the batch file
+    offset: int = 0  # batch: this instruction's cell
+
+
+def _child(job: Job, run, w: int) -> None:
     """The forked child: run, send the report (length-prefixed pickle), exit without returning."""
     status = 0
     try:
         try:
-            report = child_main(insn, flags, path, opmask)
+            report = run(job)
         except BaseException as err:  # noqa: BLE001 - the parent gets it as data
             report = {"error": f"{type(err).__name__}: {err}"}
         payload = pickle.dumps(report)
@@ -166,23 +205,67 @@ def _child(insn: bytes, flags: int, path: str, opmask: bool, w: int) -> None:
     except BaseException:
         status = 1
     finally:
-        os._exit(status)  # closing the probe's fd happens here, after the parent has the report
+        os._exit(status)  # a perf probe's fd is closed here, after the parent has the report
 
 
 class HostPool:
     """Run instructions on the host, several children at a time.
 
-    A child sends its report before it exits, so the parent does not wait for the probe's
-    teardown: closing a perf uprobe takes the kernel ~85 ms (tracepoint_synchronize_unregister
-    under event_mutex, one close at a time), and that, not the run, bounds the throughput.
+    ``probe="perf"``: one perf uprobe per instruction, attached by the child itself. Closing a perf
+    uprobe takes the kernel ~85 ms (tracepoint_synchronize_unregister under event_mutex, one close at
+    a time), which bounds the throughput; a child sends its report before it exits, so at least the
+    parent does not wait for it. ``probe="bpf"``: batches of instructions, one file and one
+    uprobe_multi link per batch (see uprobe_multi), detached once per batch.
     """
 
-    def __init__(self, workdir: str, opmask: bool, parallel: int = 16):
-        self.workdir, self.opmask, self.parallel = workdir, opmask, parallel
+    BATCH = 256
+
+    def __init__(self, workdir: str, opmask: bool, parallel: int = 16, probe: str = "perf"):
+        if probe not in ("perf", "bpf"):
+            raise ValueError(f"probe must be perf or bpf, not {probe!r}")
+        self.workdir, self.opmask, self.parallel, self.probe = workdir, opmask, parallel, probe
         self._serial = 0
 
     def run(self, jobs):
         """``jobs``: iterable of (key, insn bytes, flags). Yields (key, report) as reports arrive."""
+        if self.probe == "perf":
+            yield from self._run(self._perf_jobs(jobs), child_perf)
+            return
+        from . import uprobe_multi
+
+        prog = uprobe_multi.load_program()
+        try:
+            jobs = list(jobs)
+            for start in range(0, len(jobs), self.BATCH):
+                yield from self._batch(prog, jobs[start : start + self.BATCH])
+        finally:
+            os.close(prog)
+
+    def _perf_jobs(self, jobs):
+        for key, insn, flags in jobs:
+            self._serial += 1
+            yield Job(key, insn, flags, self.opmask, os.path.join(self.workdir, f"site-{os.getpid()}-{self._serial}.bin"))
+
+    def _batch(self, prog: int, jobs: list):
+        from . import uprobe_multi
+
+        self._serial += 1
+        probed, plain = (os.path.join(self.workdir, f"batch-{os.getpid()}-{self._serial}-{k}.bin") for k in ("p", "u"))
+        image = b"".join(H.build_image(insn, self.opmask) for _, insn, _ in jobs)
+        for path in (probed, plain):
+            with open(path, "wb") as f:
+                f.write(image)
+        offsets = [k * H.CODE_SIZE for k in range(len(jobs))]
+        link = uprobe_multi.attach(prog, probed, [o + H.SITE - H.CODE for o in offsets])
+        try:
+            batch = (Job(key, insn, flags, self.opmask, probed, plain, off) for (key, insn, flags), off in zip(jobs, offsets))
+            yield from self._run(batch, child_batch)
+        finally:
+            os.close(link)  # every probe of the batch goes, with one synchronisation
+            _unlink(probed)
+            _unlink(plain)
+
+    def _run(self, jobs, child):
         import selectors
 
         sel = selectors.DefaultSelector()
@@ -195,40 +278,37 @@ class HostPool:
                     job = next(jobs, None)
                     if job is None:
                         break
-                    key, insn, flags = job
-                    self._serial += 1
-                    path = os.path.join(self.workdir, f"site-{os.getpid()}-{self._serial}.bin")
                     r, w = os.pipe()
                     pid = os.fork()
                     if pid == 0:
                         os.close(r)
-                        _child(insn, flags, path, self.opmask, w)
+                        _child(job, child, w)
                     os.close(w)
                     children.add(pid)
-                    sel.register(r, selectors.EVENT_READ, [key, path, bytearray(), pid])
+                    own_file = job.path if child is child_perf else None
+                    sel.register(r, selectors.EVENT_READ, [job.key, own_file, bytearray()])
                     pending += 1
                 if not pending:
                     break
                 for sk, _ in sel.select(timeout=0.5):
-                    state = sk.data
+                    key, own_file, buf = sk.data
                     chunk = os.read(sk.fd, 1 << 16)
-                    state[2] += chunk
-                    buf = state[2]
-                    done = not chunk or (len(buf) >= 8 and len(buf) >= 8 + struct.unpack_from("<Q", buf)[0])
-                    if done:
+                    buf += chunk
+                    complete = len(buf) >= 8 and len(buf) >= 8 + struct.unpack_from("<Q", buf)[0]
+                    if complete or not chunk:
                         sel.unregister(sk.fd)
                         os.close(sk.fd)
                         pending -= 1
-                        _unlink(state[1])
-                        if len(buf) >= 8 and len(buf) >= 8 + struct.unpack_from("<Q", buf)[0]:
-                            yield state[0], pickle.loads(bytes(buf[8:]))
-                        else:
-                            yield state[0], {"error": "the child died without a report"}
+                        if own_file:
+                            _unlink(own_file)
+                        yield key, (pickle.loads(bytes(buf[8:])) if complete
+                                    else {"error": "the child died without a report"})
                 self._reap(children, block=False)
         finally:
             for key in list(sel.get_map().values()):
                 os.close(key.fd)
-                _unlink(key.data[1])
+                if key.data[1]:
+                    _unlink(key.data[1])
             sel.close()
             self._reap(children, block=True)
 

@@ -10,7 +10,7 @@ decode EVEX or newer VEX forms, leaves stale data in the upper lanes of VEX.128 
 addresses a RIP-relative ``shld/shrd ..., imm8`` one byte off. When Unicorn's unprobed run ends in a
 different state from the host's, the instruction's own effect is taken from the host: wherever the
 lab's run executes it (at SITE, or its copy in an XOL slot), a code hook applies the host's
-unprobed effect (registers, flags, memory; extended state as an opaque token) and moves on, taking
+unprobed effect (registers, flags, memory, and the host's extended state before or after) and moves on, taking
 the single-step trap if TF is set. Everything around it - analysis, emulation, the XOL step, fixups,
 the rewrite - is still the lab's model. That needs a host run in which the instruction fell through.
 """
@@ -114,8 +114,11 @@ def _state(proc, result, data: bytes, effect: HostEffect | None = None) -> dict:
     out["eflags"] = regs.flags
     now = proc.read(H.DATA, H.DATA_SIZE)
     mem = {off: now[off : off + 256] for off in range(0, H.DATA_SIZE, 256) if now[off : off + 256] != data[off : off + 256]}
-    # with the host's effect, extended state is a token: how often the instruction ran
-    ymm = ("host effect", effect.applied) if effect else tuple(proc.uc.reg_read(r) for r in YMM)
+    # with the host's effect, extended state is the host's: after the instruction if it ran, before if not
+    if effect:
+        ymm = effect.run["xsave"] if effect.applied else effect.run["xsave_before"]
+    else:
+        ymm = tuple(proc.uc.reg_read(r) for r in YMM)
     signal = None if result.stop == "until" else (result.signal or "stopped")
     return {"regs": out, "ymm": ymm, "mem": mem, "signal": signal, "reason": result.reason}
 
