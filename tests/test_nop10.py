@@ -274,3 +274,35 @@ def test_red_zone_on_73_and_618():
     assert check_transparency("redzone_leaf_nop5", "7.3").ok  # 7.3 leaves the nop5 on the int3 path
     report = check_transparency("redzone_leaf_nop10", "7.3")
     assert report.ok and bytes.fromhex(report.site_bytes)[:6] == LEA + b"\xe8"
+
+
+# --- which nops 7.3 emulates: insn_is_nop() ---------------------------------------------------------
+
+@pytest.mark.parametrize("hexbytes,on_618,on_73", [
+    # [7.3] branch_setup_xol_ops: "if (insn_is_nop(insn)) goto setup;" and no "case 0x90"; insn_is_nop() is
+    # arch/x86/lib/insn-eval.c from tip perf/core 8a5c6cbfe4a3 "x86/insn,uprobes,alternative: Unify insn_is_nop()"
+    # (Oct 2025): "NOP, but not: REP NOP aka PAUSE", "'REX.b3 NOP' is 'xchg %r8,%rax' - not a nop", NOPL,
+    # "MOV %reg, %reg" of native size, "LEA 0(%reg),%reg", "JMP +0". [6.18]: x86_nops[len] or "prefix* + nop".
+    ("f390", "emulate", "xol"),  # pause
+    ("4190", "emulate", "xol"),  # xchg %r8,%rax: 6.18 took it for a nop
+    ("4889c0", "xol", "emulate"),  # mov %rax,%rax
+    ("89c0", "xol", "xol"),  # mov %eax,%eax zero-extends: not native size
+    ("488d4000", "xol", "emulate"),  # lea 0x0(%rax),%rax
+    ("488d442400", "xol", "xol"),  # lea 0x0(%rsp),%rax: another register
+    ("eb00", "emulate", "emulate"),  # jmp +0 (6.18 emulates it as a jmp)
+    ("0f1f440000", "emulate", "emulate"),
+    ("c4e1f890c1", "emulate", "xol"),  # kmovw: opcode byte 0x90 after a VEX prefix; insn_is_nop() ignores VEX
+])
+def test_nops_emulated_on_618_and_73(hexbytes, on_618, on_73):
+    from uprobe_lab.x86.analyze import analyze_hex
+
+    assert analyze_hex(hexbytes, K618)["action"] == on_618
+    assert analyze_hex(hexbytes, K73)["action"] == on_73
+
+
+def test_insn_is_nop_counts_rex_extended_registers():
+    from uprobe_lab.x86.decode import insn_is_nop
+
+    assert insn_is_nop(insn_decode(bytes.fromhex("4d8d4000")))  # lea 0x0(%r8),%r8
+    assert not insn_is_nop(insn_decode(bytes.fromhex("4c8d4000")))  # lea 0x0(%rax),%r8
+    assert not insn_is_nop(insn_decode(bytes.fromhex("440f1f00")))  # modrm_reg 0 + 8*REX.R: the kernel says no

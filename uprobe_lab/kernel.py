@@ -21,6 +21,10 @@ class KernelVersion:
     # 7.3 554ba38456da "uprobes/x86: Move optimized uprobe from nop5 to nop10": only the nop10 is
     # optimised, into lea -0x80(%rsp),%rsp + call, so the call's push stays below the red zone
     optimize_nop10: bool = False
+    # 8a5c6cbfe4a3 "x86/insn,uprobes,alternative: Unify insn_is_nop()" (tip perf/core, Oct 2025, after
+    # 6.18): branch_setup_xol_ops emulates what insn_is_nop() recognises (NOP but not PAUSE or REX.B NOP,
+    # NOPL, native-size mov %reg,%reg, lea 0(%reg),%reg, jmp +0) instead of the x86_nops[] patterns
+    insn_is_nop: bool = False
 
     @property
     def uprobe_syscall(self) -> bool:
@@ -41,7 +45,7 @@ KERNELS = {
     "6.11": KernelVersion("6.11", True, False, False, False),
     "6.16": KernelVersion("6.16", True, True, False, False),
     "6.18": KernelVersion("6.18", True, True, True, True),
-    "7.3": KernelVersion("7.3", True, True, False, True, optimize_nop10=True),
+    "7.3": KernelVersion("7.3", True, True, False, True, optimize_nop10=True, insn_is_nop=True),
 }
 # The published figures (seeds), the model's fit and this project's host are all 6.18, and nothing
 # has been published for 7.3 yet: 6.18 stays the default; 7.3 is one --kernel away (README).

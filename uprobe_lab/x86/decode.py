@@ -215,10 +215,54 @@ def uprobe_init_insn(insn: Insn) -> None:
         "pick a neighbouring instruction")
 
 
+def insn_is_nop(insn: Insn) -> bool:
+    """Twin of insn_is_nop() (arch/x86/lib/insn-eval.c, 8a5c6cbfe4a3, used by uprobes since then).
+
+    Recognises NOP (0x90 with prefixes, but not PAUSE, f3 90, nor REX.B 90, which is xchg %r8,%rax),
+    NOPL (0f 1f /0), native-size ``mov %reg,%reg``, ``lea 0(%reg),%reg`` (only DS prefixes) and
+    ``jmp +0``; never a VEX/EVEX instruction. Left out: REX2 (APX) prefixes."""
+    if insn.vex:
+        return False
+    rex = insn.rex
+    r3, x3, b3, w = (rex >> 2) & 1, (rex >> 1) & 1, rex & 1, (rex >> 3) & 1
+    op = insn.opcode
+    if op == b"\x90":
+        return not b3 and 0xF3 not in insn.prefixes
+    if op in (b"\xe9", b"\xeb"):
+        return insn.immediate == 0
+    if insn.modrm is None:
+        return False
+    mod, reg, rm = insn.modrm >> 6, ((insn.modrm >> 3) & 7) + 8 * r3, (insn.modrm & 7) + 8 * b3
+    if op == b"\x0f\x1f":
+        return reg == 0
+    if op == b"\x89":  # mov %reg,%reg of the native size (REX.W: 8 bytes)
+        return mod == 3 and bool(w) and reg == rm
+    if op == b"\x8d" and mod in (1, 2) and w and all(p == 0x3E for p in insn.prefixes):
+        at = insn.modrm_offset + 1
+        if insn.modrm & 7 == 4:  # a SIB byte: (%base,%eiz,1) only
+            sib = insn.raw[at]
+            if sib >> 6 or ((sib >> 3) & 7) + 8 * x3 != 4:
+                return False
+            rm, at = (sib & 7) + 8 * b3, at + 1
+        disp = insn.raw[at : at + (1 if mod == 1 else 4)]
+        return not any(disp) and reg == rm
+    return False
+
+
 def branch_setup_xol_ops(auprobe: ArchUprobe, insn: Insn, kernel: KernelVersion) -> bool:
     """Emulate nops, jmp, call rel32 and jcc: the switch is on OPCODE1 alone, so VEX/EVEX opcode bytes
-    that collide are emulated too (``KERNEL_BUG_VEX``); the offset is the instruction's immediate."""
+    that collide are emulated too (``KERNEL_BUG_VEX``); the offset is the instruction's immediate.
+
+    Which nops: up to 6.18 the x86_nops[] patterns and prefix* + 0x90; since 8a5c6cbfe4a3 (the lab's
+    7.3) whatever insn_is_nop() recognises, and 0x90 is no longer a case of the switch."""
     opc1 = insn.opcode[0]
+    if kernel.insn_is_nop:
+        if insn_is_nop(insn):
+            auprobe.ops, auprobe.branch_opc1, auprobe.branch_offs = "branch", opc1, 0
+            auprobe.reason = "insn_is_nop(): emulated as a nop (ip += length)"
+            return True
+        if opc1 == 0x90:
+            return False  # PAUSE, xchg %r8,%rax or a VEX opcode byte 0x90: stepped out of line
     if kernel.emulate_all_nops and insn.length <= asm.ASM_NOP_MAX and insn.raw == asm.X86_NOPS[insn.length]:
         auprobe.ops, auprobe.branch_opc1, auprobe.branch_offs = "branch", opc1, 0
         since = "" if insn.opcode == b"\x90" else " (since 6.16; single-stepped before)"
