@@ -1,0 +1,135 @@
+"""``python -m uprobe_lab verify --arch arm64``: a real arm64 kernel (Debian's, under QEMU) as referee.
+
+Builds the cases file, /init and the initramfs (uprobe_lab.verify.arm64_guest), boots the kernel
+once (arm64_boot), runs every case in the lab with the lab's rules for that kernel release
+(kernel.kernel_for_release), and judges each case (arm64_judge). TCG timing says nothing about
+real hardware: only behaviour is judged. The unmerged STP simulation is not in any kernel, so the
+referee checks the upstream behaviour only (stp is stepped out of line); the STP chapter's
+simulation stays a model.
+"""
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import LabError
+from ..kernel import kernel_for_release
+from . import arm64_boot as B
+from . import arm64_cases as C
+from . import arm64_guest as G
+from . import arm64_judge as J
+from . import arm64_layout as L
+
+
+def probe_offsets(cases) -> list[list[tuple[int, int]]]:
+    """Per case: [(file offset, retprobe)] of its probes."""
+    return [[(i * L.SLOT + (L.F if c.kind == "uretprobe" else L.P), int(c.kind == "uretprobe"))]
+            for i, c in enumerate(cases)]
+
+
+def initramfs(cases) -> bytes:
+    code = b"".join(L.slot_code(L.slot_base(i), c.word, C.regs_for(c, L.slot_base(i)), c.nzcv)
+                    for i, c in enumerate(cases))
+    return G.cpio_newc({"init": G.build_init(), "cases": code, "cases.tab": G.build_tab(cases, probe_offsets(cases))})
+
+
+def kernel_runs(lines: list[str], n: int) -> list[tuple[J.Run, J.Run]]:
+    runs = {}
+    for line in lines:
+        index, mode, run = J.parse_record(line)
+        runs[(index, mode)] = run
+    missing = [i for i in range(n) if (i, 0) not in runs or (i, 1) not in runs]
+    if missing:
+        raise LabError(f"the guest reported no result for {len(missing)} cases (first: {missing[:5]})")
+    return [(runs[(i, 0)], runs[(i, 1)]) for i in range(n)]
+
+
+@dataclass
+class Report:
+    package: str
+    release: str
+    lab_kernel: str
+    boot_seconds: float
+    lab_seconds: float
+    judged: list
+
+    @property
+    def agreement(self) -> tuple[int, int]:
+        return sum(j.agree for j in self.judged), len(self.judged)
+
+    def table(self) -> list[dict]:
+        """Per class: forms, how the kernel ran them, agreement, kernel bugs."""
+        rows = defaultdict(Counter)
+        for j in self.judged:
+            r = rows[j.case.cls]
+            r["forms"] += 1
+            r[j.kernel_verdict.split(" (")[0]] += 1
+            r["agree"] += j.agree
+            r["kernel bugs"] += bool(j.kernel_bug)
+        cols = ("forms", "simulated", "stepped", "refused", "uretprobe", "agree", "kernel bugs")
+        return [{"class": cls, **{c: r.get(c, 0) for c in cols}} for cls, r in rows.items()]
+
+    def text(self) -> str:
+        ok, n = self.agreement
+        lines = [f"arm64 referee: {self.package} (uname -r {self.release}) under qemu-system-aarch64 TCG, "
+                 f"lab rules for {self.lab_kernel}",
+                 f"agreement (verdict and effect): {ok}/{n} forms ({100 * ok / n:.1f}%); "
+                 f"boot+run {self.boot_seconds:.1f} s, lab {self.lab_seconds:.1f} s "
+                 "(TCG time says nothing about real hardware: behaviour only)"]
+        rows = self.table()
+        cols = list(rows[0])
+        width = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in cols}
+        lines.append("  ".join(c.ljust(width[c]) for c in cols))
+        lines += ["  ".join(str(r[c]).ljust(width[c]) for c in cols) for r in rows]
+        for j in self.judged:
+            if j.kernel_bug:
+                lines.append(f"KERNEL BUG {j.case.text()} ({j.case.word:08x}): {j.kernel_bug}; "
+                             f"effect {j.kernel_effect}; lab {'reproduces it' if j.agree else 'DIFFERS: ' + str(j.lab_effect)}")
+        for j in self.judged:
+            if not j.agree:
+                lines.append(f"DISAGREE {j.case.text()} ({j.case.word:08x}): kernel {j.kernel_verdict} {j.kernel_effect}"
+                             f" | lab {j.lab_verdict} {j.lab_effect} {'; '.join(j.notes)}")
+        lines.append("The STP fp/lr simulation (seed 001) was never merged: the kernel steps stp x29, x30, "
+                     "[sp, #-16]! out of line, and the lab's simulation of it stays a model.")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict:
+        return {"package": self.package, "release": self.release, "lab_kernel": self.lab_kernel,
+                "boot_seconds": round(self.boot_seconds, 1), "agreement": list(self.agreement),
+                "table": self.table(),
+                "cases": [{"word": f"{j.case.word:08x}", "text": j.case.text(), "class": j.case.cls,
+                           "kernel": j.kernel_verdict, "lab": j.lab_verdict, "agree": j.agree,
+                           "kernel_effect": {k: str(v) for k, v in j.kernel_effect.items()},
+                           "lab_effect": {k: str(v) for k, v in j.lab_effect.items()},
+                           "kernel_bug": j.kernel_bug, "notes": j.notes} for j in self.judged]}
+
+
+def lab_judge(cases, kernel_pairs, lab_kernel) -> list[J.Judged]:
+    out = []
+    for i, (case, (k_un, k_pr)) in enumerate(zip(cases, kernel_pairs)):
+        l_un, l_pr = J.lab_run(case, i, lab_kernel, False), J.lab_run(case, i, lab_kernel, True)
+        out.append(J.judge(i, case, k_un, k_pr, l_un, l_pr))
+    return out
+
+
+def verify_arm64(package: str | None = None, deb: str | None = None, cases=None, timeout: int = 600) -> Report:
+    """Boot one Debian arm64 kernel (an image package name, or a downloaded .deb) and judge the lab."""
+    cases = cases if cases is not None else C.all_cases()
+    if deb:
+        image, version = B.unpack_deb(Path(deb))
+        package = Path(deb).name
+    else:
+        image, version = B.fetch_kernel(package)
+        package = f"{package or 'linux-image-6.1 (bookworm)'} {version}"
+    boot = B.boot(image, initramfs(cases), timeout=timeout)
+    lab_kernel = kernel_for_release(boot.release)
+    start = time.monotonic()
+    judged = lab_judge(cases, kernel_runs(boot.lines, len(cases)), lab_kernel)
+    return Report(package, boot.release, lab_kernel.name, boot.seconds, time.monotonic() - start, judged)
+
+
+def save_recording(report: Report, path: Path) -> None:
+    path.write_text(json.dumps(report.to_json(), indent=1) + "\n")

@@ -1,0 +1,162 @@
+"""Fetch a Debian arm64 kernel with apt, and boot it under qemu-system-aarch64 with the referee's guest.
+
+The kernel package is only downloaded (``apt-get download`` against a private apt state under
+``~/.cache/uprobe_lab/apt-arm64``, so the host's own apt configuration is left alone) and unpacked
+with ``dpkg-deb``; nothing is installed. Debian builds everything the referee needs into the image
+(PL011 console, initramfs, tmpfs, perf events, uprobes, the ``uprobe`` PMU). QEMU runs in TCG mode:
+its speed says nothing about a real machine, so the referee judges behaviour only.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import LabError
+
+CACHE = Path(os.environ.get("UPROBE_LAB_CACHE", Path.home() / ".cache" / "uprobe_lab"))
+KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
+SUITES = [("debian", "bookworm"), ("debian-security", "bookworm-security"), ("debian", "bookworm-backports"),
+          ("debian", "trixie"), ("debian", "trixie-backports")]
+DEFAULT_SUITE = "bookworm-security"  # Debian 12's newest 6.1.y
+QEMU = "qemu-system-aarch64"
+
+
+class RefereeUnavailable(LabError):
+    """QEMU, apt or the kernel package cannot be had here; the message says which and how to get it."""
+
+
+def _apt_dir() -> Path:
+    return CACHE / "apt-arm64"
+
+
+def _apt_options() -> list[str]:
+    d = _apt_dir()
+    return ["-o", f"Dir::Etc::SourceList={d / 'sources.list'}", "-o", "Dir::Etc::SourceParts=-",
+            "-o", "Dir::Etc::Preferences=-", "-o", f"Dir::Etc::PreferencesParts={d / 'preferences.d'}",
+            "-o", f"Dir::State::Lists={d / 'lists'}", "-o", f"Dir::State::Status={d / 'dpkg-status'}",
+            "-o", f"Dir::Cache={d / 'cache'}", "-o", "APT::Architecture=arm64", "-o", "APT::Architectures::=arm64",
+            "-o", "Acquire::Languages=none", "-o", "APT::Sandbox::User=root"]
+
+
+def _run(cmd: list[str], what: str, timeout: int = 600) -> str:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except FileNotFoundError:
+        raise RefereeUnavailable(f"{cmd[0]} is not installed ({what}); on Debian: apt-get install apt dpkg") from None
+    if out.returncode:
+        raise RefereeUnavailable(f"{what} failed ({' '.join(cmd[:3])} ...): {out.stderr.strip()[-400:]}")
+    return out.stdout
+
+
+def apt_update(max_age_s: int = 24 * 3600) -> None:
+    """Fetch the arm64 package indexes of SUITES into the private apt state (once a day at most)."""
+    d = _apt_dir()
+    stamp = d / "updated"
+    if stamp.exists() and time.time() - stamp.stat().st_mtime < max_age_s:
+        return
+    if not Path(KEYRING).exists():
+        raise RefereeUnavailable(f"{KEYRING} is missing: apt-get install debian-archive-keyring")
+    for sub in ("lists/partial", "cache/archives/partial", "preferences.d"):
+        (d / sub).mkdir(parents=True, exist_ok=True)
+    (d / "dpkg-status").touch()
+    (d / "sources.list").write_text("".join(
+        f"deb [arch=arm64 signed-by={KEYRING}] http://deb.debian.org/{archive} {suite} main\n"
+        for archive, suite in SUITES))
+    _run(["apt-get", *_apt_options(), "-qq", "update"], "apt-get update of the arm64 indexes")
+    stamp.touch()
+
+
+def kernel_packages() -> dict[str, str]:
+    """{version: image package} of every suite's current arm64 kernel (from the linux-image-arm64 metapackage)."""
+    apt_update()
+    text = _run(["apt-cache", *_apt_options(), "show", "linux-image-arm64"], "apt-cache show")
+    found = {}
+    for block in text.split("\n\n"):
+        m = re.search(r"^Depends:.*?(linux-image-[0-9][^ ,]*-arm64)\b", block, re.M)
+        v = re.search(r"^Version: (\S+)", block, re.M)
+        if m and v:
+            found[v.group(1)] = m.group(1)
+    return found
+
+
+def fetch_kernel(package: str | None = None) -> tuple[Path, str]:
+    """(path of the unpacked vmlinuz, package version) for an image package, default: bookworm's 6.1."""
+    apt_update()
+    if package is None:
+        package = _default_package()
+    debs = CACHE / "debs"
+    debs.mkdir(parents=True, exist_ok=True)
+    have = sorted(debs.glob(f"{package}_*_arm64.deb"))
+    if not have:
+        _run(["sh", "-c", f"cd {debs} && apt-get {' '.join(_apt_options())} -qq download {package}"],
+             f"apt-get download {package}")
+        have = sorted(debs.glob(f"{package}_*_arm64.deb"))
+    if not have:
+        raise RefereeUnavailable(f"apt-get download {package} left no .deb in {debs}")
+    return unpack_deb(have[-1])
+
+
+def unpack_deb(deb: Path) -> tuple[Path, str]:
+    """(vmlinuz, package version) from a linux-image .deb, unpacked once into the cache."""
+    if not deb.exists():
+        raise RefereeUnavailable(f"{deb} does not exist")
+    version = deb.name.split("_")[1] if deb.name.count("_") >= 2 else deb.stem
+    image = CACHE / "kernels" / deb.stem / "vmlinuz"
+    if not image.exists():
+        with tempfile.TemporaryDirectory() as tmp:
+            _run(["sh", "-c", f"dpkg-deb --fsys-tarfile '{deb}' | tar -x -C {tmp} --wildcards './boot/vmlinuz-*'"],
+                 f"unpacking {deb.name}")
+            found = list(Path(tmp, "boot").glob("vmlinuz-*"))
+            if not found:
+                raise RefereeUnavailable(f"{deb.name} holds no /boot/vmlinuz-*")
+            image.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(found[0]), image)
+    return image, version
+
+
+def _default_package() -> str:
+    text = _run(["apt-cache", *_apt_options(), "show", "linux-image-arm64"], "apt-cache show")
+    for block in text.split("\n\n"):
+        m = re.search(r"^Depends:.*?(linux-image-6\.1\.0-[0-9]+-arm64)\b", block, re.M)
+        if m:
+            return m.group(1)
+    raise RefereeUnavailable("no bookworm 6.1 arm64 kernel in the apt indexes")
+
+
+@dataclass
+class BootResult:
+    release: str
+    lines: list[str]
+    seconds: float
+    console: str
+
+
+def boot(image: Path, initramfs: bytes, timeout: int = 600, cpu: str = "max,pauth-impdef=on") -> BootResult:
+    """Boot the kernel with this initramfs; the guest's output lines between BEGIN and END."""
+    if shutil.which(QEMU) is None:
+        raise RefereeUnavailable(f"{QEMU} is not installed: apt-get install qemu-system-arm")
+    with tempfile.TemporaryDirectory() as tmp:
+        initrd = Path(tmp, "initramfs.cpio")
+        initrd.write_bytes(initramfs)
+        cmd = [QEMU, "-M", "virt", "-cpu", cpu, "-m", "512", "-nographic", "-nic", "none", "-no-reboot", "-kernel", str(image),
+               "-initrd", str(initrd), "-append", "console=ttyAMA0 rdinit=/init quiet loglevel=1 panic=-1"]
+        start = time.monotonic()
+        try:
+            out = subprocess.run(cmd, capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired as err:
+            raise LabError(f"the arm64 guest did not finish within {timeout} s; its console ended with: "
+                           f"{(err.stdout or b'')[-600:].decode(errors='replace')}") from None
+        seconds = time.monotonic() - start
+    console = out.stdout.decode(errors="replace").replace("\r", "")
+    if "UPROBE_LAB_REFEREE END" not in console:
+        raise LabError(f"the arm64 guest stopped early (qemu exit {out.returncode}); console tail: {console[-1500:]}"
+                       f"{out.stderr.decode(errors='replace')[-400:]}")
+    body = console.split("UPROBE_LAB_REFEREE BEGIN\n", 1)[1].split("UPROBE_LAB_REFEREE END", 1)[0]
+    release = body.split("\0", 1)[0].strip()
+    return BootResult(release, re.findall(r"R ([0-9a-f]+)\n", body), seconds, console)
