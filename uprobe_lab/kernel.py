@@ -6,7 +6,8 @@ The course compares versions, so every rule that changed over time is a field he
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 
 from .errors import LabError
 
@@ -25,6 +26,8 @@ class KernelVersion:
     # 6.18): branch_setup_xol_ops emulates what insn_is_nop() recognises (NOP but not PAUSE or REX.B NOP,
     # NOPL, native-size mov %reg,%reg, lea 0(%reg),%reg, jmp +0) instead of the x86_nops[] patterns
     insn_is_nop: bool = False
+    arm64_simulate_nop: bool = True  # 6.13 ac4ad5c09b34: arm64 simulates nop instead of stepping it
+    arm64_reject_mops: bool = True  # 6.5: MOPS (cpy*/set*) sequences are refused instead of stepped
 
     @property
     def uprobe_syscall(self) -> bool:
@@ -41,8 +44,8 @@ class KernelVersion:
 
 
 KERNELS = {
-    "6.10": KernelVersion("6.10", False, False, False, False),
-    "6.11": KernelVersion("6.11", True, False, False, False),
+    "6.10": KernelVersion("6.10", False, False, False, False, arm64_simulate_nop=False),
+    "6.11": KernelVersion("6.11", True, False, False, False, arm64_simulate_nop=False),
     "6.16": KernelVersion("6.16", True, True, False, False),
     "6.18": KernelVersion("6.18", True, True, True, True),
     "7.3": KernelVersion("7.3", True, True, False, True, optimize_nop10=True, insn_is_nop=True),
@@ -64,3 +67,25 @@ def get_kernel(version: str | KernelVersion | None = None) -> KernelVersion:
             f"unknown kernel version {name!r}: the lab models {', '.join(KERNELS)} "
             f"(the versions where a probe hit's cost changed)"
         ) from None
+
+
+# arm64 rules and the release they arrived in (upstream, as stable kernels of that line carry them)
+ARM64_RULES = {"arm64_simulate_nop": (6, 13), "arm64_reject_mops": (6, 5)}
+
+
+def kernel_for_release(release: str) -> KernelVersion:
+    """The lab's rules for a real kernel release ('6.1.0-57-arm64', '6.12.117+deb13-arm64', '7.3.4').
+
+    x86 rules come from the newest modelled version not newer than the release (6.10 for anything
+    older: the int3 return trampoline predates it); each arm64 rule applies from the release that
+    brought it (ARM64_RULES). Stable backports a rule does not list are not modelled.
+    """
+    m = re.match(r"(\d+)\.(\d+)", str(release))
+    if not m:
+        raise LabError(f"cannot read a kernel version from {release!r} (expected e.g. 6.1.0-57-arm64)")
+    rel = (int(m.group(1)), int(m.group(2)))
+    numbered = sorted((tuple(int(p) for p in name.split(".")), v) for name, v in KERNELS.items())
+    older = [v for ver, v in numbered if ver <= rel]
+    base = older[-1] if older else numbered[0][1]
+    arm64 = {rule: rel >= since for rule, since in ARM64_RULES.items()}
+    return replace(base, name=f"{rel[0]}.{rel[1]} ({release})", **arm64)

@@ -170,11 +170,14 @@ class EmulatedProcess:
     RETVAL = 0  # Unicorn id of the register a call returns its value in
     STEPPER_REGS: tuple[str, ...] = ()  # the pt_regs a Stepper shows by default
     EXEC_IMPLIES_READ = False  # True where page tables cannot express execute-only (x86)
+    UC_CPU_MODEL = None  # a Unicorn CPU model (UC_CPU_*) instead of Unicorn's default for the arch
 
     def __init__(self, kernel: str | KernelVersion | None = None, record: bool = False):
         self.kernel = get_kernel(kernel)
         self.trace = Trace(record=record)
         self.uc = Uc(self.uc_arch, self.uc_mode)
+        if self.UC_CPU_MODEL is not None:  # only before the first mapping: Unicorn builds the CPU then
+            self.uc.ctl_set_cpu_model(self.UC_CPU_MODEL)
         self.mappings: list[Mapping] = []
         self.mm = MmUprobes()
         self.utask = UprobeTask()

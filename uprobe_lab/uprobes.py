@@ -24,13 +24,21 @@ UPROBE_HANDLER_REMOVE = 1
 UPROBE_HANDLER_IGNORE = 2
 MAX_URETPROBE_DEPTH = 64
 UPROBE_NO_TRAMPOLINE_VADDR = MASK64  # ~0UL
+ENOTSUPP = 524  # include/linux/errno.h: prepare_uprobe()'s answer to a probe on a trap instruction
 
 # enum rp_check
 RP_CHECK_CALL, RP_CHECK_CHAIN_CALL, RP_CHECK_RET = range(3)
 
 
 class UnprobeableInstruction(LabError):
-    """arch_uprobe_analyze_insn refused the instruction (the kernel returns -ENOTSUPP/-ENOEXEC)."""
+    """arch_uprobe_analyze_insn refused the instruction (the kernel returns -ENOTSUPP/-ENOEXEC).
+
+    ``errno``: the error the kernel's registration returns, where the lab knows it (None otherwise).
+    """
+
+    def __init__(self, message: str, errno: int | None = None):
+        super().__init__(message)
+        self.errno = errno
 
 
 class UprobeConsumer:
@@ -198,6 +206,9 @@ def uprobe_register(proc, target, consumer: UprobeConsumer, offset: int = 0) -> 
         arch = proc.arch_ops
         insn = proc.read(vaddr, arch.MAX_UINSN_BYTES if proc.mapping_at(vaddr + arch.MAX_UINSN_BYTES - 1)
                          else proc.mapping_at(vaddr).end - vaddr)
+        if arch.is_swbp_at(proc, vaddr):  # prepare_uprobe(): is_trap_insn() before the arch's analysis
+            raise UnprobeableInstruction(f"{vaddr:#x} holds the uprobe breakpoint itself (int3 on x86-64, brk #5 on "
+                                         "arm64): prepare_uprobe() refuses to probe a trap (-ENOTSUPP)", errno=ENOTSUPP)
         auprobe = arch.arch_uprobe_analyze_insn(insn, vaddr, proc.kernel)
         uprobe = Uprobe(vaddr, auprobe, symbol=label, applied=False)
         proc.mm.probes[vaddr] = uprobe

@@ -13,10 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import LabError
+from ..kernel import get_kernel
 from ..program import disasm
 from ..uprobes import UnprobeableInstruction
 from . import asm, stp as stp_sim
 from .constants import AARCH64_INSN_SIZE
+
+EINVAL = 22  # arch_uprobe_analyze_insn()'s answer to INSN_REJECTED
 
 AARCH64_INSN_SPCLREG_DAIF = 0xDA11
 STP_MODES = ("xol", "simulate")
@@ -73,7 +76,7 @@ def aarch64_insn_is_steppable_hint(insn: int) -> bool:
     return insn_is("hint", insn) and (insn & 0xFE0) in STEPPABLE_HINTS
 
 
-def not_steppable_reason(insn: int) -> str:
+def not_steppable_reason(insn: int, kernel=None) -> str:
     """'' if aarch64_insn_is_steppable(), else why not (the comments of decode-insn.c)."""
     if aarch64_insn_is_class_branch_sys(insn):
         if aarch64_insn_is_branch(insn):
@@ -98,7 +101,7 @@ def not_steppable_reason(insn: int) -> str:
         return "it loads a pc-relative literal, which would be relative to the XOL slot"
     if insn_is("exclusive", insn):
         return "exclusive load/store pairs cannot complete across a single-step exception"
-    if insn_is("mops", insn):
+    if insn_is("mops", insn) and (kernel is None or kernel.arm64_reject_mops):
         return "MOPS memory copy/set sequences cannot be stepped"
     return ""
 
@@ -133,11 +136,11 @@ def _text(word: int, vaddr: int = 0) -> str:
     return d[0][2] if d else f".inst {word:#010x}"
 
 
-def arm_probe_decode_insn(insn: int) -> tuple[str, str, str]:
-    """(INSN_GOOD | INSN_GOOD_NO_SLOT | INSN_REJECTED, handler name, reason)."""
-    if aarch64_insn_is_nop(insn):
-        return "INSN_GOOD_NO_SLOT", "simulate_nop", "nop: simulated (pc += 4), faster than stepping it"
-    why = not_steppable_reason(insn)
+def arm_probe_decode_insn(insn: int, kernel=None) -> tuple[str, str, str]:
+    """(INSN_GOOD | INSN_GOOD_NO_SLOT | INSN_REJECTED, handler name, reason), by ``kernel``'s rules."""
+    if aarch64_insn_is_nop(insn) and (kernel is None or kernel.arm64_simulate_nop):
+        return "INSN_GOOD_NO_SLOT", "simulate_nop", "nop: simulated (pc += 4), faster than stepping it (6.13)"
+    why = not_steppable_reason(insn, kernel)
     if not why:
         return "INSN_GOOD", "", "single-stepped out of line: BRK, step in the XOL slot, step exception, pc = vaddr + 4"
     for names, handler, what in (
@@ -174,10 +177,10 @@ def arch_uprobe_analyze_insn(raw: bytes, vaddr: int, kernel=None, stp: str = "xo
     if handler := arm_uprobe_decode_special_insn(insn, stp, mte):
         return ArchUprobe(raw[:4], raw[:4], insn, vaddr, True, handler,
                           "stp x29, x30, [sp, #imm]!: simulated in the BRK handler (unmerged patch, seed 001)", text)
-    status, handler, reason = arm_probe_decode_insn(insn)
+    status, handler, reason = arm_probe_decode_insn(insn, get_kernel(kernel))
     if status == "INSN_REJECTED":
         raise UnprobeableInstruction(f"{text} ({insn:08x}): {reason}; uprobes refuse it (-EINVAL), "
-                                     "probe a neighbouring instruction")
+                                     "probe a neighbouring instruction", errno=EINVAL)
     if stp == "simulate" and mte and stp_sim.aarch64_insn_is_stp_fp_lr_sp_64b(insn):
         reason += " (the STP simulation is off: the system supports MTE)"
     return ArchUprobe(raw[:4], raw[:4], insn, vaddr, status == "INSN_GOOD_NO_SLOT", handler, reason, text)

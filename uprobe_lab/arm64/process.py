@@ -15,6 +15,7 @@ from unicorn import arm64_const as A
 from ..constants import PAGE_SIZE
 from ..errors import LabError
 from ..process import EmulatedProcess, RegsView, pt_regs_fields
+from ..uprobes import handle_xol_fault
 from . import traps
 from .constants import EXIT_ADDR, STACK_SIZE, STACK_TOP, TASK_SIZE
 from .stp import STP_STORES
@@ -57,6 +58,9 @@ class Arm64Process(EmulatedProcess):
     Regs = PtRegs
     PC, SP, RETVAL = A.UC_ARM64_REG_PC, A.UC_ARM64_REG_SP, A.UC_ARM64_REG_X0
     STEPPER_REGS = ("ip", "sp", "x0", "x29", "x30", "pstate")
+    # arm64 Linux maps PROT_EXEC readable (execute-only mappings were reverted in 5.16, 24cecc377463):
+    # code stepped in [uprobes] can load from the page, as the referee's kernels show.
+    EXEC_IMPLIES_READ = True
 
     def __init__(self, kernel=None, record: bool = False, count_insns: bool = False, stp: str | None = None,
                  stp_store: str = "pin", mte: bool = False, sp_alignment_check: bool = True):
@@ -98,7 +102,9 @@ class Arm64Process(EmulatedProcess):
         elif intno == EXCP_SWI:
             traps.el0_svc(self)
         elif intno == EXCP_UDEF:
-            self.force_sig("SIGILL", f"undefined instruction at {self.pc:#x}")
+            pc = self.pc
+            handle_xol_fault(self)  # undefined in the XOL slot: the signal arrives at the probed address
+            self.force_sig("SIGILL", f"undefined instruction at {pc:#x}")
         else:
             self.force_sig("SIGSEGV", f"unexpected exception {intno} at {self.pc:#x}")
 
