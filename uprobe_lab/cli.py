@@ -263,6 +263,8 @@ def cmd_verify(args) -> int:
 
     options = {"sample": args.sample, "seed": args.seed, "classes": args.classes, "sweeps": not args.no_sweeps,
                "kernel": args.kernel, **({"probe": args.probe} if args.probe else {})}
+    if args.arch == "arm64":  # Debian's arm64 kernel under QEMU: its own case list, its own kernel
+        options = {"package": args.kernel_package, "deb": args.kernel_deb, "record": args.record}
     with _verify_progress(args.json) as progress:
         try:
             report = verify(args.arch, progress=progress, **options)
@@ -338,6 +340,10 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--probe", choices=["perf", "bpf"],
                    help="x86: perf (one perf uprobe per instruction, ~0.1 s each; default) or bpf (uprobe_multi "
                         "batches, the same kernel uprobes, much faster)")
+    v.add_argument("--kernel-package", help="arm64: the Debian image package to boot (default: bookworm's newest 6.1), "
+                   "e.g. linux-image-6.12.117+deb13-arm64")
+    v.add_argument("--kernel-deb", help="arm64: a linux-image (or linux-binary) .deb already downloaded")
+    v.add_argument("--record", help="arm64: also write the judged run as JSON to this file")
     v.add_argument("--json", action="store_true")
     v.set_defaults(func=cmd_verify)
     return parser

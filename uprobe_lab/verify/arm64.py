@@ -96,6 +96,12 @@ class Report:
                      "[sp, #-16]! out of line, and the lab's simulation of it stays a model.")
         return "\n".join(lines)
 
+    def format(self) -> str:  # the verify CLI's names for text() and to_json()
+        return self.text()
+
+    def as_dict(self) -> dict:
+        return self.to_json()
+
     def to_json(self) -> dict:
         return {"package": self.package, "release": self.release, "lab_kernel": self.lab_kernel,
                 "boot_seconds": round(self.boot_seconds, 1), "agreement": list(self.agreement),
@@ -107,16 +113,20 @@ class Report:
                            "kernel_bug": j.kernel_bug, "notes": j.notes} for j in self.judged]}
 
 
-def lab_judge(cases, kernel_pairs, lab_kernel) -> list[J.Judged]:
+def lab_judge(cases, kernel_pairs, lab_kernel, progress=None) -> list[J.Judged]:
     out = []
     for i, (case, (k_un, k_pr)) in enumerate(zip(cases, kernel_pairs)):
         l_un, l_pr = J.lab_run(case, i, lab_kernel, False), J.lab_run(case, i, lab_kernel, True)
         out.append(J.judge(i, case, k_un, k_pr, l_un, l_pr))
+        if progress:
+            progress(i + 1, len(cases))
     return out
 
 
-def verify_arm64(package: str | None = None, deb: str | None = None, cases=None, timeout: int = 600) -> Report:
-    """Boot one Debian arm64 kernel (an image package name, or a downloaded .deb) and judge the lab."""
+def verify_arm64(package: str | None = None, deb: str | None = None, cases=None, timeout: int = 600,
+                 record: str | None = None, progress=None) -> Report:
+    """Boot one Debian arm64 kernel (an image package name, or a downloaded .deb) and judge the lab;
+    ``record``: also save the judged run as JSON there. (``progress(done, total)`` follows the lab's runs.)"""
     cases = cases if cases is not None else C.all_cases()
     if deb:
         image, version = B.unpack_deb(Path(deb))
@@ -127,9 +137,40 @@ def verify_arm64(package: str | None = None, deb: str | None = None, cases=None,
     boot = B.boot(image, initramfs(cases), timeout=timeout)
     lab_kernel = kernel_for_release(boot.release)
     start = time.monotonic()
-    judged = lab_judge(cases, kernel_runs(boot.lines, len(cases)), lab_kernel)
-    return Report(package, boot.release, lab_kernel.name, boot.seconds, time.monotonic() - start, judged)
+    judged = lab_judge(cases, kernel_runs(boot.lines, len(cases)), lab_kernel, progress)
+    report = Report(package, boot.release, lab_kernel.name, boot.seconds, time.monotonic() - start, judged)
+    if record:
+        save_recording(report, Path(record))
+    return report
+
+
+RECORDING = Path(__file__).resolve().parent.parent / "data" / "arm64_referee_6.1.json"
 
 
 def save_recording(report: Report, path: Path) -> None:
-    path.write_text(json.dumps(report.to_json(), indent=1) + "\n")
+    path.write_text(json.dumps(report.to_json(), separators=(",", ":")) + "\n")
+
+
+def recorded(path: Path = RECORDING) -> dict:
+    """A judged run shipped with the lab (Debian's 6.1 under QEMU), for notebooks that must stay fast."""
+    return json.loads(Path(path).read_text())
+
+
+def recorded_case(word: int, path: Path = RECORDING) -> dict:
+    """One case of the recorded run, beside what the lab answers for it now (same kernel release)."""
+    rec = recorded(path)
+    try:
+        case = next(c for c in rec["cases"] if int(c["word"], 16) == word)
+    except StopIteration:
+        raise LabError(f"{word:08x} is not among the recorded run's {len(rec['cases'])} forms") from None
+    index = rec["cases"].index(case)
+    lab_case = C.Case(case["class"], word)
+    kernel = kernel_for_release(rec["release"])
+    un, pr = J.lab_run(lab_case, index, kernel, False), J.lab_run(lab_case, index, kernel, True)
+    lab_now = {"verdict": J.verdict(lab_case, pr), "effect": {k: str(v) for k, v in J.effect(un, pr, L.slot_base(index)).items()}}
+    return {"kernel": f"{rec['package']} (uname -r {rec['release']})", "instruction": case["text"], "word": case["word"],
+            "kernel verdict": case["kernel"], "kernel effect": case["kernel_effect"],
+            "lab verdict": lab_now["verdict"], "lab effect": lab_now["effect"],
+            "agree": case["kernel"] == lab_now["verdict"] and case["kernel_effect"] == lab_now["effect"],
+            "kernel bug": case["kernel_bug"]}
+

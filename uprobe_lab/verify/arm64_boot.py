@@ -90,6 +90,18 @@ def fetch_kernel(package: str | None = None) -> tuple[Path, str]:
     apt_update()
     if package is None:
         package = _default_package()
+    deb = _download(package)
+    if package.startswith("linux-image-") and not _has_vmlinuz(deb):
+        # from 6.19 Debian's image package is a stub: the kernel itself is in linux-binary-<flavour>
+        deb = _download("linux-binary-" + package[len("linux-image-"):])
+    return unpack_deb(deb)
+
+
+def _has_vmlinuz(deb: Path) -> bool:
+    return "vmlinuz" in _run(["dpkg-deb", "-c", str(deb)], f"listing {deb.name}")
+
+
+def _download(package: str) -> Path:
     debs = CACHE / "debs"
     debs.mkdir(parents=True, exist_ok=True)
     have = sorted(debs.glob(f"{package}_*_arm64.deb"))
@@ -99,7 +111,7 @@ def fetch_kernel(package: str | None = None) -> tuple[Path, str]:
         have = sorted(debs.glob(f"{package}_*_arm64.deb"))
     if not have:
         raise RefereeUnavailable(f"apt-get download {package} left no .deb in {debs}")
-    return unpack_deb(have[-1])
+    return have[-1]
 
 
 def unpack_deb(deb: Path) -> tuple[Path, str]:
@@ -110,11 +122,11 @@ def unpack_deb(deb: Path) -> tuple[Path, str]:
     image = CACHE / "kernels" / deb.stem / "vmlinuz"
     if not image.exists():
         with tempfile.TemporaryDirectory() as tmp:
-            _run(["sh", "-c", f"dpkg-deb --fsys-tarfile '{deb}' | tar -x -C {tmp} --wildcards './boot/vmlinuz-*'"],
-                 f"unpacking {deb.name}")
-            found = list(Path(tmp, "boot").glob("vmlinuz-*"))
+            _run(["sh", "-c", f"dpkg-deb --fsys-tarfile '{deb}' | tar -x -C {tmp} --wildcards '*vmlinuz*'"],
+                 f"unpacking {deb.name} (it must hold /boot/vmlinuz-* or /usr/lib/modules/*/vmlinuz)")
+            found = [p for p in Path(tmp).rglob("vmlinuz*") if p.is_file()]
             if not found:
-                raise RefereeUnavailable(f"{deb.name} holds no /boot/vmlinuz-*")
+                raise RefereeUnavailable(f"{deb.name} holds no vmlinuz")
             image.parent.mkdir(parents=True, exist_ok=True)
             shutil.move(str(found[0]), image)
     return image, version

@@ -1,0 +1,156 @@
+"""The arm64 referee: its encoders, guest and cases, the lab's side, and a real kernel booted once.
+
+The boot needs qemu-system-aarch64 and Debian's arm64 kernel package (fetched with apt-get
+download into ~/.cache/uprobe_lab); where either cannot be had the module's boot tests skip and
+say why. CI installs qemu-system-arm (.ci/run).
+"""
+import shutil
+
+import pytest
+
+from uprobe_lab.arm64 import asm
+from uprobe_lab.kernel import kernel_for_release
+from uprobe_lab.program import disasm
+from uprobe_lab.verify import arm64 as V
+from uprobe_lab.verify import arm64_cases as C
+from uprobe_lab.verify import arm64_enc as enc
+from uprobe_lab.verify import arm64_guest as G
+from uprobe_lab.verify import arm64_judge as J
+from uprobe_lab.verify import arm64_layout as L
+
+ENCODINGS = [
+    (enc.movz(0, 0x2000, 16), "mov x0, #0x20000000"),
+    (enc.movk(1, 0x40, 16), "movk x1, #0x40, lsl #16"),
+    (enc.movn(0, 99), "mov x0, #-0x64"),
+    (enc.mrs(1, "tpidr_el0"), "mrs x1, tpidr_el0"),
+    (enc.msr("nzcv", 0), "msr nzcv, x0"),
+    (enc.ldr_x(0, 30, 256), "ldr x0, [x30, #0x100]"),
+    (enc.str_x(1, 0, 248), "str x1, [x0, #0xf8]"),
+    (enc.ldr_w(1, 1, 0), "ldr w1, [x1]"),
+    (enc.str_w(24, 7, 0), "str w24, [x7]"),
+    (enc.ldrb(2, 3, 1), "ldrb w2, [x3, #1]"),
+    (enc.strb(2, 3, 1), "strb w2, [x3, #1]"),
+    (enc.ldr_q(0, 30, 272), "ldr q0, [x30, #0x110]"),
+    (enc.str_q(1, 0, 288), "str q1, [x0, #0x120]"),
+    (enc.ldrb_reg(4, 23, 1), "ldrb w4, [x23, x1]"),
+    (enc.strb_reg(4, 23, 1), "strb w4, [x23, x1]"),
+    (enc.ldr_w_reg(2, 21, 1), "ldr w2, [x21, x1]"),
+    (enc.ldr_x_reg(3, 2, 1), "ldr x3, [x2, x1]"),
+    (enc.str_x_reg(3, 23, 1), "str x3, [x23, x1]"),
+    (enc.ldrb_post(2, 1), "ldrb w2, [x1], #1"),
+    (enc.strb_post(5, 3), "strb w5, [x3], #1"),
+    (enc.sub_imm(4, 1, 1), "sub x4, x1, #1"),
+    (enc.sub_w_imm(2, 2, 48), "sub w2, w2, #0x30"),
+    (enc.cmp_reg(19, 20), "cmp x19, x20"),
+    (enc.cmp_w_reg(2, 3), "cmp w2, w3"),
+    (enc.cmp_w_imm(2, 9), "cmp w2, #9"),
+    (enc.lsl_imm(5, 5, 4), "lsl x5, x5, #4"),
+    (enc.lsr_imm(5, 4, 4), "lsr x5, x4, #4"),
+    (enc.and_0xf(5, 4), "and x5, x4, #0xf"),
+    (enc.orr_reg(1, 19, 2), "orr x1, x19, x2"),
+    (enc.madd(24, 24, 10, 2), "madd x24, x24, x10, x2"),
+]
+
+
+@pytest.mark.parametrize("word,text", ENCODINGS, ids=[t for _, t in ENCODINGS])
+def test_guest_encoders_match_capstone(word, text):
+    assert disasm(asm.b(word), "arm64", 0x1000)[0][2] == text
+
+
+def test_every_guest_and_case_word_decodes():
+    """The whole /init text and every case page (code part) decode as instructions, the udf/MOPS
+    forms (Capstone 5 has no FEAT_MOPS) and the brk #1000 filler excepted."""
+    elf = G.build_init()
+    code = elf[0x80: L.FINISH - G.INIT_BASE]
+    listing = disasm(code.rstrip(b"\0"), "arm64", G.INIT_BASE + 0x80)
+    assert len(listing) * 4 == len(code.rstrip(b"\0")) - (len(code.rstrip(b"\0")) % 4)
+    for i, case in enumerate(C.all_cases()):
+        if case.cls in ("udf", "mops"):
+            continue
+        assert disasm(asm.b(case.word), "arm64")[0][2], case
+
+
+def test_the_sweep_covers_every_decode_class_with_300_forms():
+    cases = C.all_cases()
+    classes = {c.cls for c in cases}
+    assert len(cases) >= 300
+    assert {"branch", "adr/adrp", "ldr-literal", "fp-ldr-literal", "prfm-literal", "exclusive", "atomic", "hint",
+            "mrs", "msr", "simd-fp", "load-store", "stp-fp-lr", "udf", "exception", "pac-branch", "uretprobe"} <= classes
+    assert len({c.word for c in cases if c.cls == "hint"}) == 128  # the whole HINT space
+    # literal loads of every width: w, x, sw, prfm, s, d, q
+    assert {c.word & 0xFF000000 for c in cases if "literal" in c.cls} == {
+        0x18000000, 0x58000000, 0x98000000, 0xD8000000, 0x1C000000, 0x5C000000, 0x9C000000}
+
+
+def test_cpio_is_newc_with_console_and_trailer():
+    blob = G.cpio_newc({"init": b"\x7fELF"})
+    assert blob.startswith(b"070701") and b"dev/console\0" in blob and b"TRAILER!!!\0" in blob
+    assert len(blob) % 4 == 0
+
+
+def test_kernel_for_release_follows_each_rule_by_version():
+    k61, k612, k613, k73 = (kernel_for_release(r) for r in ("6.1.0-57-arm64", "6.12.117+deb13-arm64", "6.13.2", "7.3.4"))
+    assert (k61.arm64_simulate_nop, k612.arm64_simulate_nop, k613.arm64_simulate_nop) == (False, False, True)
+    assert (k61.arm64_reject_mops, k612.arm64_reject_mops) == (False, True)
+    assert k61.name.startswith("6.1 ") and not k61.uretprobe_syscall and k73.uretprobe_syscall
+
+
+def _lab_verdicts(word, release):
+    case = C.Case("t", word)
+    kernel = kernel_for_release(release)
+    un, pr = J.lab_run(case, 0, kernel, False), J.lab_run(case, 0, kernel, True)
+    return J.verdict(case, pr), J.effect(un, pr, L.slot_base(0)), pr
+
+
+def test_lab_steps_nop_before_6_13_and_simulates_it_after():
+    assert _lab_verdicts(asm.NOP, "6.1.0-57-arm64")[0] == "stepped"
+    assert _lab_verdicts(asm.NOP, "6.13.0")[0] == "simulated"
+
+
+def test_lab_reproduces_the_fp_literal_bug():
+    """ldr s1, #-4 stepped from XOL slot 1 reads slot 0: the brk #5 trampoline word (d42000a0),
+    where unprobed it reads the 'b pad_back' word before it. Worked out from the layout by hand."""
+    word = 0x1CFFFFE1  # ldr s1, #-4
+    verdict, effect, probed = _lab_verdicts(word, "6.1.0-57-arm64")
+    assert verdict == "stepped"
+    assert effect == {"v1": "a00020d4" + "00" * 12}
+    assert probed.xol_bytes[:8] == asm.b(asm.BRK64_OPCODE_UPROBES) + asm.b(word)
+    assert J.known_bug(word)
+
+
+def test_lab_refuses_brk5_with_enotsupp_and_delivers_xol_faults_at_the_probe():
+    assert _lab_verdicts(asm.BRK64_OPCODE_UPROBES, "6.1.0-57-arm64")[0] == "refused (errno 524)"
+    assert _lab_verdicts(asm.brk(0), "6.1.0-57-arm64")[0] == "refused (errno 22)"
+    verdict, effect, probed = _lab_verdicts(0x0000DEAD, "6.1.0-57-arm64")  # udf: stepped, SIGILL
+    assert verdict == "stepped" and probed.sig == 4 and effect == {}  # same signal, same pc as unprobed
+    assert probed.sig_pc == L.slot_base(0) + L.P
+
+
+# --- a real kernel ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def referee_report():
+    from uprobe_lab.verify.arm64_boot import RefereeUnavailable
+    if shutil.which("qemu-system-aarch64") is None:
+        pytest.skip("qemu-system-aarch64 is not installed (apt-get install qemu-system-arm)")
+    if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None:
+        pytest.skip("apt-get/dpkg-deb are missing: the referee fetches Debian's arm64 kernel with them")
+    try:
+        return V.verify_arm64()
+    except RefereeUnavailable as err:
+        pytest.skip(f"no arm64 kernel to boot: {err}")
+
+
+def test_real_kernel_agrees_with_the_lab_on_every_form(referee_report):
+    done, total = referee_report.agreement
+    assert total >= 300
+    assert done == total, "\n" + referee_report.text()
+
+
+def test_real_kernel_shows_the_brk_and_xol_bytes_and_the_bug(referee_report):
+    by_word = {j.case.word: j for j in referee_report.judged}
+    assert by_word[0x1CFFFFE1].kernel_effect == {"v1": "a00020d4" + "00" * 12}  # the FP literal bug
+    assert by_word[asm.BRK64_OPCODE_UPROBES].kernel_verdict == "refused (errno 524)"
+    assert by_word[asm.stp(29, 30, 31, -16)].kernel_verdict == "stepped"  # the STP simulation was never merged
+    uret = next(j for j in referee_report.judged if j.case.kind == "uretprobe")
+    assert uret.kernel_effect == {"x9": "[uprobes]+0x0", "x30": "[uprobes]+0x0"}  # the LR hijack, seen by F
