@@ -93,6 +93,26 @@ def test_kernel_for_release_follows_each_rule_by_version():
     assert (k61.arm64_simulate_nop, k612.arm64_simulate_nop, k613.arm64_simulate_nop) == (False, False, True)
     assert (k61.arm64_reject_mops, k612.arm64_reject_mops) == (False, True)
     assert k61.name.startswith("6.1 ") and not k61.uretprobe_syscall and k73.uretprobe_syscall
+    assert not kernel_for_release("6.10.14").arm64_refuse_ldr_literal and (k612.arm64_refuse_ldr_literal, k73.arm64_refuse_ldr_literal) == (True, True)
+
+
+def test_ldr_literal_refusal_follows_its_stable_backport():
+    """CVE-2024-50099: refused from 6.12, in 6.1.y from 6.1.114 and 6.11.y from 6.11.5 (stable review
+    mails 6.1.114-rc1 and 6.11.5-rc1 list 'arm64: probes: Remove broken LDR (literal) uprobe support')."""
+    assert not kernel_for_release("6.1.113").arm64_refuse_ldr_literal
+    assert kernel_for_release("6.1.0-57-arm64", "6.1.192-3").arm64_refuse_ldr_literal  # Debian's ABI string + version
+    assert not kernel_for_release("6.11.4").arm64_refuse_ldr_literal
+    assert kernel_for_release("6.11.5").arm64_refuse_ldr_literal and kernel_for_release("6.12.0").arm64_refuse_ldr_literal
+
+
+def test_before_the_fix_a_probed_ldr_literal_kills_the_task():
+    word = asm.ldr_lit(0, L.LIT - L.P)
+    case = C.Case("t", word)
+    old = kernel_for_release("6.1.100")
+    assert J.verdict(case, J.lab_run(case, 0, old, True)).startswith("simulated")
+    probed = J.lab_run(case, 0, old, True)
+    assert probed.sig == 11 and probed.sig_pc == L.slot_base(0) + L.P
+    assert _lab_verdicts(word, "6.12.0")[0] == "refused (errno 22)"
 
 
 def _lab_verdicts(word, release):

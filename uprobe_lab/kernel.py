@@ -28,6 +28,9 @@ class KernelVersion:
     insn_is_nop: bool = False
     arm64_simulate_nop: bool = True  # 6.13 ac4ad5c09b34: arm64 simulates nop instead of stepping it
     arm64_reject_mops: bool = True  # 6.5: MOPS (cpy*/set*) sequences are refused instead of stepped
+    # 6.12 "arm64: probes: Remove broken LDR (literal) uprobe support" (CVE-2024-50099; stable 6.1.114,
+    # 6.11.5): ldr/ldrsw (literal) refused; before, simulated with a kernel load of the user address
+    arm64_refuse_ldr_literal: bool = True
 
     @property
     def uprobe_syscall(self) -> bool:
@@ -44,7 +47,8 @@ class KernelVersion:
 
 
 KERNELS = {
-    "6.10": KernelVersion("6.10", False, False, False, False, arm64_simulate_nop=False),
+    "6.10": KernelVersion("6.10", False, False, False, False, arm64_simulate_nop=False,
+                          arm64_refuse_ldr_literal=False),  # 6.10.y ended (6.10.14) before the fix
     "6.11": KernelVersion("6.11", True, False, False, False, arm64_simulate_nop=False),
     "6.16": KernelVersion("6.16", True, True, False, False),
     "6.18": KernelVersion("6.18", True, True, True, True),
@@ -70,22 +74,33 @@ def get_kernel(version: str | KernelVersion | None = None) -> KernelVersion:
 
 
 # arm64 rules and the release they arrived in (upstream, as stable kernels of that line carry them)
-ARM64_RULES = {"arm64_simulate_nop": (6, 13), "arm64_reject_mops": (6, 5)}
+ARM64_RULES = {"arm64_simulate_nop": (6, 13), "arm64_reject_mops": (6, 5), "arm64_refuse_ldr_literal": (6, 12)}
+# stable backports: {rule: {(major, minor): first sublevel with it}} (from the stable review mails)
+ARM64_BACKPORTS = {"arm64_refuse_ldr_literal": {(6, 1): 114, (6, 11): 5}}
 
 
-def kernel_for_release(release: str) -> KernelVersion:
+def kernel_for_release(release: str, version: str | None = None) -> KernelVersion:
     """The lab's rules for a real kernel release ('6.1.0-57-arm64', '6.12.117+deb13-arm64', '7.3.4').
 
     x86 rules come from the newest modelled version not newer than the release (6.10 for anything
     older: the int3 return trampoline predates it); each arm64 rule applies from the release that
-    brought it (ARM64_RULES). Stable backports a rule does not list are not modelled.
+    brought it (ARM64_RULES), or the stable sublevel it was backported to (ARM64_BACKPORTS; the sublevel
+    comes from ``version``, e.g. Debian's package version 6.1.192-3, or from the release itself).
+    Stable backports not listed there are not modelled.
     """
     m = re.match(r"(\d+)\.(\d+)", str(release))
     if not m:
         raise LabError(f"cannot read a kernel version from {release!r} (expected e.g. 6.1.0-57-arm64)")
     rel = (int(m.group(1)), int(m.group(2)))
     numbered = sorted((tuple(int(p) for p in name.split(".")), v) for name, v in KERNELS.items())
+    # Debian's uname -r carries the ABI (6.1.0-57), not the sublevel: the package version (6.1.192-3) does
+    sub = re.match(r"\d+\.\d+\.(\d+)", version or ("" if re.match(r"\d+\.\d+\.0-", release) else release))
+    sublevel = int(sub.group(1)) if sub else None
     older = [v for ver, v in numbered if ver <= rel]
     base = older[-1] if older else numbered[0][1]
     arm64 = {rule: rel >= since for rule, since in ARM64_RULES.items()}
-    return replace(base, name=f"{rel[0]}.{rel[1]} ({release})", **arm64)
+    for rule, lines in ARM64_BACKPORTS.items():
+        if rel in lines and sublevel is not None and sublevel >= lines[rel]:
+            arm64[rule] = True
+    detail = f"{release}, {version}" if version else release
+    return replace(base, name=f"{rel[0]}.{rel[1]} ({detail})", **arm64)

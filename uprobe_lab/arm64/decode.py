@@ -143,7 +143,12 @@ def arm_probe_decode_insn(insn: int, kernel=None) -> tuple[str, str, str]:
     why = not_steppable_reason(insn, kernel)
     if not why:
         return "INSN_GOOD", "", "single-stepped out of line: BRK, step in the XOL slot, step exception, pc = vaddr + 4"
+    old_ldr_literal = kernel is not None and not kernel.arm64_refuse_ldr_literal
     for names, handler, what in (
+        (("ldr_lit",) if old_ldr_literal else (), "simulate_ldr_literal",
+         "ldr (literal): simulated with a kernel load from the user address (before CVE-2024-50099's fix)"),
+        (("ldrsw_lit",) if old_ldr_literal else (), "simulate_ldrsw_literal",
+         "ldrsw (literal): simulated with a kernel load from the user address (before CVE-2024-50099's fix)"),
         (("bcond",), "simulate_b_cond", "b.cond: simulated (pstate flags decide)"),
         (("cbz", "cbnz"), "simulate_cbz_cbnz", "cbz/cbnz: simulated"),
         (("tbz", "tbnz"), "simulate_tbz_tbnz", "tbz/tbnz: simulated"),

@@ -81,10 +81,23 @@ def simulate_stp_fp_lr_sp_64b(proc, insn, addr, regs):
     stp_sim.simulate_stp_fp_lr_sp_64b(proc, insn, addr, regs)
 
 
+def simulate_ldr_literal(proc, insn, addr, regs):
+    """Before CVE-2024-50099's fix (6.12; stable 6.1.114, 6.11.5) uprobes simulated ldr/ldrsw (literal)
+    with a plain kernel load from the *user* address. With PAN (every ARMv8.1+ CPU, QEMU's max) that
+    load faults outside the uaccess routines: the kernel oopses and the probed task dies. The lab
+    models that outcome, not the oops itself."""
+    load_addr = (addr + sign_extend(((insn >> 5) & 0x7FFFF) << 2, 20)) & MASK64
+    proc.dmesg.append(f"Unable to handle kernel access to user memory outside uaccess routines at virtual "
+                      f"address {load_addr:016x}")
+    proc.force_sig("SIGSEGV", "kernel oops in simulate_ldr_literal(): a plain load from the user address "
+                   "(CVE-2024-50099, fixed by refusing the probe)")
+
+
 HANDLERS = {
     "simulate_nop": simulate_nop, "simulate_b_bl": simulate_b_bl, "simulate_b_cond": simulate_b_cond,
     "simulate_br_blr_ret": simulate_br_blr_ret, "simulate_cbz_cbnz": simulate_cbz_cbnz,
     "simulate_tbz_tbnz": simulate_tbz_tbnz, "simulate_adr_adrp": simulate_adr_adrp,
     "simulate_stp_fp_lr_sp_64b": simulate_stp_fp_lr_sp_64b,
+    "simulate_ldr_literal": simulate_ldr_literal, "simulate_ldrsw_literal": simulate_ldr_literal,
 }
 

@@ -135,7 +135,7 @@ def verify_arm64(package: str | None = None, deb: str | None = None, cases=None,
         image, version = B.fetch_kernel(package)
         package = f"{package or 'linux-image-6.1 (bookworm)'} {version}"
     boot = B.boot(image, initramfs(cases), timeout=timeout)
-    lab_kernel = kernel_for_release(boot.release)
+    lab_kernel = kernel_for_release(boot.release, version)
     start = time.monotonic()
     judged = lab_judge(cases, kernel_runs(boot.lines, len(cases)), lab_kernel, progress)
     report = Report(package, boot.release, lab_kernel.name, boot.seconds, time.monotonic() - start, judged)
@@ -165,7 +165,7 @@ def recorded_case(word: int, path: Path = RECORDING) -> dict:
         raise LabError(f"{word:08x} is not among the recorded run's {len(rec['cases'])} forms") from None
     index = rec["cases"].index(case)
     lab_case = C.Case(case["class"], word)
-    kernel = kernel_for_release(rec["release"])
+    kernel = kernel_for_release(rec["release"], rec["package"].split()[-1])
     un, pr = J.lab_run(lab_case, index, kernel, False), J.lab_run(lab_case, index, kernel, True)
     lab_now = {"verdict": J.verdict(lab_case, pr), "effect": {k: str(v) for k, v in J.effect(un, pr, L.slot_base(index)).items()}}
     return {"kernel": f"{rec['package']} (uname -r {rec['release']})", "instruction": case["text"], "word": case["word"],
