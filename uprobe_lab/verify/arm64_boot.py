@@ -72,19 +72,6 @@ def apt_update(max_age_s: int = 24 * 3600) -> None:
     stamp.touch()
 
 
-def kernel_packages() -> dict[str, str]:
-    """{version: image package} of every suite's current arm64 kernel (from the linux-image-arm64 metapackage)."""
-    apt_update()
-    text = _run(["apt-cache", *_apt_options(), "show", "linux-image-arm64"], "apt-cache show")
-    found = {}
-    for block in text.split("\n\n"):
-        m = re.search(r"^Depends:.*?(linux-image-[0-9][^ ,]*-arm64)\b", block, re.M)
-        v = re.search(r"^Version: (\S+)", block, re.M)
-        if m and v:
-            found[v.group(1)] = m.group(1)
-    return found
-
-
 def fetch_kernel(package: str | None = None) -> tuple[Path, str]:
     """(path of the unpacked vmlinuz, package version) for an image package, default: bookworm's 6.1."""
     apt_update()
