@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from ..bench import events_table
 from ..stepper import Step, where
+from ..kernel import KERNELS
 from ..uprobes import CountingConsumer, uprobe_register
 from ..x86.constants import EXIT_ADDR
 from ..x86.uretprobe_programs import make_uretprobe_process
@@ -87,11 +88,26 @@ class ReturnStepper:
             with out:
                 print(self.text())
 
+        def title_text():
+            return (f"<b>uretprobe return on {self.kernel}"
+                    f"{'' if self.saves_regs else ' (broken trampoline: no rcx/r11 saves)'}</b>")
+
+        title = w.HTML(title_text())
+        picker = w.ToggleButtons(options=list(KERNELS), value=self.kernel, description="kernel")
+
+        def pick(change):  # the same call on another kernel: int3 trampoline before 6.11, syscall from 6.11
+            self.kernel, self.steps = change["new"], record_return_steps(change["new"], self.saves_regs)
+            start = first_step_at(self.steps, "[uprobes]")
+            slider.unobserve(show, names="value")
+            slider.max, slider.value = len(self.steps) - 1, start
+            slider.observe(show, names="value")
+            title.value = title_text()
+            show()
+
         slider.observe(show, names="value")
+        picker.observe(pick, names="value")
         show()
-        title = w.HTML(f"<b>uretprobe return on {self.kernel}"
-                       f"{'' if self.saves_regs else ' (broken trampoline: no rcx/r11 saves)'}</b>")
-        return w.VBox([title, slider, out])
+        return w.VBox([title, picker, slider, out])
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         """A widget in a front end; the current step as text everywhere else."""
