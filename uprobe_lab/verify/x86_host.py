@@ -19,6 +19,7 @@ import pickle
 import struct
 from dataclasses import dataclass
 
+from ..errors import LabError
 from ..native.perf import open_uprobe, read_count
 from . import x86_harness as H
 
@@ -233,7 +234,11 @@ class HostPool:
             return
         from . import uprobe_multi
 
-        prog = uprobe_multi.load_program()
+        try:
+            prog = uprobe_multi.load_program()
+        except OSError as err:
+            raise LabError(f"--probe bpf needs bpf(2) with uprobe_multi (Linux 6.6+, root): {err.strerror}; "
+                           "use --probe perf") from None
         try:
             jobs = list(jobs)
             for start in range(0, len(jobs), self.BATCH):
