@@ -19,7 +19,11 @@ from .uprobes import (UPROBE_HANDLER_IGNORE, UPROBE_HANDLER_REMOVE, CountingCons
 
 def analyze(insn: str, arch: str = "x86_64", kernel=None, **options) -> dict:
     """What the kernel would do with a probe on ``insn`` (x86: hex bytes; arm64: the word)."""
-    return get_arch(arch).analyze(insn, get_kernel(kernel), **options)
+    from .arches import check_options
+
+    row = get_arch(arch)
+    check_options(row.analyze, options, f"analyze() on {arch}")
+    return row.analyze(insn, get_kernel(kernel), **options)
 
 
 __all__ = ["new_process", "attach", "detach", "run_bench", "events_per_hit", "events_table", "analyze", "disasm", "listing",

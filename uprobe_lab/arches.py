@@ -6,6 +6,8 @@ probe on this instruction" for the CLI and notebooks.
 """
 from __future__ import annotations
 
+import inspect
+
 from dataclasses import dataclass
 from typing import Callable
 
@@ -39,9 +41,21 @@ def get_arch(name: str) -> Arch:
         raise LabError(f"unknown architecture {name!r}: the lab emulates {', '.join(ARCHES)}") from None
 
 
+def check_options(func: Callable, options: dict, what: str) -> None:
+    """Refuse keyword options ``func`` does not take, naming the ones it does (a typo is not ignored)."""
+    params = inspect.signature(func).parameters
+    accepted = [n for n, p in params.items() if p.kind is p.KEYWORD_ONLY or
+                (p.kind is p.POSITIONAL_OR_KEYWORD and p.default is not p.empty and n != "kernel")]
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise LabError(f"{what} takes no option {', '.join(map(repr, unknown))}; "
+                       f"it takes {', '.join(accepted) or 'none'}")
+
+
 def make_process(arch: str = "x86_64", kernel=None, **options) -> EmulatedProcess:
     """A fresh emulated process of ``arch`` with the kernel bench program loaded."""
     row = get_arch(arch)
+    check_options(row.process, options, f"an {arch} process")
     proc = row.process(kernel, **options)
     proc.load(row.bench_program())
     return proc

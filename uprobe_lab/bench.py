@@ -170,7 +170,7 @@ def run_bench(name: str, arch: str = "x86_64", kernel=None, iterations: int = 20
 
 def run_benches(names=None, arch: str = "x86_64", kernel=None, iterations: int = 20_000, progress=None,
                 **options) -> list[dict]:
-    names = list(names or bench_names(arch))
+    names = [names] if isinstance(names, str) else list(names or bench_names(arch))
     results = []
     for name in names:
         results.append(run_bench(name, arch, kernel, iterations, **options))

@@ -22,8 +22,10 @@ from .kernel import KernelVersion, get_kernel
 from .sites import Mapping, mapping_at
 from .stepper import Stepper
 from .trace import Trace
-from .uprobes import MmUprobes, UprobeTask, handle_xol_fault
+from .interrupt import deliver, sigint_stops
+from .uprobes import MmUprobes, UprobeTask, handle_xol_fault, uprobe_abort_xol
 DEFAULT_MAX_INSNS = 10_000_000  # every run is guarded: no emulation can spin forever
+RUN_SLICE = 2_000_000  # instructions per emu_start: Ctrl-C is acted on between two (well under 1 s)
 
 
 
@@ -173,7 +175,9 @@ class EmulatedProcess:
     UC_CPU_MODEL = None  # a Unicorn CPU model (UC_CPU_*) instead of Unicorn's default for the arch
 
     def __init__(self, kernel: str | KernelVersion | None = None, record: bool = False):
-        self.kernel = get_kernel(kernel)
+        self._kernel = get_kernel(kernel)
+        self._running = False  # inside run(): Unicorn is busy
+        self._unfinished = False  # the last run stopped before its end (budget, Ctrl-C, an error)
         self.trace = Trace(record=record)
         self.uc = Uc(self.uc_arch, self.uc_mode)
         if self.UC_CPU_MODEL is not None:  # only before the first mapping: Unicorn builds the CPU then
@@ -189,6 +193,18 @@ class EmulatedProcess:
         self._uch = ctypes.c_void_p(self.uc._uch.value)
         self.reg_read, self.reg_write = register_access(self.uc)  # reg_read(UC_*_REG_...) -> int
         self._pt_regs = self.Regs().bind(self)
+
+    @property
+    def kernel(self) -> KernelVersion:
+        """The kernel this process runs on: fixed when the process is made."""
+        return self._kernel
+
+    @kernel.setter
+    def kernel(self, version) -> None:
+        if get_kernel(version) != self._kernel:
+            raise LabError(f"a process's kernel is fixed when it is made (its syscall table, [uprobes] trampoline "
+                           f"and probe analyses follow {self._kernel}); make a new process instead: "
+                           f"new_process(kernel={str(version)!r})")
 
     def kernel_entry(self) -> RegsView:
         """What the entry code does first (arm64's kernel_entry, x86's PUSH_AND_CLEAR_REGS): save
@@ -330,23 +346,64 @@ class EmulatedProcess:
 
     # --- running ---
     def run(self, start: int, until: int, max_insns: int = DEFAULT_MAX_INSNS) -> RunResult:
-        """Run from ``start`` until the pc reaches ``until``, a signal, or ``max_insns`` instructions."""
-        if max_insns <= 0:
-            raise LabError(f"max_insns must be positive, got {max_insns}")
+        """Run from ``start`` until the pc reaches ``until``, a signal, or ``max_insns`` instructions.
+
+        A run stopped by its budget can be continued (``run(result.ip, ...)``: how a Stepper steps);
+        a run from anywhere else first abandons what the stopped one left pending (``abandon_run``).
+        Ctrl-C stops the run at the end of the kernel entry under way, leaves the process usable
+        and raises KeyboardInterrupt here. The CPU runs in slices of ``RUN_SLICE`` instructions, so
+        Ctrl-C is seen even in code that never enters the kernel model."""
+        if not isinstance(max_insns, int) or max_insns <= 0:
+            raise LabError(f"max_insns must be a positive int, got {max_insns!r}")
         if self.signal:
             raise ProcessKilled(f"the process already died of {self.signal} ({self.signal_reason}); make a new one")
+        if self._running:
+            raise LabError("the process is already running: a consumer, filter or syscall handler cannot call() or "
+                           "run() the process it was called from; note what you need in the handler and make the "
+                           "call after the outer one returns")
+        if self._unfinished and start != self.pc:
+            self.abandon_run()
+        self._running, self._unfinished = True, True
+        left, pc = max_insns, start
         try:
-            self.uc.emu_start(start, until, count=max_insns)
-        except UcError as err:
-            pc = self.pc
-            handle_xol_fault(self)  # a fault inside an XOL step is reported at the probed address
-            self.force_sig("SIGSEGV", f"{err} at pc={pc:#x}")
-        pc = self.pc
+            with sigint_stops(self.uc.emu_stop) as interrupt:
+                while left and not interrupt.pending:
+                    count = min(left, RUN_SLICE)
+                    try:
+                        self.uc.emu_start(pc, until, count=count)
+                    except UcError as err:
+                        pc = self.pc
+                        handle_xol_fault(self)  # a fault inside an XOL step is reported at the probed address
+                        self.force_sig("SIGSEGV", f"{err} at pc={pc:#x}")
+                    pc = self.pc
+                    if self.signal or pc == until:
+                        break
+                    left -= count  # a slice can end early only by a signal, the end, or Ctrl-C
+        except BaseException:  # a consumer raised: settle the process, then let the error through
+            self.abandon_run()
+            raise
+        finally:
+            self._running = False
+        if interrupt.pending:
+            self.abandon_run()
+            deliver(interrupt)
         if self.signal:
             return RunResult("signal", pc, self.signal, self.signal_reason)
         if pc == until:
+            self._unfinished = False
             return RunResult("until", pc)
         return RunResult("count", pc, reason=f"stopped after {max_insns} instructions at {pc:#x}")
+
+    def abandon_run(self) -> None:
+        """Settle what a stopped run left half done, so the next call starts clean.
+
+        A pending out-of-line step is aborted as the kernel aborts one (``uprobe_abort_xol``: ip back
+        to the probed address, the XOL slot freed, the trap flag or MDSCR.SS cleared), and the return
+        instances of the abandoned frames are dropped (a new call starts from the top of the stack,
+        where cleanup_return_instances would find every one of them dead)."""
+        uprobe_abort_xol(self)
+        self.utask.return_instances.clear()
+        self._unfinished = False
 
     # --- calls, for notebooks and tests ---
     def prepare_call(self, target, *args: int) -> tuple[int, int]:
@@ -354,16 +411,34 @@ class EmulatedProcess:
         to an unmapped exit address; returns (start, exit address)."""
         raise NotImplementedError
 
+    def check_call_args(self, args, registers: int) -> None:
+        """Refuse what a register cannot carry: more arguments than argument registers, or a value
+        outside 64 bits (negative values are passed in two's complement)."""
+        if len(args) > registers:
+            raise LabError(f"{self.arch} passes at most {registers} arguments in registers, got {len(args)}; "
+                           "the lab's calls take no stack arguments")
+        for i, value in enumerate(args):
+            if not isinstance(value, int) or not -(1 << 63) <= value <= MASK64:
+                raise LabError(f"argument {i} is {value!r}: pass an int that fits 64 bits")
+
     def call(self, target, *args: int, max_insns: int = DEFAULT_MAX_INSNS) -> int:
         """Call a function with the arch's calling convention and return its return value."""
+        if self._unfinished and not self._running:
+            self.abandon_run()  # before prepare_call: an aborted step may restore a register
         start, until = self.prepare_call(target, *args)
         result = self.run(start, until, max_insns)
         if not result.ok:
+            if not result.signal:
+                self.abandon_run()
             raise_for(result)
         return self.reg_read(self.RETVAL)
 
     def stepper(self, target, *args: int, regs: tuple[str, ...] | None = None) -> Stepper:
-        """A Stepper over a call of ``target``, one instruction per step (needs record=True)."""
+        """A Stepper over a call of ``target``, one instruction per step (needs record=True).
+
+        A new stepper abandons whatever an earlier one left half done (a widget's Reset)."""
+        if self._unfinished and not self._running:
+            self.abandon_run()
         start, until = self.prepare_call(target, *args)
         return Stepper(self, start, until, regs or self.STEPPER_REGS)
 

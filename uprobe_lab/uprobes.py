@@ -200,8 +200,15 @@ def uprobe_register(proc, target, consumer: UprobeConsumer, offset: int = 0) -> 
     over a probe its other consumers had removed from this mm. (The kernel asks the new
     consumer's filter first; the lab consults filters only after UPROBE_HANDLER_REMOVE.)
     """
+    if not isinstance(consumer, UprobeConsumer):
+        raise LabError(f"attach() needs a consumer, got {consumer!r}: pass CountingConsumer() or "
+                       "UprobeConsumer(handler=..., ret_handler=...)")
     vaddr, label = resolve_probe_address(proc, target, offset)
     uprobe = proc.mm.probes.get(vaddr)
+    if uprobe is not None and consumer in uprobe.consumers:
+        raise LabError(f"{consumer!r} is already attached at {vaddr:#x}; attaching it twice would count every "
+                       "hit twice (the kernel's consumer list holds each consumer once): detach it first, or "
+                       "attach a second consumer")
     if uprobe is None:
         arch = proc.arch_ops
         insn = proc.read(vaddr, arch.MAX_UINSN_BYTES if proc.mapping_at(vaddr + arch.MAX_UINSN_BYTES - 1)
@@ -227,6 +234,9 @@ def install_breakpoint(proc, uprobe: Uprobe) -> None:
 
 def uprobe_unregister(proc, uprobe: Uprobe, consumer: UprobeConsumer) -> None:
     """Detach a consumer; the last one out restores the original instruction (set_orig_insn)."""
+    if proc.mm.probes.get(getattr(uprobe, "vaddr", None)) is not uprobe:
+        raise LabError(f"{uprobe!r} is not a probe of this process; detach it from the process attach() "
+                       "was given (attach returns the probe of that process)")
     if consumer not in uprobe.consumers:
         raise LabError(f"{consumer!r} is not attached to {uprobe!r}")
     uprobe.consumers.remove(consumer)
@@ -387,20 +397,32 @@ def uprobe_post_sstep_notifier(proc) -> bool:
     return True
 
 
-def handle_xol_fault(proc) -> None:
-    """The out-of-line step faulted: uprobe_deny_signal() holds the signal, handle_singlestep() sees
-    UTASK_SSTEP_TRAPPED and calls arch_uprobe_abort_xol(), then the signal is delivered.
+def uprobe_abort_xol(proc) -> bool:
+    """Abandon a pending out-of-line step: the UTASK_SSTEP_TRAPPED branch of handle_singlestep()
+    (kernel/events/uprobes.c), which calls arch_uprobe_abort_xol() (ip back to the probed address,
+    trap flag or MDSCR.SS cleared), drops active_uprobe and frees the XOL slot.
 
-    Called by the process when the CPU faults; does nothing unless a step was under way."""
+    The kernel takes it when the step faulted or a signal cut it short (uprobe_deny_signal); the
+    lab also takes it when a run is stopped with a step pending (an instruction budget, Ctrl-C, a
+    stepper's Reset), so the next run starts on a consistent task. Returns whether a step was pending."""
     utask = proc.utask
     uprobe = utask.active_uprobe
     if uprobe is None:
-        return
+        return False
     regs = proc.kernel_entry()
     proc.arch_ops.arch_uprobe_abort_xol(proc, uprobe.auprobe, regs)
     utask.active_uprobe = None
     xol_free_insn_slot(proc)
     regs.flush()
+    return True
+
+
+def handle_xol_fault(proc) -> None:
+    """The out-of-line step faulted: uprobe_deny_signal() holds the signal, handle_singlestep() sees
+    UTASK_SSTEP_TRAPPED and calls arch_uprobe_abort_xol(), then the signal is delivered.
+
+    Called by the process when the CPU faults; does nothing unless a step was under way."""
+    uprobe_abort_xol(proc)
 
 
 def handle_singlestep(proc, regs) -> None:

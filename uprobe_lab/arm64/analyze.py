@@ -11,9 +11,10 @@ def parse_word(text: str) -> int:
     """'a9bf7bfd' or '0xa9bf7bfd' (the word as a listing shows it) -> int."""
     cleaned = str(text).strip().lower().replace("_", "").replace(" ", "")
     cleaned = cleaned[2:] if cleaned.startswith("0x") else cleaned
-    if not cleaned or len(cleaned) > 8 or any(c not in "0123456789abcdef" for c in cleaned):
-        raise LabError(f"{text!r} is not an arm64 instruction word; write it as a listing shows it, "
-                       "e.g. a9bf7bfd for stp x29, x30, [sp, #-16]!")
+    if len(cleaned) != 8 or any(c not in "0123456789abcdef" for c in cleaned):
+        # a short word would be zero-extended into some other instruction: all 8 digits are asked for
+        raise LabError(f"{text!r} is not an arm64 instruction word; write all 8 hex digits as a listing shows "
+                       "them, e.g. a9bf7bfd for stp x29, x30, [sp, #-16]!")
     return int(cleaned, 16)
 
 

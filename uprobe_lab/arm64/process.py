@@ -111,8 +111,7 @@ class Arm64Process(EmulatedProcess):
     # --- conveniences for notebooks and tests ---
     def prepare_call(self, target, *args: int) -> tuple[int, int]:
         """Set up an AAPCS64 call of ``target`` (arguments in x0..x7, lr = EXIT_ADDR)."""
-        if len(args) > 8:
-            raise LabError("call() passes at most 8 arguments (x0..x7)")
+        self.check_call_args(args, 8)
         addr = self.program.resolve(target) if isinstance(target, str) else target
         regs = self.regs()
         for i, value in enumerate(args):

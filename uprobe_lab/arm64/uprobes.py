@@ -8,8 +8,8 @@ Here: the BRK in text, hardware-step XOL (a second exception, then pc = vaddr + 
 probes, which hijack the link register (x30); the trampoline is a BRK in XOL slot 0 (arm64 has no
 uretprobe syscall).
 
-What the lab leaves out: ``arch_uprobe_xol_was_trapped``/``abort_xol`` (a fault inside the XOL step
-kills the process here).
+What the lab leaves out: ``arch_uprobe_xol_was_trapped`` (a fault inside the XOL step kills the
+process here, after ``arch_uprobe_abort_xol``).
 """
 from __future__ import annotations
 
@@ -70,9 +70,11 @@ def arch_uprobe_post_xol(proc, auprobe: ArchUprobe, regs) -> int:
 
 
 def arch_uprobe_abort_xol(proc, auprobe: ArchUprobe, regs) -> None:
-    """The step faulted: pc = vaddr, and user_disable_single_step() (arch/arm64/kernel/probes/uprobes.c)."""
+    """The step faulted or was cut short: pc = vaddr, and user_disable_single_step()
+    (arch/arm64/kernel/probes/uprobes.c); the step the hardware had begun is forgotten too."""
     regs.ip = proc.utask.vaddr
     proc.single_step = False
+    proc._stepped = False
 
 
 # --- return probes ------------------------------------------------------------------------

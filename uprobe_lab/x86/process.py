@@ -92,9 +92,14 @@ class X86Process(EmulatedProcess):
         regs.ip -= SYSCALL_INSN_SIZE  # Unicorn's rip still points at the syscall and it adds 2 after this hook
         regs.flush()
 
+    def abandon_run(self) -> None:
+        super().abandon_run()
+        self._syscall_tf_ip = None  # no delayed step trap is due any more
+
     # --- conveniences for notebooks and tests ---
     def prepare_call(self, target, *args: int) -> tuple[int, int]:
         """Set up a System V call of ``target`` (arguments in rdi, rsi, ...) returning to EXIT_ADDR."""
+        self.check_call_args(args, 6)
         addr = self.program.resolve(target) if isinstance(target, str) else target
         regs = self.regs()
         for name, value in zip(("di", "si", "dx", "cx", "r8", "r9"), args):

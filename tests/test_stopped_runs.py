@@ -1,0 +1,226 @@
+"""Nothing a learner does leaves an emulated process broken: stopped runs, Ctrl-C, Reset, odd calls.
+
+A run can stop with an out-of-line step pending (the int3 handled, the copy in an XOL slot, the trap
+flag set). The kernel never leaves a task like that: a step cut short is aborted
+(arch_uprobe_abort_xol in arch/x86/kernel/uprobes.c and arch/arm64/kernel/probes/uprobes.c: ip back
+to the probed address, TF / MDSCR.SS cleared; handle_singlestep() frees the slot). The lab does the
+same before the next call, so every count below is exact.
+"""
+from __future__ import annotations
+
+import _thread
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import uprobe_lab as ul
+from uprobe_lab import bench
+from uprobe_lab.x86.constants import X86_EFLAGS_TF
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+STEPPED = {"x86_64": "uprobe_target_ret", "arm64": "uprobe_target_push"}  # run out of line, not emulated
+
+
+def probed(arch="x86_64", kernel="6.18", target=None, ret=False, **options):
+    target = target or STEPPED[arch]
+    proc = ul.new_process(arch, kernel, **options)
+    consumer = ul.CountingConsumer(ret=ret)
+    ul.attach(proc, target, consumer)
+    return proc, consumer, proc.program.resolve(target)
+
+
+def budget_leaving_a_step_pending(proc, target) -> int:
+    """The smallest instruction budget after which a run of producer_loop stops inside an XOL step."""
+    for budget in range(1, 64):
+        result = proc.run(*proc.prepare_call("producer_loop", 3, target), max_insns=budget)
+        if proc.utask.active_uprobe is not None:
+            return budget
+        assert result.stop == "count"
+    raise AssertionError("no budget stops inside the step")
+
+
+# --- 1. a stopped run ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("arch", ["x86_64", "arm64"])
+def test_a_call_stopped_by_its_budget_mid_step_leaves_the_process_usable(arch):
+    proc, consumer, target = probed(arch)
+    budget = budget_leaving_a_step_pending(proc, target)
+    proc.abandon_run()
+    with pytest.raises(ul.LabError, match=f"stopped after {budget} instructions"):
+        proc.call("producer_loop", 3, target, max_insns=budget)
+    utask, area = proc.utask, proc.mm.xol_area
+    assert utask.active_uprobe is None and utask.xol_slot == -1 and area.bitmap[1:] == [False] * (len(area.bitmap) - 1)
+    assert proc.pc == target  # arch_uprobe_abort_xol: back on the probed instruction
+    if arch == "x86_64":
+        assert not proc.regs().flags & X86_EFLAGS_TF
+    else:
+        assert not proc.single_step
+    before = consumer.hits
+    proc.call("producer_loop", 5, target)
+    assert consumer.hits - before == 5 and proc.signal is None
+
+
+@pytest.mark.parametrize("arch", ["x86_64", "arm64"])
+def test_a_budget_stop_can_be_continued_where_it_stopped(arch):
+    proc, consumer, target = probed(arch)
+    start, until = proc.prepare_call("producer_loop", 3, target)
+    result = proc.run(start, until, max_insns=budget_leaving_a_step_pending(probed(arch)[0], target))
+    assert proc.utask.active_uprobe is not None
+    assert proc.run(result.ip, until).ok and consumer.hits == 3
+
+
+def test_notebook_01_ret_stepper_step_reset_run_to_end():
+    proc = ul.new_process(kernel="6.18", record=True)
+    consumer = ul.CountingConsumer()
+    ul.attach(proc, "uprobe_target_ret", consumer)
+    stepper = proc.stepper("uprobe_target_ret")
+    stepper.step()  # the int3: the step out of line is now pending
+    assert proc.utask.active_uprobe is not None
+    steps = proc.stepper("uprobe_target_ret").run_to_end()  # Reset, then Run to end
+    assert steps[-1].done and steps[-1].signal is None and proc.signal is None
+    assert consumer.hits == 2  # the hit of the abandoned run, and the new one
+
+
+# --- 2. Ctrl-C ----------------------------------------------------------------------------------
+
+def interrupt_after(seconds: float) -> threading.Thread:
+    thread = threading.Thread(target=lambda: (time.sleep(seconds), _thread.interrupt_main()))
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("arch", ["x86_64", "arm64"])
+@pytest.mark.parametrize("name", ["uprobe-ret", "uretprobe-nop", "syscall-count", "usermode-count"])
+def test_ctrl_c_stops_a_run_cleanly_and_the_next_call_is_exact(arch, name):
+    spec = bench.bench_spec(name, arch)
+    proc = ul.new_process(arch, "6.18", record=False)
+    consumer = ul.CountingConsumer(ret=spec.probe == "uretprobe") if spec.probe else None
+    if consumer:
+        ul.attach(proc, spec.target, consumer)
+    target = proc.program.resolve(spec.target)
+    thread = interrupt_after(0.1)
+    t0 = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt):
+        proc.call("producer_loop", 10 ** 9, target, max_insns=10 ** 12)
+    thread.join()
+    assert time.perf_counter() - t0 < 1.0
+    assert proc.signal is None and proc.utask.active_uprobe is None and not proc.utask.return_instances
+    before_hits, before_syscalls = (consumer.hits if consumer else 0), proc.trace.counts.get("syscalls", 0)
+    proc.call("producer_loop", 40, target)
+    if consumer:
+        assert consumer.hits - before_hits == 40
+    if name == "syscall-count":
+        assert proc.trace.counts["syscalls"] - before_syscalls == 40
+
+
+def test_cli_exits_130_within_a_second_of_ctrl_c():
+    for name in ("syscall-count", "uprobe-ret"):
+        child = subprocess.Popen([sys.executable, "-m", "uprobe_lab", "bench", name, "--iterations", str(10 ** 9)],
+                                 env={**os.environ, "PYTHONPATH": REPO}, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+        time.sleep(3)  # imports, the events run, then the long timed run
+        child.send_signal(signal.SIGINT)
+        t0 = time.perf_counter()
+        try:
+            _, err = child.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            pytest.fail(f"bench {name} did not stop on SIGINT")
+        assert child.returncode == 130 and time.perf_counter() - t0 < 1.0, (name, err)
+        assert err.strip().splitlines()[-1] == "interrupted" and "Traceback" not in err and "Exception ignored" not in err
+
+
+# --- 5. nonsense refused -------------------------------------------------------------------------
+
+def test_call_refuses_more_arguments_than_registers_and_values_past_64_bits():
+    x86, arm = ul.new_process("x86_64"), ul.new_process("arm64")
+    with pytest.raises(ul.LabError, match="at most 6 arguments"):
+        x86.call("uprobe_target_nop", 1, 2, 3, 4, 5, 6, 7)
+    with pytest.raises(ul.LabError, match="at most 8 arguments"):
+        arm.call("uprobe_target_nop", *range(9))
+    with pytest.raises(ul.LabError, match="argument 1 is 18446744073709551616"):
+        x86.call("uprobe_target_nop", 0, 2 ** 64)
+    assert x86.call("uprobe_target_nop", -1) is not None  # two's complement is fine
+
+
+def test_attach_refuses_a_missing_consumer_and_the_same_one_twice():
+    proc = ul.new_process()
+    with pytest.raises(ul.LabError, match="needs a consumer, got None"):
+        ul.attach(proc, "uprobe_target_nop", None)
+    consumer = ul.CountingConsumer()
+    ul.attach(proc, "uprobe_target_nop", consumer)
+    with pytest.raises(ul.LabError, match="already attached"):
+        ul.attach(proc, "uprobe_target_nop", consumer)
+    proc.call("uprobe_target_nop")
+    assert consumer.hits == 1
+
+
+def test_detach_from_the_wrong_process_is_refused_and_the_probe_stays_removable():
+    a, b = ul.new_process(), ul.new_process()
+    consumer = ul.CountingConsumer()
+    probe_a = ul.attach(a, "uprobe_target_nop", consumer)
+    probe_b = ul.attach(b, "uprobe_target_nop", consumer)
+    with pytest.raises(ul.LabError, match="not a probe of this process"):
+        ul.detach(b, probe_a, consumer)
+    ul.detach(a, probe_a, consumer)
+    ul.detach(b, probe_b, consumer)
+    assert not a.mm.probes and not b.mm.probes
+    assert a.read(probe_a.vaddr, 1) == probe_a.insn[:1] and b.read(probe_b.vaddr, 1) == probe_b.insn[:1]
+
+
+def test_run_benches_takes_one_name_as_a_string():
+    (result,) = bench.run_benches("usermode-count", iterations=10)
+    assert result["bench"] == "usermode-count"
+
+
+def test_unknown_options_are_refused():
+    with pytest.raises(ul.LabError, match=r"takes no option 'stp'.*count_insns"):
+        ul.new_process("x86_64", stp="simulate")
+    with pytest.raises(ul.LabError, match="takes no option 'stpp'"):
+        ul.run_bench("uprobe-nop", "arm64", stpp="simulate", iterations=10)
+    with pytest.raises(ul.LabError, match="takes no option 'stp'"):
+        ul.analyze("90", "x86_64", stp="simulate")
+
+
+@pytest.mark.parametrize("word", ["d503", "5", "0xd503201", "d503201f0"])
+def test_arm64_words_need_all_eight_digits(word):
+    with pytest.raises(ul.LabError, match="all 8 hex digits"):
+        ul.analyze(word, "arm64")
+    assert ul.analyze("d503201f", "arm64")["mnemonic"] == "nop"
+
+
+# --- 6. stale state -------------------------------------------------------------------------------
+
+def test_a_live_process_keeps_its_kernel():
+    proc = ul.new_process(kernel="6.10")
+    with pytest.raises(ul.LabError, match=r"fixed when it is made.*new_process\(kernel='6.11'\)"):
+        proc.kernel = "6.11"
+    proc.kernel = "6.10"  # the same kernel: nothing changes
+    assert proc.kernel.name == "6.10"
+
+
+@pytest.mark.parametrize("arch", ["x86_64", "arm64"])
+def test_call_from_inside_a_consumer_is_refused_and_the_process_stays_usable(arch):
+    proc = ul.new_process(arch)
+    seen = []
+
+    def nested(regs):
+        seen.append(1)
+        proc.call("uprobe_target_nop")
+        return 0
+
+    ul.attach(proc, "uprobe_target_push", ul.UprobeConsumer(handler=nested))
+    counter = ul.CountingConsumer()
+    ul.attach(proc, "uprobe_target_ret", counter)
+    with pytest.raises(ul.LabError, match="cannot call\\(\\) or run\\(\\) the process it was called from"):
+        proc.call("producer_loop", 5, proc.program.resolve("uprobe_target_push"))
+    assert seen == [1]
+    proc.call("producer_loop", 7, proc.program.resolve("uprobe_target_ret"))
+    assert counter.hits == 7
