@@ -401,9 +401,12 @@ class EmulatedProcess:
         to the probed address, the XOL slot freed, the trap flag or MDSCR.SS cleared), and the return
         instances of the abandoned frames are dropped (a new call starts from the top of the stack,
         where cleanup_return_instances would find every one of them dead)."""
-        uprobe_abort_xol(self)
-        self.utask.return_instances.clear()
-        self._unfinished = False
+        with sigint_stops(lambda: None) as interrupt:  # Ctrl-C must not leave it half settled
+            uprobe_abort_xol(self)
+            self.utask.return_instances.clear()
+            self._unfinished = False
+        if interrupt.pending:
+            deliver(interrupt)
 
     # --- calls, for notebooks and tests ---
     def prepare_call(self, target, *args: int) -> tuple[int, int]:
