@@ -18,8 +18,9 @@ def main() -> None:
     max_delay = float(sys.argv[2]) if len(sys.argv) > 2 else 0.1
     t0 = time.perf_counter()
     counts = interrupt_stress(trials, max_delay, seed=int(time.time()))
-    print(f"interrupts: {counts['interrupts']} over {counts['combinations']} (arch, kernel, bench) processes, "
-          f"each followed by an exact call; {time.perf_counter() - t0:.1f} s")
+    print(f"interrupts: {counts['interrupts']} over {counts['combinations']} (arch, kernel, bench) processes "
+          f"({counts['refused']} combinations refused at attach, as the kernel does), each followed by an exact "
+          f"call; {time.perf_counter() - t0:.1f} s")
     t0 = time.perf_counter()
     total = 0
     for name, make, target in notebook_steppers():

@@ -15,9 +15,11 @@ from typing import Callable, Iterator
 
 
 class Interrupt:
-    """What ``sigint_stops`` yields: ``pending`` is True once a SIGINT arrived."""
+    """What ``sigint_stops`` yields: ``pending`` is True once a SIGINT arrived; ``previous`` is the
+    handler that was in place (what ``deliver`` hands the interrupt on to)."""
 
     pending = False
+    previous = None
 
 
 @contextlib.contextmanager
@@ -26,9 +28,9 @@ def sigint_stops(stop: Callable[[], None]) -> Iterator[Interrupt]:
     caller decides (and re-raises with ``deliver``). Off the main thread, or when SIGINT is ignored or
     left to the OS, the block runs unchanged and ``pending`` stays False."""
     state = Interrupt()
-    previous = None
     if threading.current_thread() is threading.main_thread():
-        previous = signal.getsignal(signal.SIGINT)
+        state.previous = signal.getsignal(signal.SIGINT)
+    previous = state.previous
 
     def on_sigint(signum, frame):
         state.pending = True
@@ -41,13 +43,11 @@ def sigint_stops(stop: Callable[[], None]) -> Iterator[Interrupt]:
     finally:
         if callable(previous):
             signal.signal(signal.SIGINT, previous)
-    state.previous = previous
 
 
 def deliver(state: Interrupt) -> None:
     """Act on a held SIGINT as the handler in place before the run would have (Python's raises
     KeyboardInterrupt)."""
-    previous = getattr(state, "previous", None)
-    if callable(previous):
-        previous(signal.SIGINT, None)
+    if callable(state.previous):
+        state.previous(signal.SIGINT, None)
     raise KeyboardInterrupt
