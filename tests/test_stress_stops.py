@@ -102,11 +102,14 @@ def test_interrupts_at_random_moments_leave_every_process_exact():
 def notebook_steppers():
     """(name, make process with its consumer, target to step) for each stepper the notebooks show,
     and the same on the other kernels and on arm64."""
-    def probed(arch, kernel, target, **options):
+    def probed(arch, kernel, target, warm=False, **options):
         def make():
             proc = ul.new_process(arch, kernel, record=True, **options)
             consumer = ul.CountingConsumer()
             ul.attach(proc, target, consumer)
+            if warm:  # views.stepper.warm_stepper: the steady state, after a first call
+                proc.call(target)
+                consumer.hits = 0
             return proc, consumer
         return make
 
@@ -121,9 +124,10 @@ def notebook_steppers():
     yield "01 push %rbp 6.18", probed("x86_64", "6.18", "uprobe_target_push"), "uprobe_target_push"
     yield "01 ret 6.18", probed("x86_64", "6.18", "uprobe_target_ret"), "uprobe_target_ret"
     yield "01 ret 6.10", probed("x86_64", "6.10", "uprobe_target_ret"), "uprobe_target_ret"
-    yield "02 uretprobe 6.11", returning("6.11", True), "stepper_caller"
+    for kernel in KERNELS:  # chapter 01's kernel selector over a warm nop5, chapter 02's over the trampolines
+        yield f"01 nop5 warm {kernel}", probed("x86_64", kernel, "uprobe_target_nop5", warm=True), "uprobe_target_nop5"
+        yield f"02 uretprobe {kernel}", returning(kernel, True), "stepper_caller"
     yield "02 uretprobe 6.11 broken trampoline", returning("6.11", False), "stepper_caller"
-    yield "02 uretprobe 6.10", returning("6.10", True), "stepper_caller"
     yield "arm64 stp xol", probed("arm64", "6.18", "uprobe_target_push"), "uprobe_target_push"
     yield "arm64 stp simulated", probed("arm64", "6.18", "uprobe_target_push", stp="simulate"), "uprobe_target_push"
 
