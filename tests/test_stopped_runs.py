@@ -224,3 +224,24 @@ def test_call_from_inside_a_consumer_is_refused_and_the_process_stays_usable(arc
     assert seen == [1]
     proc.call("producer_loop", 7, proc.program.resolve("uprobe_target_ret"))
     assert counter.hits == 7
+
+
+def test_notebook_01_ret_widget_step_reset_run_to_end_then_back():
+    pytest.importorskip("ipywidgets")
+    from uprobe_lab.views.stepper import stepper_widget
+
+    proc = ul.new_process(kernel="6.18", record=True)
+    consumer = ul.CountingConsumer()
+    ul.attach(proc, "uprobe_target_ret", consumer)
+    box = stepper_widget(lambda: proc.stepper("uprobe_target_ret"), "a uprobe on ret")
+    step_b, back_b, end_b, reset_b = next(c for c in box.children if hasattr(c, "children") and len(c.children) == 4).children
+    assert [b.description for b in (step_b, back_b, end_b, reset_b)] == ["Step", "Back", "Run to end", "Reset"]
+    box.step()
+    reset_b.click()
+    end_b.click()
+    stepper = box.stepper()
+    assert stepper.done and stepper.steps[-1].signal is None and proc.signal is None and consumer.hits == 2
+    back_b.click()  # the same run replayed one step shorter, on the same process
+    assert not box.stepper().done and proc.signal is None
+    end_b.click()
+    assert box.stepper().done and box.stepper().steps[-1].signal is None
