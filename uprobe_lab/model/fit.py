@@ -1,0 +1,178 @@
+"""Fitting prices with stated uncertainty: a Gaussian posterior over the price list.
+
+The model is linear in the prices, so the fit is Bayesian linear regression, in closed form:
+
+* each measured row says ``counts . prices + fixed = t`` (t = 1000 / M/s, ns per hit) up to a
+  *relative* error with standard deviation ``sigma_i = sqrt(sigma_model^2 + rel_err_i^2)``: the row's own
+  measurement error (``rel_err``, 0 where unknown) plus the model's error, ``sigma_model``, estimated from
+  the fit residuals (``sqrt(sum r^2 / (n - p_eff))``, p_eff the posterior's effective number of fitted
+  directions) but never below :data:`ROW_SIGMA_FLOOR` (2%: a before-row and a rerun of the same
+  kernel in another mail differ by about that, and the linear model has no term for cache or pipeline
+  effects);
+* a :class:`Prior` is a Gaussian over the prices (mean, covariance), see :mod:`.priors`;
+* the posterior mean and covariance are ``Lambda^-1 (X'WX ...)`` as usual:
+  ``cov = (X' W X + S0^-1)^-1``, ``mean = cov (X' W y + S0^-1 m0)``.
+
+A prediction's interval is the posterior predictive one: the variance of ``counts . prices`` under
+the posterior covariance plus the row error ``(sigma_model t)^2``, a two-sided 80% interval at
++- 1.2816 sd in time, turned into M/s (so it is not symmetric in M/s).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ..process import LabError
+from .prices import PRICE_NAMES, PRICES, events_for, fixed_ns, price_counts
+
+ROW_SIGMA_FLOOR = 0.02
+Z80 = 1.2815515655446004  # the standard normal's 90% quantile: a central 80% interval
+UNINFORMATIVE_SD_NS = 1e4  # a prior this wide leaves a price to the data (or unpinned, and says so)
+
+# Sanity bounds (ns), not priors: what one event can plausibly cost on a 1-5 GHz CPU running natively.
+# A fitted price outside them is reported (Profile.warnings), never clipped.
+PLAUSIBLE_NS = {"user_insn": (0.05, 5.0), "exception": (30.0, 3000.0), "syscall": (20.0, 2000.0),
+                "handler": (1.0, 1000.0), "xol_step": (10.0, 3000.0), "return_instance": (1.0, 1000.0),
+                "uaccess_byte": (-0.5, 20.0), "pin_map": (10.0, 5000.0)}
+
+
+@dataclass
+class Prior:
+    """A Gaussian over the prices (PRICE_NAMES order) and, per price, where it came from."""
+
+    mean: np.ndarray
+    cov: np.ndarray
+    source: dict
+
+    @classmethod
+    def uninformative(cls, why: str = "no measurement") -> "Prior":
+        n = len(PRICE_NAMES)
+        return cls(np.zeros(n), np.eye(n) * UNINFORMATIVE_SD_NS ** 2, {p: why for p in PRICE_NAMES})
+
+    def sd(self) -> np.ndarray:
+        return np.sqrt(np.diag(self.cov))
+
+
+@dataclass
+class Profile:
+    """One CPU's prices as a posterior (mean and covariance, ns), with the rows and prior behind it."""
+
+    name: str
+    cpu: str
+    arch: str
+    mean: np.ndarray
+    cov: np.ndarray
+    sigma_model: float
+    fit_rows: pd.DataFrame = field(repr=False)
+    prior: Prior = field(repr=False)
+    warnings: list = field(default_factory=list)
+    scale: float = 1.0  # how much slower than the host this CPU is (the carried prior's factor)
+    host_excluded: list = field(default_factory=list)  # host rows left out of the prior (protocol rule 2)
+    virtualised: bool = False  # for a host profile: measured under a hypervisor
+
+    @property
+    def prices(self) -> dict:
+        return {p: float(v) for p, v in zip(PRICE_NAMES, self.mean)}
+
+    @property
+    def price_sd(self) -> dict:
+        return {p: float(v) for p, v in zip(PRICE_NAMES, np.sqrt(np.diag(self.cov)))}
+
+    def hit_interval(self, events: dict, level_z: float = Z80) -> tuple[float, float]:
+        """(mean ns per hit, predictive sd in ns) for a bench with these events."""
+        c = price_counts(events)
+        t = float(c @ self.mean) + fixed_ns(events)
+        var = float(c @ self.cov @ c) + (self.sigma_model * t) ** 2
+        return t, math.sqrt(max(var, 0.0))
+
+    def interval(self, bench: str, kernel: str, consumers: int = 1, **options) -> tuple[float, float, float]:
+        """(predicted M/s, low, high) of ``bench`` on ``kernel``: the 80% posterior predictive interval."""
+        return mops_interval(*self.hit_interval(events_for(bench, self.arch, kernel, consumers, **options)))
+
+    def predict(self, bench: str, kernel: str, **options) -> float:
+        """Predicted M/s of ``bench`` on ``kernel`` (posterior mean prices, events from the emulator)."""
+        return self.interval(bench, kernel, **options)[0]
+
+    def with_prices(self, **changes) -> "Profile":
+        """The same profile with some prices set by hand (their uncertainty kept)."""
+        mean = self.mean.copy()
+        for k, v in changes.items():
+            if k not in PRICE_NAMES:
+                raise KeyError(f"no price {k!r}; priced kinds: {', '.join(PRICE_NAMES)}")
+            mean[PRICE_NAMES.index(k)] = float(v)
+        return dataclasses.replace(self, mean=mean)
+
+    def report(self) -> pd.DataFrame:
+        """Each price: posterior mean and sd next to its prior's, and where the prior came from."""
+        return pd.DataFrame({
+            "price": PRICE_NAMES, "ns": self.mean, "sd": np.sqrt(np.diag(self.cov)),
+            "prior_ns": self.prior.mean, "prior_sd": self.prior.sd(),
+            "prior_from": [self.prior.source[p] for p in PRICE_NAMES],
+            "covers": [", ".join(PRICES[p][0]) for p in PRICE_NAMES]})
+
+
+def mops_interval(t_ns: float, sd_ns: float, z: float = Z80) -> tuple[float, float, float]:
+    """(M/s, low, high) from a time per hit and its sd: the time interval t +- z sd, inverted."""
+    lo_t, hi_t = t_ns - z * sd_ns, t_ns + z * sd_ns
+    return 1000.0 / t_ns, 1000.0 / hi_t, (1000.0 / lo_t if lo_t > 0 else math.inf)
+
+
+def design(rows: pd.DataFrame, arch: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows (bench, kernel, mops[, consumers, rel_err]) -> (X, y, rel_err) on relative time error."""
+    x, y, err = [], [], []
+    for r in rows.itertuples(index=False):
+        t = 1000.0 / float(r.mops)
+        ev = events_for(r.bench, arch, str(r.kernel), int(getattr(r, "consumers", 1) or 1))
+        x.append(price_counts(ev) / t)
+        y.append((t - fixed_ns(ev)) / t)
+        e = getattr(r, "rel_err", 0.0)
+        err.append(0.0 if e is None or (isinstance(e, float) and math.isnan(e)) else float(e))
+    return np.array(x), np.array(y), np.array(err)
+
+
+def posterior(x: np.ndarray, y: np.ndarray, row_sd: np.ndarray, prior: Prior) -> tuple[np.ndarray, np.ndarray]:
+    """Posterior (mean, cov) of the prices for rows x.theta = y with independent errors row_sd."""
+    w = 1.0 / row_sd ** 2
+    p0 = np.linalg.inv(prior.cov)
+    cov = np.linalg.inv(x.T @ (x * w[:, None]) + p0)
+    mean = cov @ (x.T @ (w * y) + p0 @ prior.mean)
+    return mean, (cov + cov.T) / 2
+
+
+def fit_profile(rows: pd.DataFrame, arch: str, prior: Prior, name: str = "fitted", cpu: str = "") -> Profile:
+    """Fit a Profile on ``rows`` (columns bench, kernel, mops; optional consumers, rel_err) under ``prior``."""
+    if rows.empty:
+        raise LabError("no rows to fit prices on")
+    x, y, err = design(rows, arch)
+    sd = np.sqrt(ROW_SIGMA_FLOOR ** 2 + err ** 2)
+    mean, cov = posterior(x, y, sd, prior)
+    resid = y - x @ mean
+    p_eff = float(np.trace((x / sd[:, None] ** 2) @ cov @ x.T))
+    sigma = max(ROW_SIGMA_FLOOR, math.sqrt(float(resid @ resid) / max(len(y) - p_eff, 1.0)))
+    if sigma > ROW_SIGMA_FLOOR:
+        sd = np.sqrt(sigma ** 2 + err ** 2)
+        mean, cov = posterior(x, y, sd, prior)
+    prof = Profile(name, cpu, arch, mean, cov, sigma, rows.reset_index(drop=True), prior)
+    prof.warnings = implausible(prof)
+    return prof
+
+
+def implausible(prof: Profile) -> list[str]:
+    """A line per fitted price outside PLAUSIBLE_NS (only for prices the data pinned: sd < 50% of the
+    bound's top, so an unpinned price left at an uninformative prior is not reported as fitted)."""
+    out = []
+    for p, v, s in zip(PRICE_NAMES, prof.mean, np.sqrt(np.diag(prof.cov))):
+        lo, hi = PLAUSIBLE_NS[p]
+        if s < 0.5 * hi and not lo <= v <= hi:
+            out.append(f"{p} fitted at {v:.1f} +- {s:.1f} ns, outside the plausible {lo:g}..{hi:g} ns for one "
+                       f"event on a CPU running natively (a hypervisor, a frequency change or noisy rows?)")
+    return out
+
+
+def unpinned(prof: Profile) -> list[str]:
+    """Prices neither the rows nor the prior pin (posterior sd still near UNINFORMATIVE_SD_NS)."""
+    return [p for p, s in prof.price_sd.items() if s > 0.5 * UNINFORMATIVE_SD_NS]

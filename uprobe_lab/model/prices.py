@@ -1,0 +1,119 @@
+"""Priced kinds and per-hit counts: what one probe hit costs, in events, and how events become nanoseconds.
+
+A bench's predicted time per hit (per loop iteration) is::
+
+    ns = sum over priced kinds of  count_per_hit(kind) * price(kind)  +  fixed-price events
+
+where ``count_per_hit`` always comes from :func:`uprobe_lab.bench.events_per_hit` for that bench, arch
+and kernel (never typed in here). Each price names the event kinds it covers; kinds tied in one price
+are ones that occur together in every bench (``handler`` = one probe lookup or one consumer run).
+"""
+from __future__ import annotations
+
+import functools
+import re
+
+import numpy as np
+
+from .. import bench as _bench
+from ..kernel import KERNELS
+from ..process import LabError
+
+PRICES = {
+    "user_insn": ({"user_insns": 1}, "per user instruction (loop, target, XOL slot, trampoline)"),
+    "exception": ({"exceptions": 1}, "per exception round trip: entry + iret/eret"),
+    "syscall": ({"syscalls": 1}, "per syscall round trip: entry + sysret"),
+    "handler": ({"probe_lookups": 1, "consumers": 1}, "per probe lookup and per consumer run"),
+    "xol_step": ({"xol_steps": 1}, "per out-of-line single-step (beyond its #DB exception)"),
+    "return_instance": ({"ri_pushed": 1, "ri_popped": 1}, "per return instance pushed or popped"),
+    "uaccess_byte": ({"uaccess_bytes": 1}, "per byte copied from/to user memory"),
+    "pin_map": ({"pages_pinned": 1}, "per user page pinned and mapped into the kernel (arm64 STP v2)"),
+}
+PRICE_NAMES = list(PRICES)
+# Not fitted: ``emulated`` is small next to the exception it rides on; the other three are zero per hit in
+# the steady state (bench.events_per_hit warms up first), priced only so a non-steady count shows.
+FIXED_PRICES = {"emulated": 5.0, "text_patches": 1000.0, "cpu_syncs": 1000.0, "signals": 1000.0}
+
+# The old trig-base was the getpgid loop that syscall-count replaced (kernel-notes.md section 1).
+BENCH_ALIASES = {"base": "syscall-count"}
+ARM64_STP = {"xol-stp": "xol", "simulated-stp": "simulate", "single-stepped-stp": "xol", "emulated-stp": "simulate"}
+ARM64_KERNEL = "6.18"
+
+
+def _version(text: str) -> tuple[int, int] | None:
+    m = re.match(r"(\d+)\.(\d+)", str(text))
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def modelled_kernel(release: str) -> str | None:
+    """The modelled kernel whose probe-hit rules ``release`` has (``6.14.2`` -> ``6.11``: the newest
+    modelled version not newer than it), or None if it predates them all or is not a version."""
+    have = _version(release)
+    if have is None:
+        return None
+    older = [k for k in sorted(KERNELS, key=_version) if _version(k) <= have]
+    return older[-1] if older else None
+
+
+def kernel_setup(arch: str, kernel: str) -> tuple[str, dict]:
+    """A kernel label -> (emulator kernel version, emulator options).
+
+    x86-64 labels are versions; a release string (``6.14.2``) maps to the modelled version whose rules
+    it has. The arm64 STP patch was never merged, so its labels (``xol-stp``, ``simulated-stp``) are
+    emulator options on the newest modelled kernel.
+    """
+    kernel = str(kernel)
+    if arch == "arm64" and kernel in ARM64_STP:
+        return ARM64_KERNEL, {"stp": ARM64_STP[kernel]}
+    if kernel in KERNELS:
+        return kernel, {}
+    version = modelled_kernel(kernel)
+    if version is None:
+        raise LabError(f"kernel {kernel!r} is not a release the model knows: give a version such as 6.14.2 "
+                       f"(modelled: {', '.join(KERNELS)}; older releases predate them all)")
+    return version, {}
+
+
+@functools.lru_cache(maxsize=None)
+def _events(bench: str, arch: str, kernel: str, options: tuple) -> tuple:
+    name = BENCH_ALIASES.get(bench, bench)
+    return tuple(sorted(_bench.events_per_hit(name, arch, kernel, **dict(options)).items()))
+
+
+def clear_cache() -> None:
+    """Forget cached emulator counts (after monkeypatching the emulator, for instance)."""
+    _events.cache_clear()
+
+
+def events_for(bench: str, arch: str = "x86_64", kernel: str = "6.18", consumers: int = 1,
+               **options) -> dict[str, float]:
+    """Steady-state events per hit, from the emulator (cached). ``kernel`` may be an arm64 STP label or a
+    release string. ``consumers`` > 1: that many consumers on the probe (each runs on every hit)."""
+    version, extra = kernel_setup(arch, kernel)
+    extra.update(options)
+    ev = dict(_events(bench, arch, version, tuple(sorted(extra.items()))))
+    if consumers != 1 and ev.get("consumers"):
+        ev["consumers"] = ev["consumers"] * consumers
+    return ev
+
+
+def price_counts(events: dict) -> np.ndarray:
+    """Per-hit counts of each priced kind (in PRICE_NAMES order)."""
+    return np.array([sum(events.get(k, 0) * w for k, w in PRICES[p][0].items()) for p in PRICE_NAMES], float)
+
+
+def fixed_ns(events: dict) -> float:
+    return sum(events.get(k, 0) * ns for k, ns in FIXED_PRICES.items())
+
+
+def hit_ns(prices: dict, events: dict) -> float:
+    """Predicted nanoseconds per hit (per loop iteration)."""
+    return float(price_counts(events) @ np.array([prices[p] for p in PRICE_NAMES])) + fixed_ns(events)
+
+
+def breakdown(prices: dict, events: dict) -> dict[str, float]:
+    """ns per hit spent in each priced kind, plus ``fixed`` for the fixed-price events."""
+    counts = price_counts(events)
+    out = {p: float(c * prices[p]) for p, c in zip(PRICE_NAMES, counts)}
+    out["fixed"] = fixed_ns(events)
+    return out

@@ -1,0 +1,127 @@
+"""Priors: this host's measured prices, carried to the published CPUs as ratios with their spread.
+
+The published tables cannot separate an exception's price from the handler work it comes with (every
+int3 hit has one exception, one lookup and one consumer). The split is measured natively instead, by
+:mod:`uprobe_lab.native.price_benches` (the consumer scan: 1/2/4/8 perf uprobe events on one site;
+optimised vs int3 nop5; uretprobe vs uprobe on one target; syscall-count; usermode-count; uprobe-ret),
+and fitted (:func:`host_profile`) into this host's price list with its posterior covariance. The bundled
+recording, ``uprobe_lab/data/host_prices_6.18.json``, was made on the machine described in it.
+
+A published CPU's prior (:func:`carried_prior`) is that host posterior scaled by ``s``, the median over
+the CPU's fit rows of (published ns per hit) / (host model's ns per hit for the same bench and kernel):
+the host's *ratios* between prices are what is carried, not its nanoseconds. The spread carried is the
+host posterior's covariance (scaled by s^2) plus an independent :data:`TRANSFER_LOG_SD` (40%) on each
+price for the change of CPU, and :data:`CROSS_ARCH_LOG_SD` (another 40%, in quadrature) when the CPU's
+architecture is not the host's. Both are stated assumptions, fixed before any held-out comparison.
+
+Not carried (uninformative prior instead, said in the profile's report):
+
+* prices of host rows a held-out row of the target's tables tests (the protocol in :mod:`uprobe_lab.model`;
+  :func:`host_rows_excluded`): they are fitted without those rows, so what only they pinned is unpinned;
+* ``xol_step`` when the host is virtualised: the hypervisor intercepts the single-step #DB trap
+  (this host: ~10 us per uprobe-ret hit against ~0.8 us for an int3 uprobe-nop), which a CPU running
+  natively does not pay;
+* ``pin_map``: no x86 bench pins a page; nothing measures it.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..process import LabError
+from .fit import UNINFORMATIVE_SD_NS, Prior, Profile, fit_profile
+from .prices import PRICE_NAMES, events_for, fixed_ns, modelled_kernel, price_counts
+
+HOST_PRICES_PATH = Path(__file__).resolve().parents[1] / "data" / "host_prices_6.18.json"
+TRANSFER_LOG_SD = 0.4
+CROSS_ARCH_LOG_SD = 0.4
+NEVER_CARRIED = {"pin_map": "not measured: no x86 bench pins a page"}
+NOT_CARRIED_VIRTUALISED = {"xol_step": "not carried: this host is virtualised and the hypervisor intercepts "
+                                       "the single-step #DB trap"}
+HOST_COLUMNS = ["bench", "consumers", "kernel", "release", "mops", "rel_err", "reached"]
+
+
+def load_host_recording(path: str | Path = HOST_PRICES_PATH) -> dict:
+    """The bundled recording: keys label, recorded, host, command, rows (price_benches rows)."""
+    return json.loads(Path(path).read_text())
+
+
+def host_frame(rows: list[dict]) -> pd.DataFrame:
+    """price_benches rows -> the table :func:`host_profile` fits (kernel = the modelled version)."""
+    out = []
+    for r in rows:
+        kernel = modelled_kernel(r["kernel"])
+        if kernel is None:
+            raise LabError(f"kernel {r['kernel']} predates every modelled version")
+        out.append({"bench": r["bench"], "consumers": int(r.get("consumers", 1) or 1), "kernel": kernel,
+                    "release": r["kernel"], "mops": float(r["mops"]), "rel_err": float(r["rel_err"]),
+                    "reached": bool(r.get("reached", True))})
+    return pd.DataFrame(out, columns=HOST_COLUMNS)
+
+
+def host_profile(rows: pd.DataFrame, arch: str = "x86_64", exclude=(), virtualised: bool = True,
+                 cpu: str = "this host") -> Profile:
+    """This host's prices, fitted under an uninformative prior on ``rows`` minus the ``exclude`` indices."""
+    use = rows.drop(index=list(exclude))
+    prof = fit_profile(use, arch, Prior.uninformative("none (host fit: the data decide)"), "host", cpu)
+    prof.virtualised = virtualised
+    return prof
+
+
+def _same_events(a: tuple, b: tuple) -> bool:
+    return events_for(*a) == events_for(*b)
+
+
+def host_rows_excluded(host: pd.DataFrame, heldout_moved: list[tuple], host_arch: str = "x86_64") -> list:
+    """Indices of host rows that measure a path a moved held-out row tests: the same arch and the same
+    events per hit as that row (bench, arch, kernel) on its after-kernel."""
+    out = []
+    for i, r in host.iterrows():
+        mine = (r["bench"], host_arch, r["kernel"], int(r["consumers"]))
+        if any(arch == host_arch and _same_events(mine, (b, arch, k, 1)) for b, arch, k in heldout_moved):
+            out.append(i)
+    return out
+
+
+def scale_to(host: Profile, rows: pd.DataFrame, arch: str) -> float:
+    """Median of (row's ns per hit) / (host model's ns per hit for it): how much slower this CPU is."""
+    ratios = []
+    for r in rows.itertuples(index=False):
+        ev = events_for(r.bench, arch, str(r.kernel))
+        if not ev.get("probe_lookups"):
+            continue  # the loop and syscall rows say little about the trap and handler prices
+        host_ns = float(price_counts(ev) @ host.mean) + fixed_ns(ev)
+        ratios.append((1000.0 / float(r.mops)) / host_ns)
+    if not ratios:
+        raise LabError("no probe row (uprobe-* or uretprobe-*) to scale this host's prices to the CPU by: "
+                       "measure at least uprobe-nop")
+    return float(np.median(ratios))
+
+
+def carried_prior(host: Profile, rows: pd.DataFrame, arch: str) -> tuple[Prior, float]:
+    """The prior for a CPU with fit rows ``rows`` on ``arch``: host prices times s, with spread."""
+    s = scale_to(host, rows, arch)
+    mean = s * host.mean
+    cov = s * s * host.cov
+    log_sd = math.hypot(TRANSFER_LOG_SD, CROSS_ARCH_LOG_SD if arch != host.arch else 0.0)
+    cov = cov + np.diag((log_sd * np.abs(mean)) ** 2)
+    sd = np.sqrt(np.diag(host.cov))
+    source = {}
+    skip = dict(NEVER_CARRIED)
+    if getattr(host, "virtualised", False):
+        skip.update(NOT_CARRIED_VIRTUALISED)
+    for i, p in enumerate(PRICE_NAMES):
+        if p in skip or sd[i] > 0.5 * UNINFORMATIVE_SD_NS:
+            why = skip.get(p, "not carried: no host row left to measure it")
+            mean[i] = 0.0
+            cov[i, :] = cov[:, i] = 0.0
+            cov[i, i] = UNINFORMATIVE_SD_NS ** 2
+            source[p] = why
+        else:
+            source[p] = (f"host {host.mean[i]:.1f} +- {sd[i]:.1f} ns x {s:.3f}, "
+                         f"+-{100 * log_sd:.0f}% for the change of CPU")
+    return Prior(mean, cov, source), s

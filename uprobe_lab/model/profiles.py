@@ -1,0 +1,130 @@
+"""The published rows with their roles, and a fitted profile per CPU (or per seed table).
+
+A profile is fitted on before rows only; its prior is this host's recorded prices carried across
+(:mod:`.priors`), with the host rows that measure a path any of the CPU's moved held-out rows test left
+out of that host fit (protocol rule 2 in :mod:`uprobe_lab.model`).
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pandas as pd
+
+from ..process import LabError
+from ..published import VARIANT_PAIRS, load_published
+from .fit import Profile, fit_profile
+from .prices import events_for
+from .priors import carried_prior, host_frame, host_profile, host_rows_excluded, load_host_recording
+
+# profile -> (cpu as the seeds name it, arch)
+PROFILES = {
+    "intel-i7-1165g7": ("Intel i7-1165G7", "x86_64"),
+    "amd-ryzen7-5700u": ("AMD Ryzen 7 5700U", "x86_64"),
+    "nop5-machine": ("unspecified (x86-64)", "x86_64"),
+    "kunpeng916": ("Kunpeng916", "arm64"),
+}
+PROFILE_ALIASES = {"intel": "intel-i7-1165g7", "amd": "amd-ryzen7-5700u", "nop5": "nop5-machine",
+                   "kunpeng": "kunpeng916"}
+ROLE_FIT, ROLE_HELDOUT = "fit", "heldout"
+BEFORE_VARIANTS = {b for b, _ in VARIANT_PAIRS} | {"no-uprobe"}
+
+
+def profile_names(arch: str | None = None) -> list[str]:
+    return [n for n, (_, a) in PROFILES.items() if arch is None or a == arch]
+
+
+def duplicate_tables(df: pd.DataFrame) -> dict:
+    """(source, table) -> the earlier (source, table) whose rows it repeats exactly (seed 004 -> 003)."""
+    seen, out = {}, {}
+    for key, grp in df.groupby(["source", "table"], sort=True):
+        rows = frozenset(zip(grp["cpu"], grp["variant"], grp["bench"], grp["value"]))
+        if rows in seen:
+            out[key] = seen[rows]
+        else:
+            seen[rows] = key
+    return out
+
+
+def bench_rows() -> pd.DataFrame:
+    """Published M/s rows with ``role`` (fit: before variants; heldout: after variants), ``rel_err``
+    (the seed's +- over its figure, 0 where none) and ``duplicate_of`` ("" unless the table repeats one)."""
+    df = load_published()
+    rows = df[df["unit"] == "M/s"].copy()
+    rows["role"] = np.where(rows["variant"].isin(BEFORE_VARIANTS), ROLE_FIT, ROLE_HELDOUT)
+    rows["rel_err"] = (rows["pm"] / rows["value"]).fillna(0.0)
+    dups = duplicate_tables(rows)
+    rows["duplicate_of"] = [f"{dups[k][0][:3]} {dups[k][1]}" if k in dups else ""
+                            for k in zip(rows["source"], rows["table"])]
+    return rows
+
+
+def moved_heldout(rows: pd.DataFrame) -> list[tuple]:
+    """(bench, arch, after-kernel) of the held-out rows in ``rows`` whose events per hit differ from their
+    before row's: the rows that test a prediction."""
+    out = []
+    for (source, table, bench), grp in rows.groupby(["source", "table", "bench"], sort=False):
+        before = grp[grp["role"] == ROLE_FIT]
+        if before.empty:
+            continue
+        arch, k0 = before["arch"].iloc[0], str(before["kernel"].iloc[0])
+        for r in grp[grp["role"] == ROLE_HELDOUT].itertuples(index=False):
+            if events_for(bench, arch, str(r.kernel)) != events_for(bench, arch, k0):
+                out.append((bench, arch, str(r.kernel)))
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def recorded_host() -> tuple[pd.DataFrame, bool, str]:
+    """The bundled host recording as (rows, virtualised, label)."""
+    rec = load_host_recording()
+    return host_frame(rec["rows"]), bool(rec["host"].get("virtualized")), rec["label"]
+
+
+def fit_with_carried_prior(fit_rows: pd.DataFrame, arch: str, moved: list[tuple], name: str, cpu: str,
+                           host: tuple | None = None) -> Profile:
+    """A profile on ``fit_rows`` whose prior is the host's prices without the host rows ``moved`` tests."""
+    host_rows, virtualised, _ = host or recorded_host()
+    excluded = host_rows_excluded(host_rows, moved)
+    hp = host_profile(host_rows, exclude=excluded, virtualised=virtualised)
+    prior, scale = carried_prior(hp, fit_rows, arch)
+    prof = fit_profile(fit_rows[["bench", "kernel", "mops", "rel_err"]], arch, prior, name, cpu)
+    prof.scale = scale
+    prof.host_excluded = sorted({f"{host_rows.loc[i, 'bench']} x{host_rows.loc[i, 'consumers']}" for i in excluded})
+    return prof
+
+
+def profile_fit_rows(name: str) -> pd.DataFrame:
+    """The rows a published profile is fitted on: its CPU's before rows, from non-duplicate tables."""
+    cpu, _ = PROFILES[name]
+    rows = bench_rows()
+    rows = rows[(rows["cpu"] == cpu) & (rows["role"] == ROLE_FIT) & (rows["duplicate_of"] == "")]
+    return rows.rename(columns={"value": "mops"})
+
+
+@functools.lru_cache(maxsize=None)
+def _profile(name: str) -> Profile:
+    cpu, arch = PROFILES[name]
+    rows = bench_rows()
+    mine = rows[(rows["cpu"] == cpu) & (rows["duplicate_of"] == "")]
+    return fit_with_carried_prior(profile_fit_rows(name), arch, moved_heldout(mine), name, cpu)
+
+
+def clear_profiles() -> None:
+    _profile.cache_clear()
+    recorded_host.cache_clear()
+
+
+def get_profile(name: str | None = None, arch: str = "x86_64") -> Profile:
+    """A published CPU's profile, fitted on its before rows (``intel``, ``amd``, ``nop5``, ``kunpeng``...)."""
+    if name is None:
+        name = profile_names(arch)[0]
+    name = PROFILE_ALIASES.get(name.lower(), name.lower())
+    if name not in PROFILES:
+        raise LabError(f"unknown CPU profile {name!r}; known: {', '.join(PROFILES)}")
+    return _profile(name)
+
+
+def fit_report(name: str) -> pd.DataFrame:
+    """The fitted prices of a profile (mean, sd) next to their priors and where each prior came from."""
+    return get_profile(name).report()

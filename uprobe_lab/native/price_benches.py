@@ -1,0 +1,145 @@
+"""Native benches that isolate one event kind each: the prices the published tables cannot separate.
+
+Every int3 hit in the seed tables has one exception, one probe lookup and one consumer run, so no
+published row tells an exception's price from the handler work it comes with. On this host the split
+can be measured (:func:`measure_price_rows`):
+
+* ``uprobe-nop`` with 1, 2, 4, 8 perf uprobe events on the same site: each event is one consumer in
+  the uprobe's list (kernel/events/uprobes.c ``handler_chain`` runs them all), so time per hit against
+  the number of events is a line whose slope is one consumer run and whose intercept is the trap;
+* ``uprobe-nop5`` (optimised on 6.18: a syscall instead of an exception) next to
+  ``uprobe-nop5-pagecross`` (never optimised: int3) on the same machine;
+* ``uprobe-push`` next to ``uprobe-nop`` (the emulated push's 8-byte user write);
+* ``uretprobe-nop`` next to ``uprobe-nop`` on the same target (return instance + trampoline);
+* ``syscall-count`` and ``usermode-count`` (one syscall round trip; the loop itself);
+* ``uprobe-ret`` (an out-of-line single step).
+
+Noise: the process is pinned to one CPU and warmed up; each configuration is timed in short
+intervals (about :data:`INTERVAL_NS`, shorter than a scheduler slice, so most intervals run
+undisturbed) over several interleaved rounds, until the median's relative error (1.2533 * sd /
+sqrt(n) / median, the large-sample error of a median) is within ``rel_tol`` or the time budget runs
+out; each row says whether it reached the tolerance (``reached``). The figure is the median rate.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import statistics
+import time
+from typing import Callable
+
+from ..bench import bench_spec
+from .bench import _pin_to_one_cpu
+from .code import NativeCode
+from .errors import check_native_support
+from .host import is_optimized, kernel_release, parse_maps
+from .perf import UprobeEvent
+
+CONSUMER_COUNTS = (1, 2, 4, 8)
+# (bench, consumers) in measuring order: the consumer scan first, then one row per other event kind.
+PRICE_CONFIGS = ([("uprobe-nop", k) for k in CONSUMER_COUNTS]
+                 + [("usermode-count", 0), ("syscall-count", 0), ("uprobe-push", 1), ("uprobe-ret", 1), ("uprobe-nop5", 1),
+                    ("uprobe-nop5-pagecross", 1), ("uretprobe-nop", 1)])
+INTERVAL_NS = 2_000_000  # ~2 ms per timed interval
+REL_TOL = 0.02
+MIN_INTERVALS = 9
+ROUNDS = 3
+
+
+def median_rel_err(rates: list[float]) -> float:
+    """Relative standard error of the median of ``rates`` (large-sample: 1.2533 * sd / sqrt(n))."""
+    if len(rates) < 2:
+        return float("inf")
+    return 1.2533 * statistics.stdev(rates) / len(rates) ** 0.5 / statistics.median(rates)
+
+
+def _interval_calls(nc: NativeCode, addr: int) -> int:
+    """Calls per timed interval: enough for about INTERVAL_NS (one timed probe run of 200 calls)."""
+    t0 = time.perf_counter_ns()
+    nc.run(addr, 200)
+    per_call = max((time.perf_counter_ns() - t0) / 200, 1.0)
+    return max(50, int(INTERVAL_NS / per_call))
+
+
+def _time_intervals(nc: NativeCode, addr: int, calls: int, n: int) -> list[float]:
+    rates = []
+    for _ in range(n):
+        t0 = time.perf_counter_ns()
+        nc.run(addr, calls)
+        rates.append(calls * 1e3 / max(time.perf_counter_ns() - t0, 1))
+    return rates
+
+
+def _round(nc: NativeCode, bench: str, consumers: int, budget_s: float, state: dict) -> None:
+    """One round of one configuration: attach ``consumers`` events, warm up, time at least
+    MIN_INTERVALS / ROUNDS intervals, then more while the median is not yet within tolerance."""
+    spec = bench_spec(bench, nc.arch)
+    addr = nc.addr(spec.target)
+    with contextlib.ExitStack() as stack:
+        events = [stack.enter_context(UprobeEvent(nc.path, nc.offset(spec.target),
+                                                  retprobe=spec.probe == "uretprobe"))
+                  for _ in range(consumers if spec.probe else 0)]
+        nc.run(addr, 2000)  # warm-up: the first hit on a nop5 is where 6.18 optimises it
+        if spec.probe:
+            state["optimized"] = is_optimized(nc.read(spec.target), addr, parse_maps())
+        calls = state.setdefault("calls", _interval_calls(nc, addr))
+        before = [e.count() for e in events]
+        deadline = time.monotonic() + budget_s
+        rates = state.setdefault("rates", [])
+        rates += _time_intervals(nc, addr, calls, MIN_INTERVALS // ROUNDS)
+        while time.monotonic() < deadline and median_rel_err(rates) > state["rel_tol"]:
+            rates += _time_intervals(nc, addr, calls, 3)
+        timed = len(rates) - state.get("counted", 0)
+        state["counted"] = len(rates)
+        for e, b in zip(events, before):  # every event saw every hit: each one is a consumer run
+            if e.count() - b < timed * calls:
+                raise RuntimeError(f"{bench}: a perf event missed hits ({e.count() - b} < {timed * calls})")
+
+
+def measure_price_rows(configs=PRICE_CONFIGS, rel_tol: float = REL_TOL, budget_s: float = 6.0,
+                       progress: Callable[[str], object] | None = None) -> list[dict]:
+    """Measure each (bench, consumers) configuration here; one row each.
+
+    Rows: bench, consumers, arch, kernel (``uname -r``), mops (median interval rate), rel_err (of the
+    median), intervals, calls_per_interval, reached (rel_err <= rel_tol), optimized. ``budget_s`` is the
+    time per configuration, spread over :data:`ROUNDS` interleaved rounds. Probes are always detached.
+    """
+    arch = check_native_support()
+    old_mask = _pin_to_one_cpu()
+    states = {cfg: {"rel_tol": rel_tol} for cfg in configs}
+    try:
+        with NativeCode(arch) as nc:
+            for rnd in range(ROUNDS):
+                for cfg in configs:
+                    _round(nc, *cfg, budget_s / ROUNDS, states[cfg])
+                    if progress:
+                        progress(f"{cfg[0]} x{cfg[1]} round {rnd + 1}")
+    finally:
+        if old_mask is not None:
+            os.sched_setaffinity(0, old_mask)
+    out = []
+    for (bench, consumers), st in states.items():
+        rates = st["rates"]
+        err = median_rel_err(rates)
+        out.append({"bench": bench, "consumers": consumers, "arch": arch, "kernel": kernel_release(),
+                    "mops": statistics.median(rates), "rel_err": err, "intervals": len(rates),
+                    "calls_per_interval": st["calls"], "reached": err <= rel_tol,
+                    "optimized": st.get("optimized")})
+    return out
+
+
+def record_host_prices(path, budget_s: float = 6.0, label: str = "") -> dict:
+    """Measure the price rows here and write them, with the host's description, to ``path`` (JSON)."""
+    import datetime
+    import json
+
+    from .host import host_description
+
+    rows = measure_price_rows(budget_s=budget_s)
+    data = {"label": label or f"measured on {host_description()['kernel']}",
+            "recorded": datetime.date.today().isoformat(), "host": host_description(),
+            "command": f"uprobe_lab.native.price_benches.record_host_prices(path, budget_s={budget_s})",
+            "rows": rows}
+    with open(path, "w") as f:
+        f.write(json.dumps(data, indent=1) + "\n")
+    return data
