@@ -1,12 +1,28 @@
-"""The cost model: predictions come from emulator counts times prices, fits never see an after-row,
-and held-out rows are predicted within the acceptance bounds."""
+"""The cost model checked independently of its own outputs: values worked out by hand from a stated price
+list, the posterior against its closed form, invariants (monotonicity, scale, the scramble test) and the
+evaluation protocol's figures recomputed from the table they summarise."""
 
-import json
+import math
+import warnings
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from uprobe_lab import bench, cli, model
+from uprobe_lab.model import fit as fitmod
+from uprobe_lab.model import priors, profiles
+
+# A stated price list (ns), used wherever a value is worked out by hand below.
+STATED = {"user_insn": 1.0, "exception": 200.0, "syscall": 100.0, "handler": 50.0, "xol_step": 300.0,
+          "return_instance": 20.0, "uaccess_byte": 0.5, "pin_map": 150.0}
+
+
+def stated_profile(sigma=0.0, cov=None) -> model.Profile:
+    n = len(model.PRICE_NAMES)
+    mean = np.array([STATED[p] for p in model.PRICE_NAMES])
+    return model.Profile("stated", "", "x86_64", mean, np.zeros((n, n)) if cov is None else cov, sigma,
+                         pd.DataFrame(), model.Prior.uninformative())
 
 
 @pytest.fixture(scope="module")
@@ -15,49 +31,123 @@ def repro():
     return model.reproduction()
 
 
-def test_changing_a_price_moves_a_prediction():
+# ---- hand-worked values -------------------------------------------------------------------------------
+
+def test_uprobe_nop_by_hand():
+    """A nop under an int3 probe (kernel/events/uprobes.c handle_swbp; arch/x86 emulates a nop): one #BP
+    exception, one find_active_uprobe lookup, one consumer, the nop emulated (5 ns fixed), and the loop's
+    5 user instructions (call, ret, and the producer loop's dec/jnz/... as bench.py counts them)."""
+    ev = model.events_for("uprobe-nop", "x86_64", "6.11")
+    assert (ev["exceptions"], ev["probe_lookups"], ev["consumers"], ev["emulated"]) == (1, 1, 1, 1)
+    ns = 5 * 1.0 + 200 + 2 * 50 + 5
+    assert ev["user_insns"] == 5
+    assert stated_profile().predict("uprobe-nop", "6.11") == pytest.approx(1000 / ns)
+
+
+def test_optimised_nop5_by_hand():
+    """6.18's optimised nop5: no exception; one uprobe syscall; a lookup and a consumer; the 64 bytes
+    sys_uprobe reads and writes back (two 32-byte copies of the saved registers)."""
+    ev = model.events_for("uprobe-nop5", "x86_64", "6.18")
+    assert ev.get("exceptions", 0) == 0 and ev["syscalls"] == 1 and ev["uaccess_bytes"] == 64
+    ns = ev["user_insns"] * 1.0 + 100 + 2 * 50 + 64 * 0.5
+    assert stated_profile().predict("uprobe-nop5", "6.18") == pytest.approx(1000 / ns)
+
+
+def test_consumers_scale_the_handler_price():
+    """k perf events on one site are k consumers: each adds one handler price."""
+    prof = stated_profile()
+    t = [1000 / prof.interval("uprobe-nop", "6.18", consumers=k)[0] for k in (1, 2, 4, 8)]
+    assert np.diff(t) / np.diff([1, 2, 4, 8]) == pytest.approx([50.0, 50.0, 50.0])
+
+
+def test_interval_by_hand():
+    """t = 1000 ns, sd 100 ns: 80% interval t +- 1.2816 sd, inverted into M/s."""
+    m, lo, hi = model.mops_interval(1000.0, 100.0)
+    assert m == 1.0
+    assert lo == pytest.approx(1000 / 1128.155, rel=1e-5) and hi == pytest.approx(1000 / 871.845, rel=1e-5)
+    # with a price sd and no row noise: the interval of uprobe-nop is from handler's sd twice (lookup + consumer)
+    cov = np.zeros((8, 8))
+    cov[model.PRICE_NAMES.index("handler")] [model.PRICE_NAMES.index("handler")] = 10.0 ** 2
+    m, lo, hi = stated_profile(cov=cov).interval("uprobe-nop", "6.11")
+    assert 1000 / lo == pytest.approx(310 + 1.2815516 * 20, rel=1e-6)
+
+
+def test_posterior_matches_the_scalar_closed_form():
+    """One price, one row: the posterior mean is the precision-weighted average of prior and data."""
+    prior_mean, prior_sd = 100.0, 50.0
+    n = len(model.PRICE_NAMES)
+    mean = np.zeros(n)
+    cov = np.eye(n)
+    mean[0], cov[0, 0] = prior_mean, prior_sd ** 2
+    x = np.zeros((1, n))
+    x[0, 0] = 1.0
+    m, c = fitmod.posterior(x, np.array([160.0]), np.array([30.0]), model.Prior(mean, cov, {}))
+    w0, w1 = 1 / prior_sd ** 2, 1 / 30.0 ** 2
+    assert m[0] == pytest.approx((w0 * 100 + w1 * 160) / (w0 + w1))
+    assert c[0, 0] == pytest.approx(1 / (w0 + w1))
+
+
+def test_fit_recovers_a_stated_price_list():
+    """Rows made from STATED (times exactly priced) and a weak prior: the fit returns STATED for every price
+    the rows identify, with intervals that contain the truth."""
+    truth = stated_profile()
+    rows = [(b, k, c) for b in ("usermode-count", "syscall-count", "uprobe-push", "uprobe-ret", "uretprobe-nop")
+            for k in ("6.10", "6.11") for c in (1,)] + [("uprobe-nop", "6.18", c) for c in (1, 2, 4, 8)]
+    rows += [("uprobe-nop5", "6.18", 1)]
+    df = pd.DataFrame([{"bench": b, "kernel": k, "consumers": c, "mops": truth.interval(b, k, consumers=c)[0]}
+                       for b, k, c in rows])
+    prior = model.Prior(np.full(8, 100.0), np.eye(8) * 1000.0 ** 2, {})
+    prof = model.fit_profile(df, "x86_64", prior)
+    for p in ("user_insn", "exception", "syscall", "handler", "xol_step", "return_instance", "uaccess_byte"):
+        assert prof.prices[p] == pytest.approx(STATED[p], rel=0.02, abs=0.05), p
+
+
+def test_intervals_cover_about_80_percent_on_synthetic_data():
+    """Rows from STATED with 3% noise: about 80% of fresh rows fall inside their 80% intervals."""
+    rng = np.random.default_rng(1)
+    truth = stated_profile()
+    benches = ["uprobe-nop", "uprobe-push", "uprobe-ret", "uretprobe-nop", "uretprobe-ret", "syscall-count"]
+    inside = []
+    for _ in range(40):
+        df = pd.DataFrame([{"bench": b, "kernel": "6.10", "rel_err": 0.0,
+                            "mops": truth.predict(b, "6.10") * (1 + 0.03 * rng.standard_normal())} for b in benches])
+        prior = model.Prior(np.array(list(STATED.values())), np.diag((0.5 * np.array(list(STATED.values()))) ** 2), {})
+        prof = model.fit_profile(df, "x86_64", prior)
+        for b in ("uretprobe-nop", "uprobe-nop5"):
+            m, lo, hi = prof.interval(b, "6.11")
+            inside.append(lo <= truth.predict(b, "6.11") * (1 + 0.03 * rng.standard_normal()) <= hi)
+    assert 0.6 <= np.mean(inside) <= 0.97
+
+
+# ---- invariants ---------------------------------------------------------------------------------------
+
+def test_a_dearer_price_never_makes_a_bench_faster():
     prof = model.get_profile("intel")
-    base = prof.predict("uretprobe-nop", "6.11")
-    dearer = prof.with_prices(syscall=prof.prices["syscall"] + 100).predict("uretprobe-nop", "6.11")
-    assert dearer < base
-    # a price of a kind this bench never uses moves nothing
-    assert prof.with_prices(xol_step=1e6).predict("uretprobe-nop", "6.11") == pytest.approx(base)
+    for p in model.PRICE_NAMES:
+        dearer = prof.with_prices(**{p: prof.prices[p] + 50})
+        for b in bench.bench_names():
+            for k in ("6.10", "6.11", "6.18"):
+                assert dearer.predict(b, k) <= prof.predict(b, k) + 1e-12, (p, b, k)
 
 
 def test_counts_come_from_the_emulator(monkeypatch):
-    prof = model.get_profile("intel")
+    prof = stated_profile()
     real = prof.predict("uprobe-nop", "6.11")
-    calls = []
     original = bench.events_per_hit
-
-    def doubled(name, arch="x86_64", kernel=None, **options):
-        calls.append((name, arch, kernel))
-        return {k: 2 * v for k, v in original(name, arch, kernel, **options).items()}
-
-    monkeypatch.setattr(bench, "events_per_hit", doubled)
+    monkeypatch.setattr(bench, "events_per_hit",
+                        lambda *a, **kw: {k: 2 * v for k, v in original(*a, **kw).items()})
     model.clear_cache()
     try:
-        assert model.predict_mops(prof.prices, "uprobe-nop", "x86_64", "6.11") == pytest.approx(real / 2)
-        assert ("uprobe-nop", "x86_64", "6.11") in calls
+        assert prof.predict("uprobe-nop", "6.11") == pytest.approx(real / 2)
     finally:
         monkeypatch.undo()
         model.clear_cache()
 
 
-def test_no_after_row_enters_any_fit():
-    published = model.bench_rows()
-    after = published[published["role"] == model.ROLE_HELDOUT]
-    assert set(after["variant"]) == {"fix", "after", "simulated-stp"}
-    for name in model.PROFILES:
-        rows = model.profile_fit_rows(name)
-        assert set(rows["variant"]) <= model.BEFORE_VARIANTS, name
-        assert not rows["variant"].isin(after["variant"]).any()
-
-
-def test_fit_uses_only_the_rows_given(monkeypatch):
-    """Refitting with every after-row's value scrambled leaves the profile's prices unchanged."""
-    prices = dict(model.get_profile("amd").prices)
-    original = model.load_published
+def test_scrambled_after_rows_change_no_profile(monkeypatch):
+    """The scramble test: every after-row's value x3 leaves every profile's prices and covariance unchanged."""
+    before = {n: (model.get_profile(n).mean.copy(), model.get_profile(n).cov.copy()) for n in model.PROFILES}
+    original = profiles.load_published
 
     def scrambled():
         df = original()
@@ -65,169 +155,141 @@ def test_fit_uses_only_the_rows_given(monkeypatch):
         df.loc[after, "value"] = df.loc[after, "value"] * 3
         return df
 
-    monkeypatch.setattr(model, "load_published", scrambled)
-    model._profile.cache_clear()
+    monkeypatch.setattr(profiles, "load_published", scrambled)
+    profiles.clear_profiles()
     try:
-        assert model.get_profile("amd").prices == pytest.approx(prices)
+        for n, (mean, cov) in before.items():
+            assert model.get_profile(n).mean == pytest.approx(mean), n
+            assert model.get_profile(n).cov == pytest.approx(cov), n
     finally:
         monkeypatch.undo()
-        model._profile.cache_clear()
+        profiles.clear_profiles()
 
 
-def test_reproduction_covers_every_mops_row(repro):
-    published = model.load_published()
-    assert len(repro) == int((published["unit"] == "M/s").sum())
-    assert set(repro["role"]) == {model.ROLE_FIT, model.ROLE_HELDOUT, model.ROLE_HELDOUT_REF}
-    assert repro["predicted_mops"].notna().all()
-    ref = repro[repro["role"] == model.ROLE_HELDOUT_REF]
-    assert set(zip(ref["cpu"], ref["bench"], ref["variant"])) == {
-        ("Kunpeng916", "uprobe-push", "simulated-stp"), ("Kunpeng916", "uretprobe-push", "simulated-stp")}
+def test_no_after_row_enters_any_fit():
+    for name in model.PROFILES:
+        rows = model.profile_fit_rows(name)
+        assert set(rows["variant"]) <= model.BEFORE_VARIANTS, name
 
 
-@pytest.mark.parametrize("table", ["intel", "amd"])
-def test_uretprobe_syscall_tables_heldout(repro, table):
-    rows = repro[repro["source"].str[:3].isin(["000", "002"]) & (repro["table"] == table)]
-    held = rows[rows["role"] == model.ROLE_HELDOUT]
-    assert held["error_pct"].abs().median() <= 10
-    moved = model.moved_rows(repro)
-    moved = moved[moved["table"] == table]
-    assert len(moved) == 6 and set(moved["bench"]) == {"uretprobe-nop", "uretprobe-push", "uretprobe-ret"}
-    assert moved["error_pct"].abs().median() <= 10
+# ---- the protocol -------------------------------------------------------------------------------------
+
+def test_seed_004_counts_once(repro):
+    dup = repro[repro["source"].str.startswith("004")]
+    assert len(dup) == 20 and (dup["duplicate_of"] == "003 nop5-bench").all()
+    assert (repro[~repro["source"].str.startswith("004")]["duplicate_of"] == "").all()
 
 
-def test_model_is_not_a_no_change_model(repro):
-    """On the moved rows the model predicts a real speedup, close to the published one."""
-    moved = model.moved_rows(repro)
-    moved = moved[moved["source"].str[:3].isin(["000", "002"])]
-    fit = repro[repro["role"] == model.ROLE_FIT].set_index(["source", "table", "bench"])["predicted_mops"]
-    for r in moved.itertuples(index=False):
-        modelled = 100 * (r.predicted_mops / fit[(r.source, r.table, r.bench)] - 1)
-        assert modelled > 0.5 * r.moved_pct, (r.source, r.table, r.bench, modelled, r.moved_pct)
+def test_moved_rows_are_the_ones_whose_events_change(repro):
+    """Worked out from the seeds and the kernel changes: 000/002 move every uretprobe row (the uretprobe
+    syscall, 3 per CPU and table: 12), 003 moves the two nop5 rows (the optimisation), 001 moves the two
+    push rows (stp simulated); every other held-out row keeps its events (20 unique)."""
+    mv = model.moved_rows(repro)
+    assert len(mv) == 16
+    assert set(mv[mv["source"].str[:3].isin(["000", "002"])]["bench"]) == {"uretprobe-nop", "uretprobe-push",
+                                                                           "uretprobe-ret"}
+    assert set(mv[mv["source"].str.startswith("003")]["bench"]) == {"uprobe-nop5", "uretprobe-nop5"}
+    assert set(mv[mv["source"].str.startswith("001")]["bench"]) == {"uprobe-push", "uretprobe-push"}
+    un = repro[(repro["role"] == model.ROLE_UNMOVED) & (repro["duplicate_of"] == "")]
+    assert len(un) == 20
 
 
-def test_nop5_table_heldout(repro):
-    rows = repro[repro["source"].str[:3].isin(["003", "004"])]
-    assert rows[rows["role"] == model.ROLE_HELDOUT]["error_pct"].abs().median() <= 10
-    # the after-rows are predicted from the 6.18 path: uprobe-nop5 enters through sys_uprobe, no int3
-    nop5 = bench.events_per_hit("uprobe-nop5", "x86_64", "6.18")
-    assert nop5.get("exceptions", 0) == 0 and nop5["syscalls"] == 1
-    moved = model.moved_rows(repro)
-    moved = moved[moved["source"].str[:3].isin(["003", "004"])]
-    assert moved["error_pct"].abs().median() <= 10
+def test_headline_is_the_moved_rows_figures(repro):
+    h = model.headline(repro)
+    mv = model.moved_rows(repro)
+    inside = [(r.low_mops <= r.published_mops <= r.high_mops) for r in mv.itertuples()]
+    assert h["moved_rows"] == 16 and h["moved_coverage"] == pytest.approx(np.mean(inside))
+    errs = sorted(abs(100 * (r.predicted_mops / r.published_mops - 1)) for r in mv.itertuples())
+    assert h["moved_median_abs_err_pct"] == pytest.approx((errs[7] + errs[8]) / 2)
 
 
-def test_arm64_rows(repro):
-    rows = repro[repro["arch"] == "arm64"]
-    # (a) the plain held-out rows (no pinned page: every non-push bench) are predicted from the seed alone
-    plain = rows[rows["role"] == model.ROLE_HELDOUT]
-    assert set(plain["bench"]) == {"uprobe-nop", "uprobe-ret", "uretprobe-nop", "uretprobe-ret"}
-    assert (plain["error_pct"].abs() <= 10).all()
-    # (b) the push rows pin a page, priced by a later Kunpeng916 run of the same patch: within 10% with it
-    ref = rows[rows["role"] == model.ROLE_HELDOUT_REF].set_index("bench")
-    assert set(ref.index) == {"uprobe-push", "uretprobe-push"}
-    assert (ref["error_pct"].abs() <= 10).all()
-    assert ref["error_pct"].round(1).to_dict() == {"uprobe-push": 4.6, "uretprobe-push": 3.0}
-    # every arm64 row the patch moved is one of them: no moved arm64 row is a plain held-out prediction
-    moved = model.moved_rows(repro)
-    moved = moved[moved["arch"] == "arm64"]
-    assert set(moved["bench"]) == {"uprobe-push", "uretprobe-push"}
-    assert (moved["role"] == model.ROLE_HELDOUT_REF).all()
+def test_priors_leave_out_host_rows_a_held_out_row_tests():
+    """nop5 machine: the host's optimised uprobe-nop5 measures the path 003's after rows test; Intel/AMD: the
+    host's 6.18 uretprobe-nop is the uretprobe-syscall path of 000/002's fix rows; Kunpeng: none (arm64)."""
+    assert model.get_profile("nop5").host_excluded == ["uprobe-nop5 x1"]
+    assert model.get_profile("intel").host_excluded == ["uretprobe-nop x1"]
+    assert model.get_profile("amd").host_excluded == ["uretprobe-nop x1"]
+    assert model.get_profile("kunpeng").host_excluded == []
+    # and no price of the nop5 machine's prior comes from a row it excludes: refitting the host without
+    # that row gives the same prior
+    host_rows, virt, _ = profiles.recorded_host()
+    keep = host_rows[~((host_rows["bench"] == "uprobe-nop5") & (host_rows["consumers"] == 1))]
+    hp = priors.host_profile(keep.reset_index(drop=True), virtualised=virt)
+    prior, _ = priors.carried_prior(hp, model.profile_fit_rows("nop5-machine"), "x86_64")
+    assert prior.mean == pytest.approx(model.get_profile("nop5").prior.mean)
 
 
-def test_arm64_push_rows_depend_on_the_reference(repro, monkeypatch):
-    """(c) Fitted without REFERENCE_DIFFERENCES, the push rows are predicted worse, outside 10%."""
-    dep = model.reference_dependence(repro).set_index("bench")
-    assert dep["error_pct_no_ref"].round(1).to_dict() == {"uprobe-push": -15.8, "uretprobe-push": -10.6}
-    assert (dep["error_pct_no_ref"].abs() > dep["error_pct"].abs()).all()
-    assert (dep["error_pct_no_ref"].abs() > 10).all()
-    summary = model.error_summary(repro).set_index("table").loc["kunpeng916-bench"]
-    assert (summary["heldout_rows"], summary["heldout_ref_rows"], summary["moved_rows"]) == (4, 2, 0)
-    assert round(summary["heldout_ref_median_abs_err"], 1) == 3.8
-    assert round(summary["heldout_ref_median_abs_err_no_ref"], 1) == 13.2
-    # the same with the reference rows removed from the module: the push rows become plain held-out rows
-    monkeypatch.setattr(model, "REFERENCE_DIFFERENCES", [])
-    model.clear_cache()
-    try:
-        bare = model.reproduction()
-        push = bare[(bare["arch"] == "arm64") & (bare["variant"] == "simulated-stp")
-                    & bare["bench"].str.endswith("push")].set_index("bench")
-        assert (push["role"] == model.ROLE_HELDOUT).all()
-        assert push["error_pct"].to_dict() == pytest.approx(dep["error_pct_no_ref"].to_dict())
-    finally:
-        monkeypatch.undo()
-        model.clear_cache()
+def test_host_handler_price_is_the_consumer_slope():
+    """The consumer scan by hand: a straight line through (k, ns per hit) has the handler price as slope."""
+    host_rows, virt, _ = profiles.recorded_host()
+    scan = host_rows[host_rows["bench"] == "uprobe-nop"].sort_values("consumers")
+    slope = np.polyfit(scan["consumers"], 1000 / scan["mops"], 1)[0]
+    hp = priors.host_profile(host_rows, virtualised=virt)
+    assert hp.prices["handler"] == pytest.approx(slope, rel=0.25)
 
 
-def test_model_table_for_bench_cli(capsys):
-    table = model.model_table(["uprobe-nop", "uretprobe-nop"], arch="x86_64", kernel="6.11", cpu="amd")
-    assert [r["bench"] for r in table] == ["uprobe-nop", "uretprobe-nop"]
-    assert all(r["mode"] == "model" and r["stddev"] == 0 and r["mops"] > 0 for r in table)
-    assert cli.main(["bench", "--mode", "model", "--cpu", "intel", "--kernel", "6.10", "uprobe-ret"]) == 0
-    assert "uprobe-ret" in capsys.readouterr().out
+def test_every_figure_has_an_interval(repro):
+    assert (repro["high_mops"] > repro["predicted_mops"]).all() and (repro["low_mops"] < repro["predicted_mops"]).all()
+    text = model.format_comparison(repro)
+    model_sides = [line.split("|", 1)[1] for line in text.splitlines() if "M/s |" in line]
+    assert len(model_sides) == len(repro) and not any("\u00b1 0.000" in side for side in model_sides)
+    for r in model.model_table(cpu="intel"):
+        assert r["stddev"] > 0 and r["low"] < r["mops"] < r["high"]
 
 
-def test_predict_cli(tmp_path):
-    measured = tmp_path / "mine.csv"
-    pd.DataFrame({
-        "arch": ["x86_64"] * 5, "kernel": ["6.10"] * 5,
-        "bench": ["syscall-count", "uprobe-nop", "uprobe-ret", "uretprobe-nop", "uretprobe-ret"],
-        "mops": [15.9, 3.0, 1.1, 1.49, 0.82],
-    }).to_csv(measured, index=False)
-    out = tmp_path / "pred.csv"
-    assert cli.main(["predict", "--measured", str(measured), "--to", "6.11", "--out", str(out)]) == 0
-    pred = pd.read_csv(out)
-    assert list(pred.columns) == ["bench", "predicted_mops"]
-    by = pred.set_index("bench")["predicted_mops"]
-    # the uretprobe syscall speeds the return up (1.49 -> 2.020); uprobe-* barely move
-    assert by.to_dict() == {"syscall-count": 15.892, "uprobe-nop": 2.983, "uprobe-ret": 1.107,
-                            "uretprobe-nop": 2.020, "uretprobe-ret": 0.941}
+# ---- predict's inputs ---------------------------------------------------------------------------------
+
+def table_003():
+    rows = model.bench_rows()
+    t = rows[rows["source"].str.startswith("003") & (rows["role"] == "fit")]
+    return t[["arch", "kernel", "bench", "value"]].rename(columns={"value": "mops"}).reset_index(drop=True)
 
 
-def test_reproduce_cli(tmp_path, capsys):
+def predict(measured, to):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return model.predict_from_measured(measured, to).set_index("bench")
+
+
+def test_release_strings_map_to_the_modelled_kernel():
+    assert model.modelled_kernel("6.14.2") == "6.11" and model.modelled_kernel("6.18.44-fc") == "6.18"
+    m = table_003()
+    a = predict(m, "6.18")
+    b = predict(m.assign(kernel="6.14.2"), "6.19.1")
+    assert a["predicted_mops"].to_numpy() == pytest.approx(b["predicted_mops"].to_numpy())
+    with pytest.raises(model.LabError, match="6.14.2"):
+        predict(m, "5.4")
+
+
+def test_missing_rows_are_named():
+    m = table_003()
+    with pytest.warns(UserWarning, match="no uprobe-nop row"):
+        out = model.predict_from_measured(m[m["bench"] != "uprobe-nop"], "6.18")
+    assert any("uprobe-nop" in w for w in out.attrs["warnings"])
+    with pytest.raises(model.LabError, match="no probe row"):
+        model.predict_from_measured(m[m["bench"].isin(["usermode-count", "syscall-count"])], "6.18")
+
+
+def test_a_slower_bench_is_predicted_slower_and_an_unchanged_path_keeps_its_figure():
+    """Each bench's prediction moves with its own input (the same sign, about the same factor); a bench
+    whose events do not change between the kernels keeps its measured figure whatever the others do; a
+    uniformly slower machine is predicted uniformly slower."""
+    m = table_003()
+    base = predict(m, "6.18")
+    for b in m["bench"]:
+        slower = m.assign(mops=np.where(m["bench"] == b, m["mops"] / 1.2, m["mops"]))
+        p = predict(slower, "6.18")
+        assert p.loc[b, "predicted_mops"] < base.loc[b, "predicted_mops"], b
+        for other in m["bench"]:
+            if model.events_for(other, "x86_64", "6.11") == model.events_for(other, "x86_64", "6.18") and other != b:
+                assert p.loc[other, "predicted_mops"] == pytest.approx(m.set_index("bench").loc[other, "mops"])
+    uniform = predict(m.assign(mops=m["mops"] / 1.2), "6.18")
+    assert uniform["predicted_mops"].to_numpy() == pytest.approx(base["predicted_mops"].to_numpy() / 1.2, rel=1e-3)
+
+
+def test_cli_reproduce_reports_the_headline(tmp_path, capsys):
     assert cli.main(["reproduce", "--out", str(tmp_path)]) == 0
-    csv = pd.read_csv(tmp_path / "reproduction.csv")
-    assert list(csv.columns) == ["source", "cpu", "arch", "bench", "variant", "published_mops",
-                                 "predicted_mops", "error_pct", "role"]
-    pngs = {p.name for p in tmp_path.glob("*.png")}
-    assert {"000_intel.png", "002_amd.png", "003_nop5-bench.png", "004_nop5-bench.png",
-            "001_kunpeng916-bench.png", "cost_breakdown.png"} <= pngs
     out = capsys.readouterr().out
-    assert "uretprobe-nop  :    1.969 \u00b1 0.001M/s" in out
-
-
-def test_predict_cli_missing_measured_file(tmp_path, capsys):
-    missing = tmp_path / "nowhere.csv"
-    assert cli.main(["predict", "--measured", str(missing), "--to", "6.11"]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith(f"error: --measured {missing}: no such file") and "arch, kernel, bench, mops" in err
-    assert "Traceback" not in err
-
-
-def test_app_predictions():
-    apps = model.app_predictions().set_index(["bench", "variant"])
-    # the rows n is fitted on carry no prediction
-    fit = apps[apps["role"] == model.ROLE_FIT]
-    assert set(fit.index.get_level_values("variant")) == {"no-uprobe", "single-stepped-stp"}
-    assert fit["predicted"].isna().all() and fit["error_pct"].isna().all()
-    get, put = apps.loc[("redis-get", "emulated-stp")], apps.loc[("redis-set", "emulated-stp")]
-    assert get["role"] == put["role"] == model.ROLE_HELDOUT
-    assert round(get["predicted"], 1) == 47344.6 and round(get["error_pct"], 1) == -3.3
-    assert round(put["predicted"], 1) == 46333.2 and round(put["error_pct"], 1) == -4.7
-
-
-def test_app_grep_is_out_of_scope():
-    grep = model.app_predictions().set_index(["bench", "variant"]).loc[("grep", "emulated-stp")]
-    assert grep["role"] == model.ROLE_OUT_OF_SCOPE
-    assert round(grep["predicted"], 3) == 11.935 and grep["error_pct"] > 400
-    assert "258x" in grep["note"] and "1.35x" in grep["note"]
-    assert "out of scope" in model.APP_MODEL
-
-
-def test_bench_cli_model_mode_passes_stp(capsys):
-    def push(stp):
-        assert cli.main(["bench", "--mode", "model", "--arch", "arm64", "--stp", stp, "--json", "uprobe-push"]) == 0
-        return json.loads(capsys.readouterr().out)[0]
-
-    simulated, xol = push("simulate"), push("xol")
-    assert simulated["events_per_hit"] != xol["events_per_hit"]
-    assert simulated["mops"] > xol["mops"]  # simulating the stp saves the single-step
+    assert "headline, one profile per CPU: 16 moved rows" in out
+    assert "each seed table fitted on its own current rows: 16 moved rows" in out
+    assert "inside their 80% intervals" in out and (tmp_path / "reproduction.csv").exists()

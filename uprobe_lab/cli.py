@@ -7,6 +7,7 @@ import math
 import os
 import platform
 import sys
+import warnings
 from pathlib import Path
 
 from . import analyze, bench
@@ -214,21 +215,22 @@ def cmd_reproduce(args) -> int:
     charts.error_chart(repro).savefig(out / "model_error.png", dpi=110)
     apps = model.app_predictions()
     apps.to_csv(out / "applications.csv", index=False)
+    alone = model.per_table_alone()
+    alone.drop(columns=["table", "kernel"]).to_csv(out / "reproduction_tables_alone.csv", index=False)
 
     print(model.format_comparison(repro))
     print()
     print(model.APP_MODEL)
     print(apps.to_string(index=False))
     print()
-    print("median |error| % per seed table:")
+    for name in model.profile_names():
+        for w in model.get_profile(name).warnings:
+            print(f"warning: profile {name}: {w}")
+    print("per seed table (duplicates left out; moved = held-out rows whose events change):")
     print(model.error_summary(repro).to_string(index=False, float_format=lambda v: f"{v:.1f}"))
-    ref = model.reference_dependence(repro)
-    if len(ref):
-        print(f"\nrole {model.ROLE_HELDOUT_REF}: held out from the fit, but priced with a reference measurement "
-              "of the same patch from outside the seeds (model.REFERENCE_DIFFERENCES); fitted without it:")
-        print(ref[["source", "bench", "variant", "published_mops", "predicted_mops", "error_pct",
-                   "predicted_mops_no_ref", "error_pct_no_ref"]].drop_duplicates(["bench", "variant"]).to_string(
-            index=False, float_format=lambda v: f"{v:.3f}"))
+    print()
+    print(model.headline_text(model.headline(repro), "headline, one profile per CPU"))
+    print(model.headline_text(model.headline(alone), "headline, each seed table fitted on its own current rows"))
     print(f"wrote {out}/reproduction.csv and {len(list(out.glob('*.png')))} charts")
     return 0
 
@@ -239,7 +241,13 @@ def cmd_predict(args) -> int:
 
     out = output_file(args.out) if args.out else None
     measured = read_measured(args.measured)
-    result = model.predict_from_measured(measured, args.to)
+    import warnings
+
+    with warnings.catch_warnings(record=True):  # printed below, once each
+        warnings.simplefilter("always")
+        result = model.predict_from_measured(measured, args.to)
+    for note in result.attrs["warnings"]:
+        print(f"warning: {note}", file=sys.stderr)
     bad = result[~(result["predicted_mops"] > 0)]  # NaN too
     if len(bad):
         raise LabError(f"the fit on {args.measured} predicts {bad.iloc[0]['predicted_mops']} M/s for "
@@ -247,12 +255,12 @@ def cmd_predict(args) -> int:
                        "millions of calls per second)")
     if out:
         try:
-            result.to_csv(out, index=False)
+            result.to_csv(out, index=False, float_format="%.5g")
         except OSError as err:
             raise LabError(f"--out {args.out}: cannot write it ({err.strerror}); give a path you can write, "
                            "e.g. --out predicted.csv") from None
     else:
-        print(result.to_csv(index=False), end="")
+        print(result.to_csv(index=False, float_format="%.5g"), end="")
     return 0
 
 
@@ -324,8 +332,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("predict", help="fit a CPU profile on your measurements and predict another kernel")
     p.add_argument("--measured", required=True, help="CSV with columns arch, kernel, bench, mops")
-    p.add_argument("--to", required=True, help="kernel to predict: 6.10, 6.11, 6.16, 6.18 (arm64: xol-stp, simulated-stp)")
-    p.add_argument("--out", help="CSV to write (bench, predicted_mops); default: stdout")
+    p.add_argument("--to", required=True, help="kernel to predict: a release such as 6.14.2 or a modelled version "
+                   "6.10, 6.11, 6.16, 6.18 (arm64: xol-stp, simulated-stp)")
+    p.add_argument("--out", help="CSV to write (bench, predicted_mops, low_80, high_80); default: stdout")
     p.set_defaults(func=cmd_predict)
 
     v = sub.add_parser("verify", help="the host kernel as referee: instructions under real uprobes vs the lab")

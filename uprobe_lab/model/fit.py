@@ -73,6 +73,7 @@ class Profile:
     scale: float = 1.0  # how much slower than the host this CPU is (the carried prior's factor)
     host_excluded: list = field(default_factory=list)  # host rows left out of the prior (protocol rule 2)
     virtualised: bool = False  # for a host profile: measured under a hypervisor
+    dropped: list = field(default_factory=list)  # rows a calibration left out as too noisy
 
     @property
     def prices(self) -> dict:

@@ -1,14 +1,15 @@
 """The model's tables for the CLI: ``bench --mode model``, ``reproduce``'s comparison, ``predict``."""
 from __future__ import annotations
 
+import math
 import warnings
 
 import pandas as pd
 
 from .. import bench as _bench
 from ..process import LabError
-from .fit import Z80
-from .prices import ARM64_KERNEL, events_for, kernel_setup
+from .fit import ROW_SIGMA_FLOOR, Z80
+from .prices import ARM64_KERNEL, events_for, fixed_ns, kernel_setup, price_counts
 from .profiles import bench_rows, fit_with_carried_prior, get_profile
 
 # Rows a calibration leans on, and what is left to the carried prior without them.
@@ -64,11 +65,16 @@ def model_table(names=None, arch: str = "x86_64", kernel=None, cpu: str | None =
 
 
 def predict_from_measured(measured: pd.DataFrame, to_kernel: str, host: tuple | None = None) -> pd.DataFrame:
-    """Fit a profile on an unseen machine's measurements (columns arch, kernel, bench, mops; kernel may be
-    a release such as 6.14.2) and predict the same benches on ``to_kernel``.
+    """Fit a profile on an unseen machine's measurements (columns arch, kernel, bench, mops; optional
+    rel_err; kernel may be a release such as 6.14.2) and predict the same benches on ``to_kernel``.
+
+    Each prediction is the bench's own measurement times the model's ratio of its time per hit on the
+    two kernels (a bench whose events do not change keeps its figure; one that gets slower in the input
+    never gets faster in the output). A row without ``rel_err`` is taken to be good to 2%. The 80% interval combines the ratio's posterior uncertainty, the
+    model error (for benches whose events change) and the row's own error.
 
     Returns bench, predicted_mops, low_80, high_80; ``.attrs["warnings"]`` names what the calibration
-    lacked (each is also issued as a UserWarning). Refuses tables with no probe row or several arches."""
+    lacked (each also issued as a UserWarning). Refuses tables with no probe row or several arches."""
     missing = {"arch", "kernel", "bench", "mops"} - set(measured.columns)
     if missing:
         raise LabError(f"measured table lacks columns: {', '.join(sorted(missing))}")
@@ -78,8 +84,9 @@ def predict_from_measured(measured: pd.DataFrame, to_kernel: str, host: tuple | 
     arch = arches.pop()
     kernel_setup(arch, str(to_kernel))  # refuse an unknown target before fitting
     rows = measured.assign(kernel=measured["kernel"].astype(str), mops=measured["mops"].astype(float))
-    if "rel_err" not in rows:
-        rows["rel_err"] = 0.0
+    if "rel_err" not in rows:  # a figure without its error is taken to be good to the model's floor (2%)
+        rows["rel_err"] = ROW_SIGMA_FLOOR
+    rows["rel_err"] = rows["rel_err"].fillna(ROW_SIGMA_FLOOR)
     for k in rows["kernel"]:
         kernel_setup(arch, k)
     notes = [f"no {b} row: {what} is set by the prior carried from the host recording"
@@ -88,9 +95,19 @@ def predict_from_measured(measured: pd.DataFrame, to_kernel: str, host: tuple | 
     notes += [f"fitted price {w}" for w in prof.warnings]
     for n in notes:
         warnings.warn(n, stacklevel=2)
-    benches = list(dict.fromkeys(rows["bench"]))
-    pred = [prof.interval(b, str(to_kernel)) for b in benches]
-    out = pd.DataFrame({"bench": benches, "predicted_mops": [round(p[0], 3) for p in pred],
-                        "low_80": [round(p[1], 3) for p in pred], "high_80": [round(p[2], 3) for p in pred]})
-    out.attrs["warnings"] = notes
-    return out
+    out = []
+    for r in rows.drop_duplicates("bench").itertuples(index=False):
+        e_here, e_there = events_for(r.bench, arch, r.kernel), events_for(r.bench, arch, str(to_kernel))
+        c_here, c_there = price_counts(e_here), price_counts(e_there)
+        t_here, t_there = c_here @ prof.mean + fixed_ns(e_here), c_there @ prof.mean + fixed_ns(e_there)
+        g = c_there / t_there - c_here / t_here  # d log(t_there / t_here) / d prices
+        var = float(g @ prof.cov @ g) + float(r.rel_err) ** 2
+        if e_here != e_there:
+            var += 2 * prof.sigma_model ** 2  # the model's error on each of the two times
+        mops = float(r.mops) * t_here / t_there
+        half = Z80 * math.sqrt(var)
+        out.append({"bench": r.bench, "predicted_mops": mops, "low_80": mops * math.exp(-half),
+                    "high_80": mops * math.exp(half)})
+    result = pd.DataFrame(out, columns=["bench", "predicted_mops", "low_80", "high_80"])
+    result.attrs["warnings"] = notes
+    return result

@@ -1,84 +1,153 @@
-"""A "this machine" profile: the cost model fitted on native figures, and what it predicts for other kernels.
+"""A "this machine" profile: the cost model fitted on native figures, with intervals, and what it predicts.
 
-Native rows say which kernel they ran on as ``uname -r`` (``6.18.44-fc-v857``); the model knows the
-versions where a probe hit's cost changed (6.10, 6.11, 6.16, 6.18). :func:`model_kernel` maps a release
-to the newest modelled version not newer than it: a 6.14 kernel behaves as 6.11, a 6.19 as 6.18.
+The rows to calibrate on are :mod:`.price_benches`' (the consumer scan and one bench per event kind,
+each timed to a stated relative error); :func:`price_rows_or_recorded` measures them here or hands back
+the bundled recording, saying which. Native rows name their kernel as ``uname -r``
+(``6.18.44-fc-v857``); :func:`model_kernel` maps a release to the newest modelled version not newer
+than it (a 6.14 kernel behaves as 6.11, a 6.19 as 6.18).
 
-Everything here goes through the model's public functions (``fit_prices``, ``Profile.predict``,
-``bench_rows``): the same fit and prediction as ``python -m uprobe_lab predict --measured FILE.csv --to KERNEL``.
+A calibration refuses rows noisier than its tolerance (``rel_tol``, the row's relative error of the
+figure) and names them; a fitted price outside :data:`uprobe_lab.model.PLAUSIBLE_NS` comes back in
+``profile.warnings`` (and as a UserWarning). With the consumer scan among the rows the data separate
+the trap from the handler and the prior is uninformative; without it the prior is the bundled host
+recording's prices carried across (as for the published CPUs, :mod:`uprobe_lab.model.priors`).
 """
 from __future__ import annotations
 
-import re
+import math
+import warnings
 
 import pandas as pd
 
 from .. import model
-from ..kernel import KERNELS
+from ..model.fit import Prior, fit_profile
 from ..process import LabError
 
 PREDICT_KERNELS = ("6.10", "6.11", "6.16", "6.18")
 PROFILE_NAME = "this-machine"
-
-
-def _version(text: str) -> tuple[int, int] | None:
-    m = re.match(r"(\d+)\.(\d+)", str(text))
-    return (int(m.group(1)), int(m.group(2))) if m else None
+REL_TOL = 0.05
 
 
 def model_kernel(release: str) -> str | None:
     """The modelled kernel whose probe-hit rules ``release`` has, or None if it predates them all."""
-    have = _version(release)
-    if have is None:
-        return None
-    known = sorted(KERNELS, key=_version)
-    older = [k for k in known if _version(k) <= have]
-    return older[-1] if older else None
+    return model.modelled_kernel(release)
+
+
+def _rel_err(r: dict) -> float:
+    if "rel_err" in r:
+        return float(r["rel_err"])
+    mops, sd, n = float(r["mops"]), float(r.get("stddev", 0.0)), int(r.get("repeats", 1) or 1)
+    return sd / mops / math.sqrt(n) if mops > 0 else math.inf
 
 
 def measured_frame(rows: list[dict]) -> pd.DataFrame:
-    """Native result dicts -> the table ``predict_from_measured`` takes (arch, kernel, bench, mops)."""
+    """Native result dicts (bench table or price-bench rows) -> arch, kernel, release, bench, consumers,
+    mops, stddev, rel_err (relative error of the figure: price rows carry it, a bench row's is
+    stddev / mops / sqrt(repeats))."""
     out = []
     for r in rows:
         kernel = model_kernel(r["kernel"])
         if kernel is None:
-            raise LabError(f"kernel {r['kernel']} predates every modelled version ({', '.join(KERNELS)})")
+            raise LabError(f"kernel {r['kernel']} predates every modelled version ({', '.join(PREDICT_KERNELS)})")
         out.append({"arch": r["arch"], "kernel": kernel, "release": r["kernel"], "bench": r["bench"],
-                    "mops": float(r["mops"]), "stddev": float(r.get("stddev", 0.0))})
-    return pd.DataFrame(out, columns=["arch", "kernel", "release", "bench", "mops", "stddev"])
+                    "consumers": int(r.get("consumers", 1) or 1), "mops": float(r["mops"]),
+                    "stddev": float(r.get("stddev", float(r["mops"]) * float(r.get("rel_err", 0.0)))),
+                    "rel_err": _rel_err(r)})
+    return pd.DataFrame(out, columns=["arch", "kernel", "release", "bench", "consumers", "mops", "stddev", "rel_err"])
 
 
-def calibrate(rows: list[dict], cpu: str = "this machine") -> model.Profile:
-    """Fit the model's prices on native rows: a Profile whose ``predict(bench, kernel)`` works like the
-    published CPUs' profiles."""
+def price_rows_or_recorded(budget_s: float = 1.5, progress=None) -> tuple[list[dict], str]:
+    """(price-bench rows, where from): measured here when native runs are possible, else the recording."""
+    from .example import native_reason
+    from .errors import NativeUnavailable
+    from .price_benches import measure_price_rows
+
+    reason = native_reason()
+    if reason is None:
+        try:
+            return measure_price_rows(budget_s=budget_s, progress=progress), "measured now on this machine"
+        except NativeUnavailable as err:
+            reason = str(err)
+    rec = model.load_host_recording()
+    return rec["rows"], f"RECORDED ({rec['label']}; not measured here: {reason})"
+
+
+def calibrate(rows: list[dict], cpu: str = "this machine", rel_tol: float = REL_TOL,
+              drop_noisy: bool = False) -> model.Profile:
+    """Fit the model's prices on native rows: a Profile whose ``interval(bench, kernel)`` and
+    ``predict(bench, kernel)`` work like the published CPUs'.
+
+    Rows noisier than ``rel_tol`` are refused (LabError naming them), or with ``drop_noisy`` left out
+    with a UserWarning that names them (``profile.dropped``)."""
     measured = measured_frame(rows)
     arches = sorted(set(measured["arch"]))
     if len(arches) != 1:
         raise LabError(f"native rows must be from one architecture, got {arches}")
+    noisy = measured[measured["rel_err"] > rel_tol]
+    dropped = [f"{r.bench} x{r.consumers} ({100 * r.rel_err:.1f}%)" for r in noisy.itertuples()]
+    if dropped and not drop_noisy:
+        raise LabError(f"refusing to calibrate on rows noisier than {100 * rel_tol:.0f}%: {', '.join(dropped)}; "
+                       "measure again with a longer budget (more intervals) or on a quieter machine, or drop those rows")
+    if dropped:
+        warnings.warn(f"left out of the calibration, noisier than {100 * rel_tol:.0f}%: {', '.join(dropped)}",
+                      stacklevel=2)
+        measured = measured[measured["rel_err"] <= rel_tol]
+        if measured.empty:
+            raise LabError("every row is noisier than the tolerance: measure again on a quieter machine")
     arch = arches[0]
-    prices, rho = model.fit_prices(measured[["bench", "kernel", "mops"]], arch)
-    return model.Profile(PROFILE_NAME, cpu, arch, prices, measured, rho)
+    if measured["consumers"].nunique() > 1:
+        prof = fit_profile(measured, arch, Prior.uninformative("none: the consumer scan separates the prices"),
+                           PROFILE_NAME, cpu)
+    else:
+        prof = model.profiles.fit_with_carried_prior(measured, arch, [], PROFILE_NAME, cpu)
+    prof.dropped = dropped
+    for w in prof.warnings:
+        warnings.warn(f"{cpu}: {w}", stacklevel=2)
+    return prof
 
 
 def prices_table(profile: model.Profile) -> pd.DataFrame:
-    """The calibrated prices next to the model's priors (scaled to this machine)."""
-    return pd.DataFrame({
-        "price": model.PRICE_NAMES,
-        "ns": [round(profile.prices[k], 2) for k in model.PRICE_NAMES],
-        "prior_ns": [round(model.PRIOR_NS[k] * profile.rho, 2) for k in model.PRICE_NAMES],
-        "covers": [", ".join(model.PRICES[k][0]) for k in model.PRICE_NAMES],
-    })
+    """The calibrated prices (mean and sd) next to their prior and the plausible range, with a warning column."""
+    rep = profile.report()
+    rep["plausible_ns"] = [f"{lo:g}..{hi:g}" for lo, hi in (model.PLAUSIBLE_NS[p] for p in rep["price"])]
+    rep["warning"] = ["outside plausible range" if any(w.startswith(p + " ") for w in profile.warnings) else ""
+                      for p in rep["price"]]
+    for col in ("ns", "sd", "prior_ns", "prior_sd"):
+        rep[col] = rep[col].round(2)
+    return rep[["price", "ns", "sd", "prior_ns", "prior_sd", "plausible_ns", "warning", "prior_from"]]
 
 
-def predict_kernels(rows: list[dict], kernels=PREDICT_KERNELS) -> pd.DataFrame:
-    """One row per bench: measured M/s here, then the calibrated prediction for each kernel in ``kernels``."""
-    profile = calibrate(rows)  # the prices do not depend on the kernel predicted: fit them once
-    measured = profile.fit_rows
-    out = measured[["bench", "mops", "stddev"]].rename(columns={"mops": "measured_mops"}).set_index("bench")
-    out.insert(0, "measured_on", measured.set_index("bench")["kernel"])
+def predict_kernels(profile: model.Profile, rows: list[dict], kernels=PREDICT_KERNELS) -> pd.DataFrame:
+    """One row per bench of a native table: measured here (kernel, M/s, stddev), then the calibrated
+    prediction for each kernel in ``kernels`` with its 80% interval (``<k>``, ``<k> low``, ``<k> high``)."""
+    measured = measured_frame(rows)
+    measured = measured[measured["consumers"] == 1].drop_duplicates("bench")
+    out = measured[["bench", "kernel", "mops", "stddev"]].rename(
+        columns={"kernel": "measured_on", "mops": "measured_mops"}).reset_index(drop=True)
     for k in kernels:
-        out[k] = [round(profile.predict(b, k), 3) for b in out.index]  # as predict_from_measured rounds
-    return out.reset_index()
+        iv = [profile.interval(b, k) for b in out["bench"]]
+        out[k] = [round(m, 3) for m, _, _ in iv]
+        out[f"{k} low"] = [round(lo, 3) for _, lo, _ in iv]
+        out[f"{k} high"] = [round(hi, 3) for _, _, hi in iv]
+    return out
+
+
+def kernel_columns(pred: pd.DataFrame) -> list[str]:
+    """The kernels a predict_kernels table has predictions for."""
+    return [c for c in pred.columns if c[:1].isdigit() and " " not in c]
+
+
+def runs_agree(pred_a: pd.DataFrame, pred_b: pd.DataFrame, kernels=PREDICT_KERNELS) -> pd.DataFrame:
+    """Two calibrations' predictions side by side: is each run's figure inside the other's 80% interval?"""
+    a, b = pred_a.set_index("bench"), pred_b.set_index("bench")
+    out = []
+    for bench in a.index.intersection(b.index):
+        for k in kernels:
+            ra, rb = a.loc[bench], b.loc[bench]
+            out.append({"bench": bench, "kernel": k, "run_a": ra[k], "run_b": rb[k],
+                        "a_in_b": bool(rb[f"{k} low"] <= ra[k] <= rb[f"{k} high"]),
+                        "b_in_a": bool(ra[f"{k} low"] <= rb[k] <= ra[f"{k} high"])})
+    return pd.DataFrame(out)
 
 
 def published_for(kernel: str, arch: str = "x86_64") -> pd.DataFrame:
@@ -89,28 +158,32 @@ def published_for(kernel: str, arch: str = "x86_64") -> pd.DataFrame:
     return rows[["bench", "value", "cpu", "source"]].rename(columns={"value": "mops"}).reset_index(drop=True)
 
 
-def native_vs_model(rows: list[dict]) -> pd.DataFrame:
-    """Per bench: native M/s ± stddev, the calibrated model on the same kernel, and the published figure
-    for that kernel (another machine: shown for scale, not fitted)."""
-    profile = calibrate(rows)
-    measured = profile.fit_rows
-    kernel = measured["kernel"].iloc[0]
-    pub = published_for(kernel, profile.arch).set_index("bench")
+def native_vs_model(rows: list[dict], profile: model.Profile) -> pd.DataFrame:
+    """Per bench of a native table: native M/s +- stddev, the calibrated model on the same kernel with its
+    80% interval, and the published figure for that kernel (another machine: for scale, not fitted)."""
+    measured = measured_frame(rows)
+    measured = measured[measured["consumers"] == 1]
     out = []
     for r in measured.itertuples(index=False):
-        model_mops = profile.predict(r.bench, r.kernel)
+        pub = published_for(r.kernel, profile.arch).set_index("bench")
+        m, lo, hi = profile.interval(r.bench, r.kernel)
         out.append({"bench": r.bench, "kernel": r.kernel, "native_mops": r.mops, "native_stddev": r.stddev,
-                    "model_mops": round(model_mops, 3), "model_error_pct": round(100 * (model_mops / r.mops - 1), 1),
+                    "model_mops": round(m, 3), "model_low": round(lo, 3), "model_high": round(hi, 3),
+                    "model_error_pct": round(100 * (m / r.mops - 1), 1), "native_inside": bool(lo <= r.mops <= hi),
                     "published_mops": pub["mops"].get(r.bench, float("nan")),
                     "published_cpu": pub["cpu"].get(r.bench, "")})
     return pd.DataFrame(out)
 
 
 def kernel_change(pred: pd.DataFrame, kernel: str) -> pd.DataFrame:
-    """What moving this machine to ``kernel`` would do, bench by bench: measured here, predicted there, change."""
-    if kernel not in pred.columns:
-        raise LabError(f"no prediction for kernel {kernel!r}; predicted: {', '.join(c for c in pred.columns if c[0].isdigit())}")
+    """What moving this machine to ``kernel`` would do, bench by bench: measured here, predicted there (with
+    its 80% range where the table has it), and the change the model predicts from this kernel to that one."""
+    if kernel not in kernel_columns(pred):
+        raise LabError(f"no prediction for kernel {kernel!r}; predicted: {', '.join(kernel_columns(pred))}")
     out = pred[["bench", "measured_on", "measured_mops"]].copy()
     out[f"predicted_on_{kernel}"] = pred[kernel]
-    out["change_pct"] = (100 * (pred[kernel] / pred["measured_mops"] - 1)).round(1)
+    if f"{kernel} low" in pred:
+        out["range_80"] = [f"{lo:.3f}..{hi:.3f}" for lo, hi in zip(pred[f"{kernel} low"], pred[f"{kernel} high"])]
+    here = [pred.loc[i, k] if k in pred.columns else math.nan for i, k in zip(pred.index, pred["measured_on"])]
+    out["change_pct"] = (100 * (pred[kernel] / pd.Series(here, index=pred.index) - 1)).round(1)
     return out

@@ -14,11 +14,14 @@ can be measured (:func:`measure_price_rows`):
 * ``syscall-count`` and ``usermode-count`` (one syscall round trip; the loop itself);
 * ``uprobe-ret`` (an out-of-line single step).
 
-Noise: the process is pinned to one CPU and warmed up; each configuration is timed in short
-intervals (about :data:`INTERVAL_NS`, shorter than a scheduler slice, so most intervals run
-undisturbed) over several interleaved rounds, until the median's relative error (1.2533 * sd /
+Noise: the process is pinned to one CPU and warmed up; each configuration is timed on the thread's
+CPU clock (``CLOCK_THREAD_CPUTIME_ID``: user and kernel time of this thread, so time other processes
+ran on the shared CPU is not counted; what they leave in the caches still is) in short intervals
+(about :data:`INTERVAL_NS`) over several interleaved rounds, until the median's relative error (1.2533 * sd /
 sqrt(n) / median, the large-sample error of a median) is within ``rel_tol`` or the time budget runs
-out; each row says whether it reached the tolerance (``reached``). The figure is the median rate.
+out; each row says whether it reached the tolerance (``reached``). The figure is the median rate; its
+error is the larger of that and the spread of the rounds' medians (:func:`row_rel_err`): load from other
+processes comes and goes over a run, and the within-round figure alone understates it.
 """
 from __future__ import annotations
 
@@ -42,8 +45,8 @@ PRICE_CONFIGS = ([("uprobe-nop", k) for k in CONSUMER_COUNTS]
                     ("uprobe-nop5-pagecross", 1), ("uretprobe-nop", 1)])
 INTERVAL_NS = 2_000_000  # ~2 ms per timed interval
 REL_TOL = 0.02
-MIN_INTERVALS = 9
-ROUNDS = 3
+MIN_INTERVALS = 12
+ROUNDS = 4
 
 
 def median_rel_err(rates: list[float]) -> float:
@@ -53,20 +56,31 @@ def median_rel_err(rates: list[float]) -> float:
     return 1.2533 * statistics.stdev(rates) / len(rates) ** 0.5 / statistics.median(rates)
 
 
+def row_rel_err(rates: list[float], round_medians: list[float]) -> float:
+    """A row's relative error: the larger of its median's error over all intervals and the spread of the
+    rounds' medians (sd / median / sqrt(rounds)), which catches load that changes over the run."""
+    err = median_rel_err(rates)
+    if len(round_medians) > 1:
+        err = max(err, statistics.stdev(round_medians) / statistics.median(rates) / len(round_medians) ** 0.5)
+    return err
+
+
 def _interval_calls(nc: NativeCode, addr: int) -> int:
     """Calls per timed interval: enough for about INTERVAL_NS (one timed probe run of 200 calls)."""
-    t0 = time.perf_counter_ns()
+    t0 = time.thread_time_ns()
     nc.run(addr, 200)
-    per_call = max((time.perf_counter_ns() - t0) / 200, 1.0)
+    per_call = max((time.thread_time_ns() - t0) / 200, 1.0)
     return max(50, int(INTERVAL_NS / per_call))
 
 
 def _time_intervals(nc: NativeCode, addr: int, calls: int, n: int) -> list[float]:
+    """Rates (M calls/s) of ``n`` intervals timed on this thread's CPU clock: user and kernel time spent
+    running this thread (the probe's trap and handler included), not the time other processes ran."""
     rates = []
     for _ in range(n):
-        t0 = time.perf_counter_ns()
+        t0 = time.thread_time_ns()
         nc.run(addr, calls)
-        rates.append(calls * 1e3 / max(time.perf_counter_ns() - t0, 1))
+        rates.append(calls * 1e3 / max(time.thread_time_ns() - t0, 1))
     return rates
 
 
@@ -86,9 +100,11 @@ def _round(nc: NativeCode, bench: str, consumers: int, budget_s: float, state: d
         before = [e.count() for e in events]
         deadline = time.monotonic() + budget_s
         rates = state.setdefault("rates", [])
-        rates += _time_intervals(nc, addr, calls, MIN_INTERVALS // ROUNDS)
-        while time.monotonic() < deadline and median_rel_err(rates) > state["rel_tol"]:
-            rates += _time_intervals(nc, addr, calls, 3)
+        mine = _time_intervals(nc, addr, calls, MIN_INTERVALS // ROUNDS)
+        while time.monotonic() < deadline and median_rel_err(rates + mine) > state["rel_tol"]:
+            mine += _time_intervals(nc, addr, calls, 3)
+        rates += mine
+        state.setdefault("round_medians", []).append(statistics.median(mine))
         timed = len(rates) - state.get("counted", 0)
         state["counted"] = len(rates)
         for e, b in zip(events, before):  # every event saw every hit: each one is a consumer run
@@ -120,7 +136,7 @@ def measure_price_rows(configs=PRICE_CONFIGS, rel_tol: float = REL_TOL, budget_s
     out = []
     for (bench, consumers), st in states.items():
         rates = st["rates"]
-        err = median_rel_err(rates)
+        err = row_rel_err(rates, st["round_medians"])
         out.append({"bench": bench, "consumers": consumers, "arch": arch, "kernel": kernel_release(),
                     "mops": statistics.median(rates), "rel_err": err, "intervals": len(rates),
                     "calls_per_interval": st["calls"], "reached": err <= rel_tol,

@@ -42,6 +42,12 @@ def seed_table_chart(repro, source: str, table: str) -> Figure:
         ax.bar(x + off, pub, width, color=colors[i], label=f"{variant} published")
         ax.bar(x + off + width, mod, width, color="white", edgecolor=colors[i], hatch="//",
                label=f"{variant} model ({role})")
+        if "low_mops" in rows:  # the model's 80% interval (an unbounded top is drawn to the plot's edge)
+            lo = np.array([rows["low_mops"].get(b, math.nan) for b in benches])
+            hi = np.array([rows["high_mops"].get(b, math.nan) for b in benches])
+            hi = np.where(np.isinf(hi), 10 * np.nanmax(pub + mod), hi)
+            ax.errorbar(x + off + width, mod, yerr=[np.array(mod) - lo, hi - np.array(mod)], fmt="none",
+                        ecolor="k", elinewidth=0.8, capsize=2)
         top = max(top, np.nanmax(pub + [0]), np.nanmax(mod + [0]) if not all(map(math.isnan, mod)) else 0)
     for j, bench in enumerate(benches):
         if bench not in speed.index:
@@ -89,16 +95,24 @@ def breakdown_chart(rows) -> Figure:
 
 
 def error_chart(repro) -> Figure:
-    """Model error per row: fit, held-out, and held-out but priced with an outside reference (heldout-ref)."""
+    """Model error per row with its 80% interval: fit rows, unmoved held-out rows (their events do not
+    change: they test the fit) and moved held-out rows (the predictions)."""
     fig = Figure(figsize=(8, 4), layout="constrained")
     ax = fig.add_subplot()
     done = repro.dropna(subset=["predicted_mops"]).reset_index(drop=True)
-    for role, color, marker in (("fit", BEFORE_COLOR, "o"), ("heldout", AFTER_COLOR, "o"),
-                                ("heldout-ref", AFTER_COLOR, "^")):
+    if "duplicate_of" in done:
+        done = done[done["duplicate_of"] == ""].reset_index(drop=True)
+    for role, color, marker in (("fit", BEFORE_COLOR, "o"), ("unmoved", "0.6", "s"), ("moved", AFTER_COLOR, "D")):
         part = done[done["role"] == role]
         if len(part):
+            if "low_mops" in part:
+                pub = part["published_mops"]
+                lo = 100 * (part["low_mops"] / pub - 1)
+                hi = np.minimum(100 * (part["high_mops"] / pub - 1), 100.0)
+                ax.errorbar(part.index, part["error_pct"], yerr=[part["error_pct"] - lo, hi - part["error_pct"]],
+                            fmt="none", ecolor=color, elinewidth=0.8)
             ax.scatter(part.index, part["error_pct"], color=color, marker=marker, label=role, s=18)
-    ax.axhspan(-10, 10, color="0.9", zorder=0)
+    ax.axhspan(-5, 5, color="0.9", zorder=0)
     ax.axhline(0, color="0.5", lw=0.8)
     ax.set_ylabel("model error %")
     ax.set_xlabel("published M/s row")

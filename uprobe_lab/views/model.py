@@ -39,7 +39,7 @@ def breakdown_text(profile_name: str) -> str:
     ns = pd.DataFrame(dict(breakdown_rows(profile_name))).T
     ns = ns.loc[:, (ns.abs() > 1e-9).any()]
     return (f"CPU profile {model.get_profile(profile_name).name}\n"
-            f"{model.fit_report(profile_name).round(2).to_string(index=False)}\n\n"
+            f"{model.fit_report(profile_name).drop(columns=['covers']).round(2).to_string(index=False)}\n\n"
             f"ns per hit:\n{ns.round(1).to_string()}")
 
 
@@ -59,9 +59,13 @@ def table_2024(cpu: str) -> str | None:
 
 def price_table(profile: model.Profile, benches=SLIDER_BENCHES,
                 published: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The model's M/s on 6.10 and 6.11 under ``profile``'s prices, next to the published figures if given."""
-    table = pd.DataFrame({f"model {k}": [profile.predict(b, k) for b in benches] for k in ("6.10", "6.11")},
-                         index=list(benches))
+    """The model's M/s on 6.10 and 6.11 under ``profile``'s prices, each with its 80% interval's half-width
+    (``± 6.10``, the larger side), next to the published figures if given."""
+    table = pd.DataFrame(index=list(benches))
+    for k in ("6.10", "6.11"):
+        iv = [profile.interval(b, k) for b in benches]
+        table[f"model {k}"] = [m for m, _, _ in iv]
+        table[f"\u00b1 {k}"] = [max(m - lo, hi - m) for m, lo, hi in iv]
     if published is not None:
         table["published current"] = published["current"]
         table["published fix"] = published["fix"]
@@ -75,13 +79,14 @@ def price_chart(profile: model.Profile, benches=SLIDER_BENCHES, published: pd.Da
     x = np.arange(len(benches))
     model_mops = price_table(profile, benches)
     for i, kernel in enumerate(("6.10", "6.11")):
-        ax.bar(x + (i - 0.5) * 0.4, model_mops[f"model {kernel}"].to_numpy(), 0.4, label=f"model {kernel}")
+        ax.bar(x + (i - 0.5) * 0.4, model_mops[f"model {kernel}"].to_numpy(), 0.4, label=f"model {kernel}",
+               yerr=model_mops[f"\u00b1 {kernel}"].to_numpy(), error_kw={"elinewidth": 0.8, "capsize": 2})
     if published is not None:
         for i, variant in enumerate(("current", "fix")):
             ax.scatter(x + (i - 0.5) * 0.4, published[variant].to_numpy(), color="k", marker="_", s=300,
                        label="published" if i == 0 else None, zorder=3)
     ax.set_xticks(x, benches)
-    ax.set_ylabel("M/s")
+    ax.set_ylabel("M/s (bars: 80% intervals)")
     ax.legend(fontsize=8)
     return fig
 

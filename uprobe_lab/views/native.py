@@ -33,8 +33,12 @@ def native_chart(comparison: pd.DataFrame, title: str = "") -> Figure:
     w = 0.27
     ax.bar(x - w, comparison["native_mops"], w, yerr=comparison["native_stddev"], capsize=2,
            color=NATIVE_COLOR, label="native (this machine)")
-    ax.bar(x, comparison["model_mops"], w, color="white", edgecolor=MODEL_COLOR, hatch="//",
-           label="model, calibrated on these native rows")
+    model_err = None
+    if "model_low" in comparison:  # the model's 80% interval
+        model_err = [comparison["model_mops"] - comparison["model_low"],
+                     (comparison["model_high"] - comparison["model_mops"]).clip(upper=10 * comparison["model_mops"])]
+    ax.bar(x, comparison["model_mops"], w, color="white", edgecolor=MODEL_COLOR, hatch="//", yerr=model_err,
+           capsize=2, label="model, calibrated on the price benches (80% interval)")
     pub = comparison["published_mops"].astype(float)
     if pub.notna().any():
         cpus = sorted({c for c in comparison["published_cpu"] if isinstance(c, str) and c})
@@ -50,7 +54,7 @@ def native_chart(comparison: pd.DataFrame, title: str = "") -> Figure:
 
 def predictions_chart(pred: pd.DataFrame, kernels=None) -> Figure:
     """The calibrated profile's predictions per kernel (one group of bars per bench), measured marked."""
-    kernels = list(kernels or [c for c in pred.columns if c[:1].isdigit()])
+    kernels = list(kernels or [c for c in pred.columns if c[:1].isdigit() and " " not in c])
     # probe benches only: usermode-count and syscall-count run hundreds of times faster and would force a log
     # axis, on which a 30% change between kernels all but disappears
     pred = pred[pred["bench"].str.contains("probe")].reset_index(drop=True)
@@ -61,7 +65,11 @@ def predictions_chart(pred: pd.DataFrame, kernels=None) -> Figure:
     w = 0.8 / max(len(kernels), 1)
     colors = ["#8da0cb", "#a6d854", "#ffd92f", "#fc8d62", "#e78ac3"]
     for i, k in enumerate(kernels):
-        ax.bar(x - 0.4 + (i + 0.5) * w, pred[k], w, color=colors[i % len(colors)], label=f"model {k}")
+        err = None
+        if f"{k} low" in pred:  # 80% intervals
+            err = [pred[k] - pred[f"{k} low"], (pred[f"{k} high"] - pred[k]).clip(upper=pred[k])]
+        ax.bar(x - 0.4 + (i + 0.5) * w, pred[k], w, color=colors[i % len(colors)], label=f"model {k}",
+               yerr=err, error_kw={"elinewidth": 0.7, "capsize": 1.5})
     ax.scatter(x, pred["measured_mops"], marker="_", s=250, color="black", zorder=3,
                label=f"measured ({pred['measured_on'].iloc[0]})")
     ax.set_xticks(x, benches, rotation=30, ha="right", fontsize=10)
@@ -112,7 +120,7 @@ def kernel_picker(pred: pd.DataFrame):
 
     from ..native.calibrate import kernel_change
 
-    kernels = [c for c in pred.columns if c[:1].isdigit()]
+    kernels = [c for c in pred.columns if c[:1].isdigit() and " " not in c]
     picker = w.ToggleButtons(options=kernels, value=kernels[0], description="kernel")
     out = w.Output()
 
