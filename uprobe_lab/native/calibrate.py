@@ -1,7 +1,7 @@
 """A "this machine" profile: the cost model fitted on native figures, with intervals, and what it predicts.
 
 The rows to calibrate on are :mod:`.price_benches`' (the consumer scan and one bench per event kind,
-each timed to a stated relative error); :func:`price_rows_or_recorded` measures them here or hands back
+each timed to a stated relative error); :func:`.price_benches.price_rows_or_recorded` measures them here or hands back
 the bundled recording, saying which. Native rows name their kernel as ``uname -r``
 (``6.18.44-fc-v857``); :func:`model_kernel` maps a release to the newest modelled version not newer
 than it (a 6.14 kernel behaves as 6.11, a 6.19 as 6.18).
@@ -54,22 +54,6 @@ def measured_frame(rows: list[dict]) -> pd.DataFrame:
                     "stddev": float(r.get("stddev", float(r["mops"]) * float(r.get("rel_err", 0.0)))),
                     "rel_err": _rel_err(r)})
     return pd.DataFrame(out, columns=["arch", "kernel", "release", "bench", "consumers", "mops", "stddev", "rel_err"])
-
-
-def price_rows_or_recorded(budget_s: float = 1.5, progress=None) -> tuple[list[dict], str]:
-    """(price-bench rows, where from): measured here when native runs are possible, else the recording."""
-    from .example import native_reason
-    from .errors import NativeUnavailable
-    from .price_benches import measure_price_rows
-
-    reason = native_reason()
-    if reason is None:
-        try:
-            return measure_price_rows(budget_s=budget_s, progress=progress), "measured now on this machine"
-        except NativeUnavailable as err:
-            reason = str(err)
-    rec = model.load_host_recording()
-    return rec["rows"], f"RECORDED ({rec['label']}; not measured here: {reason})"
 
 
 def calibrate(rows: list[dict], cpu: str = "this machine", rel_tol: float = REL_TOL,

@@ -26,16 +26,21 @@ processes comes and goes over a run, and the within-round figure alone understat
 from __future__ import annotations
 
 import contextlib
+import datetime
+import json
 import os
 import statistics
 import time
 from typing import Callable
 
 from ..bench import bench_spec
+from ..model import load_host_recording
 from .bench import _pin_to_one_cpu
 from .code import NativeCode
-from .errors import check_native_support
-from .host import is_optimized, kernel_release, parse_maps
+from .errors import NativeUnavailable
+from .support import check_native_support
+from .example import native_reason
+from .host import host_description, is_optimized, kernel_release, parse_maps
 from .perf import UprobeEvent
 
 CONSUMER_COUNTS = (1, 2, 4, 8)
@@ -146,11 +151,6 @@ def measure_price_rows(configs=PRICE_CONFIGS, rel_tol: float = REL_TOL, budget_s
 
 def record_host_prices(path, budget_s: float = 6.0, label: str = "") -> dict:
     """Measure the price rows here and write them, with the host's description, to ``path`` (JSON)."""
-    import datetime
-    import json
-
-    from .host import host_description
-
     rows = measure_price_rows(budget_s=budget_s)
     data = {"label": label or f"measured on {host_description()['kernel']}",
             "recorded": datetime.date.today().isoformat(), "host": host_description(),
@@ -159,3 +159,15 @@ def record_host_prices(path, budget_s: float = 6.0, label: str = "") -> dict:
     with open(path, "w") as f:
         f.write(json.dumps(data, indent=1) + "\n")
     return data
+
+
+def price_rows_or_recorded(budget_s: float = 1.5, progress=None) -> tuple[list[dict], str]:
+    """(price-bench rows, where from): measured here when native runs are possible, else the recording."""
+    reason = native_reason()
+    if reason is None:
+        try:
+            return measure_price_rows(budget_s=budget_s, progress=progress), "measured now on this machine"
+        except NativeUnavailable as err:
+            reason = str(err)
+    rec = load_host_recording()
+    return rec["rows"], f"RECORDED ({rec['label']}; not measured here: {reason})"
