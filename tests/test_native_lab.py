@@ -406,3 +406,28 @@ def test_kernel_change_table_and_picker(monkeypatch):
     assert shown == ["6.11"]  # drawn once for the first kernel
     picker.value = "6.18"  # redraws through kernel_change; the browser test checks what a learner sees
     assert shown == ["6.11", "6.18"], "choosing a kernel did not redraw its table"
+
+
+# ------------------------------------------------------------------------------------------------
+# the price benches (this host)
+# ------------------------------------------------------------------------------------------------
+@native
+def test_price_benches_measure_each_event_kind_here():
+    """A short run on this host: every configuration has its rate, an error and its interval count; more
+    consumers on one site cost more per hit; 6.18 optimises the nop5 and not its page-crossing twin."""
+    from uprobe_lab.native import price_benches
+
+    def perf_fds():
+        return sum(os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:[perf_event]" for fd in os.listdir("/proc/self/fd")
+                   if os.path.exists(f"/proc/self/fd/{fd}"))
+
+    before = perf_fds()
+    configs = [("uprobe-nop", 1), ("uprobe-nop", 4), ("uprobe-nop5", 1), ("uprobe-nop5-pagecross", 1)]
+    rows = {(r["bench"], r["consumers"]): r for r in price_benches.measure_price_rows(configs, budget_s=0.4)}
+    for r in rows.values():
+        assert r["mops"] > 0 and r["rel_err"] > 0 and r["intervals"] >= price_benches.MIN_INTERVALS
+    assert rows[("uprobe-nop", 4)]["mops"] < rows[("uprobe-nop", 1)]["mops"]
+    if calibrate.model_kernel(os.uname().release) == "6.18":
+        assert rows[("uprobe-nop5", 1)]["optimized"] is True
+        assert rows[("uprobe-nop5-pagecross", 1)]["optimized"] is False
+    assert perf_fds() == before  # every probe detached

@@ -103,7 +103,7 @@ def _own_prediction(answer, lab) -> tuple[bool, str]:
     if not isinstance(answer, (tuple, list)) or len(answer) != 3 or not isinstance(answer[0], pd.DataFrame):
         raise LabError("give (measured DataFrame, target kernel, {bench: predicted M/s})")
     measured, kernel, said = answer
-    right = dict(zip(*lab(measured, str(kernel)).T.values))
+    right = lab(measured, str(kernel)).set_index("bench")["predicted_mops"].to_dict()
     wrong = [f"{b}: you have {j.as_number(v):.3f}, the model gives {right[b]:.3f}" for b, v in said.items()
              if b not in right or abs(j.as_number(v) - right[b]) > 0.01]
     if wrong:
@@ -124,8 +124,9 @@ mine = pd.DataFrame({"arch": "x86_64", "kernel": "6.10",
                      "mops": [15.0, 2.8, 1.2, 1.4]})
 pred = model.predict_from_measured(mine, "6.11").set_index("bench")["predicted_mops"]
 answer = (mine, "6.11", {"uretprobe-nop": pred["uretprobe-nop"]})""",
-    explanation="The model fits this machine's prices on your four rows (with weak priors) and re-counts the "
-                "6.11 events; only the uretprobe benches change.",
+    explanation="The model fits this machine's prices on your four rows (with priors carried from the lab's "
+                "host) and scales each bench by the ratio of its 6.11 and 6.10 event prices; only the uretprobe "
+                "benches change.",
     expected=lambda: model.predict_from_measured,
     judge=_own_prediction,
     why=lambda lab: "The lab fitted prices on your measured rows and priced the target kernel's events.",

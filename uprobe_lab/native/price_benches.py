@@ -35,12 +35,13 @@ from typing import Callable
 
 from ..bench import bench_spec
 from ..model import load_host_recording
+from ..sites import calls_uprobe_trampoline
 from .bench import _pin_to_one_cpu
 from .code import NativeCode
 from .errors import NativeUnavailable
 from .support import check_native_support
 from .example import native_reason
-from .host import host_description, is_optimized, kernel_release, parse_maps
+from .host import host_description, kernel_release, parse_maps
 from .perf import UprobeEvent
 
 CONSUMER_COUNTS = (1, 2, 4, 8)
@@ -100,7 +101,7 @@ def _round(nc: NativeCode, bench: str, consumers: int, budget_s: float, state: d
                   for _ in range(consumers if spec.probe else 0)]
         nc.run(addr, 2000)  # warm-up: the first hit on a nop5 is where 6.18 optimises it
         if spec.probe:
-            state["optimized"] = is_optimized(nc.read(spec.target), addr, parse_maps())
+            state["optimized"] = calls_uprobe_trampoline(nc.read(spec.target), addr, parse_maps())
         calls = state.setdefault("calls", _interval_calls(nc, addr))
         before = [e.count() for e in events]
         deadline = time.monotonic() + budget_s
