@@ -210,7 +210,8 @@ def format_table(results: list[dict]) -> str:
             lines.append(f"{r['bench']:<25}: {r['hits_per_s'] / 1e6:8.3f}M/s emulated  [{r['arch']} {r['kernel']}] {brief}")
         elif r.get("mode") == "model":
             label = "  (prediction only: nothing published)" if r.get("basis", "").startswith("prediction") else ""
-            lines.append(f"{r['bench']:<25}: {r['mops']:8.3f}M/s model  [{r['arch']} {r['kernel']}, cpu {r['cpu']}, "
+            span = f" (80%: {r['low']:.3f}..{r['high']:.3f})" if "low" in r else ""
+            lines.append(f"{r['bench']:<25}: {r['mops']:8.3f}M/s model{span}  [{r['arch']} {r['kernel']}, cpu {r['cpu']}, "
                          f"{r['ns_per_hit']} ns per hit]{label}")
         else:
             lines.append(f"{r['bench']:<25}: {r['mops']:8.3f} ± {r.get('stddev', 0.0):5.3f}M/s  [{r['mode']}]")
