@@ -73,7 +73,7 @@ def test_predict_still_writes_good_input(capsys, files, tmp_path):
     out = tmp_path / "pred.csv"
     assert cli.main(["predict", "--measured", files("good.csv", HEADER + GOOD_ROWS), "--to", "6.11",
                      "--out", str(out)]) == 0
-    assert out.read_text().startswith("bench,predicted_mops\nsyscall-count,")
+    assert out.read_text().startswith("bench,predicted_mops,low_80,high_80\nsyscall-count,")
 
 
 # --- reproduce --out ----------------------------------------------------------------------------

@@ -127,6 +127,8 @@ def test_a_dearer_price_never_makes_a_bench_faster():
         dearer = prof.with_prices(**{p: prof.prices[p] + 50})
         for b in bench.bench_names():
             for k in ("6.10", "6.11", "6.18"):
+                if bench.refusal(b, "x86_64", k) is not None:
+                    continue
                 assert dearer.predict(b, k) <= prof.predict(b, k) + 1e-12, (p, b, k)
 
 
@@ -233,7 +235,8 @@ def test_every_figure_has_an_interval(repro):
     text = model.format_comparison(repro)
     model_sides = [line.split("|", 1)[1] for line in text.splitlines() if "M/s |" in line]
     assert len(model_sides) == len(repro) and not any("\u00b1 0.000" in side for side in model_sides)
-    for r in model.model_table(cpu="intel"):
+    names = [b for b in bench.bench_names() if bench.refusal(b, "x86_64", "6.18") is None]
+    for r in model.model_table(names, cpu="intel"):
         assert r["stddev"] > 0 and r["low"] < r["mops"] < r["high"]
 
 

@@ -246,8 +246,6 @@ def cmd_predict(args) -> int:
     with warnings.catch_warnings(record=True):  # printed below, once each
         warnings.simplefilter("always")
         result = model.predict_from_measured(measured, args.to)
-    for note in result.attrs["warnings"]:
-        print(f"warning: {note}", file=sys.stderr)
     bad = result[~(result["predicted_mops"] > 0)]  # NaN too
     if len(bad):
         raise LabError(f"the fit on {args.measured} predicts {bad.iloc[0]['predicted_mops']} M/s for "
@@ -261,6 +259,8 @@ def cmd_predict(args) -> int:
                            "e.g. --out predicted.csv") from None
     else:
         print(result.to_csv(index=False, float_format="%.5g"), end="")
+    for note in result.attrs["warnings"]:  # after the table: an error above stays the first line
+        print(f"warning: {note}", file=sys.stderr)
     return 0
 
 

@@ -30,6 +30,8 @@ import datetime
 import json
 import os
 import statistics
+import subprocess
+import sys
 import time
 from typing import Callable
 
@@ -162,13 +164,37 @@ def record_host_prices(path, budget_s: float = 6.0, label: str = "") -> dict:
     return data
 
 
-def price_rows_or_recorded(budget_s: float = 1.5, progress=None) -> tuple[list[dict], str]:
-    """(price-bench rows, where from): measured here when native runs are possible, else the recording."""
+def price_rows_or_recorded(budget_s: float = 1.5) -> tuple[list[dict], str]:
+    """(price-bench rows, where from): measured here when native runs are possible, else the recording.
+
+    The measurement runs in a child process (``python -m uprobe_lab.native.price_benches``), so its CPU
+    pinning, perf fds and probe hits stay out of the caller (a notebook kernel with its own threads)."""
     reason = native_reason()
     if reason is None:
-        try:
-            return measure_price_rows(budget_s=budget_s, progress=progress), "measured now on this machine"
-        except NativeUnavailable as err:
-            reason = str(err)
+        proc = subprocess.run([sys.executable, "-m", "uprobe_lab.native.price_benches", "--budget", str(budget_s)],
+                              capture_output=True, text=True)
+        if proc.returncode == 0:
+            return json.loads(proc.stdout), "measured now on this machine"
+        reason = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit status {proc.returncode}"
     rec = load_host_recording()
     return rec["rows"], f"RECORDED ({rec['label']}; not measured here: {reason})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the price rows measured here as JSON (what price_rows_or_recorded runs in a child)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m uprobe_lab.native.price_benches")
+    parser.add_argument("--budget", type=float, default=6.0, help="seconds per configuration")
+    args = parser.parse_args(argv)
+    try:
+        rows = measure_price_rows(budget_s=args.budget)
+    except NativeUnavailable as err:
+        print(err, file=sys.stderr)
+        return 2
+    print(json.dumps(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
