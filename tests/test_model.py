@@ -62,6 +62,7 @@ def test_consumers_scale_the_handler_price():
 
 def test_interval_by_hand():
     """t = 1000 ns, sd 100 ns: 80% interval t +- 1.2816 sd, inverted into M/s."""
+    assert all(math.isnan(v) for v in model.mops_interval(-5.0, 1.0))  # no negative rates
     m, lo, hi = model.mops_interval(1000.0, 100.0)
     assert m == 1.0
     assert lo == pytest.approx(1000 / 1128.155, rel=1e-5) and hi == pytest.approx(1000 / 871.845, rel=1e-5)

@@ -117,7 +117,10 @@ class Profile:
 
 
 def mops_interval(t_ns: float, sd_ns: float, z: float = Z80) -> tuple[float, float, float]:
-    """(M/s, low, high) from a time per hit and its sd: the time interval t +- z sd, inverted."""
+    """(M/s, low, high) from a time per hit and its sd: the time interval t +- z sd, inverted. A time that is
+    not positive (prices the rows left unpinned) gives NaN, not a negative rate."""
+    if not t_ns > 0:
+        return math.nan, math.nan, math.nan
     lo_t, hi_t = t_ns - z * sd_ns, t_ns + z * sd_ns
     return 1000.0 / t_ns, 1000.0 / hi_t, (1000.0 / lo_t if lo_t > 0 else math.inf)
 

@@ -20,6 +20,7 @@ import warnings
 import pandas as pd
 
 from .. import model
+from ..model import fit as fitmod
 from ..model.fit import Prior, fit_profile
 from ..process import LabError
 
@@ -85,6 +86,10 @@ def calibrate(rows: list[dict], cpu: str = "this machine", rel_tol: float = REL_
     else:
         prof = model.profiles.fit_with_carried_prior(measured, arch, [], PROFILE_NAME, cpu)
     prof.dropped = dropped
+    free = [p for p in fitmod.unpinned(prof) if not (p == "pin_map" and arch == "x86_64")]  # no x86 bench pins pages
+    if free:
+        prof.warnings.append(f"not pinned by these rows (predictions that count them are not meaningful): "
+                             f"{', '.join(free)}")
     for w in prof.warnings:
         warnings.warn(f"{cpu}: {w}", stacklevel=2)
     return prof
