@@ -55,3 +55,24 @@ def test_chapter_01_prints_its_walks_only_outside_lecture_mode(lecture, monkeypa
         assert walks == [] and finished == 0, printed
     else:  # the push walk and the ret walk, each to its end
         assert walks and finished == 2, printed
+
+
+STAGE = re.compile(r"^stage \d+/\d+ ", re.M)  # how PatchRun.text() starts a patch stage
+
+
+@pytest.mark.parametrize("lecture", [False, True], ids=["headless", "lecture"])
+def test_chapter_03_shows_its_patch_stages_only_outside_lecture_mode(lecture, monkeypatch):
+    if lecture:
+        monkeypatch.setenv(presenter.ENV, "1")
+    else:
+        monkeypatch.delenv(presenter.ENV, raising=False)
+    path = REPO / "notebooks" / "03_nop5_optimization.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    printed = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
+    tables = sum("text/html" in o.get("data", {}) and "a CPU entering the site decodes" in o["data"]["text/html"] for o in outputs)
+    if lecture:  # the stage widgets reveal them one by one
+        assert STAGE.findall(printed) == [] and tables == 0, printed
+    else:  # two 6.18 stages, the 7.3 undo's seven, and both stage tables
+        assert len(STAGE.findall(printed)) == 9 and tables == 2, printed
