@@ -39,17 +39,25 @@ def test_lab_lecture_sets_the_switch():
     assert f"{presenter.ENV}=1 exec" in lecture and "voila" in lecture
 
 
-@pytest.mark.parametrize("lecture", [False, True], ids=["headless", "lecture"])
-def test_chapter_01_prints_its_walks_only_outside_lecture_mode(lecture, monkeypatch):
+def _executed_outputs(name: str, lecture: bool, monkeypatch) -> list[dict]:
+    """Run a chapter as ./lab lecture (lecture=True) or headless would, and return its code cells' outputs."""
     if lecture:
         monkeypatch.setenv(presenter.ENV, "1")
     else:
         monkeypatch.delenv(presenter.ENV, raising=False)
-    path = REPO / "notebooks" / "01_breakpoint_uprobes.ipynb"
+    path = REPO / "notebooks" / name
     nb = nbformat.read(path, as_version=4)
     NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
-    printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
-                      if o.get("output_type") == "stream")
+    return [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+
+
+def _printed(outputs: list[dict]) -> str:
+    return "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
+
+
+@pytest.mark.parametrize("lecture", [False, True], ids=["headless", "lecture"])
+def test_chapter_01_prints_its_walks_only_outside_lecture_mode(lecture, monkeypatch):
+    printed = _printed(_executed_outputs("01_breakpoint_uprobes.ipynb", lecture, monkeypatch))
     walks, finished = WALK.findall(printed), printed.count("(finished)")
     if lecture:
         assert walks == [] and finished == 0, printed
@@ -62,15 +70,8 @@ STAGE = re.compile(r"^stage \d+/\d+ ", re.M)  # how PatchRun.text() starts a pat
 
 @pytest.mark.parametrize("lecture", [False, True], ids=["headless", "lecture"])
 def test_chapter_03_shows_its_patch_stages_only_outside_lecture_mode(lecture, monkeypatch):
-    if lecture:
-        monkeypatch.setenv(presenter.ENV, "1")
-    else:
-        monkeypatch.delenv(presenter.ENV, raising=False)
-    path = REPO / "notebooks" / "03_nop5_optimization.ipynb"
-    nb = nbformat.read(path, as_version=4)
-    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
-    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
-    printed = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
+    outputs = _executed_outputs("03_nop5_optimization.ipynb", lecture, monkeypatch)
+    printed = _printed(outputs)
     tables = sum("text/html" in o.get("data", {}) and "a CPU entering the site decodes" in o["data"]["text/html"] for o in outputs)
     if lecture:  # the stage widgets reveal them one by one
         assert STAGE.findall(printed) == [] and tables == 0, printed
