@@ -23,7 +23,7 @@ from .sites import Mapping, mapping_at
 from .stepper import Stepper
 from .trace import Trace
 from .interrupt import deliver, sigint_stops
-from .uprobes import MmUprobes, UprobeTask, handle_xol_fault, uprobe_abort_xol
+from .uprobes import MmUprobes, UprobeTask, uprobe_abort_xol
 DEFAULT_MAX_INSNS = 10_000_000  # every run is guarded: no emulation can spin forever
 RUN_SLICE = 2_000_000  # instructions per emu_start: Ctrl-C is acted on between two (well under 1 s)
 
@@ -373,7 +373,7 @@ class EmulatedProcess:
                         self.uc.emu_start(pc, until, count=count)
                     except UcError as err:
                         pc = self.pc
-                        handle_xol_fault(self)  # a fault inside an XOL step is reported at the probed address
+                        uprobe_abort_xol(self)  # a fault inside an XOL step is reported at the probed address
                         self.force_sig("SIGSEGV", f"{err} at pc={pc:#x}")
                     pc = self.pc
                     if self.signal or pc == until:

@@ -404,7 +404,9 @@ def uprobe_abort_xol(proc) -> bool:
 
     The kernel takes it when the step faulted or a signal cut it short (uprobe_deny_signal); the
     lab also takes it when a run is stopped with a step pending (an instruction budget, Ctrl-C, a
-    stepper's Reset), so the next run starts on a consistent task. Returns whether a step was pending."""
+    stepper's Reset), so the next run starts on a consistent task. The processes call it when the CPU
+    faults, so a fault inside the step is reported at the probed address; it does nothing unless a
+    step was under way. Returns whether a step was pending."""
     utask = proc.utask
     uprobe = utask.active_uprobe
     if uprobe is None:
@@ -415,14 +417,6 @@ def uprobe_abort_xol(proc) -> bool:
     xol_free_insn_slot(proc)
     regs.flush()
     return True
-
-
-def handle_xol_fault(proc) -> None:
-    """The out-of-line step faulted: uprobe_deny_signal() holds the signal, handle_singlestep() sees
-    UTASK_SSTEP_TRAPPED and calls arch_uprobe_abort_xol(), then the signal is delivered.
-
-    Called by the process when the CPU faults; does nothing unless a step was under way."""
-    uprobe_abort_xol(proc)
 
 
 def handle_singlestep(proc, regs) -> None:

@@ -15,7 +15,7 @@ from unicorn import arm64_const as A
 from ..constants import PAGE_SIZE
 from ..errors import LabError
 from ..process import EmulatedProcess, RegsView, pt_regs_fields
-from ..uprobes import handle_xol_fault
+from ..uprobes import uprobe_abort_xol
 from . import traps
 from .constants import EXIT_ADDR, STACK_SIZE, STACK_TOP, TASK_SIZE
 from .stp import STP_STORES
@@ -103,7 +103,7 @@ class Arm64Process(EmulatedProcess):
             traps.el0_svc(self)
         elif intno == EXCP_UDEF:
             pc = self.pc
-            handle_xol_fault(self)  # undefined in the XOL slot: the signal arrives at the probed address
+            uprobe_abort_xol(self)  # undefined in the XOL slot: the signal arrives at the probed address
             self.force_sig("SIGILL", f"undefined instruction at {pc:#x}")
         else:
             self.force_sig("SIGSEGV", f"unexpected exception {intno} at {self.pc:#x}")

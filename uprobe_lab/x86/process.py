@@ -12,7 +12,7 @@ from unicorn import UC_ARCH_X86, UC_HOOK_CODE, UC_HOOK_INSN, UC_HOOK_INTR, UC_MO
 from unicorn import x86_const as X
 
 from ..process import EmulatedProcess, RegsView, pt_regs_fields
-from ..uprobes import handle_xol_fault
+from ..uprobes import uprobe_abort_xol
 from . import syscalls, traps
 from .constants import EXIT_ADDR, STACK_SIZE, STACK_TOP, SYSCALL_INSN_SIZE, X86_EFLAGS_IF, X86_EFLAGS_TF
 from .uprobes import X86ArchOps
@@ -77,7 +77,7 @@ class X86Process(EmulatedProcess):
             traps.exc_debug(self)
         else:  # #DE, #UD, #GP...: a fault inside an XOL step is reported at the probed address
             pc = self.pc
-            handle_xol_fault(self)
+            uprobe_abort_xol(self)
             self.force_sig("SIGSEGV", f"unexpected interrupt {intno} at pc={pc:#x}")
 
     def _on_syscall(self, uc, user_data):
