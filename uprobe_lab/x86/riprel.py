@@ -49,15 +49,16 @@ def riprel_scratch(auprobe) -> str:
     return SCRATCH[auprobe.fixups & UPROBE_FIX_RIP_MASK]
 
 
+# The two below run only for a probe with a UPROBE_FIX_RIP_* fixup: x86.xol tests it first, so a
+# step without one never calls into this module.
 def riprel_pre_xol(proc, auprobe, regs) -> None:
     """Save the scratch register, point it at the instruction after the probed one."""
-    if auprobe.fixups & UPROBE_FIX_RIP_MASK:
-        utask = proc.utask
-        name = riprel_scratch(auprobe)
-        utask.saved_scratch_register = regs.get(name)
-        regs.set(name, utask.vaddr + auprobe.decoded.length)
+    utask = proc.utask
+    name = riprel_scratch(auprobe)
+    utask.saved_scratch_register = regs.get(name)
+    regs.set(name, utask.vaddr + auprobe.decoded.length)
 
 
 def riprel_post_xol(proc, auprobe, regs) -> None:
-    if auprobe.fixups & UPROBE_FIX_RIP_MASK:
-        regs.set(riprel_scratch(auprobe), proc.utask.saved_scratch_register)
+    """Restore the scratch register the step borrowed."""
+    regs.set(riprel_scratch(auprobe), proc.utask.saved_scratch_register)
