@@ -153,7 +153,6 @@ def insn_decode(raw: bytes, vaddr: int = 0) -> Insn:
         opcode = code[i : i + (3 if code[i + 1] in (0x38, 0x3A) else 2)]
     else:
         opcode = code[i : i + 1]
-    end = i + len(opcode)
     modrm = code[ci.modrm_offset] if ci.modrm_offset else None
     rip_relative = any(op.type == CX.X86_OP_MEM and op.mem.base == CX.X86_REG_RIP for op in ci.operands)
     target = None
