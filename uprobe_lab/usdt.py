@@ -35,15 +35,13 @@ from dataclasses import dataclass
 
 from elftools.elf.elffile import ELFFile
 
+from .constants import PAGE_SIZE
 from .errors import LabError
 from .kernel import get_kernel
 from .uprobes import uprobe_register
+from .x86.asm import NOP10, X86_NOPS
+from .x86.constants import ENOSYS, ENXIO, EPROTO  # the kernel's errno values, not the host's
 
-PAGE_SIZE = 4096
-NOP5 = bytes.fromhex("0f1f440000")
-NOP10 = bytes.fromhex("662e0f1f840000000000")
-# errno values of include/uapi/asm-generic/errno{-base}.h, not the host's
-ENOSYS, ENXIO, EPROTO = 38, 6, 71
 ERRNO_NAMES = {ENOSYS: "ENOSYS", ENXIO: "ENXIO", EPROTO: "EPROTO"}
 
 NOTE_SECTION, BASE_SECTION = ".note.stapsdt", ".stapsdt.base"
@@ -64,7 +62,7 @@ class UsdtShape:
 
 USDT_SHAPES = {
     "nop": UsdtShape("nop", b"\x90", "systemtap sdt.h; libbpf/usdt usdt.h before 2026-02-09"),
-    "nop,nop5": UsdtShape("nop,nop5", b"\x90" + NOP5,
+    "nop,nop5": UsdtShape("nop,nop5", b"\x90" + X86_NOPS[5],
                           "libbpf/usdt usdt.h c9865d1 (2026-02-09), reverted by b0144b0 (2026-05-06)"),
     "nop,nop10": UsdtShape("nop,nop10", b"\x90" + NOP10, "libbpf/usdt usdt.h 9018f82 (2026-07-02)"),
 }
