@@ -367,9 +367,10 @@ def arch_uprobe_analyze_insn(raw: bytes, vaddr: int, kernel: KernelVersion) -> A
 def is_optimizable_nop10(insn: Insn) -> bool:
     """7.3: a 10-byte nop whose first five bytes are ``66 2e 0f 1f 84`` (nopw %cs:disp32(base,index)).
 
-    Only this form: unoptimising leaves the call's bytes in the last five, which must stay operands."""
-    is_nopw = insn.opcode == b"\x0f\x1f" and insn.modrm is not None and (insn.modrm >> 3) & 7 == 0
-    return insn.length == NOP10_OPT_INSN_SIZE and is_nopw and insn.raw[:5] == NOP10_PREFIX
+    Only this form: unoptimising leaves the call's bytes in the last five, which must stay operands.
+    Those five bytes already make it a nopw (opcode 0f 1f, ModRM 0x84: reg 0), so, as in the kernel,
+    the bytes and the length are all that is compared."""
+    return insn.length == NOP10_OPT_INSN_SIZE and insn.raw[:5] == NOP10_PREFIX
 
 
 def can_optimize(insn: Insn, vaddr: int, kernel: KernelVersion) -> bool:
@@ -390,7 +391,7 @@ def can_optimize(insn: Insn, vaddr: int, kernel: KernelVersion) -> bool:
 
 def _nop10_hint(insn: Insn, vaddr: int, kernel: KernelVersion) -> str:
     """Why a refused ``66 2e 0f 1f 84 ..`` nop10 is refused here when 7.3 optimises it."""
-    if insn.length != NOP10_OPT_INSN_SIZE or insn.raw[:5] != NOP10_PREFIX:
+    if not is_optimizable_nop10(insn):
         return ""
     if kernel.optimize_nop10:
         return (". 7.3 skips these checks only for a nop10 it can optimise, and this one crosses a page "
