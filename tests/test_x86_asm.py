@@ -2,6 +2,7 @@
 import pytest
 
 from uprobe_lab.program import disasm, format_listing, listing
+from uprobe_lab.sites import LEA_RSP_MINUS_0X80
 from uprobe_lab.x86 import asm
 from uprobe_lab.x86.programs import bench_program
 
@@ -12,7 +13,7 @@ CASES = [
     (asm.mov_rr("r12", "rsi"), "mov r12, rsi"), (asm.mov_imm32("rax", 1), "mov eax, 1"),
     (asm.mov_imm_sx("rax", 335), "mov rax, 0x14f"), (asm.mov_imm64("r9", 2**63), "movabs r9, 0x8000000000000000"),
     (asm.xor_rr32("rdi", "rdi"), "xor edi, edi"), (asm.dec("rbx"), "dec rbx"), (asm.inc("r10"), "inc r10"),
-    (asm.call_reg("r12"), "call r12"), (asm.lea_rsp_disp8(-0x80), "lea rsp, [rsp - 0x80]"),
+    (asm.call_reg("r12"), "call r12"), (LEA_RSP_MINUS_0X80, "lea rsp, [rsp - 0x80]"),
     (asm.ret_imm16(0x80), "ret 0x80"), (asm.mov_store_rsp_disp8("r9", -8), "mov qword ptr [rsp - 8], r9"),
     (asm.mov_load_rsp_disp8("rax", 16), "mov rax, qword ptr [rsp + 0x10]"),
     (asm.alu_rr("sub", "r8", "rcx"), "sub r8, rcx"), (asm.alu_rr("cmp", "rdi", "r15"), "cmp rdi, r15"),

@@ -12,7 +12,7 @@ import pandas as pd
 from ..arches import make_process
 from ..bench import events_table as bench_events_table
 from ..uprobes import CountingConsumer, uprobe_register, uprobe_unregister
-from ..sites import call_target
+from ..sites import LEA_INSN_SIZE, LEA_RSP_MINUS_0X80, call_target
 from ..x86 import optimize
 from ..x86.constants import __NR_uprobe
 from ..x86.redzone_programs import check_transparency
@@ -110,8 +110,8 @@ def address_map(proc, sites=()) -> str:
     """/proc/PID/maps of a process, with each probe site and the trampoline it calls marked."""
     lines = [proc.maps()]
     for site in sites:
-        lea = proc.read(site, optimize.LEA_INSN_SIZE) == optimize.LEA_RSP  # 7.3: the call follows the lea
-        at = site + optimize.LEA_INSN_SIZE if lea else site
+        lea = proc.read(site, LEA_INSN_SIZE) == LEA_RSP_MINUS_0X80  # 7.3: the call follows the lea
+        at = site + LEA_INSN_SIZE if lea else site
         target = call_target(proc.read(at, 5), at)
         if target is not None:
             lines.append(f"site {site:#x}: {'lea -0x80(%rsp),%rsp; ' if lea else ''}call {target:#x} "

@@ -87,11 +87,6 @@ def call_reg(reg: str) -> bytes:
     return _rex_b(r) + bytes([0xFF, 0xD0 | (r & 7)])
 
 
-def lea_rsp_disp8(disp: int) -> bytes:
-    """lea disp8(%rsp), %rsp (48 8d 64 24 disp8)."""
-    return bytes([0x48, 0x8D, 0x64, 0x24]) + struct.pack("<b", disp)
-
-
 def ret_imm16(imm: int) -> bytes:
     return b"\xc2" + struct.pack("<H", imm)
 

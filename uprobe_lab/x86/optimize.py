@@ -53,7 +53,6 @@ UPROBE_SYSCALL_ARGS_SIZE = 4 * 8  # struct uprobe_syscall_args { ax; r11; cx; re
 
 # --- 7.3: the nop10 form ----------------------------------------------------------------------
 REDZONE_SIZE = 0x80
-LEA_RSP = LEA_RSP_MINUS_0X80  # 48 8d 64 24 80
 
 
 def opt_insn_size(kernel: KernelVersion) -> int:
@@ -240,7 +239,7 @@ def int3_update_unoptimize(proc, vaddr: int, insn: bytes) -> None:
 def optimized_insn(proc, vaddr: int, tramp: int) -> bytes:
     """The bytes an optimised site holds: ``call tramp`` (6.18), or ``lea -0x80(%rsp),%rsp; call tramp`` (7.3)."""
     if proc.kernel.optimize_nop10:
-        return LEA_RSP + asm.call_rel32(vaddr + LEA_INSN_SIZE, tramp)
+        return LEA_RSP_MINUS_0X80 + asm.call_rel32(vaddr + LEA_INSN_SIZE, tramp)
     return asm.call_rel32(vaddr, tramp)
 
 
@@ -258,7 +257,7 @@ def swbp_unoptimize(proc, auprobe, vaddr: int) -> None:
 
 def is_optimized(proc, vaddr: int) -> bool:
     """Twin of is_optimized(): the site holds ``call rel32`` (7.3: ``lea; call``, is_opt_insns) into a trampoline page."""
-    if proc.kernel.optimize_nop10 and proc.read(vaddr, LEA_INSN_SIZE) != LEA_RSP:
+    if proc.kernel.optimize_nop10 and proc.read(vaddr, LEA_INSN_SIZE) != LEA_RSP_MINUS_0X80:
         return False
     return calls_uprobe_trampoline(proc.read(vaddr, opt_insn_size(proc.kernel)), vaddr, proc.mappings)
 
