@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -153,7 +154,6 @@ def cmd_bench(args) -> int:
 def model_rows(names, arch: str, kernel: str, cpu, options: dict) -> list[dict]:
     """The model's table, with a refusal row where the kernel refuses the probe, and each row saying
     whether a published figure exists for it or the model's number is a prediction only."""
-    from . import bench
     from .model import model_table
     from .published import load_published
 
@@ -241,8 +241,6 @@ def cmd_predict(args) -> int:
 
     out = output_file(args.out) if args.out else None
     measured = read_measured(args.measured)
-    import warnings
-
     with warnings.catch_warnings(record=True):  # printed below, once each
         warnings.simplefilter("always")
         result = model.predict_from_measured(measured, args.to)
@@ -283,7 +281,9 @@ def cmd_verify(args) -> int:
     return 0
 
 
+@contextlib.contextmanager
 def _verify_progress(quiet: bool):
+    """A progress(done, total) callback drawing a bar on stderr, closed on leaving the block."""
     from tqdm import tqdm
 
     bar = tqdm(file=sys.stderr, leave=False, disable=quiet, desc="verify", delay=0.5)
@@ -292,14 +292,10 @@ def _verify_progress(quiet: bool):
         bar.total = total
         bar.update(done - bar.n)
 
-    class _Bar:
-        def __enter__(self):
-            return progress
-
-        def __exit__(self, *exc):
-            bar.close()
-
-    return _Bar()
+    try:
+        yield progress
+    finally:
+        bar.close()
 
 
 def build_parser() -> argparse.ArgumentParser:
