@@ -10,9 +10,10 @@ consumer differs: a two-instruction BPF program (``r0 = 0; exit``) instead of a 
 from __future__ import annotations
 
 import ctypes
-import functools
 import os
 import struct
+
+from ..native.libc import libc
 
 BPF_PROG_LOAD, BPF_LINK_CREATE = 5, 28
 BPF_PROG_TYPE_KPROBE = 2
@@ -22,16 +23,9 @@ ATTR_SIZE = 128
 PROG = bytes.fromhex("b700000000000000" "9500000000000000")  # r0 = 0; exit
 
 
-@functools.cache
-def _libc() -> ctypes.CDLL:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
-    return libc
-
-
 def _bpf(cmd: int, attr: bytes) -> int:
     buf = ctypes.create_string_buffer(attr.ljust(ATTR_SIZE, b"\0"), ATTR_SIZE)
-    fd = _libc().syscall(ctypes.c_long(NR_BPF[os.uname().machine]), ctypes.c_long(cmd), buf,
+    fd = libc().syscall(ctypes.c_long(NR_BPF[os.uname().machine]), ctypes.c_long(cmd), buf,
                          ctypes.c_ulong(ATTR_SIZE))
     if fd < 0:
         e = ctypes.get_errno()

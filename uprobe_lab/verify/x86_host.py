@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import ctypes
 import errno as errno_mod
-import functools
 import os
 import pickle
 import struct
 from dataclasses import dataclass
 
 from ..errors import LabError
+from ..native.libc import libc
 from ..native.perf import open_uprobe, read_count
 from . import x86_harness as H
 
@@ -42,14 +42,6 @@ class StackT(ctypes.Structure):
     _fields_ = [("sp", ctypes.c_void_p), ("flags", ctypes.c_int), ("size", ctypes.c_size_t)]
 
 
-@functools.cache
-def _libc() -> ctypes.CDLL:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-    return libc
-
-
 def cpu_flags() -> set[str]:
     try:
         with open("/proc/cpuinfo") as f:
@@ -62,20 +54,20 @@ def cpu_flags() -> set[str]:
 
 
 def _mmap(addr: int, size: int, prot: int, flags: int, fd: int = -1, offset: int = 0) -> None:
-    got = _libc().mmap(addr, size, prot, flags | MAP_FIXED_NOREPLACE, fd, offset)
+    got = libc().mmap(addr, size, prot, flags | MAP_FIXED_NOREPLACE, fd, offset)
     if got != addr:
         e = ctypes.get_errno()
         raise OSError(e, f"mmap at {addr:#x}: {os.strerror(e)} (got {got})")
 
 
 def _install_signal_handlers() -> None:
-    libc = _libc()
+    lib = libc()
     stack = StackT(H.ALT_STACK, 0, H.ALT_STACK_SIZE)
-    if libc.sigaltstack(ctypes.byref(stack), None):
+    if lib.sigaltstack(ctypes.byref(stack), None):
         raise OSError(ctypes.get_errno(), "sigaltstack")
     act = SigAction(H.SIG_HANDLER, (ctypes.c_uint64 * 16)(), SA_SIGINFO | SA_ONSTACK, None)
     for signo in CAUGHT.values():
-        if libc.sigaction(signo, ctypes.byref(act), None):
+        if lib.sigaction(signo, ctypes.byref(act), None):
             raise OSError(ctypes.get_errno(), f"sigaction {signo}")
 
 
@@ -168,7 +160,7 @@ def child_batch(job: "Job") -> dict:
     refused the instruction (arch_uprobe_analyze_insn failed in uprobe_mmap), did not."""
     entry, data, regs_in = _setup(os.open(job.plain_path, os.O_RDONLY), job.offset, job.flags)
     report = {"runs": [_one_run(entry, data, regs_in), _one_run(entry, data, regs_in)], "attach_errno": None}
-    if _libc().munmap(ctypes.c_void_p(H.CODE), ctypes.c_size_t(H.CODE_SIZE)):
+    if libc().munmap(ctypes.c_void_p(H.CODE), ctypes.c_size_t(H.CODE_SIZE)):
         raise OSError(ctypes.get_errno(), "munmap")
     _mmap(H.CODE, H.CODE_SIZE, PROT_READ | PROT_EXEC, MAP_PRIVATE, os.open(job.path, os.O_RDONLY), job.offset)
     if ctypes.string_at(H.SITE, 1) != b"\xcc":
