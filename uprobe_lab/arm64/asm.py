@@ -90,8 +90,9 @@ def mov_reg(rd: int, rm: int) -> int:
     return 0xAA0003E0 | (_reg(rm) << 16) | _reg(rd)
 
 
-def movz(rd: int, imm16: int, x: bool = True) -> int:
-    return (0xD2800000 if x else 0x52800000) | ((imm16 & 0xFFFF) << 5) | _reg(rd)
+def movz(rd: int, imm16: int, x: bool = True, shift: int = 0) -> int:
+    """movz xd/wd, #imm16, lsl #shift (shift 0, 16, 32 or 48)."""
+    return (0xD2800000 if x else 0x52800000) | ((shift // 16) << 21) | ((imm16 & 0xFFFF) << 5) | _reg(rd)
 
 
 def b_imm(offset: int, link: bool = False) -> int:
@@ -121,13 +122,20 @@ def ldr_lit(rt: int, offset: int) -> int:
     return 0x58000000 | (((offset >> 2) & 0x7FFFF) << 5) | _reg(rt)
 
 
-def str_imm(rt: int, rn: int, imm: int) -> int:
+def unsigned_offset(base: int, scale: int, rt: int, rn: int, imm: int) -> int:
+    """A load/store with an unsigned scaled 12-bit offset, [xn, #imm]; ``base`` names width and direction."""
+    if imm % scale or not 0 <= imm // scale < 4096:
+        raise ValueError(f"offset {imm} must be a multiple of {scale} in [0, {4095 * scale}]")
+    return base | ((imm // scale) << 10) | (_reg(rn) << 5) | _reg(rt)
+
+
+def str_imm(rt: int, rn: int, imm: int = 0) -> int:
     """str xt, [xn, #imm] (unsigned offset, imm a multiple of 8)."""
-    return 0xF9000000 | (((imm // 8) & 0xFFF) << 10) | (_reg(rn) << 5) | _reg(rt)
+    return unsigned_offset(0xF9000000, 8, rt, rn, imm)
 
 
-def ldr_imm(rt: int, rn: int, imm: int) -> int:
-    return 0xF9400000 | (((imm // 8) & 0xFFF) << 10) | (_reg(rn) << 5) | _reg(rt)
+def ldr_imm(rt: int, rn: int, imm: int = 0) -> int:
+    return unsigned_offset(0xF9400000, 8, rt, rn, imm)
 
 
 def add_reg(rd: int, rn: int, rm: int) -> int:

@@ -1,16 +1,13 @@
-"""The few AArch64 encodings the referee's guest program needs beyond uprobe_lab.arm64.asm.
+"""The few AArch64 encodings the referee's guest program needs beyond uprobe_lab.arm64.asm (use
+those first: ldr_imm/str_imm, movz with a shift, add_imm, cmp_imm... live there).
 
 Each returns the 32-bit word; tests/test_verify_arm64.py checks every one against Capstone.
 """
 from __future__ import annotations
 
-from ..arm64.asm import _reg
+from ..arm64.asm import _reg, movz, unsigned_offset
 
 SYSREG = {"nzcv": 0xDA10, "tpidr_el0": 0xDE82}  # op0:op1:CRn:CRm:op2 as mrs/msr carry it
-
-
-def movz(rd: int, imm16: int, shift: int = 0) -> int:
-    return 0xD2800000 | ((shift // 16) << 21) | ((imm16 & 0xFFFF) << 5) | _reg(rd)
 
 
 def movk(rd: int, imm16: int, shift: int = 0) -> int:
@@ -34,50 +31,24 @@ def msr(reg: str, rt: int) -> int:
     return 0xD5100000 | (SYSREG[reg] << 5) | _reg(rt)
 
 
-def _unsigned_offset(base: int, scale: int, rt: int, rn: int, imm: int) -> int:
-    if imm % scale or not 0 <= imm // scale < 4096:
-        raise ValueError(f"offset {imm} must be a multiple of {scale} in [0, {4095 * scale}]")
-    return base | ((imm // scale) << 10) | (_reg(rn) << 5) | _reg(rt)
-
-
-def ldr_x(rt, rn, imm=0):
-    return _unsigned_offset(0xF9400000, 8, rt, rn, imm)
-
-
-def str_x(rt, rn, imm=0):
-    return _unsigned_offset(0xF9000000, 8, rt, rn, imm)
-
-
 def ldr_w(rt, rn, imm=0):
-    return _unsigned_offset(0xB9400000, 4, rt, rn, imm)
+    return unsigned_offset(0xB9400000, 4, rt, rn, imm)
 
 
 def str_w(rt, rn, imm=0):
-    return _unsigned_offset(0xB9000000, 4, rt, rn, imm)
-
-
-def ldrb(rt, rn, imm=0):
-    return _unsigned_offset(0x39400000, 1, rt, rn, imm)
-
-
-def strb(rt, rn, imm=0):
-    return _unsigned_offset(0x39000000, 1, rt, rn, imm)
+    return unsigned_offset(0xB9000000, 4, rt, rn, imm)
 
 
 def ldr_q(rt, rn, imm=0):
-    return _unsigned_offset(0x3DC00000, 16, rt, rn, imm)
+    return unsigned_offset(0x3DC00000, 16, rt, rn, imm)
 
 
 def str_q(rt, rn, imm=0):
-    return _unsigned_offset(0x3D800000, 16, rt, rn, imm)
+    return unsigned_offset(0x3D800000, 16, rt, rn, imm)
 
 
 def ldrb_reg(rt, rn, rm):
     return 0x38606800 | (_reg(rm) << 16) | (_reg(rn) << 5) | _reg(rt)
-
-
-def strb_reg(rt, rn, rm):
-    return 0x38206800 | (_reg(rm) << 16) | (_reg(rn) << 5) | _reg(rt)
 
 
 def ldr_w_reg(rt, rn, rm):

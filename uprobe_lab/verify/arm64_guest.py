@@ -106,7 +106,7 @@ def build_init() -> bytes:
     g.syscall("mmap", L.SHARED, 0x1000, 3, MAP_SHARED_ANON_FIXED, -1, 0)
     g.syscall("write", 1, ADDR["begin"], len(STRINGS["begin"]))
     g.syscall("write", 1, ADDR["uname"] + 130, 65)  # utsname.release
-    g.mov(26, TAB), g(enc.ldr_x(20, 26, 0)), g.mov(19, 0), g.mov(21, TAB + TAB_HEADER), g.mov(23, L.SHARED)
+    g.mov(26, TAB), g(asm.ldr_imm(20, 26, 0)), g.mov(19, 0), g.mov(21, TAB + TAB_HEADER), g.mov(23, L.SHARED)
     g.label("case_loop")
     g(enc.cmp_reg(19, 20))
     asm.bcond_to(g.a, "hs", "all_done")
@@ -120,8 +120,8 @@ def build_init() -> bytes:
     asm.cbz_to(g.a, 0, "child")
     g(asm.mov_reg(25, 0))
     g.syscall("wait4", None, ADDR["status"], 0, 0)  # x0 still holds the pid
-    g.mov(1, ADDR["status"]), g(enc.ldr_w(1, 1, 0), enc.str_x(1, 23, L.REC["status"]))
-    g(enc.lsl_imm(2, 22, 32), enc.orr_reg(1, 19, 2), enc.str_x(1, 23, L.REC["tag"]))
+    g.mov(1, ADDR["status"]), g(enc.ldr_w(1, 1, 0), asm.str_imm(1, 23, L.REC["status"]))
+    g(enc.lsl_imm(2, 22, 32), enc.orr_reg(1, 19, 2), asm.str_imm(1, 23, L.REC["tag"]))
     # hex line: "R " + 2 hex digits per record byte + "\n"
     g.mov(3, ADDR["line"]), g.mov(4, ord("R")), g(enc.strb_post(4, 3)), g.mov(4, ord(" ")), g(enc.strb_post(4, 3))
     g.mov(6, ADDR["hex"]), g.mov(1, 0)
@@ -145,24 +145,24 @@ def build_init() -> bytes:
 
     g.label("child")
     g.syscall("openat", -100, ADDR["cases"], 0)
-    g(asm.mov_reg(4, 0), enc.ldr_x(1, 26, 8))  # tab header: size of the cases file
+    g(asm.mov_reg(4, 0), asm.ldr_imm(1, 26, 8))  # tab header: size of the cases file
     g.syscall("mmap", L.CODE, None, 5, MAP_PRIVATE_FIXED, None, 0)
     g.syscall("sigaltstack", ADDR["altstack"], 0)
     for sig in CAUGHT:
         g.syscall("rt_sigaction", sig, ADDR["sigaction"], 0, 8)
     asm.cbz_to(g.a, 22, "run")
     for k in range(2):
-        g(enc.ldr_x(1, 21, 8), asm.cmp_imm(1, k))
+        g(asm.ldr_imm(1, 21, 8), asm.cmp_imm(1, k))
         asm.bcond_to(g.a, "ls", "probes_done")
         g.mov(7, ADDR["attr"])
-        g(enc.str_w(24, 7, 0), enc.ldr_x(2, 21, 24 + 16 * k), enc.str_x(2, 7, 8),
-          enc.ldr_x(2, 21, 16 + 16 * k), enc.str_x(2, 7, 64))
+        g(enc.str_w(24, 7, 0), asm.ldr_imm(2, 21, 24 + 16 * k), asm.str_imm(2, 7, 8),
+          asm.ldr_imm(2, 21, 16 + 16 * k), asm.str_imm(2, 7, 64))
         g.syscall("perf_event_open", ADDR["attr"], 0, -1, -1, 0)
-        g(enc.str_x(0, 23, L.REC["attach0"] + 8 * k))
+        g(asm.str_imm(0, 23, L.REC["attach0"] + 8 * k))
     g.label("probes_done")
-    g(enc.ldr_x(1, 21, 48), enc.ldr_w(2, 1, 0), enc.str_x(2, 23, L.REC["seen"]))
+    g(asm.ldr_imm(1, 21, 48), enc.ldr_w(2, 1, 0), asm.str_imm(2, 23, L.REC["seen"]))
     g.label("run")
-    g(enc.ldr_x(1, 21, 0), asm.br(1))
+    g(asm.ldr_imm(1, 21, 0), asm.br(1))
 
     g.a.pad_to(L.FINISH, b"\0")
     g.label("finish")  # the case's registers are gone: every address is loaded afresh
@@ -202,17 +202,17 @@ def build_init() -> bytes:
     g(enc.lsl_imm(5, 5, 4), enc.orr_reg(5, 5, 2))
     asm.b_to(g.a, "hex_digit")
     g.label("xol_found")  # read the XOL page as the task can: a plain load (/proc/self/mem says EIO: no VM_MAYREAD)
-    g.mov(23, L.SHARED), g(enc.str_x(5, 23, L.REC["xol"]), asm.ldp(1, 2, 5, 0, "offset"),
+    g.mov(23, L.SHARED), g(asm.str_imm(5, 23, L.REC["xol"]), asm.ldp(1, 2, 5, 0, "offset"),
                            asm.stp(1, 2, 23, L.REC["xol_bytes"], "offset"))
     g.label("exit")
     g.syscall("exit", 0)
     g.a.pad_to(L.SIGNAL_ENTRY, b"\0")
     g.label("signal_entry")  # x0 = the signal, x2 = its ucontext; a second signal (in FINISH) just exits
-    g.mov(23, L.SHARED), g(enc.ldr_x(3, 23, L.REC["sig"]))
+    g.mov(23, L.SHARED), g(asm.ldr_imm(3, 23, L.REC["sig"]))
     asm.cbz_to(g.a, 3, "first_signal")
     g.syscall("exit", 0)
     g.label("first_signal")
-    g(enc.str_x(0, 23, L.REC["sig"]), enc.ldr_x(1, 2, UC_PC), enc.str_x(1, 23, L.REC["sig_pc"]))
+    g(asm.str_imm(0, 23, L.REC["sig"]), asm.ldr_imm(1, 2, UC_PC), asm.str_imm(1, 23, L.REC["sig_pc"]))
     g.mov(1, L.FINISH), g(asm.br(1))
     prog = g.a.link()
     return _elf(prog.code, _data_page())

@@ -73,22 +73,22 @@ def literal_pool() -> bytes:
 
 
 def _pad(pad_id: int) -> list[int]:
-    words = [enc.msr("tpidr_el0", 0), enc.movz(0, SHARED >> 16, 16)]
+    words = [enc.msr("tpidr_el0", 0), asm.movz(0, SHARED >> 16, shift=16)]
     words += [asm.stp(r, r + 1, 0, 8 * r, "offset") for r in range(1, 30, 2)]  # x1..x30
-    words += [enc.mrs(1, "tpidr_el0"), enc.str_x(1, 0, REC["x"]),
-              asm.add_imm(1, asm.SP, 0), enc.str_x(1, 0, REC["sp"]),
-              enc.mrs(1, "nzcv"), enc.str_x(1, 0, REC["nzcv"]),
+    words += [enc.mrs(1, "tpidr_el0"), asm.str_imm(1, 0, REC["x"]),
+              asm.add_imm(1, asm.SP, 0), asm.str_imm(1, 0, REC["sp"]),
+              enc.mrs(1, "nzcv"), asm.str_imm(1, 0, REC["nzcv"]),
               enc.str_q(0, 0, REC["v0"]), enc.str_q(1, 0, REC["v1"]),
-              enc.movz(1, pad_id), enc.str_x(1, 0, REC["pad"])]
+              asm.movz(1, pad_id), asm.str_imm(1, 0, REC["pad"])]
     return words + enc.mov_imm64(1, FINISH) + [asm.br(1)]
 
 
 def _entry() -> list[int]:
-    words = [asm.adr(30, INIT), enc.ldr_x(0, 30, INIT_NZCV), enc.msr("nzcv", 0),
-             enc.ldr_x(0, 30, INIT_SP), asm.add_imm(asm.SP, 0, 0),
+    words = [asm.adr(30, INIT), asm.ldr_imm(0, 30, INIT_NZCV), enc.msr("nzcv", 0),
+             asm.ldr_imm(0, 30, INIT_SP), asm.add_imm(asm.SP, 0, 0),
              enc.ldr_q(0, 30, INIT_V0), enc.ldr_q(1, 30, INIT_V1)]
     words += [asm.ldp(r, r + 1, 30, 8 * r, "offset") for r in range(0, 30, 2)]  # x0..x29
-    words.append(enc.ldr_x(30, 30, 240))
+    words.append(asm.ldr_imm(30, 30, 240))
     return words
 
 
