@@ -9,6 +9,7 @@ and sample standard deviation of the per-interval rates in M calls/s, as in the 
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import statistics
@@ -42,17 +43,22 @@ def available_benches(program) -> list[str]:
     return [n for n in BENCH_NAMES + EXTRA_BENCH_NAMES if bench_spec(n).target in program.symbols]
 
 
-def _pin_to_one_cpu() -> set[int] | None:
-    """Pin to the CPU we are on (the bench's -a); return the old mask to restore, or None."""
+@contextlib.contextmanager
+def pinned_to_one_cpu():
+    """Pin to the CPU we are on (the bench's -a) for the block; restore the old mask on the way out."""
     try:
         old = os.sched_getaffinity(0)
         cpu = ctypes.CDLL(None).sched_getcpu()
         if cpu < 0 or cpu not in old:
             cpu = min(old)
         os.sched_setaffinity(0, {cpu})
-        return old
     except (OSError, AttributeError):
-        return None
+        old = None
+    try:
+        yield
+    finally:
+        if old is not None:
+            os.sched_setaffinity(0, old)
 
 
 def _measure(nc: NativeCode, addr: int, iterations: int, repeats: int,
@@ -148,16 +154,11 @@ def run_native_benches(names: Iterable[str] | None = None, iterations: int = DEF
     if iterations >= MAX_CALLS:
         raise ValueError(f"iterations must be below 2**64 (the loop count is one 64-bit register), got {iterations}")
     arch = check_native_support(arch)
-    old_mask = _pin_to_one_cpu()
-    try:
-        with NativeCode(arch) as nc:
-            have = available_benches(nc.program)
-            wanted = [n for n in BENCH_NAMES if n in have] if names is None else list(names)
-            unknown = [n for n in wanted if n not in have]
-            if unknown:
-                raise ValueError(f"unknown native bench(es) {', '.join(unknown)} on {arch}; "
-                                 f"known: {', '.join(have)}")
-            return [run_bench(nc, n, iterations, repeats, progress) for n in wanted]
-    finally:
-        if old_mask is not None:
-            os.sched_setaffinity(0, old_mask)
+    with pinned_to_one_cpu(), NativeCode(arch) as nc:
+        have = available_benches(nc.program)
+        wanted = [n for n in BENCH_NAMES if n in have] if names is None else list(names)
+        unknown = [n for n in wanted if n not in have]
+        if unknown:
+            raise ValueError(f"unknown native bench(es) {', '.join(unknown)} on {arch}; "
+                             f"known: {', '.join(have)}")
+        return [run_bench(nc, n, iterations, repeats, progress) for n in wanted]

@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -38,7 +37,7 @@ from typing import Callable
 from ..bench import bench_spec
 from ..model import load_host_recording
 from ..sites import calls_uprobe_trampoline
-from .bench import _pin_to_one_cpu
+from .bench import pinned_to_one_cpu
 from .code import NativeCode
 from .errors import NativeUnavailable
 from .support import check_native_support
@@ -129,18 +128,13 @@ def measure_price_rows(configs=PRICE_CONFIGS, rel_tol: float = REL_TOL, budget_s
     time per configuration, spread over :data:`ROUNDS` interleaved rounds. Probes are always detached.
     """
     arch = check_native_support()
-    old_mask = _pin_to_one_cpu()
     states = {cfg: {"rel_tol": rel_tol} for cfg in configs}
-    try:
-        with NativeCode(arch) as nc:
-            for rnd in range(ROUNDS):
-                for cfg in configs:
-                    _round(nc, *cfg, budget_s / ROUNDS, states[cfg])
-                    if progress:
-                        progress(f"{cfg[0]} x{cfg[1]} round {rnd + 1}")
-    finally:
-        if old_mask is not None:
-            os.sched_setaffinity(0, old_mask)
+    with pinned_to_one_cpu(), NativeCode(arch) as nc:
+        for rnd in range(ROUNDS):
+            for cfg in configs:
+                _round(nc, *cfg, budget_s / ROUNDS, states[cfg])
+                if progress:
+                    progress(f"{cfg[0]} x{cfg[1]} round {rnd + 1}")
     out = []
     for (bench, consumers), st in states.items():
         rates = st["rates"]
