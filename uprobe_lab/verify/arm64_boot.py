@@ -23,7 +23,6 @@ CACHE = Path(os.environ.get("UPROBE_LAB_CACHE", Path.home() / ".cache" / "uprobe
 KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 SUITES = [("debian", "bookworm"), ("debian-security", "bookworm-security"), ("debian", "bookworm-backports"),
           ("debian", "trixie"), ("debian", "trixie-backports")]
-DEFAULT_SUITE = "bookworm-security"  # Debian 12's newest 6.1.y
 QEMU = "qemu-system-aarch64"
 
 

@@ -23,7 +23,7 @@ DATA = 0x402000
 TAB = 0x30000000
 TAB_HEADER = 64
 DESC_SIZE = 64
-AT_FDCWD_IMM = 99  # movn #99 = -100
+AT_FDCWD = -100  # include/uapi/linux/fcntl.h: openat relative to the working directory
 SYS = {"mount": 40, "openat": 56, "read": 63, "write": 64, "sync": 81, "exit": 93,
        "reboot": 142, "sigaltstack": 132, "rt_sigaction": 134, "uname": 160, "clone": 220, "mmap": 222, "perf_event_open": 241, "wait4": 260}
 SIGCHLD = 17
@@ -91,7 +91,7 @@ def build_init() -> bytes:
     g.syscall("mount", ADDR["proc"], ADDR["dproc"], ADDR["proc"], 0, 0)
     g.syscall("mount", ADDR["sysfs"], ADDR["dsys"], ADDR["sysfs"], 0, 0)
     g.syscall("uname", ADDR["uname"])
-    g.syscall("openat", -100, ADDR["type"], 0)
+    g.syscall("openat", AT_FDCWD, ADDR["type"], 0)
     g.syscall("read", None, ADDR["typebuf"], 16)
     g.mov(24, 0), g.mov(10, 10), g.mov(1, ADDR["typebuf"])
     g.label("parse_type")
@@ -100,7 +100,7 @@ def build_init() -> bytes:
     g(enc.madd(24, 24, 10, 2))
     asm.b_to(g.a, "parse_type")
     g.label("type_done")
-    g.syscall("openat", -100, ADDR["tab"], 0)
+    g.syscall("openat", AT_FDCWD, ADDR["tab"], 0)
     g(asm.mov_reg(4, 0))
     g.syscall("mmap", TAB, 0x100000, 1, MAP_PRIVATE_FIXED, None, 0)
     g.syscall("mmap", L.SHARED, 0x1000, 3, MAP_SHARED_ANON_FIXED, -1, 0)
@@ -144,7 +144,7 @@ def build_init() -> bytes:
     asm.b_to(g.a, "hang")
 
     g.label("child")
-    g.syscall("openat", -100, ADDR["cases"], 0)
+    g.syscall("openat", AT_FDCWD, ADDR["cases"], 0)
     g(asm.mov_reg(4, 0), asm.ldr_imm(1, 26, 8))  # tab header: size of the cases file
     g.syscall("mmap", L.CODE, None, 5, MAP_PRIVATE_FIXED, None, 0)
     g.syscall("sigaltstack", ADDR["altstack"], 0)
@@ -166,7 +166,7 @@ def build_init() -> bytes:
 
     g.a.pad_to(L.FINISH, b"\0")
     g.label("finish")  # the case's registers are gone: every address is loaded afresh
-    g.syscall("openat", -100, ADDR["maps"], 0)
+    g.syscall("openat", AT_FDCWD, ADDR["maps"], 0)
     g(asm.mov_reg(20, 0)), g.mov(21, ADDR["maps"]), g.mov(22, 0)
     g.label("read_maps")
     g(asm.mov_reg(0, 20), asm.add_reg(1, 21, 22))

@@ -42,7 +42,6 @@ REC_SIZE = REC["scratch"] + SCRATCH_SIZE
 SCRATCH = SHARED + REC["scratch"]
 # init block layout (at INIT in each slot)
 INIT_SP, INIT_NZCV, INIT_V0, INIT_V1 = 248, 256, 272, 288
-INIT_SIZE = 304
 
 
 def slot_base(index: int) -> int:
