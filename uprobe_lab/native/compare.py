@@ -133,7 +133,7 @@ def trampoline_bytes(snap: dict) -> dict[str, str | None]:
 
 def compare(host: dict, emulator: dict) -> pd.DataFrame:
     """Rows (what, host, emulator, same) for one bench: kernel, site, mappings, trampoline bytes."""
-    rows = [("kernel", host["kernel"], emulator["kernel"], model_kernel_of(host["kernel"]) == emulator["kernel"]),
+    rows = [("kernel", host["kernel"], emulator["kernel"], model_kernel(host["kernel"]) == emulator["kernel"]),
             ("hits counted", host["hits"], emulator["hits"], host["hits"] == emulator["hits"]),
             ("probe site bytes", host["site_bytes"], emulator["site_bytes"], None),
             ("probe site", site_form(host), site_form(emulator), site_form(host) == site_form(emulator)),
@@ -160,10 +160,6 @@ def compare(host: dict, emulator: dict) -> pd.DataFrame:
 
 def _slots(slots: dict) -> str:
     return "; ".join(f"{int(k)}: {v}" for k, v in sorted(slots.items(), key=lambda kv: int(kv[0]))) or "-"
-
-
-def model_kernel_of(release: str) -> str | None:
-    return model_kernel(release)
 
 
 def side_by_side(bench: str = "uprobe-nop5", hits: int = DEFAULT_HITS, host: dict | None = None,
