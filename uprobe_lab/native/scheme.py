@@ -20,10 +20,10 @@ from dataclasses import asdict, dataclass
 
 from ..usdt import ENOSYS, ENXIO, EPROTO, describe_syscall_result
 from ..sites import LEA_RSP_MINUS_0X80, calls_uprobe_trampoline
+from ..uprobes import ENOTSUPP
 from .host import parse_maps
 from .perf import UprobeEvent
 
-ENOTSUPP = 524  # include/linux/errno.h: kernel-internal, shown by strerror as "Unknown error 524"
 HITS = 2
 
 

@@ -21,13 +21,13 @@ from dataclasses import dataclass, field
 from unicorn import arm64_const as A
 
 from ..arm64 import asm
+from ..arm64.decode import EINVAL
 from ..arm64.process import Arm64Process
 from ..errors import LabError
 from ..uprobes import CountingConsumer, UnprobeableInstruction, uprobe_register
 from . import arm64_cases as C
 from . import arm64_layout as L
 
-EINVAL = 22
 PAGE = 0x1000
 SIGNALS = {"SIGILL": 4, "SIGTRAP": 5, "SIGBUS": 7, "SIGSEGV": 11}
 
