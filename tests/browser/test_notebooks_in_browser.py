@@ -242,6 +242,18 @@ def _operate_one_widget(page):
     return kind, before, after
 
 
+def open_and_run_all(page, server, rel):
+    """Open the notebook at ``rel`` in JupyterLab, wait for its kernel, Run All, and wait until every code cell ran."""
+    page.goto(f"{server['base']}/lab/tree/{rel}?reset&token={server['token']}")
+    # The notebook is open and its kernel connected.
+    page.wait_for_function("() => { const s = (%s)(); return s && s.status === 'idle'; }" % STATE_JS,
+                           timeout=120_000, polling=250)
+    page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    page.wait_for_function(
+        "() => { const s = (%s)(); return s && s.code > 0 && s.executed === s.code && s.status === 'idle'"
+        " && !s.busy; }" % STATE_JS, timeout=RUN_TIMEOUT_S * 1000, polling=500)
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_in_browser(path, lab_server, browser, screenshot_dir):
     rel = path.relative_to(REPO).as_posix()
@@ -251,14 +263,7 @@ def test_notebook_in_browser(path, lab_server, browser, screenshot_dir):
     page.on("console", lambda m: console_errors.append(m.text) if m.type == "error" else None)
     t0 = time.monotonic()
     try:
-        page.goto(f"{lab_server['base']}/lab/tree/{rel}?reset&token={lab_server['token']}")
-        # The notebook is open and its kernel connected.
-        page.wait_for_function("() => { const s = (%s)(); return s && s.status === 'idle'; }" % STATE_JS,
-                               timeout=120_000, polling=250)
-        page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
-        page.wait_for_function(
-            "() => { const s = (%s)(); return s && s.code > 0 && s.executed === s.code && s.status === 'idle'"
-            " && !s.busy; }" % STATE_JS, timeout=RUN_TIMEOUT_S * 1000, polling=500)
+        open_and_run_all(page, lab_server, rel)
         state = page.evaluate(STATE_JS)
         ran_s = time.monotonic() - t0
         # Widget views and charts finish rendering after the kernel goes idle.
@@ -373,12 +378,7 @@ def test_exercise_answered_in_jupyterlab(lab_server, browser, screenshot_dir):
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     page = context.new_page()
     try:
-        page.goto(f"{lab_server['base']}/lab/tree/{rel}?reset&token={lab_server['token']}")
-        page.wait_for_function("() => { const s = (%s)(); return s && s.status === 'idle'; }" % STATE_JS,
-                               timeout=120_000, polling=250)
-        page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
-        page.wait_for_function("() => { const s = (%s)(); return s && s.executed === s.code && s.status === 'idle'"
-                               " && !s.busy; }" % STATE_JS, timeout=RUN_TIMEOUT_S * 1000, polling=500)
+        open_and_run_all(page, lab_server, rel)
         verdicts = page.locator(".uprobe-lab-verdict")
         assert verdicts.count() == len(exercises.chapter("00")), "the unanswered checks did not render"
         assert "no answer yet" in verdicts.first.inner_text()
