@@ -160,3 +160,20 @@ def test_cost_table_of_the_demo_elf(tmp_path):
     assert row["uprobe_lab:nop10"]["6.18 per hit"] == "1 exc + 0 sys"
     assert row["uprobe_lab:nop5"]["6.18 per hit"] == "0 exc + 1 sys" and row["uprobe_lab:nop5"]["7.3 per hit"] == "1 exc + 0 sys"
     assert row["uprobe_lab:nop10_pagecross"]["7.3 probe"] == "+0"
+
+
+def test_libbpf_choices_per_kernel():
+    """Worked out by hand from usdt.h's has_nop_combo()/probe_uprobe_syscall(): 6.16 has no syscall 336 (ENOSYS),
+    so both libbpfs probe the nop; 6.18 answers ENXIO, which only the 6.18 tree's libbpf wants, and only on its
+    nop,nop5 combo; 7.3 answers EPROTO, which only the 7.3 tree's libbpf wants, and only on nop,nop10."""
+    from uprobe_lab.views.nop5 import libbpf_choices
+    table = libbpf_choices().set_index("kernel")
+    assert list(table["syscall 336 off the trampoline"]) == ["-ENOSYS", "-ENXIO", "-EPROTO"]
+    six18, seven3 = "libbpf of the 6.18 tree", "libbpf of the 7.3 tree"
+    assert table.loc["6.16"].drop("syscall 336 off the trampoline").eq("+0").all()
+    assert table.loc["6.18", f"{six18}: nop,nop5"] == "+1"
+    assert table.loc["6.18", f"{six18}: nop,nop10"] == "+0"
+    assert table.loc["6.18", f"{seven3}: nop,nop10"] == "+0"
+    assert table.loc["7.3", f"{seven3}: nop,nop10"] == "+1"
+    assert table.loc["7.3", f"{seven3}: nop,nop5"] == "+0"
+    assert table.loc["7.3", f"{six18}: nop,nop5"] == "+0"

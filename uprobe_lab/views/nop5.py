@@ -13,6 +13,7 @@ from ..arches import make_process
 from ..bench import events_table as bench_events_table
 from ..uprobes import CountingConsumer, uprobe_register, uprobe_unregister
 from ..sites import LEA_INSN_SIZE, LEA_RSP_MINUS_0X80, call_target
+from ..usdt import LIBBPFS, USDT_SHAPES, describe_syscall_result, usdt_probe_offset
 from ..x86 import optimize
 from ..x86.constants import __NR_uprobe
 from ..x86.redzone_programs import check_transparency
@@ -104,6 +105,20 @@ def kernels_side_by_side(kernels=("6.16", "6.18", "7.3"),
             return "refused"
         return f"{ev.get('exceptions', 0):g} exc + {ev.get('syscalls', 0):g} sys"
     return pd.DataFrame({k: [cell(b, k) for b in benches] for k in kernels}, index=list(benches))
+
+
+def libbpf_choices(kernels=("6.16", "6.18", "7.3"), shapes=("nop,nop5", "nop,nop10")) -> pd.DataFrame:
+    """Per kernel: what its syscall 336 feature probe returns, and where each libbpf puts a USDT probe (+0 or +1)."""
+    rows = []
+    for k in kernels:
+        ret = make_process("x86_64", k).call("uprobe_syscall_probe") - (1 << 64)  # -errno, as the u64 rax
+        row = {"kernel": k, "syscall 336 off the trampoline": describe_syscall_result(ret)}
+        for lib in LIBBPFS:
+            for shape in shapes:
+                offset, _ = usdt_probe_offset(USDT_SHAPES[shape].site, 0x401000, ret, lib)
+                row[f"{lib.name.split(' (')[0]}: {shape}"] = f"+{offset}"
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def address_map(proc, sites=()) -> str:
