@@ -1,4 +1,4 @@
-"""Command line: ``python -m uprobe_lab bench|analyze|reproduce|predict ...``."""
+"""Command line: ``python -m uprobe_lab bench|analyze|reproduce|predict|verify ...``."""
 from __future__ import annotations
 
 import argparse
@@ -329,7 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("predict", help="fit a CPU profile on your measurements and predict another kernel")
     p.add_argument("--measured", required=True, help="CSV with columns arch, kernel, bench, mops")
     p.add_argument("--to", required=True, help="kernel to predict: a release such as 6.14.2 or a modelled version "
-                   "6.10, 6.11, 6.16, 6.18 (arm64: xol-stp, simulated-stp)")
+                   f"{', '.join(KERNELS)} (arm64: xol-stp, simulated-stp)")
     p.add_argument("--out", help="CSV to write (bench, predicted_mops, low_80, high_80); default: stdout")
     p.set_defaults(func=cmd_predict)
 
