@@ -1,7 +1,6 @@
 """Chapter 06: this machine - the host kernel's rules, the recorded run, a calibrated profile."""
 from __future__ import annotations
 
-import math
 import platform
 
 from .. import LabError, events_per_hit, model
@@ -21,14 +20,13 @@ def _recorded_mops(bench: str) -> float:
     return next(r["mops"] for r in example.load_example()["benches"] if r["bench"] == bench)
 
 
-def moved_most() -> str:
-    """The calibrated price furthest (by factor) outside its plausible range, on the recorded run."""
+def implausible_price() -> str:
+    """The calibrated price the recorded run's profile warns about (outside its plausible range)."""
     table = calibrate.prices_table(calibrate.calibrate(example.load_example()["benches"]))
-    factor = {}
-    for r in table.itertuples():
-        lo, hi = model.PLAUSIBLE_NS[r.price]
-        factor[r.price] = math.log(r.ns / hi) if r.ns > hi else (math.log(lo / r.ns) if 0 < r.ns < lo else 0.0)
-    return max(factor, key=factor.get)
+    warned = table[table["warning"] != ""]["price"]
+    if len(warned) != 1:
+        raise LabError(f"the recorded run should leave exactly one price implausible, not {list(warned)}")
+    return warned.iloc[0]
 
 
 exercise(
@@ -78,7 +76,7 @@ answer = table[table["warning"] != ""]["price"].iloc[0]""",
                 "far above what one event costs natively: the trap flag's #DB is intercepted by the hypervisor. "
                 "A bench with two "
                 "out-of-line steps per hit, or one without any exception, would separate it from the others.",
-    expected=moved_most,
+    expected=implausible_price,
     judge=j.choice(tuple(model.PRICE_NAMES)),
     why=lambda e: f"The lab's calibration moves {e} furthest.",
 )
