@@ -11,6 +11,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from ..native.calibrate import kernel_columns
+
 NATIVE_COLOR, MODEL_COLOR, PUBLISHED_COLOR = "#66c2a5", "#fc8d62", "#8da0cb"
 
 
@@ -54,7 +56,7 @@ def native_chart(comparison: pd.DataFrame, title: str = "") -> Figure:
 
 def predictions_chart(pred: pd.DataFrame, kernels=None) -> Figure:
     """The calibrated profile's predictions per kernel (one group of bars per bench), measured marked."""
-    kernels = list(kernels or [c for c in pred.columns if c[:1].isdigit() and " " not in c])
+    kernels = list(kernels or kernel_columns(pred))
     # probe benches only: usermode-count and syscall-count run hundreds of times faster and would force a log
     # axis, on which a 30% change between kernels all but disappears
     pred = pred[pred["bench"].str.contains("probe")].reset_index(drop=True)
@@ -120,7 +122,7 @@ def kernel_picker(pred: pd.DataFrame):
 
     from ..native.calibrate import kernel_change
 
-    kernels = [c for c in pred.columns if c[:1].isdigit() and " " not in c]
+    kernels = kernel_columns(pred)
     picker = w.ToggleButtons(options=kernels, value=kernels[0], description="kernel")
     out = w.Output()
 
