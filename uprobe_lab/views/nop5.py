@@ -11,12 +11,13 @@ import pandas as pd
 
 from ..arches import make_process
 from ..bench import events_table as bench_events_table
-from ..uprobes import CountingConsumer, uprobe_register, uprobe_unregister
+from ..kernel import get_kernel
+from ..uprobes import CountingConsumer, UprobeConsumer, uprobe_register, uprobe_unregister
 from ..sites import LEA_INSN_SIZE, LEA_RSP_MINUS_0X80, call_target
 from ..usdt import LIBBPFS, USDT_SHAPES, describe_syscall_result, usdt_probe_offset
 from ..x86 import optimize
 from ..x86.constants import __NR_uprobe
-from ..x86.redzone_programs import check_transparency
+from ..x86.redzone_programs import check_transparency, make_redzone_process, site_of
 
 KINDS = ("exceptions", "iret", "syscalls", "sysret", "emulated", "xol_steps", "consumers", "uaccess_bytes")
 
@@ -68,8 +69,6 @@ def patch_run(kernel="6.18", target: str | None = None) -> PatchRun:
     into a call; 7.3: into lea -0x80(%rsp),%rsp; call); the second goes through that call and
     sys_uprobe, with no exception. ``run.proc.trace`` thus holds one hit of each path before the
     unregister undoes the rewrite (7.3: bytes 0..4 only)."""
-    from ..kernel import get_kernel
-
     if target is None:
         target = "uprobe_target_nop10" if get_kernel(kernel).optimize_nop10 else "uprobe_target_nop5"
     proc = make_process("x86_64", kernel)
@@ -146,6 +145,32 @@ def redzone_reports() -> list:
             check_transparency("redzone_leaf_nop10", "7.3")]
 
 
+def sys_uprobe_exits(kernel="7.3") -> pd.DataFrame:
+    """The optimised red-zone leaf's second call (its value 5 in the red zone), once with a consumer that leaves
+    sp alone and once with one that opens a new frame 16 bytes down (the return address copied, 0xBEEF in the
+    red-zone slot the leaf reads back): sys_uprobe returns by sysret through the trampoline, or by iret."""
+    rows = []
+    for move_sp in (False, True):
+        proc = make_redzone_process(kernel)
+        leaf = "redzone_leaf_nop10" if get_kernel(kernel).optimize_nop10 else "redzone_leaf_nop5"
+        site = site_of(leaf)
+
+        def handler(regs, proc=proc, site=site, move_sp=move_sp):
+            if move_sp and optimize.is_optimized(proc, site):
+                proc.write_u64(regs.sp - 16, proc.read_u64(regs.sp))
+                proc.write_u64(regs.sp - 24, 0xBEEF)
+                regs.sp = regs.sp - 16
+            return 0
+        uprobe_register(proc, site, UprobeConsumer(handler=handler))
+        proc.call(leaf, 5)  # the first hit optimises the site
+        before = proc.trace.counts
+        ret = proc.call(leaf, 5)
+        spent = proc.trace.since(before)
+        rows.append({"consumer moves sp": move_sp, "returned": f"{ret:#x}", "syscalls": spent.get("syscalls", 0),
+                     "sysret": spent.get("sysret", 0), "iret": spent.get("iret", 0)})
+    return pd.DataFrame(rows)
+
+
 def stack_at_sys_uprobe(kernel="6.18") -> pd.DataFrame:
     """The user stack when sys_uprobe is entered from the trampoline, for a uretprobe'd optimised site.
 
@@ -155,8 +180,6 @@ def stack_at_sys_uprobe(kernel="6.18") -> pd.DataFrame:
     own return address - the one a uretprobe hijacks - is above all that (``optimize.UPROBE_SYSCALL_ARGS_SIZE``
     up, + 0x80 on 7.3). RFC v2 read it there; the merged sys_uprobe moves sp past the words first.
     """
-    from ..kernel import get_kernel
-
     nop10 = get_kernel(kernel).optimize_nop10
     proc = make_process("x86_64", kernel)
     site = proc.program.resolve("uprobe_target_nop10" if nop10 else "uprobe_target_nop5")
