@@ -11,6 +11,7 @@ from uprobe_lab.uprobes import CountingConsumer, uprobe_register
 from uprobe_lab.x86.decode import ARCH_UPROBE_FLAG_CAN_OPTIMIZE, arch_uprobe_analyze_insn
 from uprobe_lab.x86.process import X86Process
 from uprobe_lab.x86.riprel import UPROBE_FIX_RIP_BX, UPROBE_FIX_RIP_DI, UPROBE_FIX_RIP_SI
+from uprobe_lab.x86.xol_programs import riprel_process, riprel_run, syscall_run
 
 VADDR = 0x400000
 
@@ -69,26 +70,12 @@ def test_riprel_rewrite_bytes():
     assert both.fixups & UPROBE_FIX_RIP_BX and both.ixol[4] == 0x80 | (6 << 3) | 3
 
 
-def _riprel_process(code: bytes):
-    proc = X86Process("6.18")
-    proc.map("/lab/riprel", 0x400000, 0x1000, "r-xp", code + b"\xc3")
-    proc.map("[data]", 0x401000, 0x1000, "rw-p", (0x1122334455667788).to_bytes(8, "little") * 512)
-    return proc
-
-
 def test_riprel_step_reads_the_same_memory_and_restores_the_scratch_register():
     code = bytes.fromhex("488b05f90f0000")  # mov rax, [rip+0xff9] -> 0x401000
-    plain = _riprel_process(code)
-    plain_regs = plain.regs()
-    plain_regs.si = 0x5151
-    plain_regs.flush()
-    plain.run(0x400000, 0x400007)
-    probed = _riprel_process(code)
-    regs = probed.regs()
-    regs.si = 0x5151
-    regs.flush()
-    uprobe_register(probed, 0x400000, CountingConsumer())
-    probed.run(0x400000, 0x400007)
+    assert riprel_process(code).read(0x400000, 7) == code  # the library's program is this load at 0x400000
+    plain, _ = riprel_run(False, code)
+    probed, _ = riprel_run(True, code)
+    assert probed.regs().si == plain.regs().si == 0x5151  # preset by riprel_run, restored by the fixup
     assert probed.regs().ax == plain.regs().ax == 0x1122334455667788
     assert probed.regs().si == 0x5151 and probed.trace.counts["xol_steps"] == 1
 
@@ -105,22 +92,9 @@ def test_a_fault_inside_the_xol_step_is_delivered_at_the_probed_address():
     assert proc.utask.active_uprobe is None
 
 
-def _syscall_run(probed: bool):
-    # syscall (getpgid, 121); lea rdx, [rip] (rdx = where the lea ran + 7); end at 0x400009
-    proc = X86Process("6.18")
-    proc.map("/lab/sc", 0x400000, 0x1000, "r-xp", bytes.fromhex("0f05488d1500000000") + b"\xcc")
-    regs = proc.regs()
-    regs.ax, regs.flags = 121, 0x202
-    regs.flush()
-    if probed:
-        uprobe_register(proc, 0x400000, CountingConsumer())
-    result = proc.run(0x400000, 0x400009)
-    return proc, result
-
-
 def test_a_stepped_syscall_traps_after_the_next_instruction_which_runs_in_the_slot():
-    plain, _ = _syscall_run(False)
-    proc, result = _syscall_run(True)
+    plain, _ = syscall_run(False)
+    proc, result = syscall_run(True)
     assert result.stop == "until"
     slot = proc.find_mapping("[uprobes]").start + 128  # slot 1: slot 0 holds the uretprobe trampoline
     r = proc.regs()
