@@ -19,7 +19,7 @@ def main() -> None:
     t0 = time.perf_counter()
     counts = interrupt_stress(trials, max_delay, seed=int(time.time()))
     print(f"interrupts: {counts['interrupts']} over {counts['combinations']} (arch, kernel, bench) processes "
-          f"({counts['refused']} combinations refused at attach, as the kernel does), each followed by an exact "
+          f"({len(counts['refused'])} combinations refused at attach, as the kernel does), each followed by an exact "
           f"call; {time.perf_counter() - t0:.1f} s")
     t0 = time.perf_counter()
     total = 0

@@ -38,8 +38,8 @@ class Bench:
         self.target = self.proc.program.resolve(spec.target)
         self.syscalls = name == "syscall-count"
 
-    def interrupted_run(self, delay: float, real_signal: bool) -> None:
-        """A run that would take hours, stopped by Ctrl-C after ``delay`` seconds."""
+    def interrupted_run(self, delay: float, real_signal: bool) -> bool:
+        """A run that would take hours, stopped by Ctrl-C after ``delay`` seconds: True once it was."""
         main = threading.main_thread().ident
         send = (lambda: signal.pthread_kill(main, signal.SIGINT)) if real_signal else _thread.interrupt_main
         timer = threading.Thread(target=lambda: (time.sleep(delay), send()))
@@ -47,7 +47,7 @@ class Bench:
             timer.start()
             self.proc.call("producer_loop", 10 ** 12, self.target, max_insns=1 << 62)
         except KeyboardInterrupt:
-            pass
+            return True
         else:
             raise AssertionError(f"{self.label}: the run ended without the interrupt")
         finally:
@@ -72,7 +72,7 @@ def interrupt_stress(trials: int, max_delay: float, seed: int = 15) -> dict:
     rng = random.Random(seed)
     combos = [(a, k, n) for a in ARCHES for k in KERNELS for n in bench.bench_names(a)]
     benches, refused = {}, set()
-    i = 0
+    i = stopped = 0
     while i < trials:
         key = combos[i % len(combos)]
         if key in refused:
@@ -84,16 +84,22 @@ def interrupt_stress(trials: int, max_delay: float, seed: int = 15) -> dict:
             except ul.UnprobeableInstruction:  # e.g. a nop10 before 7.3: the bench row says "refused"
                 refused.add(key)
                 continue
-        benches[key].interrupted_run(rng.uniform(0, max_delay), real_signal=i % 2 == 1)
+        stopped += benches[key].interrupted_run(rng.uniform(0, max_delay), real_signal=i % 2 == 1)
         benches[key].check_next_call()
         i += 1
-    return {"interrupts": trials, "combinations": len(combos), "processes": len(benches), "refused": len(refused)}
+    return {"interrupts": stopped, "combinations": len(combos), "processes": len(benches), "refused": refused}
 
 
 def test_interrupts_at_random_moments_leave_every_process_exact():
     counts = interrupt_stress(200, 0.02)
     every = sum(len(bench.bench_names(a)) for a in ARCHES) * len(KERNELS)
-    assert counts["combinations"] + counts["refused"] == every
+    # worked out by hand: a nop10 probe is refused at attach before 7.3 (its 0x2e prefix), and on 7.3 too
+    # when the nop10 crosses a page; every other bench of both arches attaches on every kernel
+    nop10 = ("uprobe-nop10", "uretprobe-nop10")
+    expected = {("x86_64", k, n + cross) for k in KERNELS for n in nop10 for cross in ("", "-pagecross")
+                if k != "7.3" or cross}
+    assert counts["refused"] == expected
+    assert counts["combinations"] + len(counts["refused"]) == every
     assert counts["interrupts"] == 200 and counts["processes"] == min(200, counts["combinations"])
 
 
