@@ -180,8 +180,10 @@ def test_calibrated_profile_predicts_the_kernels():
     # what each version changed, seen through this machine's prices
     assert pred.loc["uretprobe-nop", "6.11"] > pred.loc["uretprobe-nop", "6.10"]  # syscall instead of int3
     assert pred.loc["uprobe-nop5", "6.16"] > 5 * pred.loc["uprobe-nop5", "6.11"]  # emulated, not single-stepped
-    assert pred.loc["uprobe-nop5", "6.18"] > 1.5 * pred.loc["uprobe-nop5", "6.16"]  # call + syscall, no int3
+    assert pred.loc["uprobe-nop5", "6.18"] > pred.loc["uprobe-nop5", "6.16"]  # call + syscall, no int3
     assert pred.loc["uprobe-nop5-pagecross", "6.18"] == pred.loc["uprobe-nop5-pagecross", "6.16"]
+    # 6.16's int3-and-emulate nop5 is what the page-crossing nop5 still does on 6.18: measured here
+    assert abs(pred.loc["uprobe-nop5", "6.16"] / pred.loc["uprobe-nop5-pagecross", "measured_mops"] - 1) < 0.1
     assert abs(pred.loc["uprobe-nop5", "6.18"] / pred.loc["uprobe-nop5", "measured_mops"] - 1) < 0.1
 
 
@@ -209,7 +211,7 @@ def test_cli_predict_plumbs_predict_from_measured(tmp_path):
         return (ev["user_insns"] * p["user_insn"] + ev["exceptions"] * p["exception"]
                 + ev.get("syscalls", 0) * p["syscall"] + (ev["probe_lookups"] + ev["consumers"]) * p["handler"]
                 + ev.get("xol_steps", 0) * p["xol_step"] + (ev["ri_pushed"] + ev["ri_popped"]) * p["return_instance"]
-                + ev["uaccess_bytes"] * p["uaccess_byte"] + 5.0 * ev.get("emulated", 0))
+                + ev["uaccess_copies"] * p["uaccess"] + 5.0 * ev.get("emulated", 0))
 
     e18, e10 = events_per_hit("uretprobe-nop", "x86_64", "6.18"), events_per_hit("uretprobe-nop", "x86_64", "6.10")
     assert e10["exceptions"] == 2 and e18["exceptions"] == 1 and e18["syscalls"] == 1  # int3 vs syscall return

@@ -1,8 +1,9 @@
 """The kernel bench's trig-* usermode family, measured on this host's kernel with the lab's bytes.
 
 Same method as tools/testing/selftests/bpf/bench: a producer calls the target in a tight loop
-while a probe counts hits. Here the loop is the lab's ``producer_loop`` (native code) and the
-counter is the uprobe perf event's count instead of a BPF map. Each bench attaches, warms up,
+while a probe counts hits. Here the loop is the lab's ``producer_loop`` (native code); the probe is a
+perf uprobe event running the bench's kind of BPF program (:mod:`.bpf`: one atomic add to a map
+counter), so a hit costs what it costs in the published rows. Each bench attaches, warms up,
 then times ``repeats`` intervals of ``iterations`` calls; ``mops`` and ``stddev`` are the mean
 and sample standard deviation of the per-interval rates in M calls/s, as in the bench's
 "Summary: hits X ± Y M/s" line.
@@ -19,6 +20,7 @@ from typing import Callable, Iterable
 from ..bench import bench_names, bench_spec, refused_row
 from ..sites import LEA_RSP_MINUS_0X80, calls_uprobe_trampoline
 from ..usdt import LIBBPFS, has_uprobe_syscall, usdt_probe_offset
+from .bpf import BpfCounter
 from .code import MAX_CALLS, NativeCode
 from .host import kernel_release, parse_maps
 from .perf import UprobeEvent
@@ -112,13 +114,15 @@ def run_bench(nc: NativeCode, name: str, iterations: int = DEFAULT_ITERATIONS, r
                                "perf_event_open failed with errno 524 (ENOTSUPP): arch_uprobe_analyze_insn "
                                f"refused the instruction at {bench.target}+{offset}")
         try:
-            nc.run(addr, warmup)
-            site = nc.read(bench.target, 10 + offset)[offset:]
-            optimized = calls_uprobe_trampoline(site, addr + offset, parse_maps())
-            site = site[:10] if site[:5] == LEA_RSP_MINUS_0X80 else site[:5]
-            before = ev.count()
-            rates = _measure(nc, addr, iterations, repeats, progress)
-            hits = ev.count() - before
+            with BpfCounter() as counter:
+                counter.attach(ev.fd)
+                nc.run(addr, warmup)
+                site = nc.read(bench.target, 10 + offset)[offset:]
+                optimized = calls_uprobe_trampoline(site, addr + offset, parse_maps())
+                site = site[:10] if site[:5] == LEA_RSP_MINUS_0X80 else site[:5]
+                before = counter.count()
+                rates = _measure(nc, addr, iterations, repeats, progress)
+                hits = counter.count() - before
         finally:
             ev.close()
     row.update(hits=hits, mops=statistics.fmean(rates),

@@ -4,9 +4,11 @@ Every int3 hit in the seed tables has one exception, one probe lookup and one co
 published row tells an exception's price from the handler work it comes with. On this host the split
 can be measured (:func:`measure_price_rows`):
 
-* ``uprobe-nop`` with 1, 2, 4, 8 perf uprobe events on the same site: each event is one consumer in
-  the uprobe's list (kernel/events/uprobes.c ``handler_chain`` runs them all), so time per hit against
-  the number of events is a line whose slope is one consumer run and whose intercept is the trap;
+* ``uprobe-nop`` with 1, 2, 4, 8 perf uprobe events on the same site, each with a BPF program on it
+  (:mod:`.bpf`: the kind of consumer the published benches attach; a bare perf event writes a perf
+  sample on every hit and costs about twice as much): each event is one consumer in the uprobe's list
+  (kernel/events/uprobes.c ``handler_chain`` runs them all), so time per hit against the number of
+  events is a line whose slope is one consumer run and whose intercept is the trap;
 * ``uprobe-nop5`` (optimised on 6.18: a syscall instead of an exception) next to
   ``uprobe-nop5-pagecross`` (never optimised: int3) on the same machine;
 * ``uprobe-push`` next to ``uprobe-nop`` (the emulated push's 8-byte user write);
@@ -17,11 +19,12 @@ can be measured (:func:`measure_price_rows`):
 Noise: the process is pinned to one CPU and warmed up; each configuration is timed on the thread's
 CPU clock (``CLOCK_THREAD_CPUTIME_ID``: user and kernel time of this thread, so time other processes
 ran on the shared CPU is not counted; what they leave in the caches still is) in short intervals
-(about :data:`INTERVAL_NS`) over several interleaved rounds, until the median's relative error (1.2533 * sd /
-sqrt(n) / median, the large-sample error of a median) is within ``rel_tol`` or the time budget runs
-out; each row says whether it reached the tolerance (``reached``). The figure is the median rate; its
-error is the larger of that and the spread of the rounds' medians (:func:`row_rel_err`): load from other
-processes comes and goes over a run, and the within-round figure alone understates it.
+(about :data:`INTERVAL_NS`) over :data:`ROUNDS` interleaved rounds that together spend the time budget.
+The figure is the median rate; its error is the larger of the median's relative error (1.2533 * sd /
+sqrt(n) / median, the large-sample error of a median) and the spread of the rounds' medians
+(:func:`row_rel_err`): load from other processes comes and goes over a run, and the within-round figure
+alone understates it. Each row says whether that error is within ``rel_tol`` (``reached``); a
+calibration refuses the rows that are not (:mod:`.calibrate`).
 """
 from __future__ import annotations
 
@@ -38,6 +41,7 @@ from ..bench import bench_spec
 from ..model import load_host_recording
 from ..sites import calls_uprobe_trampoline
 from .bench import pinned_to_one_cpu
+from .bpf import BpfCounter
 from .code import NativeCode
 from .errors import NativeUnavailable
 from .support import check_native_support
@@ -93,30 +97,33 @@ def _time_intervals(nc: NativeCode, addr: int, calls: int, n: int) -> list[float
 
 def _round(nc: NativeCode, bench: str, consumers: int, budget_s: float, state: dict) -> None:
     """One round of one configuration: attach ``consumers`` events, warm up, time at least
-    MIN_INTERVALS / ROUNDS intervals, then more while the median is not yet within tolerance."""
+    MIN_INTERVALS / ROUNDS intervals, then more until the round's share of the budget is spent."""
     spec = bench_spec(bench, nc.arch)
     addr = nc.addr(spec.target)
     with contextlib.ExitStack() as stack:
+        counter = stack.enter_context(BpfCounter()) if spec.probe else None
         events = [stack.enter_context(UprobeEvent(nc.path, nc.offset(spec.target),
                                                   retprobe=spec.probe == "uretprobe"))
                   for _ in range(consumers if spec.probe else 0)]
+        for e in events:
+            counter.attach(e.fd)
         nc.run(addr, 2000)  # warm-up: the first hit on a nop5 is where 6.18 optimises it
         if spec.probe:
             state["optimized"] = calls_uprobe_trampoline(nc.read(spec.target), addr, parse_maps())
         calls = state.setdefault("calls", _interval_calls(nc, addr))
-        before = [e.count() for e in events]
+        before = counter.count() if counter else 0
         deadline = time.monotonic() + budget_s
         rates = state.setdefault("rates", [])
         mine = _time_intervals(nc, addr, calls, MIN_INTERVALS // ROUNDS)
-        while time.monotonic() < deadline and median_rel_err(rates + mine) > state["rel_tol"]:
+        while time.monotonic() < deadline:  # the whole budget: a round's median steadies, not just its error bar
             mine += _time_intervals(nc, addr, calls, 3)
         rates += mine
         state.setdefault("round_medians", []).append(statistics.median(mine))
         timed = len(rates) - state.get("counted", 0)
         state["counted"] = len(rates)
-        for e, b in zip(events, before):  # every event saw every hit: each one is a consumer run
-            if e.count() - b < timed * calls:
-                raise RuntimeError(f"{bench}: a perf event missed hits ({e.count() - b} < {timed * calls})")
+        if counter and counter.count() - before < timed * calls * consumers:  # every program ran on every hit
+            raise RuntimeError(f"{bench} x{consumers}: the BPF consumers counted {counter.count() - before} runs, "
+                               f"fewer than {timed * calls * consumers}")
 
 
 def measure_price_rows(configs=PRICE_CONFIGS, rel_tol: float = REL_TOL, budget_s: float = 6.0,

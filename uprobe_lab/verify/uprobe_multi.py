@@ -13,24 +13,10 @@ import ctypes
 import os
 import struct
 
-from ..native.libc import libc
+from ..native.bpf import BPF_LINK_CREATE, BPF_PROG_LOAD, BPF_PROG_TYPE_KPROBE, bpf, insn
 
-BPF_PROG_LOAD, BPF_LINK_CREATE = 5, 28
-BPF_PROG_TYPE_KPROBE = 2
 BPF_TRACE_UPROBE_MULTI = 48
-NR_BPF = {"x86_64": 321, "aarch64": 280}
-ATTR_SIZE = 128
-PROG = bytes.fromhex("b700000000000000" "9500000000000000")  # r0 = 0; exit
-
-
-def _bpf(cmd: int, attr: bytes) -> int:
-    buf = ctypes.create_string_buffer(attr.ljust(ATTR_SIZE, b"\0"), ATTR_SIZE)
-    fd = libc().syscall(ctypes.c_long(NR_BPF[os.uname().machine]), ctypes.c_long(cmd), buf,
-                         ctypes.c_ulong(ATTR_SIZE))
-    if fd < 0:
-        e = ctypes.get_errno()
-        raise OSError(e, f"bpf({cmd}): {os.strerror(e)}")
-    return fd
+PROG = insn(0xb7, dst=0, imm=0) + insn(0x95)  # r0 = 0; exit
 
 
 def load_program() -> int:
@@ -39,7 +25,7 @@ def load_program() -> int:
     license_ = ctypes.create_string_buffer(b"GPL")
     attr = struct.pack("<IIQQIIQII16sII", BPF_PROG_TYPE_KPROBE, len(PROG) // 8, ctypes.addressof(insns),
                        ctypes.addressof(license_), 0, 0, 0, 0, 0, b"uprobe_lab", 0, BPF_TRACE_UPROBE_MULTI)
-    return _bpf(BPF_PROG_LOAD, attr)
+    return bpf(BPF_PROG_LOAD, attr)
 
 
 def attach(prog_fd: int, path: str, offsets: list[int]) -> int:
@@ -48,4 +34,4 @@ def attach(prog_fd: int, path: str, offsets: list[int]) -> int:
     offs = (ctypes.c_uint64 * len(offsets))(*offsets)
     attr = struct.pack("<IIIIQQQQIII", prog_fd, 0, BPF_TRACE_UPROBE_MULTI, 0, ctypes.addressof(path_buf),
                        ctypes.addressof(offs), 0, 0, len(offsets), 0, 0)
-    return _bpf(BPF_LINK_CREATE, attr)
+    return bpf(BPF_LINK_CREATE, attr)

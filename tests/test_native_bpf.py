@@ -1,0 +1,61 @@
+"""The BPF consumer the price benches attach: its hand-encoded program, and that it runs on every hit."""
+from __future__ import annotations
+
+import contextlib
+
+import capstone
+import pytest
+
+from uprobe_lab.bench import bench_spec
+from uprobe_lab.native import NativeUnavailable
+from uprobe_lab.native.bpf import BpfCounter, counter_program, insn
+from uprobe_lab.native.code import NativeCode
+from uprobe_lab.native.perf import UprobeEvent
+from native_support import native
+
+
+def test_counter_program_disassembles_as_written():
+    md = capstone.Cs(capstone.CS_ARCH_BPF, capstone.CS_MODE_BPF_EXTENDED)
+    text = [f"{i.mnemonic} {i.op_str}".strip() for i in md.disasm(counter_program(7), 0)]
+    assert text == ["stw [r10+0xfffc], 0x0", "mov64 r2, r10", "add64 r2, 0xfffffffc", "lddw r1, 0x7",
+                    "call 0x1", "jeq r0, 0x0, +0x2", "mov64 r1, 0x1", "xadddw [r0], r1", "mov64 r0, 0x0", "exit"]
+    # the map load names its fd through the pseudo source register, which Capstone does not print
+    assert counter_program(7)[3 * 8 + 1] == (1 << 4) | 1
+
+
+def test_insn_packs_fields_little_endian():
+    assert insn(0x07, dst=2, imm=-4) == bytes([0x07, 0x02, 0, 0]) + (-4).to_bytes(4, "little", signed=True)
+    assert insn(0x15, dst=0, off=2) == bytes([0x15, 0x00, 0x02, 0x00, 0, 0, 0, 0])
+
+
+@native
+@pytest.mark.parametrize("consumers", [1, 3])
+def test_each_bpf_consumer_runs_on_every_hit(consumers):
+    """n perf uprobe events on one site, each with the program: the shared counter gains n per call, and
+    the perf events themselves count nothing (the program returns 0, so no perf sample is written)."""
+    try:
+        counter = BpfCounter()
+    except NativeUnavailable as err:
+        pytest.skip(str(err))
+    with counter, NativeCode() as nc, contextlib.ExitStack() as stack:
+        spec = bench_spec("uprobe-nop", nc.arch)
+        events = [stack.enter_context(UprobeEvent(nc.path, nc.offset(spec.target))) for _ in range(consumers)]
+        for e in events:
+            counter.attach(e.fd)
+        nc.run(nc.addr(spec.target), 500)
+        assert counter.count() == 500 * consumers
+        assert [e.count() for e in events] == [0] * consumers
+    assert counter.map_fd == counter.prog_fd == -1
+
+
+def test_refusal_names_the_way_out(monkeypatch):
+    import errno
+
+    from uprobe_lab.native import bpf as bpf_mod
+
+    def refuse(cmd, attr):
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(bpf_mod, "bpf", refuse)
+    with pytest.raises(NativeUnavailable, match="CAP_BPF.*root.*recording"):
+        BpfCounter()
