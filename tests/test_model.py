@@ -15,7 +15,7 @@ from uprobe_lab.model import priors, profiles
 
 # A stated price list (ns), used wherever a value is worked out by hand below.
 STATED = {"user_insn": 1.0, "exception": 200.0, "syscall": 100.0, "handler": 50.0, "xol_step": 300.0,
-          "return_instance": 20.0, "uaccess_byte": 0.5, "pin_map": 150.0}
+          "return_instance": 20.0, "uaccess": 30.0, "pin_map": 150.0}
 
 
 def stated_profile(sigma=0.0, cov=None) -> model.Profile:
@@ -45,12 +45,28 @@ def test_uprobe_nop_by_hand():
 
 
 def test_optimised_nop5_by_hand():
-    """6.18's optimised nop5: no exception; one uprobe syscall; a lookup and a consumer; the 64 bytes
-    sys_uprobe reads and writes back (two 32-byte copies of the saved registers)."""
+    """6.18's optimised nop5: no exception; one uprobe syscall; a lookup and a consumer; sys_uprobe's two
+    copies of the saved registers (32 bytes read, 32 written back), priced per copy."""
     ev = model.events_for("uprobe-nop5", "x86_64", "6.18")
-    assert ev.get("exceptions", 0) == 0 and ev["syscalls"] == 1 and ev["uaccess_bytes"] == 64
-    ns = ev["user_insns"] * 1.0 + 100 + 2 * 50 + 64 * 0.5
+    assert ev.get("exceptions", 0) == 0 and ev["syscalls"] == 1
+    assert (ev["uaccess_copies"], ev["uaccess_bytes"]) == (2, 64)
+    ns = ev["user_insns"] * 1.0 + 100 + 2 * 50 + 2 * 30
     assert stated_profile().predict("uprobe-nop5", "6.18") == pytest.approx(1000 / ns)
+
+
+def test_uretprobe_copies_by_hand():
+    """arch/x86/kernel/uprobes.c: arch_uretprobe_hijack_return_addr reads the return address and writes the
+    trampoline's (two 8-byte copies); 6.11's sys_uretprobe adds a read and a write-back of the 24 bytes of
+    rax/rcx/r11 the trampoline pushed (two more). Priced per copy, the return path gains two copies."""
+    e10, e11 = model.events_for("uretprobe-nop", "x86_64", "6.10"), model.events_for("uretprobe-nop", "x86_64", "6.11")
+    assert (e10["uaccess_copies"], e10["uaccess_bytes"]) == (2, 16)
+    assert (e11["uaccess_copies"], e11["uaccess_bytes"]) == (4, 64)
+    t10 = 6 * 1.0 + 2 * 200 + 2 * 50 + 2 * 20 + 2 * 30 + 5
+    t11 = 13 * 1.0 + 200 + 100 + 2 * 50 + 2 * 20 + 4 * 30 + 5
+    assert (e10["user_insns"], e11["user_insns"]) == (6, 13)
+    prof = stated_profile()
+    assert prof.predict("uretprobe-nop", "6.10") == pytest.approx(1000 / t10)
+    assert prof.predict("uretprobe-nop", "6.11") == pytest.approx(1000 / t11)
 
 
 def test_consumers_scale_the_handler_price():
@@ -99,7 +115,7 @@ def test_fit_recovers_a_stated_price_list():
                        for b, k, c in rows])
     prior = model.Prior(np.full(8, 100.0), np.eye(8) * 1000.0 ** 2, {})
     prof = model.fit_profile(df, "x86_64", prior)
-    for p in ("user_insn", "exception", "syscall", "handler", "xol_step", "return_instance", "uaccess_byte"):
+    for p in ("user_insn", "exception", "syscall", "handler", "xol_step", "return_instance", "uaccess"):
         assert prof.prices[p] == pytest.approx(STATED[p], rel=0.02, abs=0.05), p
 
 
@@ -289,6 +305,35 @@ def test_a_slower_bench_is_predicted_slower_and_an_unchanged_path_keeps_its_figu
                 assert p.loc[other, "predicted_mops"] == pytest.approx(m.set_index("bench").loc[other, "mops"])
     uniform = predict(m.assign(mops=m["mops"] / 1.2), "6.18")
     assert uniform["predicted_mops"].to_numpy() == pytest.approx(base["predicted_mops"].to_numpy() / 1.2, rel=1e-3)
+
+
+def test_a_slower_shared_path_never_speeds_up_a_prediction():
+    """Bench a's input 20% slower, bench b predicted on 6.18. When a's whole path is part of b's 6.18 path and b
+    sheds none of it (syscall-count inside the optimised nop5's), b's prediction must not get faster (beyond
+    0.5%, a quarter of the 2% row floor) and gets slower when a's path is at least a tenth of b's time. When b
+    sheds part of a's path the sign is not fixed: a dearer int3 (uprobe-nop slower, its nop5 row unchanged) means
+    a bigger saving when 6.18 drops the int3, so uprobe-nop5 is rightly predicted faster."""
+    m = table_003()
+    base = predict(m, "6.18")
+    counts = {b: model.price_counts(model.events_for(b, "x86_64", "6.11")) for b in m["bench"]}
+    after = {b: model.price_counts(model.events_for(b, "x86_64", "6.18")) for b in m["bench"]}
+    prof = model.profiles.fit_with_carried_prior(m.assign(rel_err=0.02), "x86_64", [], "m", "m")
+    checked = 0
+    for a in m["bench"]:
+        p = predict(m.assign(mops=np.where(m["bench"] == a, m["mops"] / 1.2, m["mops"])), "6.18")
+        for b in m["bench"]:
+            shed = np.clip(counts[b] - after[b], 0, None)
+            if a == b or not (after[b] != counts[b]).any():
+                continue
+            if (counts[a] <= after[b]).all() and not (counts[a][shed > 0]).any():
+                change = p.loc[b, "predicted_mops"] / base.loc[b, "predicted_mops"] - 1
+                assert change < 0.005, (a, b, change)
+                if counts[a] @ prof.mean > 0.1 * (after[b] @ prof.mean):
+                    assert change < 0, (a, b, change)
+                    checked += 1
+    assert checked >= 2  # syscall-count -> uprobe-nop5 and uretprobe-nop5
+    dearer_int3 = predict(m.assign(mops=np.where(m["bench"] == "uprobe-nop", m["mops"] / 1.2, m["mops"])), "6.18")
+    assert dearer_int3.loc["uprobe-nop5", "predicted_mops"] > base.loc["uprobe-nop5", "predicted_mops"]
 
 
 def test_cli_reproduce_reports_the_headline(tmp_path, capsys):

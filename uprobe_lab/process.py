@@ -308,6 +308,7 @@ class EmulatedProcess:
     def copy_from_user(self, addr: int, size: int) -> bytes | None:
         data = self._mem_read(addr, size)
         if data is not None:
+            self.trace.emit("uaccess_copies")
             self.trace.emit("uaccess_bytes", size)
         return data
 
@@ -315,6 +316,7 @@ class EmulatedProcess:
         mapping = self.mapping_at(addr)
         if mapping is None or "w" not in mapping.perms or not self._mem_write(addr, bytes(data)):
             return False
+        self.trace.emit("uaccess_copies")
         self.trace.emit("uaccess_bytes", len(data))
         return True
 

@@ -26,6 +26,7 @@ EVENT_KINDS = {
     "consumers": "consumer handlers run (entry or return)",
     "emulated": "probed instruction emulated/simulated in the kernel instead of stepped",
     "xol_steps": "probed instruction single-stepped out of line in an XOL slot",
+    "uaccess_copies": "kernel copies from or to user memory (copy_from_user/copy_to_user calls)",
     "uaccess_bytes": "bytes copied from or to user memory by the kernel",
     "pages_pinned": "user pages pinned and mapped into the kernel (arm64 STP v2)",
     "ri_pushed": "return instances pushed (uretprobe entry)",

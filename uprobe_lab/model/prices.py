@@ -7,6 +7,10 @@ A bench's predicted time per hit (per loop iteration) is::
 where ``count_per_hit`` always comes from :func:`uprobe_lab.bench.events_per_hit` for that bench, arch
 and kernel (never typed in here). Each price names the event kinds it covers; kinds tied in one price
 are ones that occur together in every bench (``handler`` = one probe lookup or one consumer run).
+
+A copy to or from user memory is priced per call, not per byte: the uprobe paths copy 8 to 32 bytes at
+a time, and what such a copy costs is its set-up (access_ok, STAC/CLAC, the exception-table guarded
+moves), not its bytes (``benchmarks/uaccess_size.py`` measures both on the machine it runs on).
 """
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ PRICES = {
     "handler": ({"probe_lookups": 1, "consumers": 1}, "per probe lookup and per consumer run"),
     "xol_step": ({"xol_steps": 1}, "per out-of-line single-step (beyond its #DB exception)"),
     "return_instance": ({"ri_pushed": 1, "ri_popped": 1}, "per return instance pushed or popped"),
-    "uaccess_byte": ({"uaccess_bytes": 1}, "per byte copied from/to user memory"),
+    "uaccess": ({"uaccess_copies": 1}, "per copy from/to user memory (a call, whatever its 8-64 bytes)"),
     "pin_map": ({"pages_pinned": 1}, "per user page pinned and mapped into the kernel (arm64 STP v2)"),
 }
 PRICE_NAMES = list(PRICES)

@@ -2,7 +2,8 @@
 
 The published tables cannot separate an exception's price from the handler work it comes with (every
 int3 hit has one exception, one lookup and one consumer). The split is measured natively instead, by
-:mod:`uprobe_lab.native.price_benches` (the consumer scan: 1/2/4/8 perf uprobe events on one site;
+:mod:`uprobe_lab.native.price_benches` (the consumer scan: 1/2/4/8 perf uprobe events on one site, each
+running a BPF program as the published benches' consumer does;
 optimised vs int3 nop5; uretprobe vs uprobe on one target; syscall-count; usermode-count; uprobe-ret),
 and fitted (:func:`host_profile`) into this host's price list with its posterior covariance. The bundled
 recording, ``uprobe_lab/data/host_prices_6.18.json``, was made on the machine described in it.
