@@ -135,7 +135,7 @@ def measure_price_rows(configs=PRICE_CONFIGS, rel_tol: float = REL_TOL, budget_s
     time per configuration, spread over :data:`ROUNDS` interleaved rounds. Probes are always detached.
     """
     arch = check_native_support()
-    states = {cfg: {"rel_tol": rel_tol} for cfg in configs}
+    states = {cfg: {} for cfg in configs}
     with pinned_to_one_cpu(), NativeCode(arch) as nc:
         for rnd in range(ROUNDS):
             for cfg in configs:
