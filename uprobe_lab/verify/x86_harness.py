@@ -59,6 +59,10 @@ TEMPLATE = CTRL + 0x2000  # the test's extended state
 OUT_XSAVE = CTRL + 0x3000
 IN_XSAVE = CTRL + 0x4000  # the test's extended state just before the instruction
 XSAVE_SIZE = 0x1000
+# The components every XSAVE/XRSTOR here asks for: x87, SSE, AVX, MPX, opmask, ZMM_Hi256, Hi16_ZMM and PKRU.
+# In the standard format they end at 2696 bytes (PKRU at 2688), inside XSAVE_SIZE; asking for all (-1)
+# would add AMX's 8 KB of tile data on a CPU that has it and overrun the next area.
+XSAVE_RFBM = 0x2FF
 TMP_STACK = CTRL + 0x6000
 ALT_STACK = CTRL + 0x8000
 ALT_STACK_SIZE = CTRL_SIZE - 0x8000
@@ -114,6 +118,11 @@ def mov_edx_imm(value: int) -> bytes:
     return b"\xba" + struct.pack("<I", value & 0xFFFFFFFF)
 
 
+def rfbm() -> bytes:
+    """edx:eax = XSAVE_RFBM, the requested-feature bitmap of the XSAVE/XRSTOR that follows."""
+    return mov_eax_imm(XSAVE_RFBM) + mov_edx_imm(XSAVE_RFBM >> 32)
+
+
 def xsave64(addr: int) -> bytes:
     return b"\x48\x0f\xae\x24" + _abs(addr)  # 0f ae /4
 
@@ -141,11 +150,11 @@ CALLEE_SAVED = ["rbx", "rbp", "r12", "r13", "r14", "r15"]
 def entry_code(opmask: bool) -> bytes:
     code = b"".join(push(r) for r in CALLEE_SAVED)
     code += mov_store(SAVE_RSP, "rsp")
-    code += mov_eax_imm(-1) + mov_edx_imm(-1) + xsave64(CSTATE) + xrstor64(TEMPLATE)
+    code += rfbm() + xsave64(CSTATE) + xrstor64(TEMPLATE)
     if opmask:
         for k, value in enumerate(OPMASKS):
             code += mov_rax_imm64(value) + kmovq_k_rax(k)
-    code += mov_eax_imm(-1) + xsave64(IN_XSAVE)  # edx is still -1
+    code += rfbm() + xsave64(IN_XSAVE)  # the opmask loads clobbered rax
     code += mov_rsp_imm(TMP_STACK) + b"\xff\x34" + _abs(IN_REGS + out_offset("eflags")) + POPFQ  # push [..]; popfq
     for reg in GPRS:
         code += mov_load(reg, IN_REGS + out_offset(reg))  # rsp last but one, rcx/rsp order is irrelevant
@@ -160,7 +169,7 @@ def pad_code(addr: int) -> bytes:
 
 def tail_code(result: int) -> bytes:
     """XSAVE the test state, give the caller its own back, return ``result``."""
-    code = mov_eax_imm(-1) + mov_edx_imm(-1) + xsave64(OUT_XSAVE) + xrstor64(CSTATE)
+    code = rfbm() + xsave64(OUT_XSAVE) + xrstor64(CSTATE)
     code += mov_load("rsp", SAVE_RSP) + b"".join(pop(r) for r in reversed(CALLEE_SAVED))
     return code + CLD + mov_eax_imm(result) + RET
 
@@ -203,7 +212,7 @@ def build_image(insn: bytes, opmask: bool) -> bytes:
     put(COMMON, common_code())
     put(SIG_HANDLER, sig_handler_code())
     put(SIG_EXIT, tail_code(1))
-    put(SAVE_TEMPLATE, mov_eax_imm(-1) + mov_edx_imm(-1) + xsave64(TEMPLATE) + RET)
+    put(SAVE_TEMPLATE, rfbm() + xsave64(TEMPLATE) + RET)
     return bytes(image)
 
 
