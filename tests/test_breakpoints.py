@@ -16,7 +16,8 @@ from uprobe_lab.x86.randprog import fuzz_program
 
 KERNELS = ["6.10", "6.11", "6.16", "6.18"]
 TARGETS = ["uprobe_target_nop", "uprobe_target_push", "uprobe_target_ret", "uprobe_target_nop5",
-           "uprobe_target_nop5_pagecross", "opaque_noop_func", "getpgid_syscall", "producer_loop"]
+           "uprobe_target_nop5_pagecross", "opaque_noop_func", "getpgid_syscall", "futex_wake_private",
+           "futex_wake_shared", "producer_loop"]
 
 
 def final_state(proc):

@@ -65,3 +65,12 @@ def test_one_listing_format():
     assert listing(code, "x86_64", 0x10, count=1) == f"  10:  {'90':<30} nop"
     word = bytes.fromhex("fd7bbfa9")  # stp x29, x30, [sp, #-16]! as it lies in memory
     assert format_listing([(0x400000, word, "stp")], words=True) == [f"400000:  {'a9bf7bfd':<30} stp"]
+
+
+@pytest.mark.parametrize("name, op", [("futex_wake_private", "0x81"), ("futex_wake_shared", "1")])
+def test_futex_targets_decode_as_the_call_they_claim(name, op):
+    p = bench_program()
+    sym = p.symbols[name]
+    code = p.code[sym.addr - p.base:][: sym.size]
+    assert [t for _, _, t in disasm(code, "x86_64", sym.addr)] == [
+        "mov eax, 0xca", "mov rdi, rsp", f"mov esi, {op}", "mov edx, 1", "syscall", "ret"]  # futex(rsp, op, 1)

@@ -17,6 +17,8 @@ X86_EFLAGS_RF = 0x10000
 
 # errno (include/uapi/asm-generic/errno{-base}.h)
 ENXIO = 6  # sys_uprobe off the trampoline, 6.18
+EFAULT = 14
+EINVAL = 22
 ENOSYS = 38
 EPROTO = 71  # sys_uprobe off the trampoline, 7.3
 
@@ -25,6 +27,8 @@ TASK_SIZE = 0x7FFFFFFFF000
 
 # syscall_64.tbl
 __NR_getpgid = 121
+__NR_futex = 202
+FUTEX_WAKE, FUTEX_PRIVATE_FLAG = 1, 128  # include/uapi/linux/futex.h
 __NR_uretprobe = 335  # v1 of the patch used 462, see URETPROBE_SYSCALL_HISTORY
 __NR_uprobe = 336  # 6.18 and 7.3
 

@@ -6,7 +6,9 @@ Twin of tools/testing/selftests/bpf/benchs/bench_trigger.c: the targets are what
 ``66 2e 0f 1f 84 00 00 00 00 00``); the lab keeps both. The USDT targets are the bodies of the
 bench's ``usdt_1`` / ``usdt_2``: the USDT site (see uprobe_lab.usdt) and ``ret``, one per site shape.
 ``uprobe_syscall_probe`` is libbpf's feature probe for the uprobe syscall: ``syscall(336)`` from
-outside any trampoline, its result left in rax. The producer is the bench's ``while (true) target();`` loop, made finite: it takes
+outside any trampoline, its result left in rax. ``futex_wake_private`` / ``futex_wake_shared`` are not
+the bench's: they wake no one on the word at rsp, and differ only in the page reference a shared futex
+takes (see uprobe_lab.x86.syscalls.sys_futex), which prices a page pin for the cost model. The producer is the bench's ``while (true) target();`` loop, made finite: it takes
 the iteration count in rdi and the target in rsi (System V ABI), so the same bytes can be called
 natively through ctypes. ``opaque_noop_func`` is a bare ``ret`` (the bench builds it without
 ``__nocf_check``, so a CET build would start it with endbr64; the lab leaves that out).
@@ -18,7 +20,7 @@ from functools import lru_cache
 from ..program import Assembler, Program
 from ..usdt import USDT_SHAPES
 from . import asm
-from .constants import __NR_getpgid, __NR_uprobe
+from .constants import FUTEX_PRIVATE_FLAG, FUTEX_WAKE, __NR_futex, __NR_getpgid, __NR_uprobe
 
 # the USDT bench targets, one per site shape (the kernel bench's usdt_1 is "nop", usdt_2 the usdt.h default)
 USDT_TARGETS = {"nop": "usdt_nop", "nop,nop5": "usdt_nop5", "nop,nop10": "usdt_nop10"}
@@ -60,6 +62,11 @@ def emit_targets(a: Assembler) -> None:
     a.align(16, PAD)
     a.function("getpgid_syscall")  # syscall-count's producer body: syscall(__NR_getpgid)
     a.emit(asm.mov_imm32("rax", __NR_getpgid) + asm.xor_rr32("rdi", "rdi") + asm.SYSCALL + asm.RET)
+    for name, op in (("futex_wake_private", FUTEX_WAKE | FUTEX_PRIVATE_FLAG), ("futex_wake_shared", FUTEX_WAKE)):
+        a.align(16, PAD)  # the price benches' page-pin pair: futex(rsp, op, 1), the return address as the word
+        a.function(name)
+        a.emit(asm.mov_imm32("rax", __NR_futex) + asm.mov_rr("rdi", "rsp") + asm.mov_imm32("rsi", op)
+               + asm.mov_imm32("rdx", 1) + asm.SYSCALL + asm.RET)
     a.align(16, PAD)
     a.function("uprobe_target_nop10")
     a.emit(asm.NOP10 + asm.RET)
