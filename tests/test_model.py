@@ -15,7 +15,7 @@ from uprobe_lab.model import priors, profiles
 
 # A stated price list (ns), used wherever a value is worked out by hand below.
 STATED = {"user_insn": 1.0, "exception": 200.0, "syscall": 100.0, "handler": 50.0, "xol_step": 300.0,
-          "return_instance": 20.0, "uaccess": 30.0, "pin_map": 150.0}
+          "return_instance": 20.0, "uaccess": 30.0, "pin_map": 150.0, "futex_wake": 80.0}
 
 
 def stated_profile(sigma=0.0, cov=None) -> model.Profile:
@@ -83,7 +83,8 @@ def test_interval_by_hand():
     assert m == 1.0
     assert lo == pytest.approx(1000 / 1128.155, rel=1e-5) and hi == pytest.approx(1000 / 871.845, rel=1e-5)
     # with a price sd and no row noise: the interval of uprobe-nop is from handler's sd twice (lookup + consumer)
-    cov = np.zeros((8, 8))
+    n = len(model.PRICE_NAMES)
+    cov = np.zeros((n, n))
     cov[model.PRICE_NAMES.index("handler")] [model.PRICE_NAMES.index("handler")] = 10.0 ** 2
     m, lo, hi = stated_profile(cov=cov).interval("uprobe-nop", "6.11")
     assert 1000 / lo == pytest.approx(310 + 1.2815516 * 20, rel=1e-6)
@@ -110,12 +111,13 @@ def test_fit_recovers_a_stated_price_list():
     truth = stated_profile()
     rows = [(b, k, c) for b in ("usermode-count", "syscall-count", "uprobe-push", "uprobe-ret", "uretprobe-nop")
             for k in ("6.10", "6.11") for c in (1,)] + [("uprobe-nop", "6.18", c) for c in (1, 2, 4, 8)]
-    rows += [("uprobe-nop5", "6.18", 1)]
+    rows += [("uprobe-nop5", "6.18", 1), ("futex-wake-private", "6.18", 0), ("futex-wake-shared", "6.18", 0)]
     df = pd.DataFrame([{"bench": b, "kernel": k, "consumers": c, "mops": truth.interval(b, k, consumers=c)[0]}
                        for b, k, c in rows])
-    prior = model.Prior(np.full(8, 100.0), np.eye(8) * 1000.0 ** 2, {})
+    n = len(model.PRICE_NAMES)
+    prior = model.Prior(np.full(n, 100.0), np.eye(n) * 1000.0 ** 2, {})
     prof = model.fit_profile(df, "x86_64", prior)
-    for p in ("user_insn", "exception", "syscall", "handler", "xol_step", "return_instance", "uaccess"):
+    for p in model.PRICE_NAMES:
         assert prof.prices[p] == pytest.approx(STATED[p], rel=0.02, abs=0.05), p
 
 
@@ -245,6 +247,27 @@ def test_host_handler_price_is_the_consumer_slope():
     slope = np.polyfit(scan["consumers"], 1000 / scan["mops"], 1)[0]
     hp = priors.host_profile(host_rows, virtualised=virt)
     assert hp.prices["handler"] == pytest.approx(slope, rel=0.25)
+
+
+def test_host_pin_map_price_is_the_futex_pair_difference():
+    """The page-pin pair by hand: a shared FUTEX_WAKE minus a private one is one get_user_pages_fast +
+    put_page; the work both do has its own price, so the syscall price stays what getpgid's loop says."""
+    host_rows, virt, _ = profiles.recorded_host()
+    ns = {b: 1000 / host_rows.loc[host_rows["bench"] == b, "mops"].iloc[0]
+          for b in ("futex-wake-private", "futex-wake-shared", "syscall-count")}
+    hp = priors.host_profile(host_rows, virtualised=virt)
+    assert hp.prices["pin_map"] == pytest.approx(ns["futex-wake-shared"] - ns["futex-wake-private"], rel=0.1)
+    assert hp.prices["syscall"] == pytest.approx(ns["syscall-count"], rel=0.05)  # the loop's few insns aside
+
+
+def test_implausible_names_only_prices_the_rows_count():
+    prof = stated_profile()
+    i = model.PRICE_NAMES.index("pin_map")
+    prof.mean[i] = 1.0  # below its plausible 10 ns
+    counted = np.ones(len(model.PRICE_NAMES), bool)
+    assert [w.split()[0] for w in fitmod.implausible(prof, counted)] == ["pin_map"]
+    counted[i] = False  # no row counts it: the value is its prior, not a fit
+    assert fitmod.implausible(prof, counted) == []
 
 
 def test_every_figure_has_an_interval(repro):

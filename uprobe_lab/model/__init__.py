@@ -49,6 +49,19 @@ Versions
   b. a kernel copy to or from user memory is priced per call (``uaccess``), not per byte:
      ``benchmarks/uaccess_size.py`` finds 0.004 ns per byte from 8 to 4096 bytes on the recording host,
      against about 130 ns for a read of /dev/zero that copies at all.
+  v2's figures: 3.7%, 100% inside, but the two arm64 simulated-stp rows (+41%, +23%) only because their
+  intervals were unbounded (``pin_map`` unmeasured); x86 rows alone 3.0%, all inside, widest +-14.1%.
+  Each table alone: 5.0%, 100% inside, widest unbounded (seed 000's tables +-20-32%).
+* v3 (2026-12-01), one change made after v2's figures were seen, for the unbounded arm64 intervals: the
+  host measures ``pin_map`` as a shared minus a private FUTEX_WAKE (get_user_pages_fast + put_page, a
+  path no held-out row takes), and the arm64 prior carries it like every other price. The pair's common
+  kernel work has its own price (``futex_wake``), which no published bench pays: a first fit without it,
+  seen once, read that work as a dearer syscall (the host fit alone showed it: residuals inflated every
+  host price's sd sevenfold). The host recording was made again with the pair (other rows within 1%).
+  v3's figures: 3.5%, 88% inside, half-width median 9.2%, widest +-13.9% (x86 rows alone 3.0%, all
+  inside, widest +-13.9%); the two simulated-stp rows are +34% and +20%, outside intervals of +-5% and
+  +-4%: the carried page-pin price is too small for the STP patch's path on Kunpeng, and its spread too
+  narrow. Each table alone: 5.0%, 88% inside, widest +-31.8% (seed 000). Not blind: a third look.
 """
 from __future__ import annotations
 

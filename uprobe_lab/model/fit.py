@@ -37,7 +37,7 @@ UNINFORMATIVE_SD_NS = 1e4  # a prior this wide leaves a price to the data (or un
 # A fitted price outside them is reported (Profile.warnings), never clipped.
 PLAUSIBLE_NS = {"user_insn": (0.05, 5.0), "exception": (30.0, 3000.0), "syscall": (20.0, 2000.0),
                 "handler": (1.0, 1000.0), "xol_step": (10.0, 3000.0), "return_instance": (1.0, 1000.0),
-                "uaccess": (1.0, 500.0), "pin_map": (10.0, 5000.0)}
+                "uaccess": (1.0, 500.0), "pin_map": (10.0, 5000.0), "futex_wake": (5.0, 2000.0)}
 
 
 @dataclass
@@ -161,17 +161,18 @@ def fit_profile(rows: pd.DataFrame, arch: str, prior: Prior, name: str = "fitted
         sd = np.sqrt(sigma ** 2 + err ** 2)
         mean, cov = posterior(x, y, sd, prior)
     prof = Profile(name, cpu, arch, mean, cov, sigma, rows.reset_index(drop=True), prior)
-    prof.warnings = implausible(prof)
+    prof.warnings = implausible(prof, counted=(x != 0).any(axis=0))
     return prof
 
 
-def implausible(prof: Profile) -> list[str]:
-    """A line per fitted price outside PLAUSIBLE_NS (only for prices the data pinned: sd < 50% of the
-    bound's top, so an unpinned price left at an uninformative prior is not reported as fitted)."""
+def implausible(prof: Profile, counted) -> list[str]:
+    """A line per fitted price outside PLAUSIBLE_NS: only prices some fit row counts (``counted``, in
+    PRICE_NAMES order; the others are their prior, carried from the host as a ratio) and the data pinned
+    (sd < 50% of the bound's top, so a price left at an uninformative prior is not reported as fitted)."""
     out = []
-    for p, v, s in zip(PRICE_NAMES, prof.mean, np.sqrt(np.diag(prof.cov))):
+    for p, v, s, c in zip(PRICE_NAMES, prof.mean, np.sqrt(np.diag(prof.cov)), counted):
         lo, hi = PLAUSIBLE_NS[p]
-        if s < 0.5 * hi and not lo <= v <= hi:
+        if c and s < 0.5 * hi and not lo <= v <= hi:
             out.append(f"{p} fitted at {v:.1f} +- {s:.1f} ns, outside the plausible {lo:g}..{hi:g} ns for one "
                        f"event on a CPU running natively (a hypervisor, a frequency change or noisy rows?)")
     return out

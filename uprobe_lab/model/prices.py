@@ -32,6 +32,9 @@ PRICES = {
     "return_instance": ({"ri_pushed": 1, "ri_popped": 1}, "per return instance pushed or popped"),
     "uaccess": ({"uaccess_copies": 1}, "per copy from/to user memory (a call, whatever its 8-64 bytes)"),
     "pin_map": ({"pages_pinned": 1}, "per user page pinned and mapped into the kernel (arm64 STP v2)"),
+    # only the host's page-pin pair pays it; priced so that pair's extra kernel work is not read as a
+    # dearer syscall
+    "futex_wake": ({"futex_wakes": 1}, "per FUTEX_WAKE past its key (hash bucket; host price benches only)"),
 }
 PRICE_NAMES = list(PRICES)
 # Not fitted: ``emulated`` is small next to the exception it rides on; the other three are zero per hit in

@@ -3,8 +3,11 @@
 The published tables cannot separate an exception's price from the handler work it comes with (every
 int3 hit has one exception, one lookup and one consumer). The split is measured natively instead, by
 :mod:`uprobe_lab.native.price_benches` (the consumer scan: 1/2/4/8 perf uprobe events on one site, each
-running a BPF program as the published benches' consumer does;
-optimised vs int3 nop5; uretprobe vs uprobe on one target; syscall-count; usermode-count; uprobe-ret),
+running a BPF program as the published benches' consumer does; optimised vs int3 nop5; uretprobe vs
+uprobe on one target; syscall-count; usermode-count; uprobe-ret; a shared vs a private futex wake for
+``pin_map``: get_user_pages_fast + put_page, what the arm64 STP patch pays per page besides a kmap,
+which is free on a 64-bit kernel without HIGHMEM; the two wakes' common work is priced apart as
+``futex_wake``, which no published bench pays),
 and fitted (:func:`host_profile`) into this host's price list with its posterior covariance. The bundled
 recording, ``uprobe_lab/data/host_prices_6.18.json``, was made on the machine described in it.
 
@@ -21,8 +24,7 @@ Not carried (uninformative prior instead, said in the profile's report):
   :func:`host_rows_excluded`): they are fitted without those rows, so what only they pinned is unpinned;
 * ``xol_step`` when the host is virtualised: the hypervisor intercepts the single-step #DB trap
   (this host: ~10 us per uprobe-ret hit against ~0.8 us for an int3 uprobe-nop), which a CPU running
-  natively does not pay;
-* ``pin_map``: no x86 bench pins a page; nothing measures it.
+  natively does not pay.
 """
 from __future__ import annotations
 
@@ -40,7 +42,6 @@ from .prices import PRICE_NAMES, events_for, fixed_ns, modelled_kernel, price_co
 HOST_PRICES_PATH = Path(__file__).resolve().parents[1] / "data" / "host_prices_6.18.json"
 TRANSFER_LOG_SD = 0.4
 CROSS_ARCH_LOG_SD = 0.4
-NEVER_CARRIED = {"pin_map": "not measured: no x86 bench pins a page"}
 NOT_CARRIED_VIRTUALISED = {"xol_step": "not carried: this host is virtualised and the hypervisor intercepts "
                                        "the single-step #DB trap"}
 HOST_COLUMNS = ["bench", "consumers", "kernel", "release", "mops", "rel_err", "reached"]
@@ -112,9 +113,7 @@ def carried_prior(host: Profile, rows: pd.DataFrame, arch: str) -> tuple[Prior, 
     cov = cov + np.diag((log_sd * np.abs(mean)) ** 2)
     sd = np.sqrt(np.diag(host.cov))
     source = {}
-    skip = dict(NEVER_CARRIED)
-    if getattr(host, "virtualised", False):
-        skip.update(NOT_CARRIED_VIRTUALISED)
+    skip = dict(NOT_CARRIED_VIRTUALISED) if getattr(host, "virtualised", False) else {}
     for i, p in enumerate(PRICE_NAMES):
         if p in skip or sd[i] > 0.5 * UNINFORMATIVE_SD_NS:
             why = skip.get(p, "not carried: no host row left to measure it")

@@ -14,6 +14,10 @@ can be measured (:func:`measure_price_rows`):
 * ``uprobe-push`` next to ``uprobe-nop`` (the emulated push's 8-byte user write);
 * ``uretprobe-nop`` next to ``uprobe-nop`` on the same target (return instance + trampoline);
 * ``syscall-count`` and ``usermode-count`` (one syscall round trip; the loop itself);
+* ``futex-wake-shared`` next to ``futex-wake-private`` (the lab's own pair, not the kernel bench's):
+  the same FUTEX_WAKE with nobody waiting, but a shared futex takes and drops a reference on the
+  user page (get_user_pages_fast + put_page in get_futex_key), the page pin the unmerged arm64 STP
+  patch pays on every hit;
 * ``uprobe-ret`` (an out-of-line single step).
 
 Noise: the process is pinned to one CPU and warmed up; each configuration is timed on the thread's
@@ -53,7 +57,8 @@ CONSUMER_COUNTS = (1, 2, 4, 8)
 # (bench, consumers) in measuring order: the consumer scan first, then one row per other event kind.
 PRICE_CONFIGS = ([("uprobe-nop", k) for k in CONSUMER_COUNTS]
                  + [("usermode-count", 0), ("syscall-count", 0), ("uprobe-push", 1), ("uprobe-ret", 1), ("uprobe-nop5", 1),
-                    ("uprobe-nop5-pagecross", 1), ("uretprobe-nop", 1)])
+                    ("uprobe-nop5-pagecross", 1), ("uretprobe-nop", 1), ("futex-wake-private", 0),
+                    ("futex-wake-shared", 0)])
 INTERVAL_NS = 2_000_000  # ~2 ms per timed interval
 REL_TOL = 0.02
 MIN_INTERVALS = 12
