@@ -78,7 +78,7 @@ def calibrate(rows: list[dict], cpu: str = "this machine", rel_tol: float = REL_
                       stacklevel=2)
         measured = measured[measured["rel_err"] <= rel_tol]
         if measured.empty:
-            raise LabError("every row is noisier than the tolerance: measure again on a quieter machine")
+            raise LabError(f"every row is noisier than {100 * rel_tol:.0f}%: measure again with a longer budget or on a quieter machine")
     arch = arches[0]
     if measured["consumers"].nunique() > 1:
         prof = fit_profile(measured, arch, Prior.uninformative("none: the consumer scan separates the prices"),

@@ -43,9 +43,11 @@ from typing import Callable
 
 from ..bench import bench_spec
 from ..model import load_host_recording
+from ..process import LabError
 from ..sites import calls_uprobe_trampoline
 from .bench import pinned_to_one_cpu
 from .bpf import BpfCounter
+from .calibrate import calibrate
 from .code import NativeCode
 from .errors import NativeUnavailable
 from .support import check_native_support
@@ -184,6 +186,20 @@ def price_rows_or_recorded(budget_s: float = 1.5) -> tuple[list[dict], str]:
         reason = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit status {proc.returncode}"
     rec = load_host_recording()
     return rec["rows"], f"RECORDED ({rec['label']}; not measured here: {reason})"
+
+
+def calibrated_or_recorded(cpu: str = "this machine", budget_s: float = 0.6) -> tuple:
+    """(profile, where its rows came from): :func:`price_rows_or_recorded` calibrated with the noisy rows
+    left out by name (:func:`.calibrate.calibrate`). When what is left cannot be calibrated (every row
+    too noisy, or no probe row), the reason is said and the bundled recording is calibrated instead,
+    labelled RECORDED, so a notebook goes on."""
+    rows, source = price_rows_or_recorded(budget_s=budget_s)
+    try:
+        return calibrate(rows, cpu=cpu, drop_noisy=True), source
+    except LabError as err:
+        rec = load_host_recording()
+        profile = calibrate(rec["rows"], cpu=rec["host"]["cpu_model"], drop_noisy=True)
+        return profile, f"RECORDED ({rec['label']}): the rows {source} could not be calibrated: {err}"
 
 
 def main(argv: list[str] | None = None) -> int:
