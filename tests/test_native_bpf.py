@@ -1,4 +1,4 @@
-"""The BPF consumer the price benches attach: its hand-encoded program, and that it runs on every hit."""
+"""The BPF consumer the native benches attach: its hand-encoded program, and that it runs on every hit."""
 from __future__ import annotations
 
 import contextlib

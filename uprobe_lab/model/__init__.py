@@ -56,8 +56,9 @@ Versions
   host measures ``pin_map`` as a shared minus a private FUTEX_WAKE (get_user_pages_fast + put_page, a
   path no held-out row takes), and the arm64 prior carries it like every other price. The pair's common
   kernel work has its own price (``futex_wake``), which no published bench pays: a first fit without it,
-  seen once, read that work as a dearer syscall (the host fit alone showed it: residuals inflated every
-  host price's sd sevenfold). The host recording was made again with the pair (other rows within 1%).
+  seen once, read that work as a dearer syscall (the host fit alone showed it: residuals inflated
+  every host price's sd six- to sevenfold). The host recording was made again with the pair (other
+  rows within 1%).
   v3's figures: 3.5%, 88% inside, half-width median 9.2%, widest +-13.9% (x86 rows alone 3.0%, all
   inside, widest +-13.9%); the two simulated-stp rows are +34% and +20%, outside intervals of +-5% and
   +-4%: the carried page-pin price is too small for the STP patch's path on Kunpeng, and its spread too

@@ -7,8 +7,8 @@ returns 0, stops there (no perf sample is written). The program here does what t
 one atomic add to a counter in an array map, so a consumer run on this host costs what it costs
 in the published rows, not the much dearer perf sample a bare perf event writes.
 
-Through bpf(2) and ctypes; the eight instructions are hand-encoded (tests check them with
-Capstone's eBPF disassembler). Lab leaves out: libbpf, BTF, the bench's per-CPU counter slots.
+Through bpf(2) and ctypes; the ten instructions (eleven 8-byte slots: ld_imm64 takes two) are
+hand-encoded, and tests check them with Capstone's eBPF disassembler. Lab leaves out: libbpf, BTF, the bench's per-CPU counter slots.
 """
 from __future__ import annotations
 

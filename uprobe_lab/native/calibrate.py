@@ -14,12 +14,14 @@ recording's prices carried across (as for the published CPUs, :mod:`uprobe_lab.m
 """
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 
 import pandas as pd
 
 from .. import model
+from ..bench import bench_names
 from ..model import fit as fitmod
 from ..model.fit import Prior, fit_profile
 from ..process import LabError
@@ -27,6 +29,21 @@ from ..process import LabError
 PREDICT_KERNELS = ("6.10", "6.11", "6.16", "6.18")
 PROFILE_NAME = "this-machine"
 REL_TOL = 0.05
+
+
+@functools.lru_cache(maxsize=None)
+def native_table_prices(arch: str) -> frozenset[str]:
+    """The prices some bench of the native table counts on some kernel it is predicted for: an unpinned
+    one of these makes a prediction meaningless (no such bench pins a page or wakes a futex)."""
+    counted = set()
+    for bench in bench_names(arch):
+        for kernel in PREDICT_KERNELS:
+            try:
+                counts = model.price_counts(model.events_for(bench, arch, kernel))
+            except LabError:
+                continue  # a probe that kernel refuses (a nop10 before 7.3)
+            counted.update(p for p, c in zip(model.PRICE_NAMES, counts) if c)
+    return frozenset(counted)
 
 
 def model_kernel(release: str) -> str | None:
@@ -86,8 +103,7 @@ def calibrate(rows: list[dict], cpu: str = "this machine", rel_tol: float = REL_
     else:
         prof = model.profiles.fit_with_carried_prior(measured, arch, [], PROFILE_NAME, cpu)
     prof.dropped = dropped
-    # no bench of the native table wakes a futex (only the host price benches do), and none on x86 pins a page
-    free = [p for p in fitmod.unpinned(prof) if p != "futex_wake" and not (p == "pin_map" and arch == "x86_64")]
+    free = [p for p in fitmod.unpinned(prof) if p in native_table_prices(arch)]
     if free:
         prof.warnings.append(f"not pinned by these rows (predictions that count them are not meaningful): "
                              f"{', '.join(free)}")

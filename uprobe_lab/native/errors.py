@@ -75,7 +75,8 @@ def noexec(tried: list[tuple[str, str]]) -> NativeUnavailable:
 def bpf_refused(err: OSError) -> NativeUnavailable:
     name = errno.errorcode.get(err.errno or 0, str(err.errno))
     return NativeUnavailable(
-        f"bpf(2) refused the BPF consumer the price benches attach ({name}, running as uid {os.geteuid()}): "
+        f"bpf(2) refused the BPF consumer the native benches attach ({name}, running as uid {os.geteuid()}): "
         f"loading it needs CAP_BPF and CAP_PERFMON (root), and a kernel with CONFIG_BPF_SYSCALL and "
-        f"CONFIG_BPF_EVENTS; run as root, or use the bundled recording (price_rows_or_recorded does)"
+        f"CONFIG_BPF_EVENTS; run as root, or use the bundled recordings (native_or_recorded and "
+        f"price_rows_or_recorded fall back to them)"
     )
