@@ -257,6 +257,58 @@ def test_a_machine_too_noisy_to_calibrate_falls_back_to_the_recording_and_says_w
     assert source == "measured now on this machine" and prof.cpu == "quiet box"
 
 
+def test_a_price_only_a_dropped_row_pinned_stays_at_its_carried_prior():
+    """Leaving usermode-count out as noisy leaves user_insn to the prior (the recording's, carried as a
+    ratio), not to whatever the probe rows happen to say of it: the dropped row's own figure then lies inside
+    the interval the calibration predicts for it."""
+    rec = model.load_host_recording()
+    rows = [dict(r, rel_err=0.3) if r["bench"] == "usermode-count" else dict(r) for r in rec["rows"]]
+    with pytest.warns(UserWarning, match="usermode-count x1"):
+        prof = calibrate.calibrate(rows, drop_noisy=True)
+    i = model.PRICE_NAMES.index("user_insn")
+    mean, sd = prof.prior.mean[i], prof.prior.sd()[i]
+    assert mean > 0 and abs(prof.mean[i] - mean) < 2 * sd
+    measured = next(r["mops"] for r in rec["rows"] if r["bench"] == "usermode-count")
+    _, lo, hi = prof.interval("usermode-count", "6.18")
+    assert lo <= measured <= hi
+
+
+def test_a_run_s_speed_spread_widens_every_interval_by_its_share():
+    """Var(t) gains (level_sd * t)^2, worked out for uprobe-nop on 6.18."""
+    rec = model.load_host_recording()
+    rows = [dict(r, level_sd=0.1) for r in rec["rows"]]
+    with pytest.warns(UserWarning):
+        steady = calibrate.calibrate(rec["rows"], rel_tol=1.0)
+        wobbly = calibrate.calibrate(rows, rel_tol=1.0)
+    assert steady.level_sd == 0.0 and wobbly.level_sd == 0.1
+    ev = model.events_for("uprobe-nop", "x86_64", "6.18")
+    t0, sd0 = steady.hit_interval(ev)
+    t1, sd1 = wobbly.hit_interval(ev)
+    assert t1 == pytest.approx(t0) and sd1 ** 2 - sd0 ** 2 == pytest.approx((0.1 * t0) ** 2)
+
+
+def test_round_levels_take_out_what_every_bench_of_a_round_shares():
+    """Round 2 runs every bench 20% slower but D: levels 1, 0.8, 1 (the median over A, B, C, D of each
+    round's median against the bench's own); levelled, A-C are steady and D shows the step as its own."""
+    from uprobe_lab.native import price_benches as pb
+    rounds = {"A": [[10, 10], [8, 8], [10, 10]], "B": [[2, 2], [1.6, 1.6], [2, 2]], "C": [[5], [4], [5]],
+              "D": [[3, 3], [3, 3], [3, 3]]}
+    levels = pb.round_levels(rounds)
+    assert levels == pytest.approx([1.0, 0.8, 1.0])
+    rows = pb.level_rows(rounds, levels)
+    assert rows["A"] == pytest.approx((10.0, 0.0)) and rows["C"] == pytest.approx((5.0, 0.0))
+    mops, err = rows["D"]  # 3, 3.75, 3: the round medians' sd / median / sqrt(3)
+    assert mops == 3.0 and err == pytest.approx(0.4330127 / 3 / 3 ** 0.5)
+
+
+def test_a_wild_interval_does_not_blow_up_a_row_s_error():
+    """One interval whose thread clock stalled reads as a huge rate; the sd behind the median's error is
+    1.4826 * MAD: ten rates of 0.99, one of 1.0, nine of 1.01 and one of 1e6 have median 1.0 and MAD 0.01."""
+    from uprobe_lab.native import price_benches as pb
+    rates = [0.99] * 10 + [1.0] + [1.01] * 9 + [1e6]
+    assert pb.median_rel_err(rates) == pytest.approx(1.2533 * 1.4826 * 0.01 / 21 ** 0.5, rel=1e-3)
+
+
 def test_implausible_price_is_flagged():
     """The bundled host recording is from a VM whose hypervisor intercepts #DB: xol_step far above the
     plausible range, and said so."""

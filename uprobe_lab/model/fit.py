@@ -74,6 +74,7 @@ class Profile:
     host_excluded: list = field(default_factory=list)  # host rows left out of the prior (protocol rule 2)
     virtualised: bool = False  # for a host profile: measured under a hypervisor
     dropped: list = field(default_factory=list)  # rows a calibration left out as too noisy
+    level_sd: float = 0.0  # relative sd of the whole machine's speed over a native run (price_benches)
 
     @property
     def prices(self) -> dict:
@@ -84,10 +85,11 @@ class Profile:
         return {p: float(v) for p, v in zip(PRICE_NAMES, np.sqrt(np.diag(self.cov)))}
 
     def hit_interval(self, events: dict, level_z: float = Z80) -> tuple[float, float]:
-        """(mean ns per hit, predictive sd in ns) for a bench with these events."""
+        """(mean ns per hit, predictive sd in ns) for a bench with these events: the prices' posterior
+        variance, the model's own error and, for a calibrated machine, its speed's spread over the run."""
         c = price_counts(events)
         t = float(c @ self.mean) + fixed_ns(events)
-        var = float(c @ self.cov @ c) + (self.sigma_model * t) ** 2
+        var = float(c @ self.cov @ c) + (self.sigma_model * t) ** 2 + (self.level_sd * t) ** 2
         return t, math.sqrt(max(var, 0.0))
 
     def interval(self, bench: str, kernel: str, consumers: int = 1, **options) -> tuple[float, float, float]:

@@ -88,7 +88,8 @@ def fit_with_carried_prior(fit_rows: pd.DataFrame, arch: str, moved: list[tuple]
     excluded = host_rows_excluded(host_rows, moved)
     hp = host_profile(host_rows, exclude=excluded, virtualised=virtualised)
     prior, scale = carried_prior(hp, fit_rows, arch)
-    prof = fit_profile(fit_rows[["bench", "kernel", "mops", "rel_err"]], arch, prior, name, cpu)
+    cols = [c for c in ("bench", "kernel", "consumers", "mops", "rel_err") if c in fit_rows.columns]
+    prof = fit_profile(fit_rows[cols], arch, prior, name, cpu)
     prof.scale = scale
     prof.host_excluded = sorted({f"{host_rows.loc[i, 'bench']} x{host_rows.loc[i, 'consumers']}" for i in excluded})
     return prof

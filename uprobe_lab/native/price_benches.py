@@ -24,11 +24,15 @@ Noise: the process is pinned to one CPU and warmed up; each configuration is tim
 CPU clock (``CLOCK_THREAD_CPUTIME_ID``: user and kernel time of this thread, so time other processes
 ran on the shared CPU is not counted; what they leave in the caches still is) in short intervals
 (about :data:`INTERVAL_NS`) over :data:`ROUNDS` interleaved rounds that together spend the time budget.
-The figure is the median rate; its error is the larger of the median's relative error (1.2533 * sd /
-sqrt(n) / median, the large-sample error of a median) and the spread of the rounds' medians
-(:func:`row_rel_err`): load from other processes comes and goes over a run, and the within-round figure
-alone understates it. Each row says whether that error is within ``rel_tol`` (``reached``); a
-calibration refuses the rows that are not (:mod:`.calibrate`).
+On a virtual CPU the whole machine's speed also moves, by 10-20% over seconds on a shared host: every
+bench of a round slows together. Each round's *level* (:func:`round_levels`: the median over benches of
+the round's median against the bench's own) divides that round's rates, so a row keeps what is its own
+and loses what all rows share; the run's level spread is reported as ``level_sd`` and a calibration
+puts it back into every prediction's interval (a later run may find the machine at another speed).
+The figure is the median of the levelled rates; its error is the larger of the median's relative error
+(1.2533 * sd / sqrt(n) / median, the large-sample error of a median, sd from the median absolute
+deviation) and the spread of the rounds' levelled medians (:func:`row_rel_err`). Each row says whether
+that error is within ``rel_tol`` (``reached``); a calibration refuses the rows that are not (:mod:`.calibrate`).
 """
 from __future__ import annotations
 
@@ -63,15 +67,23 @@ PRICE_CONFIGS = ([("uprobe-nop", k) for k in CONSUMER_COUNTS]
                     ("futex-wake-shared", 0)])
 INTERVAL_NS = 2_000_000  # ~2 ms per timed interval
 REL_TOL = 0.02
-MIN_INTERVALS = 12
-ROUNDS = 4
+MIN_INTERVALS = 16
+ROUNDS = 8
+
+
+def robust_sd(values: list[float]) -> float:
+    """1.4826 * the median absolute deviation: the sd of a normal sample, unmoved by a few wild values
+    (an interval whose thread clock stalled reads as a rate thousands of times too high)."""
+    mid = statistics.median(values)
+    return 1.4826 * statistics.median(abs(v - mid) for v in values)
 
 
 def median_rel_err(rates: list[float]) -> float:
-    """Relative standard error of the median of ``rates`` (large-sample: 1.2533 * sd / sqrt(n))."""
+    """Relative standard error of the median of ``rates`` (large-sample: 1.2533 * sd / sqrt(n), the sd
+    estimated robustly)."""
     if len(rates) < 2:
         return float("inf")
-    return 1.2533 * statistics.stdev(rates) / len(rates) ** 0.5 / statistics.median(rates)
+    return 1.2533 * robust_sd(rates) / len(rates) ** 0.5 / statistics.median(rates)
 
 
 def row_rel_err(rates: list[float], round_medians: list[float]) -> float:
@@ -81,6 +93,35 @@ def row_rel_err(rates: list[float], round_medians: list[float]) -> float:
     if len(round_medians) > 1:
         err = max(err, statistics.stdev(round_medians) / statistics.median(rates) / len(round_medians) ** 0.5)
     return err
+
+
+def round_levels(round_rates: dict) -> list[float]:
+    """The machine's speed in each round, relative to its typical speed over the run.
+
+    ``round_rates`` maps each configuration to its rounds' interval rates. A round's level is the median,
+    over configurations, of (that round's median rate / the configuration's median over its rounds),
+    then divided by the levels' median. A virtual CPU whose host gets busier slows every bench of a
+    round together; dividing each round's rates by its level takes that common change out and leaves what
+    is particular to one bench."""
+    per_cfg = {}
+    for cfg, rounds in round_rates.items():
+        meds = [statistics.median(r) for r in rounds]
+        mid = statistics.median(meds)
+        per_cfg[cfg] = [m / mid for m in meds]
+    n = min(len(v) for v in per_cfg.values())
+    levels = [statistics.median(v[i] for v in per_cfg.values()) for i in range(n)]
+    mid = statistics.median(levels)
+    return [lv / mid for lv in levels]
+
+
+def level_rows(round_rates: dict, levels: list[float]) -> dict:
+    """Per configuration: (median rate, rel_err) of its rates divided by their round's level."""
+    out = {}
+    for cfg, rounds in round_rates.items():
+        scaled = [[x / lv for x in r] for r, lv in zip(rounds, levels)]
+        rates = [x for r in scaled for x in r]
+        out[cfg] = (statistics.median(rates), row_rel_err(rates, [statistics.median(r) for r in scaled]))
+    return out
 
 
 def _interval_calls(nc: NativeCode, addr: int) -> int:
@@ -120,27 +161,28 @@ def _round(nc: NativeCode, bench: str, consumers: int, budget_s: float, state: d
         calls = state.setdefault("calls", _interval_calls(nc, addr))
         before = counter.count() if counter else 0
         deadline = time.monotonic() + budget_s
-        rates = state.setdefault("rates", [])
         mine = _time_intervals(nc, addr, calls, MIN_INTERVALS // ROUNDS)
         while time.monotonic() < deadline:  # the whole budget: a round's median steadies, not just its error bar
             mine += _time_intervals(nc, addr, calls, 3)
-        rates += mine
-        state.setdefault("round_medians", []).append(statistics.median(mine))
-        timed = len(rates) - state.get("counted", 0)
-        state["counted"] = len(rates)
-        if counter and counter.count() - before < timed * calls * consumers:  # every program ran on every hit
+        state.setdefault("rounds", []).append(mine)
+        if counter and counter.count() - before < len(mine) * calls * consumers:  # every program ran on every hit
             raise RuntimeError(f"{bench} x{consumers}: the BPF consumers counted {counter.count() - before} runs, "
-                               f"fewer than {timed * calls * consumers}")
+                               f"fewer than {len(mine) * calls * consumers}")
 
 
 def measure_price_rows(configs=PRICE_CONFIGS, rel_tol: float = REL_TOL, budget_s: float = 6.0,
                        progress: Callable[[str], object] | None = None) -> list[dict]:
     """Measure each (bench, consumers) configuration here; one row each.
 
-    Rows: bench, consumers, arch, kernel (``uname -r``), mops (median interval rate), rel_err (of the
-    median), intervals, calls_per_interval, reached (rel_err <= rel_tol), optimized. ``budget_s`` is the
-    time per configuration, spread over :data:`ROUNDS` interleaved rounds. Probes are always detached.
+    Rows: bench, consumers, arch, kernel (``uname -r``), mops (median interval rate, each interval
+    divided by its round's level, :func:`round_levels`), rel_err (of that median), intervals,
+    calls_per_interval, reached (rel_err <= rel_tol), optimized, level_sd (the sd of the rounds' levels:
+    how much the whole machine's speed moved over the run, which the rows no longer show and a
+    calibration adds back to its predictions). ``budget_s`` is the time per configuration, spread over
+    :data:`ROUNDS` interleaved rounds. Probes are always detached.
     """
+    if len(configs) < 3:
+        raise LabError("the price benches need at least 3 configurations: a round's level is their median")
     arch = check_native_support()
     states = {cfg: {} for cfg in configs}
     with pinned_to_one_cpu(), NativeCode(arch) as nc:
@@ -149,14 +191,15 @@ def measure_price_rows(configs=PRICE_CONFIGS, rel_tol: float = REL_TOL, budget_s
                 _round(nc, *cfg, budget_s / ROUNDS, states[cfg])
                 if progress:
                     progress(f"{cfg[0]} x{cfg[1]} round {rnd + 1}")
+    round_rates = {cfg: st["rounds"] for cfg, st in states.items()}
+    levels = round_levels(round_rates)
+    level_sd = statistics.stdev(levels)
     out = []
-    for (bench, consumers), st in states.items():
-        rates = st["rates"]
-        err = row_rel_err(rates, st["round_medians"])
-        out.append({"bench": bench, "consumers": consumers, "arch": arch, "kernel": kernel_release(),
-                    "mops": statistics.median(rates), "rel_err": err, "intervals": len(rates),
+    for (cfg, (mops, err)), st in zip(level_rows(round_rates, levels).items(), states.values()):
+        out.append({"bench": cfg[0], "consumers": cfg[1], "arch": arch, "kernel": kernel_release(),
+                    "mops": mops, "rel_err": err, "intervals": sum(map(len, st["rounds"])),
                     "calls_per_interval": st["calls"], "reached": err <= rel_tol,
-                    "optimized": st.get("optimized")})
+                    "optimized": st.get("optimized"), "level_sd": level_sd})
     return out
 
 
