@@ -1,0 +1,80 @@
+"""Run chapter 06 twice on this machine and say whether the two runs agree within their intervals.
+
+    python benchmarks/notebook06_twice.py [--runs 2]
+
+Each run executes notebooks/06_your_machine.ipynb top to bottom in its own kernel (nbclient), as a learner
+would, and keeps the chapter's "predict the other kernels" table (``pred``). The runs are then compared
+with :func:`uprobe_lab.native.calibrate.runs_agree`: is each run's predicted figure inside the other run's
+80% interval? Figures, not assertions. Needs root on Linux for native runs; elsewhere both runs calibrate
+the bundled recording and agree trivially, which the script says.
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import nbformat
+import pandas as pd
+from nbclient import NotebookClient
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from uprobe_lab.native import calibrate  # noqa: E402
+
+NOTEBOOK = ROOT / "notebooks" / "06_your_machine.ipynb"
+SAVE = ("print('PRED_CSV'); print(pred.to_csv(index=False)); "
+        "print('SOURCE', price_source, '| left out:', ', '.join(profile.dropped) or 'none')")
+
+
+def run_once() -> tuple[pd.DataFrame, str]:
+    """Execute chapter 06 once; its prediction table and where its price rows came from."""
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell(SAVE))
+    with tempfile.TemporaryDirectory() as tmp:
+        env_path = os.environ.get("PYTHONPATH", "")
+        os.environ["PYTHONPATH"] = f"{ROOT}{os.pathsep}{env_path}" if env_path else str(ROOT)
+        NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": tmp}}).execute()
+    text = "".join(o.get("text", "") for o in nb.cells[-1].outputs if o.get("output_type") == "stream")
+    csv, _, source = text.partition("PRED_CSV\n")[2].rpartition("SOURCE ")
+    return pd.read_csv(io.StringIO(csv)), source.strip()
+
+
+def half_widths(pred: pd.DataFrame) -> pd.Series:
+    """Each prediction's 80% interval half-width, % of the figure (the wider side)."""
+    out = []
+    for k in calibrate.kernel_columns(pred):
+        out.append(100 * pd.concat([pred[k] - pred[f"{k} low"], pred[f"{k} high"] - pred[k]], axis=1).max(axis=1)
+                   / pred[k])
+    return pd.concat(out, ignore_index=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=2, help="runs to make; every pair is compared")
+    args = parser.parse_args()
+    runs = []
+    for i in range(args.runs):
+        pred, source = run_once()
+        hw = half_widths(pred)
+        print(f"run {i + 1}: price rows {source}; interval half-widths median {hw.median():.1f}%, "
+              f"widest {hw.max():.1f}%")
+        runs.append(pred)
+    kernels = calibrate.kernel_columns(runs[0])
+    for i in range(len(runs)):
+        for j in range(i + 1, len(runs)):
+            same = calibrate.runs_agree(runs[i], runs[j], kernels=kernels)
+            both = same["a_in_b"] & same["b_in_a"]
+            print(f"\nruns {i + 1} and {j + 1}: {int(both.sum())} of {len(same)} predictions inside each other's "
+                  f"80% interval ({int(same['a_in_b'].sum())} of run {i + 1}'s in run {j + 1}'s, "
+                  f"{int(same['b_in_a'].sum())} the other way)")
+            print(same[~both].to_string(index=False) if (~both).any() else "  (no disagreement)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
