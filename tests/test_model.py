@@ -313,6 +313,14 @@ def test_missing_rows_are_named():
         model.predict_from_measured(m[m["bench"].isin(["usermode-count", "syscall-count"])], "6.18")
 
 
+@pytest.mark.parametrize("rate", [-1.5, 0.0, float("nan"), "fast"])
+def test_a_rate_that_is_not_positive_is_refused_by_name(rate):
+    m = table_003().astype({"mops": object})
+    m.loc[m["bench"] == "uprobe-push", "mops"] = rate
+    with pytest.raises(model.LabError, match="uprobe-push has mops .* a positive number"):
+        model.predict_from_measured(m, "6.18")
+
+
 def test_a_slower_bench_is_predicted_slower_and_an_unchanged_path_keeps_its_figure():
     """Each bench's prediction moves with its own input (the same sign, about the same factor); a bench
     whose events do not change between the kernels keeps its measured figure whatever the others do; a

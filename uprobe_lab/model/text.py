@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 import warnings
 
+import numpy as np
 import pandas as pd
 
 from .. import bench as _bench
@@ -74,7 +75,8 @@ def predict_from_measured(measured: pd.DataFrame, to_kernel: str, host: tuple | 
     model error (for benches whose events change) and the row's own error.
 
     Returns bench, predicted_mops, low_80, high_80; ``.attrs["warnings"]`` names what the calibration
-    lacked (each also issued as a UserWarning). Refuses tables with no probe row or several arches."""
+    lacked (each also issued as a UserWarning). Refuses tables with no probe row, several arches, or a
+    rate that is not a positive number."""
     missing = {"arch", "kernel", "bench", "mops"} - set(measured.columns)
     if missing:
         raise LabError(f"measured table lacks columns: {', '.join(sorted(missing))}")
@@ -83,7 +85,13 @@ def predict_from_measured(measured: pd.DataFrame, to_kernel: str, host: tuple | 
         raise LabError(f"measured rows must be from one architecture, got {sorted(arches)}")
     arch = arches.pop()
     kernel_setup(arch, str(to_kernel))  # refuse an unknown target before fitting
-    rows = measured.assign(kernel=measured["kernel"].astype(str), mops=measured["mops"].astype(float))
+    rows = measured.assign(kernel=measured["kernel"].astype(str),
+                           mops=pd.to_numeric(measured["mops"], errors="coerce").astype(float))
+    bad = rows[~(np.isfinite(rows["mops"]) & (rows["mops"] > 0))]
+    if len(bad):  # a zero or negative rate would fit negative prices and predict nonsense
+        r = bad.iloc[0]
+        raise LabError(f"measured row {r['bench']} has mops {measured.loc[bad.index[0], 'mops']!r}; mops is a "
+                       "measured rate in millions of calls per second, a positive number")
     if "rel_err" not in rows:  # a figure without its error is taken to be good to the model's floor (2%)
         rows["rel_err"] = ROW_SIGMA_FLOOR
     rows["rel_err"] = rows["rel_err"].fillna(ROW_SIGMA_FLOOR)
