@@ -36,6 +36,9 @@ USDT_TARGETS = {  # x86-64 only, like the kernel bench's usdt benches
 
 # Not the kernel bench's: syscall loops the price benches use to price one page pin (bench_names leaves them out).
 PRICE_ONLY_BENCHES = {"futex-wake-private": "futex_wake_private", "futex-wake-shared": "futex_wake_shared"}
+# Not the kernel bench's either: a probe in a 32-bit (compat) task, whose uretprobes return through an
+# int3 on every kernel; the price benches measure the old return path with it on a new kernel.
+COMPAT_BENCHES = {"uprobe-nop-compat": "uprobe", "uretprobe-nop-compat": "uretprobe"}
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,7 @@ class BenchSpec:
     name: str
     target: str  # symbol the producer loop calls
     probe: str | None  # None: no probe; "uprobe", "uretprobe" or "usdt"
+    options: tuple = ()  # (name, value) pairs every process of this bench gets (compat_task)
 
 
 def bench_spec(name: str, arch: str = "x86_64") -> BenchSpec:
@@ -50,6 +54,10 @@ def bench_spec(name: str, arch: str = "x86_64") -> BenchSpec:
         return BenchSpec(name, "uprobe_target_nop", None)
     if name == "syscall-count":
         return BenchSpec(name, "getpgid_syscall", None)
+    if name in COMPAT_BENCHES:
+        if arch != "x86_64":
+            raise LabError(f"{name} is x86-64 only (a 32-bit task on an x86-64 kernel)")
+        return BenchSpec(name, TARGETS["nop"], COMPAT_BENCHES[name], (("compat_task", True),))
     if name in PRICE_ONLY_BENCHES:
         if arch != "x86_64":
             raise LabError(f"{name} is x86-64 only (a price bench of the lab's x86-64 host)")
@@ -73,7 +81,7 @@ def bench_names(arch: str = "x86_64") -> list[str]:
 
 
 def _prepare(spec: BenchSpec, arch: str, kernel, count_insns: bool, options: dict):
-    proc = make_process(arch, kernel, count_insns=count_insns, **options)
+    proc = make_process(arch, kernel, count_insns=count_insns, **{**dict(spec.options), **options})
     consumer = None
     if spec.probe == "usdt":
         consumer = CountingConsumer()

@@ -188,15 +188,15 @@ def perf_event_open(attr: PerfEventAttr, pid: int = 0, cpu: int = -1, group_fd: 
     return fd
 
 
-def open_uprobe(path: str, offset: int, retprobe: bool = False, *, disabled: bool = False) -> int:
-    """Attach a uprobe to this process (pid 0, any cpu) and return its fd.
+def open_uprobe(path: str, offset: int, retprobe: bool = False, *, disabled: bool = False, pid: int = 0) -> int:
+    """Attach a uprobe to process ``pid`` (0: this one; any cpu) and return its fd.
 
     EACCES/EPERM become NativeUnavailable; other errors stay OSError with the errno.
     """
     path_buf = ctypes.create_string_buffer(os.fsencode(path))
     attr = uprobe_attr(path_buf, offset, retprobe, disabled=disabled)
     try:
-        return perf_event_open(attr)
+        return perf_event_open(attr, pid=pid)
     except OSError as err:
         if err.errno in (errno.EACCES, errno.EPERM):
             raise permission_denied(err) from None
@@ -227,24 +227,25 @@ def trial_open(directory: str) -> None:
 
 
 class UprobeEvent:
-    """``with UprobeEvent(path, offset, retprobe=False) as ev: ... ev.count()``.
+    """``with UprobeEvent(path, offset, retprobe=False[, pid=N]) as ev: ... ev.count()``.
 
     The probe is live inside the block (attached enabled). The fd is closed on every way out of
     the block - normal exit, an exception, KeyboardInterrupt - and closing it unregisters the
     probe, so the site's original bytes are back when ``__exit__`` returns.
     """
 
-    def __init__(self, path: str, offset: int, retprobe: bool = False):
+    def __init__(self, path: str, offset: int, retprobe: bool = False, pid: int = 0):
         self.path = os.fspath(path)
         self.offset = offset
         self.retprobe = retprobe
+        self.pid = pid  # 0: this process; another process's pid probes only that one
         self.fd: int | None = None
 
     def open(self) -> "UprobeEvent":
         if self.fd is not None:
             raise RuntimeError("UprobeEvent is already open")
         with sigint_deferred():  # no Ctrl-C between the probe's registration and storing its fd
-            self.fd = open_uprobe(self.path, self.offset, self.retprobe)
+            self.fd = open_uprobe(self.path, self.offset, self.retprobe, pid=self.pid)
         return self
 
     def close(self) -> None:

@@ -46,11 +46,14 @@ class X86Process(EmulatedProcess):
     EXEC_IMPLIES_READ = True  # protection_map[VM_EXEC] is PAGE_READONLY_EXEC: [uprobes] reads fine
 
     def __init__(self, kernel=None, record: bool = False, count_insns: bool = False,
-                 uretprobe_saves_regs: bool = True):
+                 uretprobe_saves_regs: bool = True, compat_task: bool = False):
         super().__init__(kernel, record)
         self.arch_ops = X86ArchOps()
         # False selects the broken teaching trampoline that does not save rcx/r11 around syscall
         self.uretprobe_saves_regs = uretprobe_saves_regs
+        # True: the kernel treats this as a 32-bit task, whose uretprobes return through an int3 on every
+        # version (the code the lab runs stays 64-bit; see arch_uretprobe_trampoline)
+        self.compat_task = compat_task
         self.syscalls.update(syscalls.syscall_table(self.kernel))
         self.map("[stack]", STACK_TOP - STACK_SIZE, STACK_SIZE, "rw-p")
         self._syscall_tf_ip = None  # a syscall executed with TF set: where its (delayed) step trap is due

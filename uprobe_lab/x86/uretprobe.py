@@ -56,8 +56,11 @@ def uretprobe_syscall_check_offset(save_regs: bool = True) -> int:
 
 
 def arch_uretprobe_trampoline(proc) -> bytes:
-    """Slot 0 of the XOL area: one int3 before 6.11, the syscall trampoline after."""
-    if not proc.kernel.uretprobe_syscall:
+    """Slot 0 of the XOL area: one int3 before 6.11, the syscall trampoline after - for a task in 64-bit
+    mode only (``user_64bit_mode(regs)``): a compat task (``proc.compat_task``) gets the int3 on every
+    version. The lab's compat task runs the same 64-bit code; only the trampoline changes, which is what
+    a 32-bit program's hits cost differently (uprobe_lab.native.compat runs a real one on the host)."""
+    if not proc.kernel.uretprobe_syscall or proc.compat_task:
         return bytes([UPROBE_SWBP_INSN])
     return uretprobe_trampoline(proc.kernel, proc.uretprobe_saves_regs)
 

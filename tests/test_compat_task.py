@@ -1,0 +1,99 @@
+"""A 32-bit (compat) task: its uretprobes return through an int3 on every kernel, in the emulator and on
+this host (arch_uretprobe_trampoline hands the syscall trampoline to 64-bit tasks only)."""
+import os
+
+import capstone
+import pytest
+
+from uprobe_lab.bench import bench_spec, events_per_hit
+from uprobe_lab.errors import LabError
+from uprobe_lab.native import compat
+from uprobe_lab.uprobes import CountingConsumer, uprobe_get_trampoline_vaddr, uprobe_register
+from uprobe_lab.arches import make_process
+from native_support import native
+
+# What the program's code says, written out from the module doc's description (i386 syscall numbers:
+# read 3, clock_gettime 265 = 0x109, write 4, exit 1; CLOCK_THREAD_CPUTIME_ID 3; data at 0x804a000:
+# t0, t1 at +8, the return-address slot at +0x10, the go byte at +0x14).
+EXPECTED_TEXT = [
+    ("mov", "eax, 3"), ("xor", "ebx, ebx"), ("mov", "ecx, 0x804a014"), ("mov", "edx, 1"), ("int", "0x80"),
+    ("mov", "eax, 0x109"), ("mov", "ebx, 3"), ("mov", "ecx, 0x804a000"), ("int", "0x80"),
+    ("mov", "esi, 7"),
+    ("call", "PEEK"), ("dec", "esi"), ("jne", "LOOP"),
+    ("mov", "eax, 0x109"), ("mov", "ebx, 3"), ("mov", "ecx, 0x804a008"), ("int", "0x80"),
+    ("mov", "eax, 4"), ("mov", "ebx, 1"), ("mov", "ecx, 0x804a000"), ("mov", "edx, 0x14"), ("int", "0x80"),
+    ("mov", "eax, 4"), ("mov", "ebx, 1"), ("mov", "ecx, dword ptr [0x804a010]"), ("mov", "edx, 1"), ("int", "0x80"),
+    ("mov", "eax, 3"), ("xor", "ebx, ebx"), ("mov", "ecx, 0x804a014"), ("mov", "edx, 1"), ("int", "0x80"),
+    ("mov", "eax, 1"), ("xor", "ebx, ebx"), ("int", "0x80"),
+    ("nop", ""), ("ret", ""),  # target
+    ("nop", ""), ("mov", "eax, dword ptr [esp]"), ("mov", "dword ptr [0x804a010], eax"), ("ret", ""),  # peek
+]
+
+
+def test_the_i386_program_decodes_as_written():
+    prog = compat.compat_program(7, "peek")
+    md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_32)
+    start = prog.symbols["_start"]
+    insns = list(md.disasm(prog.image[start - compat.BASE:], start))
+    names = {"PEEK": hex(prog.symbols["peek"]), "LOOP": hex(prog.symbols["loop"])}
+    want = [(m, names.get(o, o)) for m, o in EXPECTED_TEXT]
+    assert [(i.mnemonic, i.op_str) for i in insns] == want
+    assert sum(i.size for i in insns) == len(prog.image) - (start - compat.BASE)  # nothing left undecoded
+    assert prog.image[:5] == b"\x7fELF\x01"  # ELFCLASS32
+    assert prog.image[prog.offset("target"):prog.offset("target") + 2] == b"\x90\xc3"
+
+
+def test_bad_program_arguments_are_refused():
+    with pytest.raises(ValueError, match="2\\*\\*32"):
+        compat.compat_program(1 << 32)
+    with pytest.raises(ValueError, match="target or peek"):
+        compat.compat_program(5, "main")
+    with pytest.raises(ValueError, match="probe is None"):
+        compat.run_compat(5, "target", "kprobe")
+
+
+@pytest.mark.parametrize("kernel", ["6.10", "6.11", "6.16", "6.18", "7.3"])
+def test_a_compat_task_returns_through_an_int3_on_every_kernel(kernel):
+    """The compat bench's events equal 6.10's 64-bit uretprobe-nop: two exceptions, no syscall."""
+    ev = events_per_hit("uretprobe-nop-compat", "x86_64", kernel)
+    assert ev == events_per_hit("uretprobe-nop", "x86_64", "6.10")
+    assert ev["exceptions"] == 2 and "syscalls" not in ev
+    assert events_per_hit("uprobe-nop-compat", "x86_64", kernel) == events_per_hit("uprobe-nop", "x86_64", kernel)
+
+
+def test_the_compat_task_s_slot_0_is_one_int3_and_a_64_bit_task_s_is_the_syscall_trampoline():
+    for compat_task, first in ((True, 0xCC), (False, 0x50)):  # int3; push %rax
+        proc = make_process("x86_64", "6.18", compat_task=compat_task)
+        uprobe_register(proc, "uprobe_target_nop", CountingConsumer(ret=True))
+        proc.call("producer_loop", 1, proc.program.resolve("uprobe_target_nop"))
+        assert proc.read(uprobe_get_trampoline_vaddr(proc), 1)[0] == first
+
+
+def test_compat_benches_are_x86_only():
+    assert bench_spec("uretprobe-nop-compat").options == (("compat_task", True),)
+    with pytest.raises(LabError, match="x86-64 only"):
+        bench_spec("uretprobe-nop-compat", "arm64")
+
+
+# --- the host referee --------------------------------------------------------------------------------
+@native
+def test_this_host_gives_a_32_bit_task_an_int3_trampoline_and_counts_every_hit():
+    """A uretprobe on peek: the return address peek sees is in [uprobes] and the byte there is an int3
+    (on 6.11+ a 64-bit task's is the syscall trampoline's push %rax, tested in test_native.py)."""
+    run = compat.run_compat(1000, "peek", "uretprobe")
+    assert run.hits == 1000
+    assert run.ret_mapping == "[uprobes]" and run.ret_byte == 0xCC
+    plain = compat.run_compat(1000, "peek", None)  # unprobed: peek returns into the loop, after the call
+    assert plain.ret_mapping.endswith("compat_bench") and plain.ret_byte == 0x4E  # dec esi
+    assert plain.ret_addr == compat.compat_program(1000, "peek").symbols["loop"] + 5
+    probed = compat.run_compat(1000, "target", "uprobe")
+    assert probed.hits == 1000 and probed.loop_ns > 0
+
+
+@native
+def test_a_compat_run_leaves_no_process_probe_or_file_behind():
+    before = set(os.listdir("/proc"))
+    compat.run_compat(500, "target", "uretprobe")
+    left = [p for p in set(os.listdir("/proc")) - before
+            if p.isdigit() and os.path.exists(f"/proc/{p}/comm") and open(f"/proc/{p}/comm").read().strip() == "compat_bench"]
+    assert left == []

@@ -1,0 +1,190 @@
+"""A 32-bit (compat) task on this x86-64 kernel: the uretprobe trampoline it gets, and what its hits cost.
+
+arch/x86/kernel/uprobes.c ``arch_uretprobe_trampoline()`` hands the uretprobe syscall trampoline only to
+a task in 64-bit mode (``user_64bit_mode(regs)``); a compat task's slot 0 of ``[uprobes]`` is still the
+single ``int3`` every task had before 6.11. So on a 6.11+ kernel a 32-bit program returns from a
+uretprobe the old way, through a second exception, next to a 64-bit program that returns through the
+syscall: both paths, measured on one machine.
+
+The program (:func:`compat_program`) is a static i386 ELF built here, a dozen hand-encoded instructions
+(tests check each with Capstone): it waits for one byte on stdin (so the probe is attached before
+the loop starts), reads its thread CPU clock, calls ``target`` (``nop; ret``) or ``peek`` (the same,
+but it stores the return address it was called with) N times, reads the clock again, and writes the
+two clock readings, the last return address ``peek`` saw and the byte at that address to stdout, then
+waits for a second byte before it exits (so its /proc/<pid>/maps can be read). With a uretprobe on
+``peek`` that address is the trampoline in ``[uprobes]``.
+
+What the lab leaves out: the i386 vDSO (clock_gettime is a plain int 0x80), compat tasks' other
+differences (4-byte return addresses, int 0x80 syscalls) beyond the trampoline.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import struct
+import subprocess
+from dataclasses import dataclass
+
+from .bpf import BpfCounter
+from .code import scratch_dir
+from .errors import NativeUnavailable
+from .perf import UprobeEvent
+
+BASE = 0x08048000
+DATA = 0x0804A000  # one page of zeroed data, apart from the code page the probe writes into
+T0, T1, RET_SLOT, GO_BYTE = DATA, DATA + 8, DATA + 16, DATA + 20
+REPORT_BYTES = 20  # t0 (timespec32), t1 (timespec32), the return address peek saw
+CLOCK_THREAD_CPUTIME_ID = 3
+# i386 syscall numbers (arch/x86/entry/syscalls/syscall_32.tbl)
+NR_EXIT, NR_READ, NR_WRITE, NR_CLOCK_GETTIME = 1, 3, 4, 265
+EHDR_SIZE, PHDR_SIZE = 52, 32
+MAX_CALLS = 1 << 32  # the loop counts in esi
+EXEC_FAILED = "this kernel does not run 32-bit programs (CONFIG_IA32_EMULATION off, or ia32_emulation=0 on its command line)"
+
+
+def _u32(v: int) -> bytes:
+    return struct.pack("<I", v & 0xFFFFFFFF)
+
+
+def mov_imm(reg: str, value: int) -> bytes:
+    """mov r32, imm32 (B8+r)."""
+    return bytes([0xB8 + ["eax", "ecx", "edx", "ebx", "esp", "ebp", "esi", "edi"].index(reg)]) + _u32(value)
+
+
+INT80 = b"\xcd\x80"
+XOR_EBX_EBX = b"\x31\xdb"
+DEC_ESI = b"\x4e"
+NOP, RET = b"\x90", b"\xc3"
+MOV_EAX_ESP0 = b"\x8b\x04\x24"  # mov eax, [esp]: the return address this call pushed
+
+
+def mov_ecx_from(addr: int) -> bytes:
+    return b"\x8b\x0d" + _u32(addr)  # mov ecx, [addr]
+
+
+def mov_to_from_eax(addr: int) -> bytes:
+    return b"\xa3" + _u32(addr)  # mov [addr], eax
+
+
+def syscall3(nr: int, ebx: bytes, ecx: bytes, edx: bytes = b"") -> bytes:
+    return mov_imm("eax", nr) + ebx + ecx + edx + INT80
+
+
+@dataclass(frozen=True)
+class CompatProgram:
+    image: bytes  # the whole ELF file
+    symbols: dict  # name -> address (target, peek, loop, _start)
+
+    def offset(self, name: str) -> int:
+        """File offset of a symbol: what a uprobe on this file names."""
+        return self.symbols[name] - BASE
+
+
+def compat_program(calls: int, func: str = "target") -> CompatProgram:
+    """The i386 program that calls ``func`` (``target`` or ``peek``) ``calls`` times (see the module doc)."""
+    if not 1 <= calls < MAX_CALLS:
+        raise ValueError(f"calls must be in 1 .. 2**32-1 (the loop counts in esi), got {calls}")
+    start = BASE + EHDR_SIZE + 2 * PHDR_SIZE  # code follows the ELF header and two program headers
+    head = (syscall3(NR_READ, XOR_EBX_EBX, mov_imm("ecx", GO_BYTE), mov_imm("edx", 1))
+            + syscall3(NR_CLOCK_GETTIME, mov_imm("ebx", CLOCK_THREAD_CPUTIME_ID), mov_imm("ecx", T0))
+            + mov_imm("esi", calls))
+    loop = start + len(head)
+    tail = (syscall3(NR_CLOCK_GETTIME, mov_imm("ebx", CLOCK_THREAD_CPUTIME_ID), mov_imm("ecx", T1))
+            + syscall3(NR_WRITE, mov_imm("ebx", 1), mov_imm("ecx", T0), mov_imm("edx", REPORT_BYTES))
+            + syscall3(NR_WRITE, mov_imm("ebx", 1), mov_ecx_from(RET_SLOT), mov_imm("edx", 1))
+            + syscall3(NR_READ, XOR_EBX_EBX, mov_imm("ecx", GO_BYTE), mov_imm("edx", 1))  # stay for /proc/pid/maps
+            + syscall3(NR_EXIT, XOR_EBX_EBX, b""))
+    body_len = 5 + len(DEC_ESI) + 2  # call rel32; dec esi; jnz rel8
+    target = loop + body_len + len(tail)
+    symbols = {"_start": start, "loop": loop, "target": target, "peek": target + len(NOP + RET)}
+    if func not in ("target", "peek"):
+        raise ValueError(f"func is target or peek, got {func!r}")
+    call = b"\xe8" + _u32(symbols[func] - (loop + 5))
+    jnz = b"\x75" + bytes([-body_len & 0xFF])  # back to loop
+    funcs = NOP + RET + NOP + MOV_EAX_ESP0 + mov_to_from_eax(RET_SLOT) + RET
+    code = head + call + DEC_ESI + jnz + tail + funcs
+    size = EHDR_SIZE + 2 * PHDR_SIZE + len(code)
+    ehdr = (b"\x7fELF" + bytes([1, 1, 1, 0]) + bytes(8)  # ELFCLASS32, little-endian, SysV
+            + struct.pack("<HHIIIIIHHHHHH", 2, 3, 1, start, EHDR_SIZE, 0, 0, EHDR_SIZE, PHDR_SIZE, 2, 0, 0, 0))
+    pt_load = 1
+    text = struct.pack("<IIIIIIII", pt_load, 0, BASE, BASE, size, size, 5, 0x1000)  # r-x, the whole file
+    data = struct.pack("<IIIIIIII", pt_load, 0, DATA, DATA, 0, 0x1000, 6, 0x1000)  # rw-, zero-filled
+    return CompatProgram(ehdr + text + data + code, symbols)
+
+
+@dataclass
+class CompatRun:
+    """What one run of the program reported: calls, thread CPU ns spent in the loop, the return address
+    ``peek`` last saw (0 when it was not called), the byte there, the mapping holding it, probe hits."""
+
+    calls: int
+    loop_ns: int
+    ret_addr: int
+    ret_byte: int | None
+    ret_mapping: str
+    hits: int
+
+    @property
+    def mops(self) -> float:
+        return self.calls * 1e3 / max(self.loop_ns, 1)
+
+
+def _mapping_of(pid: int, addr: int) -> str:
+    """The name of the mapping of ``pid`` that holds ``addr`` ('[uprobes]', the program's path...)."""
+    with open(f"/proc/{pid}/maps") as f:
+        for line in f:
+            parts = line.split()
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            if lo <= addr < hi:
+                return parts[5] if len(parts) > 5 else ""
+    return ""
+
+
+def run_compat(calls: int, func: str = "target", probe: str | None = None) -> CompatRun:
+    """Run the i386 program once, with a uprobe or uretprobe (``probe``) on ``func`` carrying a BPF
+    consumer, and return what it reported. The probe, the process and the scratch file are released
+    on every way out, Ctrl-C included."""
+    if probe not in (None, "uprobe", "uretprobe"):
+        raise ValueError(f"probe is None, 'uprobe' or 'uretprobe', got {probe!r}")
+    prog = compat_program(calls, func)
+    with contextlib.ExitStack() as stack:
+        d = stack.enter_context(scratch_dir())
+        path = os.path.join(d, "compat_bench")
+        with open(path, "wb") as f:
+            f.write(prog.image)
+        os.chmod(path, 0o700)
+        try:
+            proc = subprocess.Popen([path], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        except OSError as err:
+            raise NativeUnavailable(f"cannot run a 32-bit program here: {EXEC_FAILED} ({err.strerror})") from None
+        stack.callback(_reap, proc)
+        counter = None
+        if probe:
+            counter = stack.enter_context(BpfCounter())
+            event = stack.enter_context(UprobeEvent(path, prog.offset(func), retprobe=probe == "uretprobe",
+                                                    pid=proc.pid))
+            counter.attach(event.fd)
+        proc.stdin.write(b"g")
+        proc.stdin.flush()
+        report = proc.stdout.read(REPORT_BYTES)
+        if len(report) < REPORT_BYTES:
+            raise RuntimeError(f"the 32-bit program stopped early (exit status {proc.wait()})")
+        byte = proc.stdout.read(1) if func == "peek" else b""  # target stores no address: nothing to read
+        s0, n0, s1, n1, ret = struct.unpack("<IIIII", report)
+        mapping = _mapping_of(proc.pid, ret) if ret else ""
+        hits = counter.count() if counter else 0
+        proc.stdin.write(b"x")
+        proc.stdin.flush()
+        return CompatRun(calls, (s1 - s0) * 1_000_000_000 + n1 - n0, ret, byte[0] if byte else None, mapping, hits)
+
+
+def _reap(proc: subprocess.Popen) -> None:
+    """Let the program go (or kill it) and wait for it, so no process outlives its probe."""
+    with contextlib.suppress(OSError):
+        proc.stdin.close()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    proc.stdout.close()
