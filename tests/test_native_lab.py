@@ -278,7 +278,7 @@ def test_a_run_s_speed_spread_widens_every_interval_by_its_share():
     rec = model.load_host_recording()
     rows = [dict(r, level_sd=0.1) for r in rec["rows"]]
     with pytest.warns(UserWarning):
-        steady = calibrate.calibrate(rec["rows"], rel_tol=1.0)
+        steady = calibrate.calibrate([dict(r, level_sd=0.0) for r in rec["rows"]], rel_tol=1.0)
         wobbly = calibrate.calibrate(rows, rel_tol=1.0)
     assert steady.level_sd == 0.0 and wobbly.level_sd == 0.1
     ev = model.events_for("uprobe-nop", "x86_64", "6.18")

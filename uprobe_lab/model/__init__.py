@@ -63,6 +63,22 @@ Versions
   inside, widest +-13.9%); the two simulated-stp rows are +34% and +20%, outside intervals of +-5% and
   +-4%: the carried page-pin price is too small for the STP patch's path on Kunpeng, and its spread too
   narrow. Each table alone: 5.0%, 88% inside, widest +-31.8% (seed 000). Not blind: a third look.
+* v4 (2026-12-01), one change made after v3's figures were seen, for seed 000's tables alone: their fit
+  rows are all uretprobes on 6.10 and rule 2 leaves the host's uretprobe-nop out (it takes the 6.11
+  return path they test), so ``return_instance`` had no prior and the rows could not say how much of a
+  hit is its two exceptions. A 32-bit task still returns through an int3 on a 6.11+ kernel
+  (``arch_uretprobe_trampoline``: the syscall trampoline is for 64-bit tasks; a host test shows it), so
+  the host now measures ``uretprobe-nop-compat`` and ``uprobe-nop-compat``: the 6.10 return path, which
+  no held-out row takes. The recording was made again for it, on this session's machine (an Intel Xeon
+  VM; the AMD one of v1-v3 is gone, and one recording must come from one machine), with the rounds
+  levelled (uprobe_lab.native.price_benches). Spreads, roles and the prior's form unchanged.
+  v4's figures: 5.5%, 50% inside, half-width median 6.9%, widest +-13.4% (x86 rows alone 4.6%, 57%
+  inside); each table alone: 6.4%, 50% inside, widest +-13.4%; unmoved rows 1.4%, 75% inside. Every
+  interval is now narrower than +-15%, and half the moved rows miss theirs: the AMD uretprobe rows by
+  +5-7% (+9-14% alone), the nop5 series' optimised uprobe-nop5 and uretprobe-nop5 by +36% and +17%, the
+  Kunpeng simulated-stp rows by +26% and +15%. On this host an exception costs 4.3 syscalls (710 and
+  166 ns), on the AMD one 2.7 (479 and 177 ns); one scale per CPU carries that ratio to the published
+  CPUs, and the fit rows, all int3 paths, cannot correct it. Not blind: a fourth look, kept as it came.
 """
 from __future__ import annotations
 

@@ -7,7 +7,8 @@ running a BPF program as the published benches' consumer does; optimised vs int3
 uprobe on one target; syscall-count; usermode-count; uprobe-ret; a shared vs a private futex wake for
 ``pin_map``: get_user_pages_fast + put_page, what the arm64 STP patch pays per page besides a kmap,
 which is free on a 64-bit kernel without HIGHMEM; the two wakes' common work is priced apart as
-``futex_wake``, which no published bench pays),
+``futex_wake``, which no published bench pays; ``uretprobe-nop-compat`` next to ``uprobe-nop-compat``, a
+32-bit task's probes, whose uretprobes still return through an int3: the 6.10 return path on this kernel),
 and fitted (:func:`host_profile`) into this host's price list with its posterior covariance. The bundled
 recording, ``uprobe_lab/data/host_prices_6.18.json``, was made on the machine described in it.
 

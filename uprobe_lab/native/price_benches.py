@@ -18,7 +18,10 @@ can be measured (:func:`measure_price_rows`):
   the same FUTEX_WAKE with nobody waiting, but a shared futex takes and drops a reference on the
   user page (get_user_pages_fast + put_page in get_futex_key), the page pin the unmerged arm64 STP
   patch pays on every hit;
-* ``uprobe-ret`` (an out-of-line single step).
+* ``uprobe-ret`` (an out-of-line single step);
+* ``uretprobe-nop-compat`` next to ``uprobe-nop-compat``: the same probes in a 32-bit task
+  (:mod:`.compat`), whose uretprobes still return through an int3 on a 6.11+ kernel: the return path
+  the 6.10 rows take, measured on this kernel (the 64-bit ``uretprobe-nop`` takes the 6.11 one).
 
 Noise: the process is pinned to one CPU and warmed up; each configuration is timed on the thread's
 CPU clock (``CLOCK_THREAD_CPUTIME_ID``: user and kernel time of this thread, so time other processes
@@ -45,7 +48,7 @@ import sys
 import time
 from typing import Callable
 
-from ..bench import bench_spec
+from ..bench import COMPAT_BENCHES, bench_spec
 from ..model import load_host_recording
 from ..process import LabError
 from ..sites import calls_uprobe_trampoline
@@ -53,6 +56,7 @@ from .bench import pinned_to_one_cpu
 from .bpf import BpfCounter
 from .calibrate import calibrate
 from .code import NativeCode
+from .compat import run_compat
 from .errors import NativeUnavailable
 from .support import check_native_support
 from .example import native_reason
@@ -64,10 +68,11 @@ CONSUMER_COUNTS = (1, 2, 4, 8)
 PRICE_CONFIGS = ([("uprobe-nop", k) for k in CONSUMER_COUNTS]
                  + [("usermode-count", 0), ("syscall-count", 0), ("uprobe-push", 1), ("uprobe-ret", 1), ("uprobe-nop5", 1),
                     ("uprobe-nop5-pagecross", 1), ("uretprobe-nop", 1), ("futex-wake-private", 0),
-                    ("futex-wake-shared", 0)])
+                    ("futex-wake-shared", 0), ("uprobe-nop-compat", 1), ("uretprobe-nop-compat", 1)])
+COMPAT_RUN_NS = 10_000_000  # a 32-bit run's loop: long enough that its process start is rare
 INTERVAL_NS = 2_000_000  # ~2 ms per timed interval
 REL_TOL = 0.02
-MIN_INTERVALS = 16
+MIN_INTERVALS = 16  # two per round at the default ROUNDS
 ROUNDS = 8
 
 
@@ -145,7 +150,7 @@ def _time_intervals(nc: NativeCode, addr: int, calls: int, n: int) -> list[float
 
 def _round(nc: NativeCode, bench: str, consumers: int, budget_s: float, state: dict) -> None:
     """One round of one configuration: attach ``consumers`` events, warm up, time at least
-    MIN_INTERVALS / ROUNDS intervals, then more until the round's share of the budget is spent."""
+    two intervals, then more until the round's share of the budget is spent."""
     spec = bench_spec(bench, nc.arch)
     addr = nc.addr(spec.target)
     with contextlib.ExitStack() as stack:
@@ -161,7 +166,7 @@ def _round(nc: NativeCode, bench: str, consumers: int, budget_s: float, state: d
         calls = state.setdefault("calls", _interval_calls(nc, addr))
         before = counter.count() if counter else 0
         deadline = time.monotonic() + budget_s
-        mine = _time_intervals(nc, addr, calls, MIN_INTERVALS // ROUNDS)
+        mine = _time_intervals(nc, addr, calls, 2)  # a round's median needs at least two
         while time.monotonic() < deadline:  # the whole budget: a round's median steadies, not just its error bar
             mine += _time_intervals(nc, addr, calls, 3)
         state.setdefault("rounds", []).append(mine)
@@ -170,8 +175,26 @@ def _round(nc: NativeCode, bench: str, consumers: int, budget_s: float, state: d
                                f"fewer than {len(mine) * calls * consumers}")
 
 
+def _compat_round(bench: str, budget_s: float, state: dict) -> None:
+    """One round of a 32-bit task's bench (:mod:`.compat`): whole runs of the i386 program, each timed
+    on its own thread CPU clock and with its probe's hits checked, until the round's share is spent."""
+    probe = COMPAT_BENCHES[bench]
+    if "calls" not in state:  # size a run from a short one (which also warms the file's page cache)
+        first = run_compat(2000, "target", probe)
+        state["calls"] = max(1000, int(COMPAT_RUN_NS * first.calls / max(first.loop_ns, 1)))
+    calls = state["calls"]
+    deadline = time.monotonic() + budget_s
+    mine = []
+    while len(mine) < 2 or time.monotonic() < deadline:
+        run = run_compat(calls, "target", probe)
+        if run.hits < calls:
+            raise RuntimeError(f"{bench}: the BPF consumer counted {run.hits} hits, fewer than {calls} calls")
+        mine.append(run.mops)
+    state.setdefault("rounds", []).append(mine)
+
+
 def measure_price_rows(configs=PRICE_CONFIGS, rel_tol: float = REL_TOL, budget_s: float = 6.0,
-                       progress: Callable[[str], object] | None = None) -> list[dict]:
+                       progress: Callable[[str], object] | None = None, rounds: int = ROUNDS) -> list[dict]:
     """Measure each (bench, consumers) configuration here; one row each.
 
     Rows: bench, consumers, arch, kernel (``uname -r``), mops (median interval rate, each interval
@@ -179,16 +202,19 @@ def measure_price_rows(configs=PRICE_CONFIGS, rel_tol: float = REL_TOL, budget_s
     calls_per_interval, reached (rel_err <= rel_tol), optimized, level_sd (the sd of the rounds' levels:
     how much the whole machine's speed moved over the run, which the rows no longer show and a
     calibration adds back to its predictions). ``budget_s`` is the time per configuration, spread over
-    :data:`ROUNDS` interleaved rounds. Probes are always detached.
+    ``rounds`` interleaved rounds. Probes are always detached.
     """
     if len(configs) < 3:
         raise LabError("the price benches need at least 3 configurations: a round's level is their median")
     arch = check_native_support()
     states = {cfg: {} for cfg in configs}
     with pinned_to_one_cpu(), NativeCode(arch) as nc:
-        for rnd in range(ROUNDS):
+        for rnd in range(rounds):
             for cfg in configs:
-                _round(nc, *cfg, budget_s / ROUNDS, states[cfg])
+                if cfg[0] in COMPAT_BENCHES:
+                    _compat_round(cfg[0], budget_s / rounds, states[cfg])
+                else:
+                    _round(nc, *cfg, budget_s / rounds, states[cfg])
                 if progress:
                     progress(f"{cfg[0]} x{cfg[1]} round {rnd + 1}")
     round_rates = {cfg: st["rounds"] for cfg, st in states.items()}
@@ -203,12 +229,12 @@ def measure_price_rows(configs=PRICE_CONFIGS, rel_tol: float = REL_TOL, budget_s
     return out
 
 
-def record_host_prices(path, budget_s: float = 6.0, label: str = "") -> dict:
+def record_host_prices(path, budget_s: float = 6.0, label: str = "", rounds: int = ROUNDS) -> dict:
     """Measure the price rows here and write them, with the host's description, to ``path`` (JSON)."""
-    rows = measure_price_rows(budget_s=budget_s)
+    rows = measure_price_rows(budget_s=budget_s, rounds=rounds)
     data = {"label": label or f"measured on {host_description()['kernel']}",
             "recorded": datetime.date.today().isoformat(), "host": host_description(),
-            "command": f"uprobe_lab.native.price_benches.record_host_prices(path, budget_s={budget_s})",
+            "command": f"uprobe_lab.native.price_benches.record_host_prices(path, budget_s={budget_s}, rounds={rounds})",
             "rows": rows}
     with open(path, "w") as f:
         f.write(json.dumps(data, indent=1) + "\n")
