@@ -69,6 +69,25 @@ def test_the_compat_task_s_slot_0_is_one_int3_and_a_64_bit_task_s_is_the_syscall
         assert proc.read(uprobe_get_trampoline_vaddr(proc), 1)[0] == first
 
 
+def test_return_paths_worked_out_by_hand():
+    """1 M/s uprobe and 0.5 M/s uretprobe: 1000 and 2000 ns, a 1000 ns return; compat 0.8 and 0.4 M/s:
+    1250 and 2500 ns, a 1250 ns return. A missing row leaves NaN and its name; the consumer scan's x8 row
+    is not the uprobe's."""
+    rows = [{"bench": "uprobe-nop", "consumers": 1, "mops": 1.0}, {"bench": "uprobe-nop", "consumers": 8, "mops": 0.3},
+            {"bench": "uretprobe-nop", "consumers": 1, "mops": 0.5},
+            {"bench": "uprobe-nop-compat", "consumers": 1, "mops": 0.8},
+            {"bench": "uretprobe-nop-compat", "consumers": 1, "mops": 0.4}]
+    table = compat.return_paths(rows).set_index("task: return through")
+    assert list(table["return path ns"]) == pytest.approx([1000.0, 1250.0])
+    assert list(table["uprobe ns"]) == pytest.approx([1000.0, 1250.0])
+    assert list(table["+- ns"]) == [0.0, 0.0]  # no rel_err given
+    noisy = [dict(r, rel_err=0.03) for r in rows]  # 3% of 1000 and of 2000 ns: hypot(30, 60) = 67.08
+    assert compat.return_paths(noisy)["+- ns"].iloc[0] == pytest.approx(67.082, abs=1e-3)
+    partial = compat.return_paths(rows[:3]).set_index("task: return through")
+    assert partial.loc["32-bit task: int3", "note"] == "no uprobe-nop-compat, uretprobe-nop-compat row"
+    assert partial["return path ns"].isna().tolist() == [False, True]
+
+
 def test_compat_benches_are_x86_only():
     assert bench_spec("uretprobe-nop-compat").options == (("compat_task", True),)
     with pytest.raises(LabError, match="x86-64 only"):

@@ -239,6 +239,7 @@ def test_noisy_rows_are_refused_or_dropped_by_name():
     with pytest.warns(UserWarning, match="uprobe-nop x1"):
         prof = calibrate.calibrate(rows, drop_noisy=True)
     assert prof.dropped == ["uprobe-nop x1 (44.7%)"] and "uprobe-nop" not in set(prof.fit_rows["bench"])
+    assert len(prof.measured) == len(rows) and "uprobe-nop" in set(prof.measured["bench"])  # kept for display
 
 
 def test_a_machine_too_noisy_to_calibrate_falls_back_to_the_recording_and_says_why(monkeypatch):

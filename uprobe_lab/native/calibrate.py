@@ -83,10 +83,11 @@ def calibrate(rows: list[dict], cpu: str = "this machine", rel_tol: float = REL_
     ``predict(bench, kernel)`` work like the published CPUs'.
 
     Rows noisier than ``rel_tol`` are refused (LabError naming them), or with ``drop_noisy`` left out
-    with a UserWarning that names them (``profile.dropped``). The rows' ``level_sd`` (how much the whole
+    with a UserWarning that names them (``profile.dropped``; ``profile.measured`` keeps every row offered,
+    as :func:`measured_frame` reads it). The rows' ``level_sd`` (how much the whole
     machine's speed moved over the run that measured them) becomes ``profile.level_sd``, which every
     interval the profile gives includes."""
-    measured = measured_frame(rows)
+    measured = offered = measured_frame(rows)
     arches = sorted(set(measured["arch"]))
     if len(arches) != 1:
         raise LabError(f"native rows must be from one architecture, got {arches}")
@@ -104,6 +105,7 @@ def calibrate(rows: list[dict], cpu: str = "this machine", rel_tol: float = REL_
     arch = arches[0]
     prof = model.profiles.fit_with_carried_prior(measured, arch, [], PROFILE_NAME, cpu)
     prof.dropped = dropped
+    prof.measured = offered
     prof.level_sd = max((float(r.get("level_sd", 0.0)) for r in rows), default=0.0)
     free = [p for p in fitmod.unpinned(prof) if p in native_table_prices(arch)]
     if free:

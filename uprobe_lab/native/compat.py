@@ -20,10 +20,13 @@ differences (4-byte return addresses, int 0x80 syscalls) beyond the trampoline.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import struct
 import subprocess
 from dataclasses import dataclass
+
+import pandas as pd
 
 from .bpf import BpfCounter
 from .code import scratch_dir
@@ -188,3 +191,30 @@ def _reap(proc: subprocess.Popen) -> None:
         proc.kill()
         proc.wait()
     proc.stdout.close()
+
+
+RETURN_PATH_ROWS = {"64-bit task: syscall": ("uprobe-nop", "uretprobe-nop"),
+                    "32-bit task: int3": ("uprobe-nop-compat", "uretprobe-nop-compat")}
+
+
+def return_paths(rows) -> pd.DataFrame:
+    """What a uretprobe's return costs on the machine that measured ``rows`` (price-bench rows: a list of
+    dicts or a DataFrame with bench, consumers, mops and optionally rel_err): per task, ns per hit of the
+    uprobe and of the uretprobe on the same target, their difference (the return path) and its error
+    from the two rows' errors. A pair with a row missing gets NaN and says which."""
+    frame = pd.DataFrame(rows)
+    if "consumers" in frame:
+        frame = frame[frame["consumers"].fillna(1).astype(int) == 1]
+    ones = frame.drop_duplicates("bench").set_index("bench")
+    out = []
+    for task, pair in RETURN_PATH_ROWS.items():
+        missing = [b for b in pair if b not in ones.index]
+        if missing:
+            out.append({"task: return through": task, "uprobe ns": math.nan, "uretprobe ns": math.nan,
+                        "return path ns": math.nan, "+- ns": math.nan, "note": f"no {', '.join(missing)} row"})
+            continue
+        ns = [1000 / float(ones.loc[b, "mops"]) for b in pair]
+        err = [n * float(ones.loc[b, "rel_err"]) if "rel_err" in ones else 0.0 for n, b in zip(ns, pair)]
+        out.append({"task: return through": task, "uprobe ns": ns[0], "uretprobe ns": ns[1],
+                    "return path ns": ns[1] - ns[0], "+- ns": math.hypot(*err), "note": ""})
+    return pd.DataFrame(out)
