@@ -65,7 +65,7 @@ def mov_ecx_from(addr: int) -> bytes:
     return b"\x8b\x0d" + _u32(addr)  # mov ecx, [addr]
 
 
-def mov_to_from_eax(addr: int) -> bytes:
+def mov_mem_from_eax(addr: int) -> bytes:
     return b"\xa3" + _u32(addr)  # mov [addr], eax
 
 
@@ -104,7 +104,7 @@ def compat_program(calls: int, func: str = "target") -> CompatProgram:
         raise ValueError(f"func is target or peek, got {func!r}")
     call = b"\xe8" + _u32(symbols[func] - (loop + 5))
     jnz = b"\x75" + bytes([-body_len & 0xFF])  # back to loop
-    funcs = NOP + RET + NOP + MOV_EAX_ESP0 + mov_to_from_eax(RET_SLOT) + RET
+    funcs = NOP + RET + NOP + MOV_EAX_ESP0 + mov_mem_from_eax(RET_SLOT) + RET
     code = head + call + DEC_ESI + jnz + tail + funcs
     size = EHDR_SIZE + 2 * PHDR_SIZE + len(code)
     ehdr = (b"\x7fELF" + bytes([1, 1, 1, 0]) + bytes(8)  # ELFCLASS32, little-endian, SysV
