@@ -1,5 +1,6 @@
 """A 32-bit (compat) task: its uretprobes return through an int3 on every kernel, in the emulator and on
 this host (arch_uretprobe_trampoline hands the syscall trampoline to 64-bit tasks only)."""
+import contextlib
 import os
 
 import capstone
@@ -8,6 +9,7 @@ import pytest
 from uprobe_lab.bench import bench_spec, events_per_hit
 from uprobe_lab.errors import LabError
 from uprobe_lab.native import compat
+from uprobe_lab.native.code import SCRATCH_PREFIX, find_exec_dir
 from uprobe_lab.uprobes import CountingConsumer, uprobe_get_trampoline_vaddr, uprobe_register
 from uprobe_lab.arches import make_process
 from native_support import native
@@ -109,10 +111,56 @@ def test_this_host_gives_a_32_bit_task_an_int3_trampoline_and_counts_every_hit()
     assert probed.hits == 1000 and probed.loop_ns > 0
 
 
+def _perf_fds() -> int:
+    return sum(os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:[perf_event]" for fd in os.listdir("/proc/self/fd")
+               if os.path.exists(f"/proc/self/fd/{fd}"))
+
+
+def _my_scratch_dirs() -> list[str]:
+    parent = find_exec_dir()
+    return [d for d in os.listdir(parent) if d.startswith(f"{SCRATCH_PREFIX}{os.getpid()}-")]
+
+
 @native
 def test_a_compat_run_leaves_no_process_probe_or_file_behind():
-    before = set(os.listdir("/proc"))
+    before, fds, dirs = set(os.listdir("/proc")), _perf_fds(), _my_scratch_dirs()
     compat.run_compat(500, "target", "uretprobe")
     left = [p for p in set(os.listdir("/proc")) - before
             if p.isdigit() and os.path.exists(f"/proc/{p}/comm") and open(f"/proc/{p}/comm").read().strip() == "compat_bench"]
-    assert left == []
+    assert left == [] and _perf_fds() == fds and _my_scratch_dirs() == dirs
+
+
+@native
+def test_this_host_runs_32_bit_programs():
+    assert compat.compat_reason() is None
+
+
+def test_a_kernel_without_32_bit_support_is_named(monkeypatch):
+    def refuse(*a, **k):
+        raise compat.NativeUnavailable(f"cannot run a 32-bit program here: {compat.EXEC_FAILED} (Exec format error)")
+
+    monkeypatch.setattr(compat, "run_compat", refuse)
+    assert "CONFIG_IA32_EMULATION" in compat.compat_reason()
+
+
+def test_price_benches_leave_the_compat_rows_out_where_32_bit_programs_cannot_run(monkeypatch):
+    """The other rows are still measured; the compat ones are named in a warning."""
+    from uprobe_lab.native import price_benches as pb
+
+    seen = []
+    monkeypatch.setattr(pb, "check_native_support", lambda: "x86_64")
+    monkeypatch.setattr(pb, "compat_reason", lambda: "no IA32 emulation")
+    monkeypatch.setattr(pb, "pinned_to_one_cpu", contextlib.nullcontext)
+    monkeypatch.setattr(pb, "NativeCode", lambda arch: contextlib.nullcontext())
+
+    def fake_round(nc, bench, consumers, budget_s, state):
+        seen.append(bench)
+        state.setdefault("rounds", []).append([1.0, 1.0])
+        state["calls"] = 1
+
+    monkeypatch.setattr(pb, "_round", fake_round)
+    configs = [("uprobe-nop", 1), ("syscall-count", 0), ("usermode-count", 0), ("uretprobe-nop-compat", 1)]
+    with pytest.warns(UserWarning, match="left out uretprobe-nop-compat: no IA32 emulation"):
+        rows = pb.measure_price_rows(configs, budget_s=0.01, rounds=2)
+    assert [r["bench"] for r in rows] == ["uprobe-nop", "syscall-count", "usermode-count"]
+    assert "uretprobe-nop-compat" not in seen

@@ -30,7 +30,9 @@ import pandas as pd
 
 from .bpf import BpfCounter
 from .code import scratch_dir
+from ..sites import mapping_at
 from .errors import NativeUnavailable
+from .host import parse_maps
 from .perf import UprobeEvent
 
 BASE = 0x08048000
@@ -132,17 +134,6 @@ class CompatRun:
         return self.calls * 1e3 / max(self.loop_ns, 1)
 
 
-def _mapping_of(pid: int, addr: int) -> str:
-    """The name of the mapping of ``pid`` that holds ``addr`` ('[uprobes]', the program's path...)."""
-    with open(f"/proc/{pid}/maps") as f:
-        for line in f:
-            parts = line.split()
-            lo, hi = (int(x, 16) for x in parts[0].split("-"))
-            if lo <= addr < hi:
-                return parts[5] if len(parts) > 5 else ""
-    return ""
-
-
 def run_compat(calls: int, func: str = "target", probe: str | None = None) -> CompatRun:
     """Run the i386 program once, with a uprobe or uretprobe (``probe``) on ``func`` carrying a BPF
     consumer, and return what it reported. The probe, the process and the scratch file are released
@@ -174,11 +165,22 @@ def run_compat(calls: int, func: str = "target", probe: str | None = None) -> Co
             raise RuntimeError(f"the 32-bit program stopped early (exit status {proc.wait()})")
         byte = proc.stdout.read(1) if func == "peek" else b""  # target stores no address: nothing to read
         s0, n0, s1, n1, ret = struct.unpack("<IIIII", report)
-        mapping = _mapping_of(proc.pid, ret) if ret else ""
+        with open(f"/proc/{proc.pid}/maps") as f:
+            where = mapping_at(parse_maps(f.read()), ret) if ret else None
         hits = counter.count() if counter else 0
         proc.stdin.write(b"x")
         proc.stdin.flush()
-        return CompatRun(calls, (s1 - s0) * 1_000_000_000 + n1 - n0, ret, byte[0] if byte else None, mapping, hits)
+        return CompatRun(calls, (s1 - s0) * 1_000_000_000 + n1 - n0, ret, byte[0] if byte else None,
+                         where.name if where else "", hits)
+
+
+def compat_reason() -> str | None:
+    """Why 32-bit programs cannot run here, or None when they can (one unprobed run of the program)."""
+    try:
+        run_compat(1)
+    except NativeUnavailable as err:
+        return str(err)
+    return None
 
 
 def _reap(proc: subprocess.Popen) -> None:

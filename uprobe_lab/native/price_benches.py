@@ -27,7 +27,8 @@ Noise: the process is pinned to one CPU and warmed up; each configuration is tim
 CPU clock (``CLOCK_THREAD_CPUTIME_ID``: user and kernel time of this thread, so time other processes
 ran on the shared CPU is not counted; what they leave in the caches still is) in short intervals
 (about :data:`INTERVAL_NS`) over :data:`ROUNDS` interleaved rounds that together spend the time budget.
-On a virtual CPU the whole machine's speed also moves, by 10-20% over seconds on a shared host: every
+On a virtual CPU the whole machine's speed also moves, by tens of percent within seconds on a busy
+shared host (benchmarks/machine_speed.py; at times twofold): every
 bench of a round slows together. Each round's *level* (:func:`round_levels`: the median over benches of
 the round's median against the bench's own) divides that round's rates, so a row keeps what is its own
 and loses what all rows share; the run's level spread is reported as ``level_sd`` and a calibration
@@ -46,6 +47,7 @@ import statistics
 import subprocess
 import sys
 import time
+import warnings
 from typing import Callable
 
 from ..bench import COMPAT_BENCHES, bench_spec
@@ -56,7 +58,7 @@ from .bench import pinned_to_one_cpu
 from .bpf import BpfCounter
 from .calibrate import calibrate
 from .code import NativeCode
-from .compat import run_compat
+from .compat import compat_reason, run_compat
 from .errors import NativeUnavailable
 from .support import check_native_support
 from .example import native_reason
@@ -204,9 +206,14 @@ def measure_price_rows(configs=PRICE_CONFIGS, rel_tol: float = REL_TOL, budget_s
     calibration adds back to its predictions). ``budget_s`` is the time per configuration, spread over
     ``rounds`` interleaved rounds. Probes are always detached.
     """
+    arch = check_native_support()
+    if any(b in COMPAT_BENCHES for b, _ in configs):
+        why = compat_reason()
+        if why:  # the other rows still calibrate this machine; only the int3 return path goes unmeasured
+            warnings.warn(f"left out {', '.join(b for b, _ in configs if b in COMPAT_BENCHES)}: {why}", stacklevel=2)
+            configs = [c for c in configs if c[0] not in COMPAT_BENCHES]
     if len(configs) < 3:
         raise LabError("the price benches need at least 3 configurations: a round's level is their median")
-    arch = check_native_support()
     states = {cfg: {} for cfg in configs}
     with pinned_to_one_cpu(), NativeCode(arch) as nc:
         for rnd in range(rounds):
@@ -220,8 +227,10 @@ def measure_price_rows(configs=PRICE_CONFIGS, rel_tol: float = REL_TOL, budget_s
     round_rates = {cfg: st["rounds"] for cfg, st in states.items()}
     levels = round_levels(round_rates)
     level_sd = statistics.stdev(levels)
+    levelled = level_rows(round_rates, levels)
     out = []
-    for (cfg, (mops, err)), st in zip(level_rows(round_rates, levels).items(), states.values()):
+    for cfg, st in states.items():
+        mops, err = levelled[cfg]
         out.append({"bench": cfg[0], "consumers": cfg[1], "arch": arch, "kernel": kernel_release(),
                     "mops": mops, "rel_err": err, "intervals": sum(map(len, st["rounds"])),
                     "calls_per_interval": st["calls"], "reached": err <= rel_tol,
