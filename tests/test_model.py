@@ -231,33 +231,74 @@ def test_priors_leave_out_host_rows_a_held_out_row_tests():
     assert model.get_profile("intel").host_excluded == ["uretprobe-nop x1"]
     assert model.get_profile("amd").host_excluded == ["uretprobe-nop x1"]
     assert model.get_profile("kunpeng").host_excluded == []
-    # and no price of the nop5 machine's prior comes from a row it excludes: refitting the host without
-    # that row gives the same prior
-    host_rows, virt, _ = profiles.recorded_host()
-    keep = host_rows[~((host_rows["bench"] == "uprobe-nop5") & (host_rows["consumers"] == 1))]
-    hp = priors.host_profile(keep.reset_index(drop=True), virtualised=virt)
-    prior, _ = priors.carried_prior(hp, model.profile_fit_rows("nop5-machine"), "x86_64")
+    # and no price of the nop5 machine's prior comes from a row it excludes: refitting each host recording
+    # without that row gives the same prior
+    parts, labels = [], []
+    for host_rows, virt, label in profiles.recorded_hosts():
+        keep = host_rows[~((host_rows["bench"] == "uprobe-nop5") & (host_rows["consumers"] == 1))]
+        hp = priors.host_profile(keep.reset_index(drop=True), virtualised=virt)
+        parts.append(priors.carried_prior(hp, model.profile_fit_rows("nop5-machine"), "x86_64")[0])
+        labels.append(label)
+    prior = priors.mixed_prior(parts, labels)
     assert prior.mean == pytest.approx(model.get_profile("nop5").prior.mean)
 
 
-def test_host_handler_price_is_the_consumer_slope():
+def test_two_host_recordings_from_two_machines():
+    hosts = profiles.recorded_hosts()
+    assert len(hosts) == 2 and len({label for _, _, label in hosts}) == 2
+    assert set(model.get_profile("nop5").scales) == {label for _, _, label in hosts}
+
+
+@pytest.mark.parametrize("host", range(2))
+def test_host_handler_price_is_the_consumer_slope(host):
     """The consumer scan by hand: a straight line through (k, ns per hit) has the handler price as slope."""
-    host_rows, virt, _ = profiles.recorded_host()
+    host_rows, virt, _ = profiles.recorded_hosts()[host]
     scan = host_rows[host_rows["bench"] == "uprobe-nop"].sort_values("consumers")
     slope = np.polyfit(scan["consumers"], 1000 / scan["mops"], 1)[0]
     hp = priors.host_profile(host_rows, virtualised=virt)
     assert hp.prices["handler"] == pytest.approx(slope, rel=0.25)
 
 
-def test_host_pin_map_price_is_the_futex_pair_difference():
+@pytest.mark.parametrize("host", range(2))
+def test_host_pin_map_price_is_the_futex_pair_difference(host):
     """The page-pin pair by hand: a shared FUTEX_WAKE minus a private one is one get_user_pages_fast +
     put_page; the work both do has its own price, so the syscall price stays what getpgid's loop says."""
-    host_rows, virt, _ = profiles.recorded_host()
+    host_rows, virt, _ = profiles.recorded_hosts()[host]
     ns = {b: 1000 / host_rows.loc[host_rows["bench"] == b, "mops"].iloc[0]
           for b in ("futex-wake-private", "futex-wake-shared", "syscall-count")}
     hp = priors.host_profile(host_rows, virtualised=virt)
     assert hp.prices["pin_map"] == pytest.approx(ns["futex-wake-shared"] - ns["futex-wake-private"], rel=0.1)
     assert hp.prices["syscall"] == pytest.approx(ns["syscall-count"], rel=0.05)  # the loop's few insns aside
+
+
+def _prior(mean: dict, sd: dict) -> model.Prior:
+    """A prior over the priced kinds: the named means and sds, every other price uninformative."""
+    p = model.Prior.uninformative("not carried")
+    for k, v in mean.items():
+        i = model.PRICE_NAMES.index(k)
+        p.mean[i], p.cov[i, i] = v, sd[k] ** 2
+        p.source[k] = f"carried {v}"
+    return p
+
+
+def test_mixed_prior_by_hand():
+    """Two recordings: exception 600 +- 60 and 400 +- 40, handler 50 +- 5 and 90 +- 9; syscall carried by the
+    first alone (150 +- 15). Equal mixture: exception mean 500, var (60^2 + 40^2)/2 + 100^2 = 12600;
+    handler 70, var (25 + 81)/2 + 20^2 = 453; no covariance between them (the parts have none, and the
+    means' spread is taken per price); syscall 150 +- 15 (the second part takes the first's value, so no
+    spread); every other price stays uninformative."""
+    a = _prior({"exception": 600, "handler": 50, "syscall": 150}, {"exception": 60, "handler": 5, "syscall": 15})
+    b = _prior({"exception": 400, "handler": 90}, {"exception": 40, "handler": 9})
+    mix = priors.mixed_prior([a, b], ["A", "B"])
+    e, h, s = (model.PRICE_NAMES.index(k) for k in ("exception", "handler", "syscall"))
+    assert mix.mean[[e, h, s]] == pytest.approx([500, 70, 150])
+    assert mix.cov[e, e] == pytest.approx(12600) and mix.cov[h, h] == pytest.approx(453)
+    assert mix.cov[e, h] == pytest.approx(0) and mix.cov[s, s] == pytest.approx(225)
+    assert mix.cov[s, e] == pytest.approx(0) and mix.cov[s, h] == pytest.approx(0)
+    x = model.PRICE_NAMES.index("xol_step")
+    assert not priors.carried(mix)[x] and mix.mean[x] == 0
+    assert mix.source["exception"] == "A: carried 600; B: carried 400"
+    assert priors.mixed_prior([a], ["A"]) is a
 
 
 def test_implausible_names_only_prices_the_rows_count():

@@ -70,7 +70,7 @@ class Profile:
     fit_rows: pd.DataFrame = field(repr=False)
     prior: Prior = field(repr=False)
     warnings: list = field(default_factory=list)
-    scale: float = 1.0  # how much slower than the host this CPU is (the carried prior's factor)
+    scales: dict = field(default_factory=dict)  # per host recording: how much slower this CPU is (prior's factor)
     host_excluded: list = field(default_factory=list)  # host rows left out of the prior (protocol rule 2)
     virtualised: bool = False  # for a host profile: measured under a hypervisor
     dropped: list = field(default_factory=list)  # rows a calibration left out as too noisy

@@ -9,8 +9,10 @@ uprobe on one target; syscall-count; usermode-count; uprobe-ret; a shared vs a p
 which is free on a 64-bit kernel without HIGHMEM; the two wakes' common work is priced apart as
 ``futex_wake``, which no published bench pays; ``uretprobe-nop-compat`` next to ``uprobe-nop-compat``, a
 32-bit task's probes, whose uretprobes still return through an int3: the 6.10 return path on this kernel),
-and fitted (:func:`host_profile`) into this host's price list with its posterior covariance. The bundled
-recording, ``uprobe_lab/data/host_prices_6.18.json``, was made on the machine described in it.
+and fitted (:func:`host_profile`) into this host's price list with its posterior covariance. Two
+recordings are bundled, each made on the machine it describes: ``uprobe_lab/data/host_prices_6.18.json``
+(an Intel Xeon VM; the one a notebook falls back to where it cannot measure) and
+``host_prices_6.18_amd_epyc.json`` (an AMD EPYC VM, recorded before the 32-bit task's rows existed).
 
 A published CPU's prior (:func:`carried_prior`) is that host posterior scaled by ``s``, the median over
 the CPU's fit rows of (published ns per hit) / (host model's ns per hit for the same bench and kernel):
@@ -18,6 +20,8 @@ the host's *ratios* between prices are what is carried, not its nanoseconds. The
 host posterior's covariance (scaled by s^2) plus an independent :data:`TRANSFER_LOG_SD` (40%) on each
 price for the change of CPU, and :data:`CROSS_ARCH_LOG_SD` (another 40%, in quadrature) when the CPU's
 architecture is not the host's. Both are stated assumptions, fixed before any held-out comparison.
+Each recording is carried so; the prior is their equal mixture matched to one Gaussian
+(:func:`mixed_prior`): the recordings' disagreement is a measured spread of the ratios between machines.
 
 Not carried (uninformative prior instead, said in the profile's report):
 
@@ -40,7 +44,9 @@ from ..process import LabError
 from .fit import UNINFORMATIVE_SD_NS, Prior, Profile, fit_profile
 from .prices import PRICE_NAMES, events_for, fixed_ns, modelled_kernel, price_counts
 
-HOST_PRICES_PATH = Path(__file__).resolve().parents[1] / "data" / "host_prices_6.18.json"
+DATA = Path(__file__).resolve().parents[1] / "data"
+HOST_PRICES_PATH = DATA / "host_prices_6.18.json"
+HOST_RECORDING_PATHS = (HOST_PRICES_PATH, DATA / "host_prices_6.18_amd_epyc.json")
 TRANSFER_LOG_SD = 0.4
 CROSS_ARCH_LOG_SD = 0.4
 NOT_CARRIED_VIRTUALISED = {"xol_step": "not carried: this host is virtualised and the hypervisor intercepts "
@@ -126,3 +132,45 @@ def carried_prior(host: Profile, rows: pd.DataFrame, arch: str) -> tuple[Prior, 
             source[p] = (f"host {host.mean[i]:.1f} +- {sd[i]:.1f} ns x {s:.3f}, "
                          f"+-{100 * log_sd:.0f}% for the change of CPU")
     return Prior(mean, cov, source), s
+
+
+def carried(prior: Prior) -> np.ndarray:
+    """Per price (PRICE_NAMES order): did the prior carry a value, rather than leave it uninformative?"""
+    return prior.sd() < 0.5 * UNINFORMATIVE_SD_NS
+
+
+def mixed_prior(parts: list[Prior], labels: list[str]) -> Prior:
+    """One Gaussian for the equal mixture of several recordings' carried priors (moment matching):
+    mean = the parts' mean, cov = the parts' mean covariance + the variance of their means, per price.
+    The means' full covariance is left out: from two machines it has rank one and would tie every price
+    to every other (a dearer user instruction would mean a dearer trap).
+
+    A price one part leaves uncarried takes, in that part, the mean and variance of the parts that carry
+    it (uncorrelated with its other prices); a price no part carries stays uninformative."""
+    if len(parts) == 1:
+        return parts[0]
+    n = len(PRICE_NAMES)
+    has = np.array([carried(p) for p in parts])
+    means = np.array([p.mean for p in parts], float)
+    covs = np.array([p.cov for p in parts], float)
+    for i in range(n):
+        if has[:, i].all() or not has[:, i].any():
+            continue
+        fill_mean, fill_var = means[has[:, i], i].mean(), covs[has[:, i], i, i].mean()
+        for k in np.flatnonzero(~has[:, i]):
+            means[k, i] = fill_mean
+            covs[k, i, :] = covs[k, :, i] = 0.0
+            covs[k, i, i] = fill_var
+    mean = means.mean(axis=0)
+    dev = means - mean
+    cov = covs.mean(axis=0) + np.diag((dev ** 2).mean(axis=0))
+    source = {}
+    for i, p in enumerate(PRICE_NAMES):
+        if not has[:, i].any():
+            mean[i] = 0.0
+            cov[i, :] = cov[:, i] = 0.0
+            cov[i, i] = UNINFORMATIVE_SD_NS ** 2
+            source[p] = parts[0].source[p]
+        else:
+            source[p] = "; ".join(f"{label}: {part.source[p]}" for label, part in zip(labels, parts))
+    return Prior(mean, (cov + cov.T) / 2, source)

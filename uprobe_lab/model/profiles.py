@@ -1,8 +1,8 @@
 """The published rows with their roles, and a fitted profile per CPU (or per seed table).
 
-A profile is fitted on before rows only; its prior is this host's recorded prices carried across
+A profile is fitted on before rows only; its prior is the host recordings' prices carried across
 (:mod:`.priors`), with the host rows that measure a path any of the CPU's moved held-out rows test left
-out of that host fit (protocol rule 2 in :mod:`uprobe_lab.model`).
+out of each host fit (protocol rule 2 in :mod:`uprobe_lab.model`).
 """
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from ..process import LabError
 from ..published import VARIANT_PAIRS, load_published
 from .fit import Profile, fit_profile
 from .prices import events_for
-from .priors import carried_prior, host_frame, host_profile, host_rows_excluded, load_host_recording
+from .priors import (HOST_RECORDING_PATHS, carried_prior, host_frame, host_profile, host_rows_excluded,
+                     load_host_recording, mixed_prior)
 
 # profile -> (cpu as the seeds name it, arch)
 PROFILES = {
@@ -75,23 +76,31 @@ def moved_heldout(rows: pd.DataFrame) -> list[tuple]:
 
 
 @functools.lru_cache(maxsize=None)
-def recorded_host() -> tuple[pd.DataFrame, bool, str]:
-    """The bundled host recording as (rows, virtualised, label)."""
-    rec = load_host_recording()
-    return host_frame(rec["rows"]), bool(rec["host"].get("virtualized")), rec["label"]
+def recorded_hosts() -> tuple[tuple[pd.DataFrame, bool, str], ...]:
+    """The bundled host recordings, each as (rows, virtualised, cpu model)."""
+    out = []
+    for path in HOST_RECORDING_PATHS:
+        rec = load_host_recording(path)
+        out.append((host_frame(rec["rows"]), bool(rec["host"].get("virtualized")), rec["host"]["cpu_model"]))
+    return tuple(out)
 
 
 def fit_with_carried_prior(fit_rows: pd.DataFrame, arch: str, moved: list[tuple], name: str, cpu: str,
-                           host: tuple | None = None) -> Profile:
-    """A profile on ``fit_rows`` whose prior is the host's prices without the host rows ``moved`` tests."""
-    host_rows, virtualised, _ = host or recorded_host()
-    excluded = host_rows_excluded(host_rows, moved)
-    hp = host_profile(host_rows, exclude=excluded, virtualised=virtualised)
-    prior, scale = carried_prior(hp, fit_rows, arch)
+                           hosts: tuple | None = None) -> Profile:
+    """A profile on ``fit_rows`` whose prior mixes the host recordings' prices, each fitted without the host
+    rows ``moved`` tests (:func:`.priors.mixed_prior`)."""
+    parts, labels, scales, excluded_names = [], [], {}, set()
+    for host_rows, virtualised, label in hosts or recorded_hosts():
+        excluded = host_rows_excluded(host_rows, moved)
+        hp = host_profile(host_rows, exclude=excluded, virtualised=virtualised)
+        prior, scales[label] = carried_prior(hp, fit_rows, arch)
+        parts.append(prior)
+        labels.append(label)
+        excluded_names |= {f"{host_rows.loc[i, 'bench']} x{host_rows.loc[i, 'consumers']}" for i in excluded}
     cols = [c for c in ("bench", "kernel", "consumers", "mops", "rel_err") if c in fit_rows.columns]
-    prof = fit_profile(fit_rows[cols], arch, prior, name, cpu)
-    prof.scale = scale
-    prof.host_excluded = sorted({f"{host_rows.loc[i, 'bench']} x{host_rows.loc[i, 'consumers']}" for i in excluded})
+    prof = fit_profile(fit_rows[cols], arch, mixed_prior(parts, labels), name, cpu)
+    prof.scales = scales
+    prof.host_excluded = sorted(excluded_names)
     return prof
 
 
@@ -113,7 +122,7 @@ def _profile(name: str) -> Profile:
 
 def clear_profiles() -> None:
     _profile.cache_clear()
-    recorded_host.cache_clear()
+    recorded_hosts.cache_clear()
 
 
 def get_profile(name: str | None = None, arch: str = "x86_64") -> Profile:

@@ -65,7 +65,7 @@ def model_table(names=None, arch: str = "x86_64", kernel=None, cpu: str | None =
     return out
 
 
-def predict_from_measured(measured: pd.DataFrame, to_kernel: str, host: tuple | None = None) -> pd.DataFrame:
+def predict_from_measured(measured: pd.DataFrame, to_kernel: str) -> pd.DataFrame:
     """Fit a profile on an unseen machine's measurements (columns arch, kernel, bench, mops; optional
     rel_err; kernel may be a release such as 6.14.2) and predict the same benches on ``to_kernel``.
 
@@ -97,9 +97,9 @@ def predict_from_measured(measured: pd.DataFrame, to_kernel: str, host: tuple | 
     rows["rel_err"] = rows["rel_err"].fillna(ROW_SIGMA_FLOOR)
     for k in rows["kernel"]:
         kernel_setup(arch, k)
-    notes = [f"no {b} row: {what} is set by the prior carried from the host recording"
+    notes = [f"no {b} row: {what} is set by the prior carried from the host recordings"
              for b, what in NEEDED_ROWS.items() if b not in set(rows["bench"])]
-    prof = fit_with_carried_prior(rows, arch, [], "measured", "measured machine", host)
+    prof = fit_with_carried_prior(rows, arch, [], "measured", "measured machine")
     notes += [f"fitted price {w}" for w in prof.warnings]
     for n in notes:
         warnings.warn(n, stacklevel=2)

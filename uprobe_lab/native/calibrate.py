@@ -8,10 +8,11 @@ than it (a 6.14 kernel behaves as 6.11, a 6.19 as 6.18).
 
 A calibration refuses rows noisier than its tolerance (``rel_tol``, the row's relative error of the
 figure) and names them; a fitted price outside :data:`uprobe_lab.model.PLAUSIBLE_NS` comes back in
-``profile.warnings`` (and as a UserWarning). The prior is the bundled host recording's prices carried
-across (as for the published CPUs, :mod:`uprobe_lab.model.priors`: ratios, +-40% each). With the consumer
+``profile.warnings`` (and as a UserWarning). The prior is the bundled host recordings' prices carried
+across (as for the published CPUs, :mod:`uprobe_lab.model.priors`: ratios, +-40% each, and the two
+recordings' spread). With the consumer
 scan among the rows the data separate the trap from the handler themselves and outweigh it; the prior
-matters when a noisy row is left out: a price only that row pinned stays at the recording's ratio with
+matters when a noisy row is left out: a price only that row pinned stays at the recordings' ratio with
 its spread. Under an uninformative prior it was set by whatever combination of the remaining rows
 happened to touch it (on a busy VM, leaving usermode-count out fitted user_insn at -35 ns and predicted
 usermode-count at 0.8 M/s against 400 measured).
