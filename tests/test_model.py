@@ -271,6 +271,35 @@ def test_host_pin_map_price_is_the_futex_pair_difference(host):
     assert hp.prices["syscall"] == pytest.approx(ns["syscall-count"], rel=0.05)  # the loop's few insns aside
 
 
+def test_nop5_prior_exception_by_hand():
+    """The nop5 machine's prior exception price from the two recordings by the stated rule: each host's fit
+    (without its optimised nop5 row, rule 2) times its scale s, var s^2 var_host + (40% of that)^2; then the
+    mixture: the mean of the two, var the mean of the two vars plus the variance of the two means."""
+    fit_rows = model.profile_fit_rows("nop5-machine")
+    e = model.PRICE_NAMES.index("exception")
+    means, variances = [], []
+    for host_rows, virt, _ in profiles.recorded_hosts():
+        keep = host_rows[~((host_rows["bench"] == "uprobe-nop5") & (host_rows["consumers"] == 1))]
+        hp = priors.host_profile(keep.reset_index(drop=True), virtualised=virt)
+        s = priors.scale_to(hp, fit_rows, "x86_64")
+        m = s * hp.mean[e]
+        means.append(m)
+        variances.append(s * s * hp.cov[e, e] + (0.4 * m) ** 2)
+    mean = (means[0] + means[1]) / 2
+    var = (variances[0] + variances[1]) / 2 + ((means[0] - means[1]) / 2) ** 2
+    prior = model.get_profile("nop5").prior
+    assert prior.mean[e] == pytest.approx(mean) and prior.cov[e, e] == pytest.approx(var)
+
+
+def test_a_price_one_recording_lacks_says_where_it_came_from():
+    """The AMD recording has no 32-bit task rows; without its 6.18 uretprobe-nop (rule 2 for the uretprobe
+    tables) nothing there pins return_instance, so its part takes the Intel recording's value and says so."""
+    prior = model.get_profile("intel").prior
+    src = prior.source["return_instance"]
+    assert "AMD EPYC: not carried" in src and "so it takes the others'" in src
+    assert priors.carried(prior)[model.PRICE_NAMES.index("return_instance")]
+
+
 def _prior(mean: dict, sd: dict) -> model.Prior:
     """A prior over the priced kinds: the named means and sds, every other price uninformative."""
     p = model.Prior.uninformative("not carried")

@@ -259,7 +259,7 @@ def test_a_machine_too_noisy_to_calibrate_falls_back_to_the_recording_and_says_w
 
 
 def test_a_price_only_a_dropped_row_pinned_stays_at_its_carried_prior():
-    """Leaving usermode-count out as noisy leaves user_insn to the prior (the recording's, carried as a
+    """Leaving usermode-count out as noisy leaves user_insn to the prior (the recordings', carried as a
     ratio), not to whatever the probe rows happen to say of it: the dropped row's own figure then lies inside
     the interval the calibration predicts for it."""
     rec = model.load_host_recording()

@@ -125,7 +125,7 @@ mine = pd.DataFrame({"arch": "x86_64", "kernel": "6.10",
 pred = model.predict_from_measured(mine, "6.11").set_index("bench")["predicted_mops"]
 answer = (mine, "6.11", {"uretprobe-nop": pred["uretprobe-nop"]})""",
     explanation="The model fits this machine's prices on your four rows (with priors carried from the lab's "
-                "host) and scales each bench by the ratio of its 6.11 and 6.10 event prices; only the uretprobe "
+                "host recordings) and scales each bench by the ratio of its 6.11 and 6.10 event prices; only the uretprobe "
                 "benches change.",
     expected=lambda: model.predict_from_measured,
     judge=_own_prediction,

@@ -2,12 +2,12 @@
 
 An emulator cannot time a kernel, but it counts exactly what each hit costs. A *profile* is one CPU's
 price list (ns per priced event, :mod:`.prices`) as a posterior with a covariance (:mod:`.fit`), so every
-predicted figure carries an interval. Priors come from this host's native measurements, carried to the
-published CPUs as ratios with their spread (:mod:`.priors`). The modules:
+predicted figure carries an interval. Priors come from native measurements on the lab's hosts (two
+recordings, two machines), carried to the published CPUs as ratios with their spread (:mod:`.priors`). The modules:
 
 ``prices``        priced kinds, per-hit counts from the emulator, release strings -> modelled kernels
 ``fit``           the Gaussian posterior (Bayesian linear regression) and predictive intervals
-``priors``        this host's measured prices and how they become a published CPU's prior
+``priors``        the host recordings' measured prices and how they become a published CPU's prior
 ``profiles``      the published rows, their roles, and one profile per CPU (or per table)
 ``evaluation``    the protocol below, in code: reproduction, moved/unmoved rows, the headline figures
 ``applications``  Redis requests and grep lines (seed 001)
@@ -70,7 +70,8 @@ Versions
   (``arch_uretprobe_trampoline``: the syscall trampoline is for 64-bit tasks; a host test shows it), so
   the host now measures ``uretprobe-nop-compat`` and ``uprobe-nop-compat``: the 6.10 return path, which
   no held-out row takes. The recording was made again for it, on this session's machine (an Intel Xeon
-  VM; the AMD one of v1-v3 is gone, and one recording must come from one machine), with the rounds
+  VM; the AMD one of v1-v3 was gone, and one recording must come from one machine; v5 brings the AMD
+  recording back beside it), with the rounds
   levelled (uprobe_lab.native.price_benches). Spreads, roles and the prior's form unchanged.
   v4's figures: 5.5%, 50% inside, half-width median 6.9%, widest +-13.4% (x86 rows alone 4.6%, 57%
   inside); each table alone: 6.4%, 50% inside, widest +-13.4%; unmoved rows 1.4%, 75% inside. Every
@@ -83,7 +84,8 @@ Versions
   the prior carries every bundled host recording, not only the newest. One machine's recording cannot
   say how far the ratios between prices move from one machine to another; that spread was an assumed
   40% per price, independent across prices. The two recordings, made by the same benches on two
-  machines (v3's AMD EPYC VM, v4's Intel Xeon VM), disagree on exactly the ratios the seed tables cannot
+  machines (v3's AMD EPYC VM, v4's Intel Xeon VM; the AMD one lacks the 32-bit task's rows and its
+  rounds were not levelled), disagree on exactly the ratios the seed tables cannot
   identify: an exception costs 2.7 or 4.3 syscalls, 5.6 or 9.7 handler runs. That disagreement is a
   measured spread between machines. Each recording is carried as before (its own host fit, rule-2
   exclusions and scale); the prior is their equal mixture matched to one Gaussian: mean the recordings'

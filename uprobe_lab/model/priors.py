@@ -1,4 +1,4 @@
-"""Priors: this host's measured prices, carried to the published CPUs as ratios with their spread.
+"""Priors: the host recordings' measured prices, carried to the published CPUs as ratios with their spread.
 
 The published tables cannot separate an exception's price from the handler work it comes with (every
 int3 hit has one exception, one lookup and one consumer). The split is measured natively instead, by
@@ -9,10 +9,12 @@ uprobe on one target; syscall-count; usermode-count; uprobe-ret; a shared vs a p
 which is free on a 64-bit kernel without HIGHMEM; the two wakes' common work is priced apart as
 ``futex_wake``, which no published bench pays; ``uretprobe-nop-compat`` next to ``uprobe-nop-compat``, a
 32-bit task's probes, whose uretprobes still return through an int3: the 6.10 return path on this kernel),
-and fitted (:func:`host_profile`) into this host's price list with its posterior covariance. Two
+and fitted (:func:`host_profile`) into that host's price list with its posterior covariance. Two
 recordings are bundled, each made on the machine it describes: ``uprobe_lab/data/host_prices_6.18.json``
 (an Intel Xeon VM; the one a notebook falls back to where it cannot measure) and
-``host_prices_6.18_amd_epyc.json`` (an AMD EPYC VM, recorded before the 32-bit task's rows existed).
+``host_prices_6.18_amd_epyc.json`` (an AMD EPYC VM, recorded by an earlier version of the benches: before
+the 32-bit task's rows, and with rounds not yet levelled, so its rows state errors about ten times
+smaller; every fit floors a row's error at 2% anyway).
 
 A published CPU's prior (:func:`carried_prior`) is that host posterior scaled by ``s``, the median over
 the CPU's fit rows of (published ns per hit) / (host model's ns per hit for the same bench and kernel):
@@ -135,8 +137,9 @@ def carried_prior(host: Profile, rows: pd.DataFrame, arch: str) -> tuple[Prior, 
 
 
 def carried(prior: Prior) -> np.ndarray:
-    """Per price (PRICE_NAMES order): did the prior carry a value, rather than leave it uninformative?"""
-    return prior.sd() < 0.5 * UNINFORMATIVE_SD_NS
+    """Per price (PRICE_NAMES order): did the prior carry a value? An uncarried price is exactly
+    :meth:`Prior.uninformative`'s (mean 0, sd UNINFORMATIVE_SD_NS), as :func:`carried_prior` leaves it."""
+    return ~((prior.mean == 0.0) & (np.diag(prior.cov) == UNINFORMATIVE_SD_NS ** 2))
 
 
 def mixed_prior(parts: list[Prior], labels: list[str]) -> Prior:
@@ -146,7 +149,10 @@ def mixed_prior(parts: list[Prior], labels: list[str]) -> Prior:
     to every other (a dearer user instruction would mean a dearer trap).
 
     A price one part leaves uncarried takes, in that part, the mean and variance of the parts that carry
-    it (uncorrelated with its other prices); a price no part carries stays uninformative."""
+    it (uncorrelated with its other prices); a price no part carries stays uninformative (every part's
+    mean 0 and sd UNINFORMATIVE_SD_NS mix to the same)."""
+    if not parts or len(parts) != len(labels) or len(set(labels)) != len(labels):
+        raise LabError(f"mixed_prior needs one distinct label per part, got {len(parts)} parts and labels {labels}")
     if len(parts) == 1:
         return parts[0]
     n = len(PRICE_NAMES)
@@ -166,11 +172,7 @@ def mixed_prior(parts: list[Prior], labels: list[str]) -> Prior:
     cov = covs.mean(axis=0) + np.diag((dev ** 2).mean(axis=0))
     source = {}
     for i, p in enumerate(PRICE_NAMES):
-        if not has[:, i].any():
-            mean[i] = 0.0
-            cov[i, :] = cov[:, i] = 0.0
-            cov[i, i] = UNINFORMATIVE_SD_NS ** 2
-            source[p] = parts[0].source[p]
-        else:
-            source[p] = "; ".join(f"{label}: {part.source[p]}" for label, part in zip(labels, parts))
+        filled = ", so it takes the others'" if has[:, i].any() else ""
+        source[p] = "; ".join(f"{label}: {part.source[p]}{'' if has[k, i] else filled}"
+                              for k, (label, part) in enumerate(zip(labels, parts)))
     return Prior(mean, (cov + cov.T) / 2, source)

@@ -88,7 +88,8 @@ def recorded_hosts() -> tuple[tuple[pd.DataFrame, bool, str], ...]:
 def fit_with_carried_prior(fit_rows: pd.DataFrame, arch: str, moved: list[tuple], name: str, cpu: str,
                            hosts: tuple | None = None) -> Profile:
     """A profile on ``fit_rows`` whose prior mixes the host recordings' prices, each fitted without the host
-    rows ``moved`` tests (:func:`.priors.mixed_prior`)."""
+    rows ``moved`` tests (:func:`.priors.mixed_prior`). ``hosts``: a tuple of (rows, virtualised, label), one
+    per recording, as :func:`recorded_hosts` gives (the default)."""
     parts, labels, scales, excluded_names = [], [], {}, set()
     for host_rows, virtualised, label in hosts or recorded_hosts():
         excluded = host_rows_excluded(host_rows, moved)
