@@ -29,9 +29,10 @@ Not carried (uninformative prior instead, said in the profile's report):
 
 * prices of host rows a held-out row of the target's tables tests (the protocol in :mod:`uprobe_lab.model`;
   :func:`host_rows_excluded`): they are fitted without those rows, so what only they pinned is unpinned;
-* ``xol_step`` when the host is virtualised: the hypervisor intercepts the single-step #DB trap
-  (this host: ~10 us per uprobe-ret hit against ~0.8 us for an int3 uprobe-nop), which a CPU running
-  natively does not pay.
+* ``xol_step`` when the host is virtualised and the target is not: the hypervisor intercepts the
+  single-step #DB trap (the recording hosts: ~10 us per uprobe-ret hit against ~0.8 us for an int3
+  uprobe-nop), which a CPU running natively does not pay. A virtual machine calibrated in chapter 06
+  pays it too, so there it is carried.
 """
 from __future__ import annotations
 
@@ -113,8 +114,9 @@ def scale_to(host: Profile, rows: pd.DataFrame, arch: str) -> float:
     return float(np.median(ratios))
 
 
-def carried_prior(host: Profile, rows: pd.DataFrame, arch: str) -> tuple[Prior, float]:
-    """The prior for a CPU with fit rows ``rows`` on ``arch``: host prices times s, with spread."""
+def carried_prior(host: Profile, rows: pd.DataFrame, arch: str, target_virtualised: bool = False) -> tuple[Prior, float]:
+    """The prior for a CPU with fit rows ``rows`` on ``arch``: host prices times s, with spread.
+    ``target_virtualised``: that CPU runs under a hypervisor too, so a virtualised host's xol_step carries."""
     s = scale_to(host, rows, arch)
     mean = s * host.mean
     cov = s * s * host.cov
@@ -122,7 +124,7 @@ def carried_prior(host: Profile, rows: pd.DataFrame, arch: str) -> tuple[Prior, 
     cov = cov + np.diag((log_sd * np.abs(mean)) ** 2)
     sd = np.sqrt(np.diag(host.cov))
     source = {}
-    skip = dict(NOT_CARRIED_VIRTUALISED) if getattr(host, "virtualised", False) else {}
+    skip = dict(NOT_CARRIED_VIRTUALISED) if host.virtualised and not target_virtualised else {}
     for i, p in enumerate(PRICE_NAMES):
         if p in skip or sd[i] > 0.5 * UNINFORMATIVE_SD_NS:
             why = skip.get(p, "not carried: no host row left to measure it")

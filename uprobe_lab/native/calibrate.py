@@ -79,7 +79,7 @@ def measured_frame(rows: list[dict]) -> pd.DataFrame:
 
 
 def calibrate(rows: list[dict], cpu: str = "this machine", rel_tol: float = REL_TOL,
-              drop_noisy: bool = False) -> model.Profile:
+              drop_noisy: bool = False, virtualised: bool = False) -> model.Profile:
     """Fit the model's prices on native rows: a Profile whose ``interval(bench, kernel)`` and
     ``predict(bench, kernel)`` work like the published CPUs'.
 
@@ -87,7 +87,9 @@ def calibrate(rows: list[dict], cpu: str = "this machine", rel_tol: float = REL_
     with a UserWarning that names them (``profile.dropped``; ``profile.measured`` keeps every row offered,
     as :func:`measured_frame` reads it). The rows' ``level_sd`` (how much the whole
     machine's speed moved over the run that measured them) becomes ``profile.level_sd``, which every
-    interval the profile gives includes."""
+    interval the profile gives includes. ``virtualised``: the rows come from a virtual machine, whose
+    hypervisor intercepts the single step's #DB as the recordings' did, so their ``xol_step`` is carried
+    (a noisy ``uprobe-ret`` left out then leaves the step at the recordings' price, not unpinned)."""
     measured = offered = measured_frame(rows)
     arches = sorted(set(measured["arch"]))
     if len(arches) != 1:
@@ -104,7 +106,7 @@ def calibrate(rows: list[dict], cpu: str = "this machine", rel_tol: float = REL_
         if measured.empty:
             raise LabError(f"every row is noisier than {100 * rel_tol:.0f}%: measure again with a longer budget or on a quieter machine")
     arch = arches[0]
-    prof = model.profiles.fit_with_carried_prior(measured, arch, [], PROFILE_NAME, cpu)
+    prof = model.profiles.fit_with_carried_prior(measured, arch, [], PROFILE_NAME, cpu, target_virtualised=virtualised)
     prof.dropped = dropped
     prof.measured = offered
     prof.level_sd = max((float(r.get("level_sd", 0.0)) for r in rows), default=0.0)

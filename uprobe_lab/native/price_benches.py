@@ -272,11 +272,13 @@ def calibrated_or_recorded(cpu: str = "this machine", budget_s: float = 0.6) -> 
     too noisy, or no probe row), the reason is said and the bundled recording is calibrated instead,
     labelled RECORDED, so a notebook goes on."""
     rows, source = price_rows_or_recorded(budget_s=budget_s)
+    rec = load_host_recording()
+    recorded_vm = bool(rec["host"].get("virtualized"))
     try:
-        return calibrate(rows, cpu=cpu, drop_noisy=True), source
+        here_vm = recorded_vm if source.startswith("RECORDED") else host_description()["virtualized"]
+        return calibrate(rows, cpu=cpu, drop_noisy=True, virtualised=here_vm), source
     except LabError as err:
-        rec = load_host_recording()
-        profile = calibrate(rec["rows"], cpu=rec["host"]["cpu_model"], drop_noisy=True)
+        profile = calibrate(rec["rows"], cpu=rec["host"]["cpu_model"], drop_noisy=True, virtualised=recorded_vm)
         return profile, f"RECORDED ({rec['label']}): the rows {source} could not be calibrated: {err}"
 
 
