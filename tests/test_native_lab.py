@@ -5,6 +5,7 @@ run anywhere, on the recorded 6.18 example.
 """
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -523,6 +524,30 @@ def test_price_benches_measure_each_event_kind_here():
         assert rows[("uprobe-nop5", 1)]["optimized"] is True
         assert rows[("uprobe-nop5-pagecross", 1)]["optimized"] is False
     assert perf_fds() == before  # every probe detached
+
+
+@pytest.mark.parametrize("noisy, rounds_run", [(False, 8), (True, 16)])
+def test_price_benches_run_more_rounds_until_every_row_reaches_its_error(monkeypatch, noisy, rounds_run):
+    """Rows that reach rel_tol in the first 8 rounds stop there. A row whose intervals alternate 0.5 and 1.5
+    (median 1, robust sd 0.74: error 1.2533 * 0.74 / sqrt(32) = 16% after 16 rounds of two) never reaches
+    2%: the run stops at twice the rounds and that row says it did not reach its error."""
+    from uprobe_lab.native import price_benches as pb
+
+    monkeypatch.setattr(pb, "check_native_support", lambda: "x86_64")
+    monkeypatch.setattr(pb, "pinned_to_one_cpu", contextlib.nullcontext)
+    monkeypatch.setattr(pb, "NativeCode", lambda arch: contextlib.nullcontext())
+
+    def fake_round(nc, bench, consumers, budget_s, state):
+        rates = [0.5, 1.5] if noisy and bench == "uprobe-nop" else [1.0, 1.0]
+        state.setdefault("rounds", []).append(rates)
+        state["calls"] = 1
+
+    monkeypatch.setattr(pb, "_round", fake_round)
+    configs = [("uprobe-nop", 1), ("syscall-count", 0), ("usermode-count", 0)]
+    rows = pb.measure_price_rows(configs, budget_s=0.01, rel_tol=0.02)
+    assert {r["rounds"] for r in rows} == {rounds_run}
+    assert [r["reached"] for r in rows] == [not noisy, True, True]
+    assert rows[0]["intervals"] == 2 * rounds_run
 
 
 def test_the_native_table_counts_no_page_pin_and_no_futex_wake():

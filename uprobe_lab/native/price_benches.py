@@ -36,7 +36,9 @@ puts it back into every prediction's interval (a later run may find the machine 
 The figure is the median of the levelled rates; its error is the larger of the median's relative error
 (1.2533 * sd / sqrt(n) / median, the large-sample error of a median, sd from the median absolute
 deviation) and the spread of the rounds' levelled medians (:func:`row_rel_err`). Each row says whether
-that error is within ``rel_tol`` (``reached``); a calibration refuses the rows that are not (:mod:`.calibrate`).
+that error is within ``rel_tol`` (``reached``). While some row is not, more interleaved rounds are run,
+up to :data:`MAX_ROUNDS_FACTOR` times as many (the budget is a floor, not a cap); a row still above
+``rel_tol`` then says it could not, and a calibration refuses it (:mod:`.calibrate`).
 """
 from __future__ import annotations
 
@@ -56,6 +58,7 @@ from ..process import LabError
 from ..sites import calls_uprobe_trampoline
 from .bench import pinned_to_one_cpu
 from .bpf import BpfCounter
+from .calibrate import REL_TOL as CALIBRATION_REL_TOL
 from .calibrate import calibrate
 from .code import NativeCode
 from .compat import compat_reason, run_compat
@@ -76,6 +79,7 @@ INTERVAL_NS = 2_000_000  # ~2 ms per timed interval
 REL_TOL = 0.02
 MIN_INTERVALS = 16  # two per round at the default ROUNDS
 ROUNDS = 8
+MAX_ROUNDS_FACTOR = 2  # a run spends at most this many times its budget reaching rel_tol
 
 
 def robust_sd(values: list[float]) -> float:
@@ -196,15 +200,18 @@ def _compat_round(bench: str, budget_s: float, state: dict) -> None:
 
 
 def measure_price_rows(configs=PRICE_CONFIGS, rel_tol: float = REL_TOL, budget_s: float = 6.0,
-                       progress: Callable[[str], object] | None = None, rounds: int = ROUNDS) -> list[dict]:
+                       progress: Callable[[str], object] | None = None, rounds: int = ROUNDS,
+                       max_rounds: int | None = None) -> list[dict]:
     """Measure each (bench, consumers) configuration here; one row each.
 
     Rows: bench, consumers, arch, kernel (``uname -r``), mops (median interval rate, each interval
     divided by its round's level, :func:`round_levels`), rel_err (of that median), intervals,
     calls_per_interval, reached (rel_err <= rel_tol), optimized, level_sd (the sd of the rounds' levels:
     how much the whole machine's speed moved over the run, which the rows no longer show and a
-    calibration adds back to its predictions). ``budget_s`` is the time per configuration, spread over
-    ``rounds`` interleaved rounds. Probes are always detached.
+    calibration adds back to its predictions), rounds (how many were run). ``budget_s`` is the time per
+    configuration, spread over ``rounds`` interleaved rounds; while some row's error is above ``rel_tol``,
+    further rounds of the same length run, up to ``max_rounds`` (default ``MAX_ROUNDS_FACTOR * rounds``).
+    Probes are always detached.
     """
     arch = check_native_support()
     if any(b in COMPAT_BENCHES for b, _ in configs):
@@ -214,9 +221,10 @@ def measure_price_rows(configs=PRICE_CONFIGS, rel_tol: float = REL_TOL, budget_s
             configs = [c for c in configs if c[0] not in COMPAT_BENCHES]
     if len(configs) < 3:
         raise LabError("the price benches need at least 3 configurations: a round's level is their median")
+    max_rounds = max(rounds, MAX_ROUNDS_FACTOR * rounds if max_rounds is None else max_rounds)
     states = {cfg: {} for cfg in configs}
     with pinned_to_one_cpu(), NativeCode(arch) as nc:
-        for rnd in range(rounds):
+        for rnd in range(max_rounds):
             for cfg in configs:
                 if cfg[0] in COMPAT_BENCHES:
                     _compat_round(cfg[0], budget_s / rounds, states[cfg])
@@ -224,17 +232,20 @@ def measure_price_rows(configs=PRICE_CONFIGS, rel_tol: float = REL_TOL, budget_s
                     _round(nc, *cfg, budget_s / rounds, states[cfg])
                 if progress:
                     progress(f"{cfg[0]} x{cfg[1]} round {rnd + 1}")
-    round_rates = {cfg: st["rounds"] for cfg, st in states.items()}
-    levels = round_levels(round_rates)
+            if rnd + 1 >= rounds:
+                round_rates = {cfg: st["rounds"] for cfg, st in states.items()}
+                levels = round_levels(round_rates)
+                levelled = level_rows(round_rates, levels)
+                if all(err <= rel_tol for _, err in levelled.values()):
+                    break
     level_sd = statistics.stdev(levels)
-    levelled = level_rows(round_rates, levels)
     out = []
     for cfg, st in states.items():
         mops, err = levelled[cfg]
         out.append({"bench": cfg[0], "consumers": cfg[1], "arch": arch, "kernel": kernel_release(),
                     "mops": mops, "rel_err": err, "intervals": sum(map(len, st["rounds"])),
                     "calls_per_interval": st["calls"], "reached": err <= rel_tol,
-                    "optimized": st.get("optimized"), "level_sd": level_sd})
+                    "optimized": st.get("optimized"), "level_sd": level_sd, "rounds": len(levels)})
     return out
 
 
@@ -250,15 +261,16 @@ def record_host_prices(path, budget_s: float = 6.0, label: str = "", rounds: int
     return data
 
 
-def price_rows_or_recorded(budget_s: float = 1.5) -> tuple[list[dict], str]:
+def price_rows_or_recorded(budget_s: float = 1.5, rel_tol: float = CALIBRATION_REL_TOL) -> tuple[list[dict], str]:
     """(price-bench rows, where from): measured here when native runs are possible, else the recording.
+    Rows aim at ``rel_tol``, the error a calibration accepts (:func:`measure_price_rows`).
 
     The measurement runs in a child process (``python -m uprobe_lab.native.price_benches``), so its CPU
     pinning, perf fds and probe hits stay out of the caller (a notebook kernel with its own threads)."""
     reason = native_reason()
     if reason is None:
-        proc = subprocess.run([sys.executable, "-m", "uprobe_lab.native.price_benches", "--budget", str(budget_s)],
-                              capture_output=True, text=True)
+        proc = subprocess.run([sys.executable, "-m", "uprobe_lab.native.price_benches", "--budget", str(budget_s),
+                               "--rel-tol", str(rel_tol)], capture_output=True, text=True)
         if proc.returncode == 0:
             return json.loads(proc.stdout), "measured now on this machine"
         reason = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit status {proc.returncode}"
@@ -288,9 +300,11 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m uprobe_lab.native.price_benches")
     parser.add_argument("--budget", type=float, default=6.0, help="seconds per configuration")
+    parser.add_argument("--rel-tol", type=float, default=REL_TOL,
+                        help="relative error each row should reach (more rounds run until it does, or twice the budget)")
     args = parser.parse_args(argv)
     try:
-        rows = measure_price_rows(budget_s=args.budget)
+        rows = measure_price_rows(budget_s=args.budget, rel_tol=args.rel_tol)
     except NativeUnavailable as err:
         print(err, file=sys.stderr)
         return 2
