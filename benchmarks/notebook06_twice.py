@@ -5,7 +5,8 @@
 Each run executes notebooks/06_your_machine.ipynb top to bottom in its own kernel (nbclient), as a learner
 would, and keeps the chapter's "predict the other kernels" table (``pred``). The runs are then compared
 with :func:`uprobe_lab.native.calibrate.runs_agree`: is each run's predicted figure inside the other run's
-80% interval? Figures, not assertions. Needs root on Linux for native runs; elsewhere both runs calibrate
+80% interval? And each predicted speedup from the measured kernel (a ratio within one run, which a step in
+the whole machine's speed between the runs does not move)? Figures, not assertions. Needs root on Linux for native runs; elsewhere both runs calibrate
 the bundled recording and agree trivially, which the script says.
 """
 from __future__ import annotations
@@ -67,12 +68,13 @@ def main() -> int:
     kernels = calibrate.kernel_columns(runs[0])
     for i in range(len(runs)):
         for j in range(i + 1, len(runs)):
-            same = calibrate.runs_agree(runs[i], runs[j], kernels=kernels)
-            both = same["a_in_b"] & same["b_in_a"]
-            print(f"\nruns {i + 1} and {j + 1}: {int(both.sum())} of {len(same)} predictions inside each other's "
-                  f"80% interval ({int(same['a_in_b'].sum())} of run {i + 1}'s in run {j + 1}'s, "
-                  f"{int(same['b_in_a'].sum())} the other way)")
-            print(same[~both].to_string(index=False) if (~both).any() else "  (no disagreement)")
+            for what, change in (("predictions", False), ("predicted speedups", True)):
+                same = calibrate.runs_agree(runs[i], runs[j], kernels=kernels, change=change)
+                both = same["a_in_b"] & same["b_in_a"]
+                print(f"\nruns {i + 1} and {j + 1}: {int(both.sum())} of {len(same)} {what} inside each other's "
+                      f"80% interval ({int(same['a_in_b'].sum())} of run {i + 1}'s in run {j + 1}'s, "
+                      f"{int(same['b_in_a'].sum())} the other way)")
+                print(same[~both].to_string(index=False) if (~both).any() else "  (no disagreement)")
     return 0
 
 

@@ -69,6 +69,16 @@ def test_uretprobe_copies_by_hand():
     assert prof.predict("uretprobe-nop", "6.11") == pytest.approx(1000 / t11)
 
 
+def test_speedup_between_kernels_by_hand():
+    """The same stated prices: uretprobe-nop's 6.10 -> 6.11 speedup is t10 / t11 (611 / 578 ns, the times above);
+    with no price uncertainty its log has the model's error on each time, sqrt(2) * 2%. A bench whose
+    events do not change (uprobe-nop, 6.11 -> 6.18) has speedup exactly 1 and no error."""
+    prof = stated_profile(sigma=0.02)
+    speedup, log_sd = prof.change("uretprobe-nop", "6.10", "6.11")
+    assert speedup == pytest.approx(611 / 578) and log_sd == pytest.approx(math.sqrt(2) * 0.02)
+    assert prof.change("uprobe-nop", "6.11", "6.18") == (1.0, 0.0)
+
+
 def test_consumers_scale_the_handler_price():
     """k perf events on one site are k consumers: each adds one handler price."""
     prof = stated_profile()

@@ -175,7 +175,7 @@ def test_calibrated_profile_predicts_the_kernels():
     pred = calibrate.predict_kernels(example_profile(), EXAMPLE["benches"]).set_index("bench")
     kernels = ["6.10", "6.11", "6.16", "6.18"]
     assert list(pred.columns) == ["measured_on", "measured_mops", "stddev"] + [
-        c for k in kernels for c in (k, f"{k} low", f"{k} high")]
+        c for k in kernels for c in (k, f"{k} low", f"{k} high", f"{k} change", f"{k} change low", f"{k} change high")]
     assert (pred["measured_on"] == "6.18").all()
     for k in kernels:  # every figure has an interval around it
         assert (pred[f"{k} low"] < pred[k]).all() and (pred[k] < pred[f"{k} high"]).all()
@@ -349,6 +349,15 @@ def test_two_runs_agreement_table():
     assert same["a_in_b"].all() and same["b_in_a"].all()
     off = pred.assign(**{k: pred[k] * 2 for k in calibrate.PREDICT_KERNELS})
     assert not calibrate.runs_agree(pred, off)["b_in_a"].any()  # doubled figures: outside the intervals
+    # a run that found the whole machine 30% faster: every figure moves, no speedup does
+    faster = pred.assign(**{c: pred[c] * 1.3 for k in calibrate.PREDICT_KERNELS for c in (k, f"{k} low", f"{k} high")})
+    assert not calibrate.runs_agree(pred, faster)["a_in_b"].any()
+    same_change = calibrate.runs_agree(pred, faster, change=True)
+    assert same_change["a_in_b"].all() and same_change["b_in_a"].all()
+    # measured on 6.18: back on 6.10, without the uretprobe syscall, uretprobe-nop slows down, inside an
+    # interval that excludes no change; 6.11 returns as 6.18 does
+    ch = pred.set_index("bench").loc["uretprobe-nop"]
+    assert ch["6.10 change high"] < 1.0 and ch["6.11 change"] == 1.0
 
 
 def test_rows_from_two_architectures_are_refused():

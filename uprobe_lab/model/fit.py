@@ -101,6 +101,18 @@ class Profile:
         """Predicted M/s of ``bench`` on ``kernel`` (posterior mean prices, events from the emulator)."""
         return self.interval(bench, kernel, **options)[0]
 
+    def change(self, bench: str, from_kernel: str, to_kernel: str) -> tuple[float, float]:
+        """(speedup, sd of its log): M/s of ``bench`` on ``to_kernel`` over M/s on ``from_kernel``, i.e. the
+        ratio of the two times per hit. Its error is the prices' posterior (through the gradient of the log
+        ratio) plus the model's own error on each time, when the events differ (the same events: exactly 1).
+        The machine's speed over a run (``level_sd``) cancels: both times come from the same run."""
+        e_from, e_to = (events_for(bench, self.arch, k) for k in (from_kernel, to_kernel))
+        c_from, c_to = price_counts(e_from), price_counts(e_to)
+        t_from, t_to = float(c_from @ self.mean) + fixed_ns(e_from), float(c_to @ self.mean) + fixed_ns(e_to)
+        g = c_to / t_to - c_from / t_from  # d log(t_to / t_from) / d prices
+        var = float(g @ self.cov @ g) + (2 * self.sigma_model ** 2 if e_from != e_to else 0.0)
+        return t_from / t_to, math.sqrt(max(var, 0.0))
+
     def with_prices(self, **changes) -> "Profile":
         """The same profile with some prices set by hand (their uncertainty kept)."""
         mean = self.mean.copy()

@@ -10,7 +10,7 @@ import pandas as pd
 from .. import bench as _bench
 from ..process import LabError
 from .fit import ROW_SIGMA_FLOOR, Z80
-from .prices import ARM64_KERNEL, events_for, fixed_ns, kernel_setup, price_counts
+from .prices import ARM64_KERNEL, events_for, kernel_setup
 from .profiles import bench_rows, fit_with_carried_prior, get_profile
 
 # Rows a calibration leans on, and what is left to the carried prior without them.
@@ -105,15 +105,9 @@ def predict_from_measured(measured: pd.DataFrame, to_kernel: str) -> pd.DataFram
         warnings.warn(n, stacklevel=2)
     out = []
     for r in rows.drop_duplicates("bench").itertuples(index=False):
-        e_here, e_there = events_for(r.bench, arch, r.kernel), events_for(r.bench, arch, str(to_kernel))
-        c_here, c_there = price_counts(e_here), price_counts(e_there)
-        t_here, t_there = c_here @ prof.mean + fixed_ns(e_here), c_there @ prof.mean + fixed_ns(e_there)
-        g = c_there / t_there - c_here / t_here  # d log(t_there / t_here) / d prices
-        var = float(g @ prof.cov @ g) + float(r.rel_err) ** 2
-        if e_here != e_there:
-            var += 2 * prof.sigma_model ** 2  # the model's error on each of the two times
-        mops = float(r.mops) * t_here / t_there
-        half = Z80 * math.sqrt(var)
+        speedup, log_sd = prof.change(r.bench, r.kernel, str(to_kernel))
+        mops = float(r.mops) * speedup
+        half = Z80 * math.hypot(log_sd, float(r.rel_err))
         out.append({"bench": r.bench, "predicted_mops": mops, "low_80": mops * math.exp(-half),
                     "high_80": mops * math.exp(half)})
     result = pd.DataFrame(out, columns=["bench", "predicted_mops", "low_80", "high_80"])

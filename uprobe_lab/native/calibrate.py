@@ -132,7 +132,10 @@ def prices_table(profile: model.Profile) -> pd.DataFrame:
 
 def predict_kernels(profile: model.Profile, rows: list[dict], kernels=PREDICT_KERNELS) -> pd.DataFrame:
     """One row per bench of a native table: measured here (kernel, M/s, stddev), then the calibrated
-    prediction for each kernel in ``kernels`` with its 80% interval (``<k>``, ``<k> low``, ``<k> high``)."""
+    prediction for each kernel in ``kernels`` with its 80% interval (``<k>``, ``<k> low``, ``<k> high``),
+    and the speedup the model predicts from the measured kernel to that one, with its 80% interval
+    (``<k> change``, ``<k> change low``, ``<k> change high``: a ratio within one run, so the machine's speed
+    cancels out of it, which it does not of the figures)."""
     measured = measured_frame(rows)
     measured = measured[measured["consumers"] == 1].drop_duplicates("bench")
     out = measured[["bench", "kernel", "mops", "stddev"]].rename(
@@ -142,6 +145,10 @@ def predict_kernels(profile: model.Profile, rows: list[dict], kernels=PREDICT_KE
         out[k] = [round(m, 3) for m, _, _ in iv]
         out[f"{k} low"] = [round(lo, 3) for _, lo, _ in iv]
         out[f"{k} high"] = [round(hi, 3) for _, _, hi in iv]
+        ch = [profile.change(b, here, k) for b, here in zip(out["bench"], out["measured_on"])]
+        out[f"{k} change"] = [round(r, 4) for r, _ in ch]
+        out[f"{k} change low"] = [round(r * math.exp(-fitmod.Z80 * sd), 4) for r, sd in ch]
+        out[f"{k} change high"] = [round(r * math.exp(fitmod.Z80 * sd), 4) for r, sd in ch]
     return out
 
 
@@ -150,16 +157,20 @@ def kernel_columns(pred: pd.DataFrame) -> list[str]:
     return [c for c in pred.columns if c[:1].isdigit() and " " not in c]
 
 
-def runs_agree(pred_a: pd.DataFrame, pred_b: pd.DataFrame, kernels=PREDICT_KERNELS) -> pd.DataFrame:
-    """Two calibrations' predictions side by side: is each run's figure inside the other's 80% interval?"""
+def runs_agree(pred_a: pd.DataFrame, pred_b: pd.DataFrame, kernels=PREDICT_KERNELS,
+               change: bool = False) -> pd.DataFrame:
+    """Two calibrations' predictions side by side: is each run's figure inside the other's 80% interval?
+    ``change``: compare the predicted speedups from the measured kernel instead of the figures (a run that
+    found the whole machine faster moves every figure, and none of the speedups)."""
     a, b = pred_a.set_index("bench"), pred_b.set_index("bench")
     out = []
     for bench in a.index.intersection(b.index):
         for k in kernels:
             ra, rb = a.loc[bench], b.loc[bench]
-            out.append({"bench": bench, "kernel": k, "run_a": ra[k], "run_b": rb[k],
-                        "a_in_b": bool(rb[f"{k} low"] <= ra[k] <= rb[f"{k} high"]),
-                        "b_in_a": bool(ra[f"{k} low"] <= rb[k] <= ra[f"{k} high"])})
+            col = f"{k} change" if change else k
+            out.append({"bench": bench, "kernel": k, "run_a": ra[col], "run_b": rb[col],
+                        "a_in_b": bool(rb[f"{col} low"] <= ra[col] <= rb[f"{col} high"]),
+                        "b_in_a": bool(ra[f"{col} low"] <= rb[col] <= ra[f"{col} high"])})
     return pd.DataFrame(out)
 
 
@@ -199,4 +210,7 @@ def kernel_change(pred: pd.DataFrame, kernel: str) -> pd.DataFrame:
         out["range_80"] = [f"{lo:.3f}..{hi:.3f}" for lo, hi in zip(pred[f"{kernel} low"], pred[f"{kernel} high"])]
     here = [pred.loc[i, k] if k in pred.columns else math.nan for i, k in zip(pred.index, pred["measured_on"])]
     out["change_pct"] = (100 * (pred[kernel] / pd.Series(here, index=pred.index) - 1)).round(1)
+    if f"{kernel} change low" in pred:
+        out["change_80"] = [f"{100 * (lo - 1):+.1f}..{100 * (hi - 1):+.1f}%"
+                            for lo, hi in zip(pred[f"{kernel} change low"], pred[f"{kernel} change high"])]
     return out
