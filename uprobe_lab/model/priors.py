@@ -29,10 +29,12 @@ Not carried (uninformative prior instead, said in the profile's report):
 
 * prices of host rows a held-out row of the target's tables tests (the protocol in :mod:`uprobe_lab.model`;
   :func:`host_rows_excluded`): they are fitted without those rows, so what only they pinned is unpinned;
-* ``xol_step`` when the host is virtualised and the target is not: the hypervisor intercepts the
-  single-step #DB trap (the recording hosts: ~10 us per uprobe-ret hit against ~0.8 us for an int3
-  uprobe-nop), which a CPU running natively does not pay. A virtual machine calibrated in chapter 06
-  pays it too, so there it is carried.
+* ``xol_step`` when the host is virtualised and the target is not: on the recording VMs a uprobe-ret hit
+  costs 8-9 us against 0.7-0.9 us for an int3 uprobe-nop, and outside uprobes a trap-flag #DB costs
+  about 3.8 us more than an int3's #BP (``benchmarks/single_step_trap.py`` on this session's VM): a cost
+  of the hypervisor, which a CPU running natively does not pay. A virtual machine calibrated in
+  chapter 06 is likely to pay it too, so there it is carried (with its spread; a measured uprobe-ret
+  row outweighs it).
 """
 from __future__ import annotations
 

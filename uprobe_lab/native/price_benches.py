@@ -58,8 +58,7 @@ from ..process import LabError
 from ..sites import calls_uprobe_trampoline
 from .bench import pinned_to_one_cpu
 from .bpf import BpfCounter
-from .calibrate import REL_TOL as CALIBRATION_REL_TOL
-from .calibrate import calibrate
+from .calibrate import REL_TOL as CALIBRATION_REL_TOL, calibrate
 from .code import NativeCode
 from .compat import compat_reason, run_compat
 from .errors import NativeUnavailable
