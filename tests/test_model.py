@@ -232,6 +232,17 @@ def test_headline_is_the_moved_rows_figures(repro):
     assert h["moved_rows"] == 16 and h["moved_coverage"] == pytest.approx(np.mean(inside))
     errs = sorted(abs(100 * (r.predicted_mops / r.published_mops - 1)) for r in mv.itertuples())
     assert h["moved_median_abs_err_pct"] == pytest.approx((errs[7] + errs[8]) / 2)
+    assert h["moved_coverage_tail"] == pytest.approx(model.coverage_tail(16, sum(inside)))
+
+
+def test_coverage_tail_by_hand():
+    """Binomial(16, 0.8): P(16) = 0.8**16 = 0.028147, P(15) = 16 * 0.8**15 * 0.2 = 0.112590,
+    P(14) = 120 * 0.8**14 * 0.04 = 0.211106, P(13) = 560 * 0.8**13 * 0.008 = 0.246291; so P(X <= 12) is 1 minus
+    their sum, 0.401866. All inside is certain to be at most n; none inside of 2 at 80% is 0.2 * 0.2."""
+    assert model.coverage_tail(16, 12) == pytest.approx(0.401866, abs=1e-6)
+    assert model.coverage_tail(16, 16) == pytest.approx(1.0)
+    assert model.coverage_tail(2, 0) == pytest.approx(0.04)
+    assert model.coverage_tail(16, 11) < model.coverage_tail(16, 12) < model.coverage_tail(16, 13)
 
 
 def test_priors_leave_out_host_rows_a_held_out_row_tests():

@@ -82,13 +82,23 @@ def moved_rows(repro: pd.DataFrame) -> pd.DataFrame:
     return repro[(repro["role"] == ROLE_MOVED) & (repro["duplicate_of"] == "")]
 
 
+def coverage_tail(n: int, inside: int, level: float = 0.8) -> float:
+    """P(at most ``inside`` of ``n`` rows inside) when each row falls inside a calibrated ``level`` interval
+    independently: how surprising a coverage below the level is on so few rows. Rows that share a cause
+    (one CPU's rows, one path) are not independent; that makes a low count likelier still, so the figure
+    understates how little a few rows can say about the intervals."""
+    return sum(math.comb(n, k) * level ** k * (1 - level) ** (n - k) for k in range(inside + 1))
+
+
 def headline(repro: pd.DataFrame) -> dict:
-    """Moved rows: count, median |error| %, coverage (share inside their 80% interval), widest half-width %;
-    unmoved rows apart: count and median |error| %."""
+    """Moved rows: count, median |error| %, coverage (share inside their 80% interval) with its binomial tail
+    (:func:`coverage_tail`), widest half-width %; unmoved rows apart: count and median |error| %."""
     mv = moved_rows(repro)
     un = repro[(repro["role"] == ROLE_UNMOVED) & (repro["duplicate_of"] == "")]
+    inside = int(mv["inside"].sum())
     return {"moved_rows": len(mv), "moved_median_abs_err_pct": float(mv["error_pct"].abs().median()),
             "moved_coverage": float(mv["inside"].mean()) if len(mv) else math.nan,
+            "moved_coverage_tail": coverage_tail(len(mv), inside) if len(mv) else math.nan,
             "moved_max_half_width_pct": float(mv["half_width_pct"].max()),
             "moved_median_half_width_pct": float(mv["half_width_pct"].median()),
             "unmoved_rows": len(un), "unmoved_median_abs_err_pct": float(un["error_pct"].abs().median()),
@@ -98,7 +108,8 @@ def headline(repro: pd.DataFrame) -> dict:
 def headline_text(h: dict, what: str) -> str:
     return (f"{what}: {h['moved_rows']} moved rows, median |error| {h['moved_median_abs_err_pct']:.1f}%, "
             f"{100 * h['moved_coverage']:.0f}% inside their 80% intervals (half-width median "
-            f"{h['moved_median_half_width_pct']:.1f}%, widest {h['moved_max_half_width_pct']:.1f}%); "
+            f"{h['moved_median_half_width_pct']:.1f}%, widest {h['moved_max_half_width_pct']:.1f}%; "
+            f"calibrated 80% intervals leave as few inside with probability {h['moved_coverage_tail']:.2f}); "
             f"apart: {h['unmoved_rows']} unmoved held-out rows, median |error| "
             f"{h['unmoved_median_abs_err_pct']:.1f}%, {100 * h['unmoved_coverage']:.0f}% inside")
 
@@ -120,5 +131,5 @@ def error_summary(repro: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-__all__ = ["REPRO_COLUMNS", "ROLE_FIT", "ROLE_HELDOUT", "ROLE_MOVED", "ROLE_UNMOVED", "error_summary", "headline",
+__all__ = ["REPRO_COLUMNS", "ROLE_FIT", "ROLE_HELDOUT", "ROLE_MOVED", "ROLE_UNMOVED", "coverage_tail", "error_summary", "headline",
            "headline_text", "moved_rows", "per_table_alone", "reproduction"]
