@@ -51,7 +51,7 @@ def half_widths(pred: pd.DataFrame, change: bool = False) -> pd.Series:
     out = []
     for k in calibrate.kernel_columns(pred):
         col = f"{k} change" if change else k
-        moved = pred[pred[f"{col} low"] < pred[f"{col} high"]] if change else pred
+        moved = pred[pred[col] != 1.0] if change else pred
         out.append(100 * pd.concat([moved[col] - moved[f"{col} low"], moved[f"{col} high"] - moved[col]],
                                    axis=1).max(axis=1) / moved[col])
     return pd.concat(out, ignore_index=True)

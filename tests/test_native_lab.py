@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import nbformat
@@ -248,16 +249,34 @@ def test_a_machine_too_noisy_to_calibrate_falls_back_to_the_recording_and_says_w
     from uprobe_lab.native import price_benches
     rec = model.load_host_recording()
     noisy = [dict(r, rel_err=0.3) for r in rec["rows"]]  # every row 30%: nothing left to fit
-    monkeypatch.setattr(price_benches, "price_rows_or_recorded", lambda budget_s: (noisy, "measured now on this machine"))
+    monkeypatch.setattr(price_benches, "price_rows_or_recorded", lambda budget_s: (noisy, price_benches.MEASURED_HERE))
     with pytest.warns(UserWarning):
         prof, source = price_benches.calibrated_or_recorded(cpu="busy box")
     assert source.startswith("RECORDED") and "noisier than 5%" in source and "measured now" in source
     assert prof.cpu == rec["host"]["cpu_model"] and "uprobe-nop" in set(prof.fit_rows["bench"])
     quiet = [dict(r) for r in rec["rows"]]
-    monkeypatch.setattr(price_benches, "price_rows_or_recorded", lambda budget_s: (quiet, "measured now on this machine"))
+    monkeypatch.setattr(price_benches, "price_rows_or_recorded", lambda budget_s: (quiet, price_benches.MEASURED_HERE))
     with pytest.warns(UserWarning):
         prof, source = price_benches.calibrated_or_recorded(cpu="quiet box")
     assert source == "measured now on this machine" and prof.cpu == "quiet box"
+
+
+def test_the_single_step_prior_follows_where_the_rows_were_measured(monkeypatch):
+    """Rows measured here are calibrated as this machine is (bare metal here, by the fake); rows from the
+    bundled recording as the recording's machine was (a VM), so a VM's xol_step prior goes with them."""
+    from uprobe_lab.native import price_benches
+    rec = model.load_host_recording()
+    assert rec["host"]["virtualized"] is True
+    seen = []
+    real = price_benches.calibrate
+    monkeypatch.setattr(price_benches, "calibrate", lambda rows, **kw: seen.append(kw["virtualised"]) or real(rows, **kw))
+    monkeypatch.setattr(price_benches, "host_description", lambda: {"virtualized": False})
+    for source in (price_benches.MEASURED_HERE, "RECORDED (the bundled one; not measured here: no root)"):
+        monkeypatch.setattr(price_benches, "price_rows_or_recorded", lambda budget_s: (rec["rows"], source))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            price_benches.calibrated_or_recorded()
+    assert seen == [False, True]
 
 
 def test_a_price_only_a_dropped_row_pinned_stays_at_its_carried_prior():

@@ -260,6 +260,9 @@ def record_host_prices(path, budget_s: float = 6.0, label: str = "", rounds: int
     return data
 
 
+MEASURED_HERE = "measured now on this machine"  # price_rows_or_recorded's source when the rows were measured here
+
+
 def price_rows_or_recorded(budget_s: float = 1.5, rel_tol: float = CALIBRATION_REL_TOL) -> tuple[list[dict], str]:
     """(price-bench rows, where from): measured here when native runs are possible, else the recording.
     Rows aim at ``rel_tol``, the error a calibration accepts (:func:`measure_price_rows`).
@@ -271,7 +274,7 @@ def price_rows_or_recorded(budget_s: float = 1.5, rel_tol: float = CALIBRATION_R
         proc = subprocess.run([sys.executable, "-m", "uprobe_lab.native.price_benches", "--budget", str(budget_s),
                                "--rel-tol", str(rel_tol)], capture_output=True, text=True)
         if proc.returncode == 0:
-            return json.loads(proc.stdout), "measured now on this machine"
+            return json.loads(proc.stdout), MEASURED_HERE
         reason = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit status {proc.returncode}"
     rec = load_host_recording()
     return rec["rows"], f"RECORDED ({rec['label']}; not measured here: {reason})"
@@ -286,7 +289,7 @@ def calibrated_or_recorded(cpu: str = "this machine", budget_s: float = 0.6) -> 
     rec = load_host_recording()
     recorded_vm = bool(rec["host"].get("virtualized"))
     try:
-        here_vm = recorded_vm if source.startswith("RECORDED") else host_description()["virtualized"]
+        here_vm = host_description()["virtualized"] if source == MEASURED_HERE else recorded_vm
         return calibrate(rows, cpu=cpu, drop_noisy=True, virtualised=here_vm), source
     except LabError as err:
         profile = calibrate(rec["rows"], cpu=rec["host"]["cpu_model"], drop_noisy=True, virtualised=recorded_vm)
