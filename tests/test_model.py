@@ -79,6 +79,48 @@ def test_speedup_between_kernels_by_hand():
     assert prof.change("uprobe-nop", "6.11", "6.18") == (1.0, 0.0)
 
 
+def test_speedup_interval_carries_the_prices_covariance_by_hand():
+    """The speedup's log is log t10 - log t11, so its gradient in the prices is c10 / t10 - c11 / t11 (counts
+    over time). uretprobe-nop (the counts above): handler 2 and 2, exception 2 and 1, t10 = 611, t11 = 578.
+    With handler sd 10 ns, exception sd 20 ns and their covariance 50 ns^2, the variance of the log is
+    g_h^2 100 + g_e^2 400 + 2 g_h g_e 50, plus the model's 2% on each time."""
+    n = len(model.PRICE_NAMES)
+    cov = np.zeros((n, n))
+    h, e = model.PRICE_NAMES.index("handler"), model.PRICE_NAMES.index("exception")
+    cov[h, h], cov[e, e], cov[h, e], cov[e, h] = 100.0, 400.0, 50.0, 50.0
+    g_h, g_e = 2 / 578 - 2 / 611, 1 / 578 - 2 / 611
+    var = g_h ** 2 * 100 + g_e ** 2 * 400 + 2 * g_h * g_e * 50 + 2 * 0.02 ** 2
+    speedup, log_sd = stated_profile(sigma=0.02, cov=cov).change("uretprobe-nop", "6.10", "6.11")
+    assert speedup == pytest.approx(611 / 578) and log_sd == pytest.approx(math.sqrt(var))
+
+
+def test_breakdown_by_hand():
+    """uretprobe-nop on 6.11 at the stated prices, kind by kind (the counts of test_uretprobe_copies_by_hand):
+    13 user instructions, one exception, one syscall, two handler runs, two return instances, four copies,
+    and the 5 ns of fixed-price events; the parts add up to the time the model predicts."""
+    parts = model.breakdown(STATED, model.events_for("uretprobe-nop", "x86_64", "6.11"))
+    assert parts == {"user_insn": 13.0, "exception": 200.0, "syscall": 100.0, "handler": 100.0, "xol_step": 0.0,
+                     "return_instance": 40.0, "uaccess": 120.0, "pin_map": 0.0, "futex_wake": 0.0, "fixed": 5.0}
+    assert sum(parts.values()) == pytest.approx(1000 / stated_profile().predict("uretprobe-nop", "6.11"))
+
+
+def test_redis_prediction_by_hand(monkeypatch):
+    """Seed 001's Redis GET: n probe hits per request make the stepped run slower than no uprobe, so
+    n = (1/46750.82 - 1/49149.71) s / t_xol; the simulated run costs 1/49149.71 s + n t_sim per request. At
+    the stated prices and no price uncertainty, every draw is that figure and the interval has no width."""
+    from uprobe_lab.model import applications
+    n_prices = len(model.PRICE_NAMES)
+    prof = model.Profile("stated", "", "arm64", np.array([STATED[p] for p in model.PRICE_NAMES]),
+                         np.zeros((n_prices, n_prices)), 0.0, pd.DataFrame(), model.Prior.uninformative())
+    monkeypatch.setattr(applications, "get_profile", lambda name: prof)
+    t_xol, t_sim = (1e-6 / prof.predict("uprobe-push", label) for label in ("xol-stp", "simulated-stp"))
+    n = (1 / 46750.82 - 1 / 49149.71) / t_xol
+    rps = 1 / (1 / 49149.71 + n * t_sim)
+    row = applications.app_predictions().set_index(["bench", "variant"]).loc[("redis-get", "emulated-stp")]
+    assert row.predicted == pytest.approx(rps) and row.low == pytest.approx(rps) and row.high == pytest.approx(rps)
+    assert row.role == "heldout" and row.error_pct == pytest.approx(100 * (rps / 48981.19 - 1))
+
+
 def test_consumers_scale_the_handler_price():
     """k perf events on one site are k consumers: each adds one handler price."""
     prof = stated_profile()
@@ -233,6 +275,61 @@ def test_headline_is_the_moved_rows_figures(repro):
     errs = sorted(abs(100 * (r.predicted_mops / r.published_mops - 1)) for r in mv.itertuples())
     assert h["moved_median_abs_err_pct"] == pytest.approx((errs[7] + errs[8]) / 2)
     assert h["moved_coverage_tail"] == pytest.approx(model.coverage_tail(16, sum(inside)))
+    half = [100 * max(r.predicted_mops - r.low_mops, r.high_mops - r.predicted_mops) / r.predicted_mops
+            for r in mv.itertuples()]
+    assert h["moved_max_half_width_pct"] == pytest.approx(max(half))
+    assert h["moved_median_half_width_pct"] == pytest.approx(float(np.median(half)))
+    un = repro[(repro["role"] == model.ROLE_UNMOVED) & (repro["duplicate_of"] == "")]
+    un_errs = sorted(abs(100 * (r.predicted_mops / r.published_mops - 1)) for r in un.itertuples())
+    assert h["unmoved_rows"] == 20 and h["unmoved_median_abs_err_pct"] == pytest.approx((un_errs[9] + un_errs[10]) / 2)
+
+
+def test_error_summary_counts_each_table_once(repro):
+    """One line per non-duplicate table (seed 004 quotes 003: left out), its moved rows' count, how many lie
+    inside their interval and the widest, recounted from the rows."""
+    summary = model.error_summary(repro)
+    assert "004" not in set(summary["source"]) and len(summary) == 6
+    for line in summary.itertuples():
+        rows = repro[(repro["source"].str[:3] == line.source) & (repro["table"] == line.table)]
+        mv = rows[rows["role"] == model.ROLE_MOVED]
+        assert line.moved_rows == len(mv) and line.moved_inside == int(
+            ((mv["low_mops"] <= mv["published_mops"]) & (mv["published_mops"] <= mv["high_mops"])).sum())
+        assert line.moved_max_half_width == pytest.approx(mv["half_width_pct"].max())
+    assert summary["moved_rows"].sum() == 16
+
+
+def _moved_predictions(evaluate, host_bench=None):
+    """The moved rows' predictions, with every host recording's ``host_bench`` row made twice as fast."""
+    hosts = profiles.recorded_hosts()
+    if host_bench:
+        hosts = tuple((rows.assign(mops=rows["mops"].where(rows["bench"] != host_bench, 2 * rows["mops"])), vm, label)
+                      for rows, vm, label in hosts)
+    profiles.clear_profiles()  # the per-CPU profiles are cached with the recordings they were fitted on
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setattr(profiles, "recorded_hosts", lambda: hosts)
+                mv = model.moved_rows(evaluate())
+    finally:
+        profiles.clear_profiles()
+    return mv.set_index(["source", "table", "bench"])["predicted_mops"]
+
+
+@pytest.mark.parametrize("evaluate", [model.reproduction, model.per_table_alone], ids=["per CPU", "alone"])
+def test_a_host_row_on_a_held_out_path_cannot_move_that_paths_prediction(evaluate):
+    """Protocol rule 2 as an invariant of the whole evaluation: the host's optimised uprobe-nop5 measures the
+    path the nop5 table's moved rows take, the host's 6.18 uretprobe-nop the path of 000/002's fix rows; either
+    can say anything without moving those predictions. The host's uprobe-nop, on no held-out path, moves
+    them all (so the check can fail)."""
+    base = _moved_predictions(evaluate)
+    nop5 = base.index.get_level_values("source").str.startswith("003")
+    uret = base.index.get_level_values("source").str[:3].isin(["000", "002"])
+    assert nop5.sum() == 2 and uret.sum() == 12
+    assert _moved_predictions(evaluate, "uprobe-nop5")[nop5].to_numpy() == pytest.approx(base[nop5].to_numpy(), rel=1e-9)
+    assert _moved_predictions(evaluate, "uretprobe-nop")[uret].to_numpy() == pytest.approx(base[uret].to_numpy(), rel=1e-9)
+    moved = _moved_predictions(evaluate, "uprobe-nop")
+    assert (abs(moved[nop5 | uret] / base[nop5 | uret] - 1) > 1e-3).all()
 
 
 def test_coverage_tail_by_hand():
