@@ -1,5 +1,7 @@
 """Charts fit for a projector: whole counts on count axes, legends that list only drawn bars, readable
 annotations, and a linear throughput-by-kernel chart whose circles are the seeds' own figures."""
+import math
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -25,6 +27,13 @@ def test_seed_chart_titles_in_words_and_annotations_readable():
     assert ax.texts and min(t.get_fontsize() for t in ax.texts) >= 9
     nop5 = charts.seed_table_chart(repro, "003_4679909cb9325581.txt", "nop5-bench").axes[0]
     assert "unnamed x86-64 machine" in nop5.get_title()
+    # the after rows: uprobe-nop5 and uretprobe-nop5 change events with the patch (moved), the rest do not
+    labels = [t.get_text() for t in nop5.get_legend().get_texts()]
+    assert {"after model, moved", "after model, unmoved", "current model, fit"} <= set(labels)
+    moved = next(c for c in nop5.containers if c.get_label() == "after model, moved")
+    ticks = [t.get_text() for t in nop5.get_xticklabels()]
+    drawn = [ticks[i] for i, bar in enumerate(moved) if not math.isnan(bar.get_height())]
+    assert drawn == ["uprobe-nop5", "uretprobe-nop5"]
 
 
 def test_kernel_history_chart_is_linear_and_its_circles_are_the_seed_figures():

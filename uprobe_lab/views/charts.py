@@ -19,8 +19,12 @@ def cpu_words(cpu: str) -> str:
     return "an unnamed x86-64 machine" if cpu.startswith("unspecified") else (cpu or "unknown CPU")
 
 
+ROLE_HATCH = {"moved": "xx"}  # fit and unmoved rows: "//"
+
+
 def seed_table_chart(repro, source: str, table: str) -> Figure:
-    """One seed table: published (solid) vs model (hatched) per bench, before and after, with each
+    """One seed table: published (solid) vs model (hatched; cross-hatched where the row is moved, i.e. tests a
+    prediction) per bench, before and after, with each
     speedup annotated as the seed states it and as its own table gives it where the two differ."""
     grp = repro[(repro["source"] == source) & (repro["table"] == table)]
     variants = list(dict.fromkeys(grp["variant"]))
@@ -37,11 +41,12 @@ def seed_table_chart(repro, source: str, table: str) -> Figure:
         rows = grp[grp["variant"] == variant].set_index("bench")
         pub = [rows["published_mops"].get(b, math.nan) for b in benches]
         mod = [rows["predicted_mops"].get(b, math.nan) for b in benches]
-        role = rows["role"].iloc[0] if len(rows) else ""
         off = (2 * i - len(variants)) * width + width / 2
         ax.bar(x + off, pub, width, color=colors[i], label=f"{variant} published")
-        ax.bar(x + off + width, mod, width, color="white", edgecolor=colors[i], hatch="//",
-               label=f"{variant} model ({role})")
+        for role in dict.fromkeys(rows["role"]):  # one legend entry per role: moved bars test a prediction
+            mine = [m if rows["role"].get(b) == role else math.nan for b, m in zip(benches, mod)]
+            ax.bar(x + off + width, mine, width, color="white", edgecolor=colors[i],
+                   hatch=ROLE_HATCH.get(role, "//"), label=f"{variant} model, {role}")
         if "low_mops" in rows:  # the model's 80% interval (an unbounded top is drawn to the plot's edge)
             lo = np.array([rows["low_mops"].get(b, math.nan) for b in benches])
             hi = np.array([rows["high_mops"].get(b, math.nan) for b in benches])
