@@ -114,3 +114,22 @@ def test_an_os_error_mid_run_is_one_line(capsys, monkeypatch):
 
     monkeypatch.setattr(cli, "cmd_analyze", full_disk)  # build_parser() looks it up on each main()
     fails_cleanly(capsys, ["analyze", "90"], "/data/pred.csv: No space left on device")
+
+
+@pytest.mark.parametrize("mode, expected", [("native", "native"), ("emulated", "emulated")])
+def test_bench_iterations_default_per_mode(monkeypatch, mode, expected):
+    """Unset, --iterations is the native bench's own default in native mode (what it documents) and the
+    emulator's in emulated mode."""
+    import uprobe_lab.native as native
+    from uprobe_lab import bench as bench_mod
+
+    seen = {}
+
+    def fake(names=None, arch=None, kernel=None, iterations=None, **kw):
+        seen["iterations"] = iterations
+        return []
+
+    monkeypatch.setattr(native, "run_native_benches", fake)
+    monkeypatch.setattr(bench_mod, "run_benches", fake)
+    assert cli.main(["bench", "--mode", mode, "uprobe-nop", "--json"]) == 0
+    assert seen["iterations"] == {"native": native.DEFAULT_ITERATIONS, "emulated": cli.EMULATED_ITERATIONS}[expected]

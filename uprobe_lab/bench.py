@@ -225,7 +225,9 @@ def format_table(results: list[dict]) -> str:
             brief = " ".join(f"{k}={ev[k]}" for k in kinds if ev.get(k))
             lines.append(f"{r['bench']:<25}: {r['hits_per_s'] / 1e6:8.3f}M/s emulated  [{r['arch']} {r['kernel']}] {brief}")
         elif r.get("mode") == "model":
-            label = "  (prediction only: nothing published)" if r.get("basis", "").startswith("prediction") else ""
+            basis = r.get("basis", "")
+            label = ("  (prediction: published only for another CPU)" if basis.startswith("prediction for this CPU")
+                     else "  (prediction only: nothing published)" if basis.startswith("prediction") else "")
             span = f" (80%: {r['low']:.3f}..{r['high']:.3f})" if "low" in r else ""
             lines.append(f"{r['bench']:<25}: {r['mops']:8.3f}M/s model{span}  [{r['arch']} {r['kernel']}, cpu {r['cpu']}, "
                          f"{r['ns_per_hit']} ns per hit]{label}")

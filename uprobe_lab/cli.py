@@ -26,6 +26,7 @@ def _progress(total: int, enabled: bool):
 
 
 MAX_ITERATIONS = 1 << 64  # the producer loop counts in one 64-bit register
+EMULATED_ITERATIONS = 20_000  # enough for steady-state counts; the emulator runs about a million insns/s
 MIN_MOPS = 0.001  # 1000 calls/s: a measured rate below this is a unit mistake, not a uprobe
 
 
@@ -102,6 +103,10 @@ def read_measured(path: str):
 
 
 def cmd_bench(args) -> int:
+    if args.iterations is None:
+        from .native.bench import DEFAULT_ITERATIONS
+
+        args.iterations = DEFAULT_ITERATIONS if args.mode == "native" else EMULATED_ITERATIONS
     if not 1 <= args.iterations < MAX_ITERATIONS:
         raise LabError(f"--iterations must be in 1 .. 2**64-1 (the bench loop counts in a 64-bit register), "
                        f"got {args.iterations}")
@@ -154,10 +159,11 @@ def cmd_bench(args) -> int:
 def model_rows(names, arch: str, kernel: str, cpu, options: dict) -> list[dict]:
     """The model's table, with a refusal row where the kernel refuses the probe, and each row saying
     whether a published figure exists for it or the model's number is a prediction only."""
-    from .model import model_table
+    from .model import get_profile, model_table
     from .published import load_published
 
     published = load_published()
+    cpu_label = get_profile(cpu, arch).cpu  # the published tables' name for the profile's CPU
     refused = {n: bench.refusal(n, arch, kernel) for n in names}
     priced = [n for n in names if refused[n] is None]
     rows = {r["bench"]: r for r in (model_table(priced, arch=arch, kernel=kernel, cpu=cpu, **options) if priced else [])}
@@ -169,8 +175,14 @@ def model_rows(names, arch: str, kernel: str, cpu, options: dict) -> list[dict]:
         row = rows[n]
         seen = published[(published["bench"] == n) & (published["kernel"].astype(str) == str(kernel))
                          & (published["arch"] == arch)]
-        row["basis"] = ("priced from the published figures' fit; published figures exist for this bench and kernel"
-                        if len(seen) else "prediction: no throughput has been published for this bench on this kernel")
+        here = seen[seen["cpu"] == cpu_label]
+        if len(here):
+            row["basis"] = "priced from the published figures' fit; published figures exist for this CPU, bench and kernel"
+        elif len(seen):
+            row["basis"] = (f"prediction for this CPU: the bench is published on this kernel only for "
+                            f"{', '.join(dict.fromkeys(seen['cpu']))}")
+        else:
+            row["basis"] = "prediction: no throughput has been published for this bench on this kernel"
         out.append(row)
     return out
 
@@ -310,7 +322,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"emulated and model modes: the kernel to emulate (default {DEFAULT_KERNEL})")
     b.add_argument("--stp", choices=["xol", "simulate"], help="arm64: how a probed stp x29, x30 runs")
     b.add_argument("--cpu", help="model mode: the CPU profile to price events with")
-    b.add_argument("--iterations", type=int, default=20_000)
+    b.add_argument("--iterations", type=int,
+                   help=f"emulated mode: calls per bench (default {EMULATED_ITERATIONS}); native mode: calls per "
+                        "timed interval (default the native bench's)")
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=cmd_bench)
 
