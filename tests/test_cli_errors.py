@@ -1,6 +1,7 @@
 """Every bad command line ends in one line naming the problem and the way out, and exit status 2."""
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -133,3 +134,31 @@ def test_bench_iterations_default_per_mode(monkeypatch, mode, expected):
     monkeypatch.setattr(bench_mod, "run_benches", fake)
     assert cli.main(["bench", "--mode", mode, "uprobe-nop", "--json"]) == 0
     assert seen["iterations"] == {"native": native.DEFAULT_ITERATIONS, "emulated": cli.EMULATED_ITERATIONS}[expected]
+
+
+def test_predict_reads_the_native_benchs_json(tmp_path, capsys):
+    """bench --mode native --json's rows (here the bundled recording's, a 6.18 release) go straight into
+    predict: each row's stddev becomes its rel_err; 6.18 -> 6.18 keeps every figure."""
+    from uprobe_lab.native.example import load_example
+    rows = load_example()["benches"]
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps(rows))
+    table = cli.read_measured(str(path))
+    nop = table.set_index("bench").loc["uprobe-nop"]
+    want = next(r for r in rows if r["bench"] == "uprobe-nop")
+    assert nop["kernel"] == want["kernel"] and float(nop["rel_err"]) == pytest.approx(want["stddev"] / want["mops"])
+    assert cli.main(["predict", "--measured", str(path), "--to", "6.18"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    got = dict(line.split(",")[:2] for line in out[1:])
+    assert float(got["uprobe-nop"]) == pytest.approx(want["mops"], rel=1e-4)
+
+
+@pytest.mark.parametrize("text, words", [
+    ('[{"bench": "uprobe-nop", "mode": "emulated", "hits_per_s": 1e6}]', ["emulated rows", "only native rows"]),
+    ('[{"bench"', ["not well-formed JSON"]),
+    ('[1, 2]', ["a JSON list of bench rows"]),
+])
+def test_predict_refuses_json_that_is_not_native_rows(tmp_path, capsys, text, words):
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    fails_cleanly(capsys, ["predict", "--measured", str(path), "--to", "6.18"], str(path), *words)

@@ -58,14 +58,39 @@ def output_file(path: str) -> Path:
     return out
 
 
+def native_json_rows(path: str, text: str, shape: str):
+    """``bench --mode native --json``'s output as the ``--measured`` table (all text, as a CSV reads):
+    arch, kernel (the release measured), bench, mops, and rel_err from each row's stddev."""
+    import pandas as pd
+
+    try:
+        rows = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise LabError(f"--measured {path} is not well-formed JSON ({err}); give {shape}") from None
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise LabError(f"--measured {path}: expected a JSON list of bench rows, as bench --json prints; give {shape}")
+    rows = [r for r in rows if not r.get("refused")]
+    modes = {r.get("mode") for r in rows} - {"native"}
+    if modes:
+        raise LabError(f"--measured {path} holds {', '.join(sorted(map(str, modes)))} rows; only native rows are "
+                       f"measurements of your kernel; give {shape}")
+    table = pd.DataFrame([{k: str(r.get(k, "")) for k in ("arch", "kernel", "bench", "mops")} for r in rows],
+                         columns=["arch", "kernel", "bench", "mops"])
+    if all("stddev" in r and r.get("mops") for r in rows):
+        table["rel_err"] = [str(r["stddev"] / r["mops"]) for r in rows]
+    return table
+
+
 def read_measured(path: str):
-    """The ``--measured`` CSV as a table of arch, kernel, bench (text) and mops (a positive rate).
+    """The ``--measured`` file as a table of arch, kernel, bench (text) and mops (a positive rate): a CSV,
+    or the JSON that ``bench --mode native --json`` prints.
 
     Every way a file can be wrong ends in one LabError naming the file, the problem and what a
     good file looks like."""
     import pandas as pd
 
-    shape = "a CSV with the columns arch, kernel, bench, mops (a header line, then one row per bench measured on your machine)"
+    shape = ("a CSV with the columns arch, kernel, bench, mops (a header line, then one row per bench measured on "
+             "your machine), or the output of bench --mode native --json")
     if os.path.isdir(path):
         raise LabError(f"--measured {path} is a directory; give {shape}")
     try:
@@ -73,7 +98,11 @@ def read_measured(path: str):
             head = f.read(4096)
         if b"\0" in head:
             raise UnicodeDecodeError("utf-8", head, head.index(b"\0"), len(head), "NUL byte")
-        table = pd.read_csv(path, dtype=str, keep_default_na=False)
+        if head.lstrip().startswith(b"["):
+            with open(path, encoding="utf-8") as f:
+                table = native_json_rows(path, f.read(), shape)
+        else:
+            table = pd.read_csv(path, dtype=str, keep_default_na=False)
     except FileNotFoundError:
         raise LabError(f"--measured {path}: no such file; give the path of {shape}") from None
     except OSError as err:
@@ -341,7 +370,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_reproduce)
 
     p = sub.add_parser("predict", help="fit a CPU profile on your measurements and predict another kernel")
-    p.add_argument("--measured", required=True, help="CSV with columns arch, kernel, bench, mops")
+    p.add_argument("--measured", required=True,
+                   help="CSV with columns arch, kernel, bench, mops, or the JSON of bench --mode native --json")
     p.add_argument("--to", required=True, help="kernel to predict: a release such as 6.14.2 or a modelled version "
                    f"{', '.join(KERNELS)} (arm64: xol-stp, simulated-stp)")
     p.add_argument("--out", help="CSV to write (bench, predicted_mops, low_80, high_80); default: stdout")
