@@ -18,7 +18,7 @@ APP_MODEL = (
     "posterior prices, clipped at zero. For grep, time per line is unknown, so the whole run is one 'request' of n hits. "
     "grep is out of scope: its published overhead over no-uprobe falls from 13.149 s stepped to 0.051 s "
     "simulated (258x), while the event counts make a stepped hit about 1.3x a simulated one; reviewers in "
-    "the STP thread questioned the series' figures (kernel-notes.md)."
+    "the STP thread questioned the series' figures (Mark Rutland, 2024-10-24, on the stepping cost)."
 )
 ROLE_OUT_OF_SCOPE = "out-of-scope"
 APP_OUT_OF_SCOPE = {

@@ -41,7 +41,7 @@ PRICE_NAMES = list(PRICES)
 # the steady state (bench.events_per_hit warms up first), priced only so a non-steady count shows.
 FIXED_PRICES = {"emulated": 5.0, "text_patches": 1000.0, "cpu_syncs": 1000.0, "signals": 1000.0}
 
-# The old trig-base was the getpgid loop that syscall-count replaced (kernel-notes.md section 1).
+# Seed 002's "base" is bench_trigger.c's old trig-base, the getpgid loop that syscall-count replaced.
 BENCH_ALIASES = {"base": "syscall-count"}
 ARM64_STP = {"xol-stp": "xol", "simulated-stp": "simulate", "single-stepped-stp": "xol", "emulated-stp": "simulate"}
 ARM64_KERNEL = "6.18"
