@@ -185,7 +185,7 @@ def test_intervals_cover_about_80_percent_on_synthetic_data():
         prior = model.Prior(np.array(list(STATED.values())), np.diag((0.5 * np.array(list(STATED.values()))) ** 2), {})
         prof = model.fit_profile(df, "x86_64", prior)
         for b in ("uretprobe-nop", "uprobe-nop5"):
-            m, lo, hi = prof.interval(b, "6.11")
+            _, lo, hi = prof.interval(b, "6.11")
             inside.append(lo <= truth.predict(b, "6.11") * (1 + 0.03 * rng.standard_normal()) <= hi)
     assert 0.6 <= np.mean(inside) <= 0.97
 

@@ -1,11 +1,8 @@
 """The stepper widget: Back is the same run one step shorter; the kernel selector rebuilds the run for that kernel."""
-import pytest
 
 import uprobe_lab as ul
 from uprobe_lab.views.stepper import replay, stepper_widget, warm_stepper
 from uprobe_lab.views.uretprobe import ReturnStepper
-
-pytest.importorskip("ipywidgets")
 
 
 def _lines(stepper):
