@@ -109,7 +109,7 @@ def headline_text(h: dict, what: str) -> str:
     return (f"{what}: {h['moved_rows']} moved rows, median |error| {h['moved_median_abs_err_pct']:.1f}%, "
             f"{100 * h['moved_coverage']:.0f}% inside their 80% intervals (half-width median "
             f"{h['moved_median_half_width_pct']:.1f}%, widest {h['moved_max_half_width_pct']:.1f}%; "
-            f"calibrated 80% intervals leave as few inside with probability {h['moved_coverage_tail']:.2f}); "
+            f"chance of as few inside were the intervals right: {h['moved_coverage_tail']:.2f}); "
             f"apart: {h['unmoved_rows']} unmoved held-out rows, median |error| "
             f"{h['unmoved_median_abs_err_pct']:.1f}%, {100 * h['unmoved_coverage']:.0f}% inside")
 
