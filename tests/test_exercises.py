@@ -102,3 +102,13 @@ def test_notebook_ends_with_the_librarys_exercise_section(path):
     assert nb.cells[-len(section):] == section, "the exercises are the notebook's last section"
     hidden = [c.source for c in section if c.cell_type == "markdown" and "Worked solution" in c.source]
     assert all("<details><summary>Worked solution</summary>" in s for s in hidden)  # folded until clicked
+
+
+def test_a_number_may_be_given_as_the_disassembler_prints_it():
+    # 02.5's hint reads the mov into rax, which the listing prints in hex: 0x14f is 335
+    assert exercises.check("02.5", "0x14f").ok
+    assert exercises.check("02.5", "335").ok
+    verdict = exercises.check("02.5", "0x14e")
+    assert not verdict.ok and "334 is too low" in verdict.message
+    verdict = exercises.check("02.5", "14f")  # hex without its 0x is not a number
+    assert not verdict.ok and "not a number" in verdict.message

@@ -102,7 +102,8 @@ answer = {reg for reg in broken if reg != "seen_by_consumer"}""",
 
 exercise(
     id="02.5", kind="predict", title="The syscall number",
-    question="Which syscall number does the merged trampoline load before `syscall`? Answer a decimal number.",
+    question="Which syscall number does the merged trampoline load before `syscall`? Answer the number, in decimal "
+             "or as a hex string such as `\"0x1\"`.",
     hint="Disassemble the trampoline (cell above, or `ul.disasm`) and read the `mov` into rax; it is printed in hex.",
     solution="""import uprobe_lab as ul
 from uprobe_lab.kernel import KERNELS

@@ -12,12 +12,19 @@ REGISTER_ALIASES = {"ax": "rax", "eax": "rax", "cx": "rcx", "ecx": "rcx", "dx": 
 
 
 def as_number(answer: Any) -> float:
+    """A number from an int, a float or a string: "31.4", "31.4%", "2x", or an integer in Python's
+    notation ("0x14f", as a disassembler prints an immediate)."""
     if isinstance(answer, bool):
         raise LabError(f"{answer!r} is a truth value; the answer is a number")
+    text = str(answer).strip()
     try:
-        return float(str(answer).strip().rstrip("%x"))
+        return float(text.rstrip("%x"))
     except ValueError:
-        raise LabError(f"{answer!r} is not a number; give one, e.g. 2 or 31.4") from None
+        pass
+    try:
+        return float(int(text, 0))
+    except ValueError:
+        raise LabError(f"{answer!r} is not a number; give one, e.g. 2, 31.4 or 0x14f") from None
 
 
 def word(text: Any) -> str:
