@@ -112,3 +112,37 @@ def test_a_number_may_be_given_as_the_disassembler_prints_it():
     assert not verdict.ok and "334 is too low" in verdict.message
     verdict = exercises.check("02.5", "14f")  # hex without its 0x is not a number
     assert not verdict.ok and "not a number" in verdict.message
+
+
+MINE = pd.DataFrame({"arch": "x86_64", "kernel": "6.10", "bench": ["syscall-count", "uprobe-nop", "uprobe-ret",
+                                                                  "uretprobe-nop"], "mops": [15.0, 2.8, 1.2, 1.4]})
+
+# Answers to the open tasks that say nothing or the wrong thing, each with a phrase of the reason it must get.
+# uretprobe-nop5 on 6.18 costs two syscalls (sys_uprobe in, sys_uretprobe out): a checker that compared only the
+# kinds given took the misspelled {"exception": 0, "syscall": 0} for right.
+UNJUDGEABLE = {
+    "misspelled kinds": ("03.5", ("uretprobe-nop5", "6.18", {"exception": 0, "syscall": 0}),
+                         ["'exception' (did you mean 'exceptions'?)", "the kinds are", "xol_steps"]),
+    "a kind left out": ("03.5", ("uretprobe-nop5", "6.18", {"exceptions": 0}), ["No prediction for syscalls"]),
+    "not a nop5 bench": ("03.5", ("uprobe-nop", "6.18", {"exceptions": 1, "syscalls": 0}),
+                         ["'uprobe-nop' is not a nop5 bench", "uretprobe-nop5"]),
+    "an empty bill": ("02.6", ("uretprobe-ret", "6.11", {}),
+                      ["No prediction for exceptions, syscalls, xol_steps"]),
+    "not a uretprobe bench": ("02.6", ("uprobe-nop", "6.11", {"exceptions": 1, "syscalls": 0, "xol_steps": 0}),
+                              ["'uprobe-nop' is not a uretprobe bench", "uretprobe-ret"]),
+    "an empty prediction": ("05.5", (MINE, "6.11", {}), ["No prediction for uretprobe-nop"]),
+    "a misspelled bench": ("05.5", (MINE, "6.11", {"uretprobe_nop": 1.9}),
+                           ["'uretprobe_nop' (did you mean 'uretprobe-nop'?)", "syscall-count"]),
+    "another bench than the one asked": ("05.5", (MINE, "6.11", {"uprobe-nop": 2.8}),
+                                         ["No prediction for uretprobe-nop"]),
+}
+
+
+@pytest.mark.filterwarnings("ignore:no usermode-count row")
+@pytest.mark.parametrize("case", UNJUDGEABLE)
+def test_an_open_task_refuses_an_answer_that_misses_what_it_asks(case):
+    ex_id, answer, phrases = UNJUDGEABLE[case]
+    verdict = exercises.check(ex_id, answer)
+    assert not verdict.ok and verdict.answered
+    for phrase in phrases:
+        assert phrase in verdict.message, verdict.message

@@ -2,11 +2,16 @@
 from __future__ import annotations
 
 from .. import LabError, disasm, events_per_hit
+from ..bench import bench_names
 from ..kernel import KERNELS
+from ..trace import EVENT_KINDS
 from ..x86.uretprobe_programs import check_registers_equal
 from ..x86.uretprobe import uretprobe_trampoline
 from .core import exercise
 from . import judges as j
+
+
+URETPROBE_BENCHES = tuple(b for b in bench_names("x86_64") if b.startswith("uretprobe-"))
 
 
 def trampoline_insns(kernel: str = "6.11") -> list[str]:
@@ -117,19 +122,32 @@ answer = int(insns[insns.index("syscall") - 1].split(",")[1], 0)""",
 )
 
 
-def bench_bill(answer, lab) -> tuple[bool, str]:
-    """An open task's answer (bench, kernel, {kind: count}) against the emulator's steady-state counts."""
-    if not isinstance(answer, (tuple, list)) or len(answer) != 3 or not isinstance(answer[2], dict):
-        raise LabError("give (bench, kernel, {kind: count}), e.g. ('uretprobe-ret', '6.11', {'exceptions': 2})")
-    bench, kernel, said = answer
-    if str(kernel) not in KERNELS:
-        raise LabError(f"kernel {kernel!r}: pick one of {', '.join(KERNELS)}")
-    right = lab(bench, str(kernel))
-    wrong = [f"{k}: you said {v}, the emulator counts {right.get(k, 0):g}" for k, v in said.items()
-             if j.as_number(v) != right.get(k, 0)]
-    if wrong:
-        return False, "; ".join(wrong) + "."
-    return True, f"Every kind you predicted matches ({bench} on {kernel}: {right})."
+def bench_bill(kinds: tuple[str, ...], benches: tuple[str, ...], what: str):
+    """The judge of an open task's answer (bench, kernel, {kind: count}) against the emulator's steady-state
+    counts: the bench is one of ``benches`` (the ``what`` the question asks for), every kind in ``kinds`` is
+    predicted (0 is a prediction), and every key is a kind of the trace's vocabulary."""
+    def judge(answer, lab) -> tuple[bool, str]:
+        if not isinstance(answer, (tuple, list)) or len(answer) != 3 or not isinstance(answer[2], dict):
+            raise LabError(f"give (bench, kernel, {{kind: count}}), e.g. ({benches[0]!r}, '6.11', "
+                           + "{" + ", ".join(f"{k!r}: ..." for k in kinds) + "})")
+        bench, kernel, said = j.word(answer[0]), str(answer[1]), {j.word(k): v for k, v in answer[2].items()}
+        if bench not in benches:
+            raise LabError(f"{answer[0]!r} is not {what}; pick one of {', '.join(benches)}")
+        if kernel not in KERNELS:
+            raise LabError(f"kernel {answer[1]!r}: pick one of {', '.join(KERNELS)}")
+        unknown = [k for k in said if k not in EVENT_KINDS]
+        if unknown:
+            raise j.not_known(unknown, EVENT_KINDS, "an event kind", "kinds")
+        right = lab(bench, kernel)
+        missing = [k for k in kinds if k not in said]
+        wrong = [f"No prediction for {', '.join(missing)} (the question asks for {', '.join(kinds)}; 0 is a "
+                 f"prediction)"] if missing else []
+        wrong += [f"{k}: you said {v}, the emulator counts {right.get(k, 0):g}" for k, v in said.items()
+                  if j.as_number(v) != right.get(k, 0)]
+        if wrong:
+            return False, "; ".join(wrong) + "."
+        return True, f"Every kind you predicted matches ({bench} on {kernel}: {right})."
+    return judge
 
 
 exercise(
@@ -145,6 +163,6 @@ answer = ("uretprobe-ret", "6.11", {k: bill.get(k, 0) for k in ("exceptions", "s
     explanation="uretprobe-ret: the probed `ret` is stepped out of line (int3 + #DB), and the return comes back "
                 "through the syscall trampoline.",
     expected=lambda: (lambda bench, kernel: events_per_hit(bench, "x86_64", kernel)),
-    judge=bench_bill,
+    judge=bench_bill(("exceptions", "syscalls", "xol_steps"), URETPROBE_BENCHES, "a uretprobe bench"),
     why=lambda lab: "The emulator ran the bench to its steady state on that kernel.",
 )

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from .. import events_per_hit
+from ..bench import bench_names
 from ..views.nop5 import patch_run
 from ..x86.redzone_programs import check_transparency
 from .core import exercise
@@ -9,6 +10,7 @@ from . import judges as j
 from .ch02 import bench_bill
 
 NOP5_KERNELS = ("6.11", "6.16", "6.18")
+NOP5_BENCHES = tuple(b for b in bench_names("x86_64") if "nop5" in b)
 
 
 def first_insn_after_writes() -> dict[str, str]:
@@ -116,6 +118,6 @@ answer = ("uretprobe-nop5", "6.18", {k: bill.get(k, 0) for k in ("exceptions", "
     explanation="6.18's uretprobe-nop5: the entry goes through the optimised call (sys_uprobe), the return "
                 "through the uretprobe trampoline (sys_uretprobe): two syscalls, no exception.",
     expected=lambda: (lambda bench, kernel: events_per_hit(bench, "x86_64", kernel)),
-    judge=bench_bill,
+    judge=bench_bill(("exceptions", "syscalls"), NOP5_BENCHES, "a nop5 bench"),
     why=lambda lab: "The emulator ran the bench to its steady state on that kernel.",
 )

@@ -9,6 +9,9 @@ from .core import exercise
 from . import judges as j
 
 
+ASKED = "uretprobe-nop"  # the bench exercise 05.5 asks the learner to predict
+
+
 def _seed_gain(source_prefix: str, table: str, bench: str) -> float:
     s = seed_speedups()
     row = s[s["source"].str.startswith(source_prefix) & (s["table"] == table) & (s["bench"] == bench)]
@@ -100,12 +103,20 @@ exercise(
 
 
 def _own_prediction(answer, lab) -> tuple[bool, str]:
-    if not isinstance(answer, (tuple, list)) or len(answer) != 3 or not isinstance(answer[0], pd.DataFrame):
+    if not isinstance(answer, (tuple, list)) or len(answer) != 3 or not isinstance(answer[0], pd.DataFrame) \
+            or not isinstance(answer[2], dict):
         raise LabError("give (measured DataFrame, target kernel, {bench: predicted M/s})")
     measured, kernel, said = answer
+    said = {j.word(b): v for b, v in said.items()}
     right = lab(measured, str(kernel)).set_index("bench")["predicted_mops"].to_dict()
-    wrong = [f"{b}: you have {j.as_number(v):.3f}, the model gives {right[b]:.3f}" for b, v in said.items()
-             if b not in right or abs(j.as_number(v) - right[b]) > 0.01]
+    if ASKED not in right:
+        raise LabError(f"your measured table has no {ASKED} row: the question predicts {ASKED} from it")
+    unknown = [b for b in said if b not in right]
+    if unknown:
+        raise j.not_known(unknown, right, "a bench of your measured table", "benches it has")
+    wrong = [f"No prediction for {ASKED} (the question asks for it)"] if ASKED not in said else []
+    wrong += [f"{b}: you have {j.as_number(v):.3f}, the model gives {right[b]:.3f}" for b, v in said.items()
+              if abs(j.as_number(v) - right[b]) > 0.01]
     if wrong:
         return False, "; ".join(wrong) + "."
     return True, f"Your predictions match the model's fit on your numbers for {kernel}."

@@ -1,6 +1,7 @@
 """How an answer is compared with what the lab computed, each saying what is wrong in words."""
 from __future__ import annotations
 
+import difflib
 from typing import Any, Callable
 
 from ..errors import LabError
@@ -25,6 +26,16 @@ def as_number(answer: Any) -> float:
         return float(int(text, 0))
     except ValueError:
         raise LabError(f"{answer!r} is not a number; give one, e.g. 2, 31.4 or 0x14f") from None
+
+
+def not_known(names, known, what: str, plural: str) -> LabError:
+    """The error for answer keys outside ``known``: each with the nearest known name, then every known one."""
+    known = list(known)
+    parts = []
+    for name in names:
+        near = difflib.get_close_matches(name, known, n=1)
+        parts.append(f"{name!r}" + (f" (did you mean {near[0]!r}?)" if near else ""))
+    return LabError(f"{', '.join(parts)}: not {what}; the {plural} are {', '.join(known)}")
 
 
 def word(text: Any) -> str:
