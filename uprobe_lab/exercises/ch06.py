@@ -40,8 +40,10 @@ import uprobe_lab as ul
 from uprobe_lab.native import calibrate
 kernel = calibrate.model_kernel(platform.release())
 answer = ul.events_per_hit("uprobe-nop5", "x86_64", kernel).get("exceptions", 0)""",
-    explanation="On 6.18 or later the probed nop5 becomes a call into `[uprobes-trampoline]` after its first hit: "
-                "no exception at all (the table above shows `optimized` for it when measured here).",
+    explanation="On 6.18 to 7.2 the probed nop5 becomes a call into `[uprobes-trampoline]` after its first hit: "
+                "no exception at all (the table above shows `optimized` for it when measured here). 7.3 optimises "
+                "only the nop10, so its nop5 costs one int3 per hit, emulated - as on 6.16 and 6.17; before 6.16 "
+                "the nop5 is stepped out of line: two exceptions.",
     expected=lambda: events_per_hit("uprobe-nop5", "x86_64", host_model_kernel()).get("exceptions", 0),
     judge=j.number(),
     why=lambda e: f"This host runs {platform.release()} (rules of {host_model_kernel()}): {e} exception(s) per hit.",
@@ -55,8 +57,10 @@ exercise(
     solution="""from uprobe_lab.native import example
 mops = {r["bench"]: r["mops"] for r in example.load_example()["benches"]}
 answer = round(mops["uprobe-nop5"] / mops["uprobe-nop5-pagecross"], 1)""",
-    explanation="The page-crossing nop5 keeps its int3 (an exception per hit, emulated); the optimised one "
-                "enters through `syscall`. On this VM that is about a factor of two.",
+    explanation="The page-crossing nop5 keeps its int3: an exception per hit (the nop emulated) and an `iret`. "
+                "The optimised one enters through `syscall` and leaves by `sysret`, adding the trampoline's few "
+                "instructions and `sys_uprobe`'s two copies of the saved words. The ratio is how much dearer the "
+                "first path is than the second on the recording's machine; the verdict prints it.",
     expected=lambda: round(_recorded_mops("uprobe-nop5") / _recorded_mops("uprobe-nop5-pagecross"), 1),
     judge=j.number(0.1, "x"),
     why=lambda e: f"The recording gives {e}x.",
