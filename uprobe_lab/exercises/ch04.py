@@ -96,13 +96,17 @@ exercise(
     question="arm64 requires sp to stay 16-byte aligned. Run the seed's simulation on "
              "`stp x29, x30, [sp, #-8]!` (`misaligned_stp(offset=-8)`). Which signal does the program get, and "
              "has sp already moved when it arrives? Answer `(\"SIG...\", True or False)`.",
-    hint="Real hardware checks alignment before it writes anything. Does the seed's simulation check first, "
-         "or update sp and pc first?",
+    hint="Read the seed's `simulate_stp_fp_lr_sp_64b`: which sp does it check for alignment, what does it do "
+         "when the check fails, and what still runs at its `done:` label?",
     solution="""from uprobe_lab.views.arm64 import misaligned_stp
 r = misaligned_stp(offset=-8)
 answer = (r["signal"], r["sp_before"] != r["sp_after"])""",
-    explanation="The seed's simulation moves sp and pc before the alignment fault: the signal handler sees a "
-                "state the hardware never produces - one of the review comments that stalled the patch.",
+    explanation="The seed checks the *new* sp (base plus offset): misaligned, with SCTLR_EL1.SA0 set, it sends "
+                "SIGSEGV and jumps to `done:`, which still writes the new sp and steps pc past the instruction, "
+                "though nothing was stored. Hardware does otherwise: the Arm ARM's STP checks the alignment of the "
+                "*base* sp, before the offset is added, so from an aligned sp this `stp` stores, completes and "
+                "leaves sp misaligned; the fault (an SP alignment fault, SIGBUS on Linux) comes with the next "
+                "access through sp.",
     expected=_misaligned,
     judge=_signal_and_sp,
     why=lambda e: f"The lab: {e[0].upper()}, sp {'moved' if e[1] else 'unchanged'}.",

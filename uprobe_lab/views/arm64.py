@@ -156,10 +156,11 @@ def stp_gains() -> pd.DataFrame:
 
 
 def misaligned_stp(offset: int = -8, stp: str = "simulate") -> dict:
-    """Probe ``stp x29, x30, [sp, #offset]!`` whose new sp is not 16-aligned: the seed's simulation
-    sends SIGSEGV (SCTLR_EL1.SA0) yet has already moved sp and pc. With ``stp="xol"`` the copy runs
-    in Unicorn, which does not check sp alignment, so it completes; on hardware with SA0 set the
-    CPU itself would fault."""
+    """Probe ``stp x29, x30, [sp, #offset]!`` from a 16-aligned sp, with an offset that leaves the new sp
+    misaligned: the seed's simulation checks the new sp, sends SIGSEGV (SCTLR_EL1.SA0) and still moves sp
+    and pc, without storing. With ``stp="xol"`` the copy runs in Unicorn, which checks no sp alignment, and
+    completes - as it would on hardware: the Arm ARM's STP checks the base sp before adding the offset,
+    so only the next access through the misaligned sp would fault."""
     a = Assembler("arm64", 0x400000)
     a.function("f")
     asm.emit(a, asm.stp(29, 30, 31, offset), asm.RET)
