@@ -90,8 +90,8 @@ exercise(
     id="03.4", kind="break it", title="The red zone",
     question="`redzone_leaf_nop5` is a leaf function that keeps a live value at `rsp-8` (the red zone) and has a "
              "nop5 right after the store. Probe it on 6.18 and hit it until it is optimised. Which red-zone "
-             "offsets does the probe overwrite? Answer a set of negative offsets from the caller's rsp, e.g. "
-             "`{-8}`.",
+             "offsets does the probe overwrite? Answer a set of negative offsets from the leaf's rsp at the probe "
+             "site (its rsp on entry: a leaf does not move it), e.g. `{-8}`.",
     hint="The optimised site is a `call`: where does a call store its return address? Then the trampoline "
          "saves registers before its `syscall` - how many words does it push?",
     solution="""from uprobe_lab.x86.redzone_programs import check_transparency

@@ -73,7 +73,7 @@ class TransparencyReport:
     expected: int
     got: int
     regs_changed: dict = field(default_factory=dict)
-    redzone_changed: list = field(default_factory=list)  # offsets below the caller's rsp
+    redzone_changed: list = field(default_factory=list)  # offsets from the leaf's rsp at the probe site
     site_bytes: str = ""
 
     @property
