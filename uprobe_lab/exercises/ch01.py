@@ -41,11 +41,13 @@ answer = {h: ul.analyze(h.replace(" ", ""), kernel="6.18")["action"]
 
 exercise(
     id="01.2", kind="predict", title="The rules changed: a 5-byte nop",
-    question="`0f 1f 44 00 00` is the 5-byte nop compilers put at USDT sites. What does the kernel do with a "
-             "probe on it on 6.11, and on 6.16? Answer `{\"6.11\": ..., \"6.16\": ...}` with `\"emulate\"`, "
-             "`\"xol\"` or `\"reject\"`.",
-    hint="Before 6.16 only the one-byte `90` counted as a nop to emulate. 6.16 recognises every nop in the "
-         "kernel's `x86_nops` table.",
+    question="`0f 1f 44 00 00` is the 5-byte nop of the kernel bench's `uprobe-nop5` (libbpf/usdt's `usdt.h` "
+             "also emitted it, after a one-byte `nop`, at USDT sites from February to May 2026: chapter 03). What "
+             "does the kernel do with a probe on it on 6.11, and on 6.16? Answer `{\"6.11\": ..., \"6.16\": ...}` "
+             "with `\"emulate\"`, `\"xol\"` or `\"reject\"`.",
+    hint="Before 6.16 the only nop emulated was `90`, with or without prefixes (`90`, `66 90`, ...: the "
+         "\"prefix* + 0x90\" case of `branch_setup_xol_ops`). 6.16 recognises every nop in the kernel's "
+         "`x86_nops` table.",
     solution="""import uprobe_lab as ul
 answer = {k: ul.analyze("0f1f440000", kernel=k)["action"] for k in ("6.11", "6.16")}""",
     explanation="Single-stepping costs a second exception (#DB); emulating it saves that - half the traps per hit.",
