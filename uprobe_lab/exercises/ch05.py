@@ -124,18 +124,18 @@ def _own_prediction(answer, lab) -> tuple[bool, str]:
 
 exercise(
     id="05.5", kind="open", title="Predict your own machine",
-    question="Measure (or make up plausible) 6.10 figures for a machine - `syscall-count`, `uprobe-nop`, "
-             "`uprobe-ret`, `uretprobe-nop` - and predict what 6.11 gives it. First write down your own guess "
+    question="Measure (or make up plausible) 6.10 figures for a machine - `usermode-count`, `syscall-count`, "
+             "`uprobe-nop`, `uprobe-ret`, `uretprobe-nop` - and predict what 6.11 gives it. First write down your own guess "
              "for `uretprobe-nop`, then check the model's: `answer = (mine, \"6.11\", {\"uretprobe-nop\": ...})`.",
     hint="The last cell above builds such a table (`mine`) and calls `model.predict_from_measured`.",
     solution="""import pandas as pd
 from uprobe_lab import model
 mine = pd.DataFrame({"arch": "x86_64", "kernel": "6.10",
-                     "bench": ["syscall-count", "uprobe-nop", "uprobe-ret", "uretprobe-nop"],
-                     "mops": [15.0, 2.8, 1.2, 1.4]})
+                     "bench": ["usermode-count", "syscall-count", "uprobe-nop", "uprobe-ret", "uretprobe-nop"],
+                     "mops": [800.0, 15.0, 2.8, 1.2, 1.4]})  # usermode-count: the loop with no probe (seed 003: 819)
 pred = model.predict_from_measured(mine, "6.11").set_index("bench")["predicted_mops"]
 answer = (mine, "6.11", {"uretprobe-nop": pred["uretprobe-nop"]})""",
-    explanation="The model fits this machine's prices on your four rows (with priors carried from the lab's "
+    explanation="The model fits this machine's prices on your five rows (with priors carried from the lab's "
                 "host recordings) and scales each bench by the ratio of its 6.11 and 6.10 event prices; only the uretprobe "
                 "benches change.",
     expected=lambda: model.predict_from_measured,
