@@ -1,5 +1,6 @@
-"""Every exercise: its worked solution passes its checker, typical wrong answers fail with a reason that names
-what is wrong, and each chapter notebook carries the library's exercise section unchanged."""
+"""Every exercise: the lab's answer is the one worked out by hand, its worked solution passes its checker, typical
+wrong answers fail with a reason that names what is wrong, and each chapter notebook carries the library's
+exercise section unchanged."""
 from pathlib import Path
 
 import nbformat
@@ -51,6 +52,107 @@ WRONG = {
     "06.2": (1.0, "too low"),
     "06.3": ("exception", "Not exception"),
 }
+
+# The right answer of every exercise that does not hang on this host or on the model's fit, worked out by hand
+# from the kernel's behaviour, the trampoline's bytes or the published tables - never by running the lab.
+EXPECTED = {
+    # nop: emulated inside the int3 trap (1); ret: stepped out of line, int3 then #DB after the step (2)
+    "00.1": {"uprobe_target_nop": 1, "uprobe_target_ret": 2},
+    # one uprobe per address, so one int3 and one handler_chain() that runs both consumers
+    "00.2": (2, 1),
+    # nop, push %rbp (push_emulate_op) and call rel32 (branch_emulate_op) are emulated; ret is stepped; good_insns_64
+    # marks 0x0f good, so uprobe_init_insn() takes every 0f xx, syscall too, before good_2byte_insns is read; hlt
+    # (f4) is not in good_insns_64
+    "01.1": {"90": "emulate", "55": "emulate", "c3": "xol", "e8 00 00 00 00": "emulate", "0f 05": "xol",
+             "f4": "reject"},
+    # 6.11 emulates only prefix* + 0x90; 6.16 (610f6e14c29d) also every x86_nops[len], nopl 0x0(%rax,%rax,1) included
+    "01.2": {"6.11": "xol", "6.16": "emulate"},
+    # handle_swbp() finds no uprobe there and the byte is a real int3: force_sig(SIGTRAP)
+    "01.3": "sigtrap",
+    # the entry int3 (the nop emulated), then the return: 6.10's int3 trampoline, 6.11's syscall
+    "02.1": {"6.10": 2, "6.11": 1},
+    # the 6.11 trampoline before its 0f 05: 50 51 41 53 = push rax; push rcx; push r11
+    "02.2": {"rax", "rcx", "r11"},
+    # after it: 41 5b 59 c3 = pop r11; pop rcx; ret (rax's slot holds the real return address)
+    "02.3": {"r11", "rcx"},
+    # syscall itself writes the next rip to rcx and rflags to r11
+    "02.4": {"rcx", "r11"},
+    # arch/x86/entry/syscalls/syscall_64.tbl: 335 common uretprobe sys_uretprobe (54233a425403)
+    "02.5": 335,
+    # 6.11 steps the nop5 (int3 + #DB), 6.16 emulates it (int3), 6.18 calls the trampoline (a syscall)
+    "03.1": {"6.11": 2, "6.16": 1, "6.18": 0},
+    # bytes 1..4 change while byte 0 is still cc; the last write puts e8 on byte 0
+    "03.2": {"bytes 1..4": "int3", "byte 0": "call"},
+    # can_optimize() refuses a nop5 across two pages: it stays an int3 probe, the nop emulated as on 6.16
+    "03.3": 1,
+    # the call stores its return address at rsp-8, the trampoline pushes rcx, r11, rax below it
+    "03.4": {-8, -16, -24, -32},
+    # upstream simulates nop (6.13) and ret (a branch); stp x29, x30 and add x29, sp, #0 are stepped
+    "04.1": {"d503201f": "simulate", "a9bf7bfd": "xol", "910003fd": "xol", "d65f03c0": "simulate"},
+    # stepped: BRK + the step exception; simulated: the BRK alone
+    "04.2": {"xol": 2, "simulate": 1},
+    # the seed's aarch64_insn_is_stp_fp_lr_sp_64b: pre-index, 64-bit, rt=x29, rt2=x30, rn=sp, any imm7
+    "04.3": {"a9bf7bfd": "simulate", "a9be7bfd": "simulate", "a9bf53f3": "xol"},
+    # stack_align_check(sp - 8) fails: force_sig(SIGSEGV), then done: sets sp = new_sp and pc += 4 anyway
+    "04.4": ("sigsegv", True),
+    # seed 000's Intel table: 100 * (1.969 / 1.498 - 1) = 31.44
+    "05.1": 31.4,
+    # gain = T(6.10) / T(6.11) - 1 with T(6.10) = A + 2E, T(6.11) = A + E + S: a dearer S raises T(6.11) alone;
+    # d/dE (A + 2E) / (A + E + S) = (A + 2S) / (A + E + S)^2 > 0
+    "05.3": {"syscall": "shrink", "exception": "grow"},
+    # seed 001's table: 100 * (1.128 / 0.868 - 1) = 29.95
+    "05.4": 30.0,
+    # the recording (uprobe_lab/data/native_example_6.18.json): 2.027 / 1.466 M/s = 1.38
+    "06.2": 1.4,
+    # the recording's uprobe-ret runs at 0.110 M/s (9.1 us a hit) where uprobe-nop runs at 1.512 (0.66 us): its
+    # one more event, the single step, costs about 8 us, past any native event's price (the hypervisor takes #DB)
+    "06.3": "xol_step",
+}
+
+# Open tasks: the lab's judge applied to chosen inputs, against bills worked out by hand the same way.
+OPEN_CASES = {
+    # push %rbp: int3 (the int3 written at attach), emulated, its 8-byte store to the user stack; ret: int3 + #DB
+    "00.3": [(("uprobe_target_push",), {"text_patches": 1, "exceptions": 1, "exc_bp": 1, "consumers": 1,
+                                        "emulated": 1, "uaccess_bytes": 8, "xol_steps": 0}),
+             (("uprobe_target_ret",), {"exceptions": 2, "exc_bp": 1, "exc_db": 1, "xol_steps": 1, "iret": 2})],
+    # mov %rsp,%rbp is stepped, cli is not in good_insns_64, jmp rel8 is emulated
+    "01.4": [(("4889e5",), {"action": "xol"}), (("fa",), {"action": "reject"}), (("ebfe",), {"action": "emulate"})],
+    # uretprobe-ret on 6.11: the ret stepped (int3 + #DB), the return by sys_uretprobe; uretprobe-nop on 6.10: the
+    # entry int3 and the trampoline's int3
+    "02.6": [(("uretprobe-ret", "6.11"), {"exceptions": 2, "syscalls": 1, "xol_steps": 1}),
+             (("uretprobe-nop", "6.10"), {"exceptions": 2, "syscalls": 0, "xol_steps": 0})],
+    # uretprobe-nop5 on 6.18: sys_uprobe in, sys_uretprobe out; the page-crossing nop5 keeps its int3
+    "03.5": [(("uretprobe-nop5", "6.18"), {"exceptions": 0, "syscalls": 2}),
+             (("uprobe-nop5-pagecross", "6.18"), {"exceptions": 1, "syscalls": 0})],
+    # svc traps by itself (rejected); paciasp is safe to step; the seed simulates the fp/lr stp
+    "04.5": [(("d4000001", "xol"), {"action": "reject"}), (("d503233f", "xol"), {"action": "xol"}),
+             (("a9bf7bfd", "simulate"), {"action": "simulate"})],
+}
+
+# What has no hand-worked value, and why.
+NOT_BY_HAND = {
+    "05.2": "the intel profile's fitted prediction: only the fit gives it",
+    "05.5": "the model fitted on the learner's own table",
+    "06.1": "the rules of this host's kernel",
+}
+
+
+@pytest.mark.parametrize("ex_id", sorted(EXPECTED))
+def test_the_labs_answer_is_the_one_worked_out_by_hand(ex_id):
+    assert exercises.get(ex_id).expected() == EXPECTED[ex_id]
+
+
+@pytest.mark.parametrize("ex_id", sorted(OPEN_CASES))
+def test_an_open_tasks_judge_gives_the_bills_worked_out_by_hand(ex_id):
+    lab = exercises.get(ex_id).expected()
+    for args, want in OPEN_CASES[ex_id]:
+        got = lab(*args)
+        assert {k: got.get(k, 0) for k in want} == want, args
+
+
+def test_every_exercise_has_a_hand_worked_answer_or_says_why_not():
+    assert set(EXPECTED) | set(OPEN_CASES) | set(NOT_BY_HAND) == set(IDS)
+    assert not set(EXPECTED) & set(OPEN_CASES) and not (set(EXPECTED) | set(OPEN_CASES)) & set(NOT_BY_HAND)
 
 
 def test_every_chapter_has_three_to_six_exercises_with_one_open_task():
