@@ -92,11 +92,25 @@ def test_sweeps_cover_the_colliding_opcodes():
     assert {0x6F, 0x7F, 0x70, 0xEB} <= evex
 
 
-def test_unknown_arch_or_class_is_a_clear_error():
+def test_unknown_arch_or_class_is_a_clear_error(monkeypatch):
+    """Bad arguments are named before the host is asked: here the host check would refuse (as it does
+    without root), so only the argument errors can come out."""
+    from uprobe_lab.native import NativeUnavailable, support
+
+    def refuse(arch=None):
+        raise NativeUnavailable("perf_event_open refused the uprobe (EPERM)")
+
+    monkeypatch.setattr(support, "check_native_support", refuse)
     with pytest.raises(LabError, match="no referee"):
         verify("mips")
-    with pytest.raises(LabError, match="unknown instruction class"):
+    with pytest.raises(LabError, match="unknown instruction class.*bogus"):
         verify("x86_64", sample=1, classes=["bogus"])
+    with pytest.raises(LabError, match="unknown kernel '5.4'"):
+        verify("x86_64", sample=1, kernel="5.4")
+    with pytest.raises(LabError, match="unknown probe 'kprobe'"):
+        verify("x86_64", sample=1, probe="kprobe")
+    with pytest.raises(NativeUnavailable, match="EPERM"):  # good arguments reach the host check
+        verify("x86_64", sample=1, classes=["nops"], kernel="6.18")
 
 
 @x86_host

@@ -181,15 +181,18 @@ def verify_x86(sample: int = 3000, seed: int = 1, classes=None, sweeps: bool = T
     from ..native.support import check_native_support
     from .x86_host import HostPool, cpu_flags
 
-    check_native_support("x86_64")
+    # the arguments first: a mistyped class or kernel is reported as such on any host, not as missing permission
     classes = tuple(classes or G.CLASSES)
     unknown = [c for c in classes if c not in G.CLASSES]
     if unknown:
         raise LabError(f"unknown instruction class(es) {', '.join(unknown)}; choose from {', '.join(G.CLASSES)}")
+    if kernel is not None and kernel not in KERNELS:
+        raise LabError(f"unknown kernel {kernel!r}: the lab models {', '.join(KERNELS)}")
+    if probe not in ("perf", "bpf"):
+        raise LabError(f"unknown probe {probe!r}: choose perf or bpf")
+    check_native_support("x86_64")
     release = os.uname().release
     kernel = kernel or lab_kernel_for(release)
-    if kernel not in KERNELS:
-        raise LabError(f"unknown kernel {kernel!r}: the lab models {', '.join(KERNELS)}")
     cases = G.random_cases(sample, seed, classes)
     if sweeps and "VEX" in classes:
         cases += G.vex_sweep()
