@@ -10,3 +10,12 @@ def private_scratch(tmp_path, monkeypatch):
 
     monkeypatch.setenv(ENV_DIR, str(tmp_path))
     return tmp_path
+
+
+@pytest.fixture(scope="session")
+def native_host():
+    """What ``native_support.native`` asks for: skip (or, under UPROBE_LAB_REQUIRE_NATIVE=1, fail) the
+    test unless this host can run native probes."""
+    from native_support import require_native
+
+    require_native()

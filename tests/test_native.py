@@ -10,7 +10,6 @@ import ctypes
 import errno
 import glob
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -25,15 +24,11 @@ from uprobe_lab.native.code import NativeCode
 from uprobe_lab.native.perf import PerfEventAttr, UprobeEvent
 from uprobe_lab import sites
 from uprobe_lab.program import listing_lines
-from native_support import NATIVE_REASON, Uname, native
+from native_support import (NATIVE_REASON, PMU_TYPE_FILE, REQUIRE_ENV, Uname, host_has_uprobes, kernel_at_least, native,
+                            require_native, skip_or_fail)
 
 NOP5 = "0f1f440000"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def kernel_at_least(major: int, minor: int) -> bool:
-    m = re.match(r"(\d+)\.(\d+)", os.uname().release)
-    return bool(m) and (int(m.group(1)), int(m.group(2))) >= (major, minor)
 
 
 def perf_fds() -> list[int]:
@@ -124,10 +119,31 @@ def test_retprobe_bit_from_format(tmp_path):
         perf.retprobe_bit(fake_pmu(tmp_path / "c", retprobe="config1:0"))
 
 
-@pytest.mark.skipif(not os.path.exists(perf.UPROBE_PMU_DIR), reason="no uprobe PMU on this host")
 def test_host_pmu_format():
-    assert perf.uprobe_pmu_type() > 0
+    if not os.path.exists(PMU_TYPE_FILE):  # the literal sysfs path: a wrong perf.UPROBE_PMU_DIR must fail here
+        skip_or_fail(f"no uprobe PMU on this host ({PMU_TYPE_FILE} is missing)")
+    with open(PMU_TYPE_FILE) as f:
+        assert perf.uprobe_pmu_type() == int(f.read()) > 0
     assert perf.retprobe_bit() == 0
+
+
+def test_a_host_with_uprobes_runs_the_native_tests():
+    """Not skipped anywhere: where the host itself shows root, CAP_SYS_ADMIN and the uprobe PMU, the lab
+    must find native mode available, or every native test would skip and the suite pass unseen."""
+    if host_has_uprobes():
+        assert NATIVE_REASON is None, (f"root with CAP_SYS_ADMIN and {PMU_TYPE_FILE} present, yet the lab says: "
+                                       f"{NATIVE_REASON} (a noexec temp dir is fixed with UPROBE_LAB_NATIVE_DIR)")
+    elif not os.path.exists(PMU_TYPE_FILE):
+        assert NATIVE_REASON is not None  # no PMU, no uprobe perf events: the lab must not claim otherwise
+
+
+def test_require_native_turns_a_skip_into_a_failure(monkeypatch):
+    monkeypatch.setenv(REQUIRE_ENV, "1")
+    with pytest.raises(pytest.fail.Exception, match=f"{REQUIRE_ENV}=1 but no uprobe PMU"):
+        skip_or_fail("no uprobe PMU")
+    monkeypatch.setenv(REQUIRE_ENV, "")
+    with pytest.raises(pytest.skip.Exception, match="no uprobe PMU"):
+        skip_or_fail("no uprobe PMU")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -194,10 +210,11 @@ def test_permission_denied(monkeypatch, pmu_ok, err):
         UprobeEvent("/bin/true", 0).open()
 
 
-@pytest.mark.skipif(NATIVE_REASON is not None or not shutil.which("setpriv"),
-                    reason="needs native support and setpriv to take CAP_SYS_ADMIN away")
+@native
 def test_real_permission_error_without_cap_sys_admin():
     """The kernel's own refusal, not a fake: a child without CAP_SYS_ADMIN in its bounding set."""
+    if not shutil.which("setpriv"):
+        pytest.skip("needs setpriv (util-linux) to take CAP_SYS_ADMIN away")
     src = "from uprobe_lab.native import check_native_support as c\ntry:\n c()\nexcept Exception as e:\n print(type(e).__name__, e)"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")]))}
     out = subprocess.run(["setpriv", "--bounding-set", "-sys_admin", sys.executable, "-c", src],
@@ -347,8 +364,7 @@ ITER, REP = 20_000, 3
 
 @pytest.fixture(scope="module")
 def table():
-    if NATIVE_REASON is not None:
-        pytest.skip(f"native mode unavailable: {NATIVE_REASON}")
+    require_native()
     return {r["bench"]: r for r in run_native_benches(iterations=ITER, repeats=REP)}
 
 

@@ -11,7 +11,7 @@ from uprobe_lab.native import NativeUnavailable
 from uprobe_lab.native.bpf import BpfCounter, counter_program, insn
 from uprobe_lab.native.code import NativeCode
 from uprobe_lab.native.perf import UprobeEvent
-from native_support import native
+from native_support import native, require_bpf
 
 
 def test_counter_program_disassembles_as_written():
@@ -32,12 +32,10 @@ def test_insn_packs_fields_little_endian():
 @pytest.mark.parametrize("consumers", [1, 3])
 def test_each_bpf_consumer_runs_on_every_hit(consumers):
     """n perf uprobe events on one site, each with the program: the shared counter gains n per call, and
-    the perf events themselves count nothing (the program returns 0, so no perf sample is written)."""
-    try:
-        counter = BpfCounter()
-    except NativeUnavailable as err:
-        pytest.skip(str(err))
-    with counter, NativeCode() as nc, contextlib.ExitStack() as stack:
+    the perf events themselves count nothing (the program returns 0, so no perf sample is written).
+    Skipped only where bpf(2) itself refuses this process: a program the kernel rejects is a failure."""
+    require_bpf()
+    with BpfCounter() as counter, NativeCode() as nc, contextlib.ExitStack() as stack:
         spec = bench_spec("uprobe-nop", nc.arch)
         events = [stack.enter_context(UprobeEvent(nc.path, nc.offset(spec.target))) for _ in range(consumers)]
         for e in events:

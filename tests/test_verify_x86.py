@@ -16,28 +16,28 @@ from uprobe_lab.verify import verify
 from uprobe_lab.verify import x86_gen as G
 from uprobe_lab.verify import x86_harness as H
 
-from native_support import NATIVE_REASON
-
-x86_host = pytest.mark.skipif(
-    NATIVE_REASON is not None or platform.machine() != "x86_64" or os.geteuid() != 0,
-    reason=f"the referee needs real uprobes on an x86-64 host as root: {NATIVE_REASON or 'not x86-64 root'}")
+from native_support import kernel_at_least, require_bpf, require_native
 
 
-
-def bpf_reason() -> str | None:
-    """Why a uprobe_multi link cannot be made here (None if it can)."""
-    if NATIVE_REASON is not None or platform.machine() != "x86_64" or os.geteuid() != 0:
-        return "needs real uprobes on an x86-64 host as root"
-    from uprobe_lab.verify import uprobe_multi
-    try:
-        os.close(uprobe_multi.load_program())
-    except OSError as err:
-        return f"bpf(BPF_PROG_LOAD) for a uprobe_multi program failed: {err}"
-    return None
+@pytest.fixture
+def referee_host():
+    """Real uprobes on an x86-64 host as root; skipped elsewhere, and failed under UPROBE_LAB_REQUIRE_NATIVE=1
+    when it is the lab that finds native mode unavailable."""
+    if platform.machine() != "x86_64" or os.geteuid() != 0:
+        pytest.skip("the referee needs an x86-64 host and root")
+    require_native()
 
 
-BPF_REASON = bpf_reason()
-x86_bpf = pytest.mark.skipif(BPF_REASON is not None, reason=f"uprobe_multi unavailable: {BPF_REASON}")
+@pytest.fixture
+def referee_bpf_host(referee_host):
+    """Also bpf(2) and uprobe_multi links (6.6+). Only those decide: a program the kernel rejects fails the test."""
+    if not kernel_at_least(6, 6):
+        pytest.skip(f"uprobe_multi links need Linux 6.6; this is {os.uname().release}")
+    require_bpf()
+
+
+x86_host = pytest.mark.usefixtures("referee_host")
+x86_bpf = pytest.mark.usefixtures("referee_bpf_host")
 
 MD = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
 
