@@ -413,17 +413,6 @@ def test_cli_not_linux_exits_2(monkeypatch, capsys):
     assert "native benchmarks are not possible here" in err and "needs Linux" in err and "Traceback" not in err
 
 
-def test_cli_noexec_exits_2(monkeypatch, tmp_path, capsys):
-    if os.uname().sysname != "Linux":
-        pytest.skip("Linux only")
-    mounts = tmp_path / "mounts"
-    mounts.write_text("rootfs / ext4 rw,noexec 0 0\n")
-    monkeypatch.setattr(code, "MOUNTS", str(mounts))
-    assert cli.main(["bench", "--mode", "native", "uprobe-nop", "--json"]) == 2
-    err = capsys.readouterr().err
-    assert "not possible here" in err and ("noexec" in err or "uprobe PMU" in err or "no native bench" in err)
-
-
 def test_cli_permission_error_exits_2(monkeypatch, capsys):
     def refuse(*a, **k):
         from uprobe_lab.native.errors import permission_denied
