@@ -2,15 +2,87 @@
 
     PYTHONPATH=. python benchmarks/stress_stops.py [interrupts] [max_delay_s]
 
-Prints how many interrupts and resets were made and checked, and how long it took.
+Prints how many interrupts and resets were made and checked, and how long it took; then how soon
+Ctrl-C stops an emulated run of each bench and the native loop (the prompt-stop figures, which the
+unit tests leave out: a time bound there fails on a loaded machine, not on a slow stop).
 """
+import _thread
 import os
+import statistics
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
 from test_stress_stops import interrupt_stress, notebook_steppers, reset_stress  # noqa: E402
+from test_stopped_runs import ctrl_c_once_running  # noqa: E402
+
+import uprobe_lab as ul  # noqa: E402
+from uprobe_lab import bench  # noqa: E402
+
+STOP_CASES = [(a, n) for a in ("x86_64", "arm64") for n in ("uprobe-ret", "uretprobe-nop", "syscall-count",
+                                                             "usermode-count")]
+
+
+def emulated_stop_seconds(arch: str, name: str, rounds: int) -> list[float]:
+    """Seconds from Ctrl-C (sent once the run is under way) to KeyboardInterrupt in the caller, per round."""
+    spec = bench.bench_spec(name, arch)
+    proc = ul.new_process(arch, "6.18", record=False)
+    if spec.probe:
+        ul.attach(proc, spec.target, ul.CountingConsumer(ret=spec.probe == "uretprobe"))
+    target = proc.program.resolve(spec.target)
+    out = []
+    for _ in range(rounds):
+        done, sent = threading.Event(), []
+        thread = ctrl_c_once_running(done, sent)
+        try:
+            proc.call("producer_loop", 10 ** 9, target, max_insns=10 ** 12)
+        except KeyboardInterrupt:
+            out.append(time.perf_counter() - sent[0])
+        finally:
+            done.set()
+            thread.join()
+    return out
+
+
+def native_stop_seconds(rounds: int) -> list[float]:
+    """The same for NativeCode.run's loop of real calls (acted on between two chunks of native code)."""
+    from uprobe_lab.native.code import NativeCode
+
+    out = []
+    with NativeCode() as nc:
+        for _ in range(rounds):
+            sent = []
+
+            def interrupt_inside_run():
+                main = threading.main_thread().ident
+                while getattr(sys._current_frames().get(main), "f_code", None) is not NativeCode.run.__code__:
+                    time.sleep(0.001)
+                sent.append(time.perf_counter())
+                _thread.interrupt_main()
+
+            thread = threading.Thread(target=interrupt_inside_run, daemon=True)
+            thread.start()
+            try:
+                nc.run("uprobe_target_nop", 10 ** 12)
+            except KeyboardInterrupt:
+                out.append(time.perf_counter() - sent[0])
+            thread.join()
+    return out
+
+
+def print_stop_seconds(rounds: int = 5) -> None:
+    print(f"Ctrl-C to KeyboardInterrupt, seconds (median / max of {rounds}; the goal is well under 1):")
+    for arch, name in STOP_CASES:
+        got = sorted(emulated_stop_seconds(arch, name, rounds))
+        print(f"  emulated {arch:<7} {name:<15} {statistics.median(got):.3f} / {got[-1]:.3f}")
+    try:
+        got = sorted(native_stop_seconds(rounds))
+    except Exception as err:  # noqa: BLE001 - no exec dir here, say so and go on
+        print(f"  native loop: not run here ({err})")
+        return
+    print(f"  native loop                      {statistics.median(got):.3f} / {got[-1]:.3f}")
 
 
 def main() -> None:
@@ -28,6 +100,7 @@ def main() -> None:
         total += resets
         print(f"  {name}: {resets} resets")
     print(f"resets: {total} over {len(list(notebook_steppers()))} steppers; {time.perf_counter() - t0:.1f} s")
+    print_stop_seconds()
 
 
 if __name__ == "__main__":
