@@ -4,7 +4,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
@@ -48,30 +47,46 @@ def test_bench_iterations_must_fit_the_loop_register():
         run_native_benches(["usermode-count"], iterations=2 ** 64, repeats=1)
 
 
+HANG_GUARD_S = 120  # only a Ctrl-C that is never acted on gets near this; it is no speed goal
+
+# Ctrl-C (from another thread, as _thread.interrupt_main sends it) once the main thread is inside
+# NativeCode.run, so it lands in the loop of native calls and not before it.
+LONG_LOOP = """
+import _thread, sys, threading, time
+from uprobe_lab.native.code import NativeCode
+
+def interrupt_inside_run():
+    main = threading.main_thread().ident
+    while getattr(sys._current_frames().get(main), "f_code", None) is not NativeCode.run.__code__:
+        time.sleep(0.001)
+    _thread.interrupt_main()
+
+with NativeCode() as nc:
+    threading.Thread(target=interrupt_inside_run, daemon=True).start()
+    try:
+        nc.run("uprobe_target_nop", 10 ** 12)
+    except KeyboardInterrupt as err:
+        tb = err.__traceback__
+        while tb.tb_next:
+            tb = tb.tb_next
+        print("interrupted in", tb.tb_frame.f_code.co_name, flush=True)
+        sys.exit(0)
+print("ran to the end")
+"""
+
+
 @can_run_code
 def test_ctrl_c_breaks_a_long_native_loop(tmp_path):
-    """10**12 calls take many minutes; Ctrl-C (here from another thread) ends the run within a second."""
-    script = textwrap.dedent("""
-        import _thread, os, sys, threading, time
-        from uprobe_lab.native.code import NativeCode
-        with NativeCode() as nc:
-            threading.Timer(0.3, _thread.interrupt_main).start()
-            t0 = time.perf_counter()
-            try:
-                nc.run("uprobe_target_nop", 10 ** 12)
-            except KeyboardInterrupt:
-                print(f"interrupted after {time.perf_counter() - t0:.2f}s")
-                sys.exit(0)
-        print("ran to the end")
-    """)
+    """10**12 calls take many minutes; Ctrl-C ends the run from inside it, and the scratch files go.
+    How soon it ends is benchmarks/stress_stops.py's to measure."""
     env = {**os.environ, "PYTHONPATH": REPO, code.ENV_DIR: str(tmp_path)}
     try:
-        done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=30)
+        done = subprocess.run([sys.executable, "-c", LONG_LOOP], env=env, capture_output=True, text=True,
+                              timeout=HANG_GUARD_S)
     except subprocess.TimeoutExpired:
-        pytest.fail("Ctrl-C did not stop the native loop within 30 s")
+        pytest.fail(f"Ctrl-C did not stop the native loop within {HANG_GUARD_S} s")
     assert done.returncode == 0, done.stderr
-    seconds = float(done.stdout.split("after ")[1].rstrip("s\n"))
-    assert 0.3 <= seconds < 1.3
+    assert done.stdout == "interrupted in run\n", done.stdout + done.stderr
     assert os.listdir(tmp_path) == []  # the scratch directory went too
 
 
