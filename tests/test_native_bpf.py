@@ -21,6 +21,9 @@ def test_counter_program_disassembles_as_written():
                     "call 0x1", "jeq r0, 0x0, +0x2", "mov64 r1, 0x1", "xadddw [r0], r1", "mov64 r0, 0x0", "exit"]
     # the map load names its fd through the pseudo source register, which Capstone does not print
     assert counter_program(7)[3 * 8 + 1] == (1 << 4) | 1
+    # adding a register of the hit instead: the context saved in r6 first, then read where 1 was loaded
+    summed = [f"{i.mnemonic} {i.op_str}".strip() for i in md.disasm(counter_program(7, add_reg=0x50), 0)]
+    assert summed == ["mov64 r6, r1"] + text[:6] + ["ldxdw r1, [r6+0x50]"] + text[7:]
 
 
 def test_insn_packs_fields_little_endian():

@@ -46,16 +46,22 @@ def insn(code: int, dst: int = 0, src: int = 0, off: int = 0, imm: int = 0) -> b
     return struct.pack("<BBhi", code, (src << 4) | dst, off, imm)
 
 
-def counter_program(map_fd: int) -> bytes:
-    """``key = 0; v = bpf_map_lookup_elem(map, &key); if (v) __sync_fetch_and_add(v, 1); return 0;``"""
-    return b"".join([
+def counter_program(map_fd: int, add_reg: int | None = None) -> bytes:
+    """``key = 0; v = bpf_map_lookup_elem(map, &key); if (v) __sync_fetch_and_add(v, 1); return 0;``
+
+    With ``add_reg`` (a byte offset into struct pt_regs, the program's context) the program adds that
+    register of the hit instead of 1: a uretprobe's return value, say, to tell which calls were seen."""
+    save_ctx = [insn(0xbf, dst=6, src=1)] if add_reg is not None else []  # r6 = ctx, kept across the call
+    value = (insn(0x79, dst=1, src=6, off=add_reg) if add_reg is not None  # r1 = *(u64 *)(r6 + add_reg)
+             else insn(0xb7, dst=1, imm=1))  # r1 = 1
+    return b"".join(save_ctx + [
         insn(0x62, dst=10, off=-4, imm=0),  # *(u32 *)(r10 - 4) = 0
         insn(0xbf, dst=2, src=10),  # r2 = r10
         insn(0x07, dst=2, imm=-4),  # r2 += -4
         insn(0x18, dst=1, src=BPF_PSEUDO_MAP_FD, imm=map_fd), insn(0),  # r1 = map (ld_imm64)
         insn(0x85, imm=BPF_FUNC_map_lookup_elem),  # call bpf_map_lookup_elem
         insn(0x15, dst=0, off=2),  # if r0 == 0 goto +2
-        insn(0xb7, dst=1, imm=1),  # r1 = 1
+        value,
         insn(0xdb, dst=0, src=1),  # lock *(u64 *)(r0 + 0) += r1
         insn(0xb7, dst=0, imm=0),  # r0 = 0: no perf sample
         insn(0x95),  # exit
@@ -63,13 +69,14 @@ def counter_program(map_fd: int) -> bytes:
 
 
 class BpfCounter:
-    """An array map with one u64 and a kprobe-type program that adds 1 to it; both closed by close()."""
+    """An array map with one u64 and a kprobe-type program that adds 1 to it (or, with ``add_reg``, a
+    register of each hit: see counter_program); both closed by close()."""
 
-    def __init__(self):
+    def __init__(self, add_reg: int | None = None):
         self.map_fd = self.prog_fd = -1
         try:
             self.map_fd = bpf(BPF_MAP_CREATE, struct.pack("<IIIII", BPF_MAP_TYPE_ARRAY, 4, 8, 1, 0))
-            prog = counter_program(self.map_fd)
+            prog = counter_program(self.map_fd, add_reg)
             insns = ctypes.create_string_buffer(prog, len(prog))
             license_ = ctypes.create_string_buffer(b"GPL")
             self.prog_fd = bpf(BPF_PROG_LOAD, struct.pack("<IIQQ", BPF_PROG_TYPE_KPROBE, len(prog) // 8,
