@@ -104,5 +104,17 @@ def require_bpf() -> None:
         skip_or_fail(f"BPF consumers cannot be loaded here: {reason}")
 
 
+def perf_fds() -> list[int]:
+    """This process's open perf event fds."""
+    out = []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{name}") == "anon_inode:[perf_event]":
+                out.append(int(name))
+        except OSError:
+            pass
+    return out
+
+
 # a session fixture (in conftest.py), so it decides before any module fixture runs a native measurement
 native = pytest.mark.usefixtures("native_host")

@@ -25,21 +25,10 @@ from uprobe_lab.native.perf import PerfEventAttr, UprobeEvent
 from uprobe_lab import sites
 from uprobe_lab.program import listing_lines
 from native_support import (NATIVE_REASON, PMU_TYPE_FILE, REQUIRE_ENV, Uname, host_has_uprobes, kernel_at_least, native,
-                            require_native, skip_or_fail)
+                            perf_fds, require_native, skip_or_fail)
 
 NOP5 = "0f1f440000"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def perf_fds() -> list[int]:
-    out = []
-    for name in os.listdir("/proc/self/fd"):
-        try:
-            if os.readlink(f"/proc/self/fd/{name}") == "anon_inode:[perf_event]":
-                out.append(int(name))
-        except OSError:
-            pass
-    return out
 
 
 def fd_count() -> int:

@@ -138,16 +138,21 @@ class NativeCode:
     (the file to name in a uprobe), ``nc.offset(name)`` (file offset of a symbol), ``nc.run``.
     On the way out - normally, on an exception or on KeyboardInterrupt - the mapping, the fd,
     the file and its directory are all released.
+
+    ``program`` maps other position-independent bytes instead of the bench's: a function
+    ``base -> Program`` like ``bench_program`` (tests build their own machine code with the lab's
+    Assembler); ``run`` needs a ``producer_loop`` in it.
     """
 
     FILE_NAME = "bench_targets.bin"
 
-    def __init__(self, arch: str | None = None):
+    def __init__(self, arch: str | None = None, program=None):
         host = host_arch()
         if arch is not None and arch != host:  # calling foreign machine code would crash Python
             raise unsupported_arch(arch, f"its bytes cannot run on this {host} CPU; the emulator "
                                          f"runs them: uprobe_lab.new_process({arch!r})")
         self.arch = host
+        self._make_program = program
         self.program = None
         self.path: str | None = None
         self.base: int | None = None
@@ -169,7 +174,7 @@ class NativeCode:
         self.close()
 
     def _open(self) -> None:
-        bench_program = load_bench_program(self.arch)
+        bench_program = self._make_program or load_bench_program(self.arch)
         image = bench_program().code  # position independent: same bytes at any base
         with sigint_deferred():
             dir_cm = scratch_dir()
@@ -190,7 +195,8 @@ class NativeCode:
         self.program = bench_program(base=addr)
         if self.program.code != image:
             raise RuntimeError("bench bytes depend on the base address; they must not")
-        self._loop = ProducerLoop(self.program.resolve("producer_loop"))
+        if "producer_loop" in self.program.symbols:
+            self._loop = ProducerLoop(self.program.resolve("producer_loop"))
 
     def close(self) -> None:
         """Release everything that was acquired; safe to call twice.
@@ -225,7 +231,7 @@ class NativeCode:
     def run(self, target: str | int, n: int) -> None:
         """Call ``target`` (a symbol or an address) ``n`` times from the program's producer_loop."""
         if self._loop is None:
-            raise RuntimeError("NativeCode is not open")
+            raise RuntimeError("NativeCode is not open" if self.base is None else "this program has no producer_loop")
         if not 1 <= n < MAX_CALLS:
             raise ValueError(f"n must be in 1 .. 2**64-1 (the loop decrements a 64-bit count before it "
                              f"tests), got {n}")

@@ -1,0 +1,312 @@
+"""Kernel claims the emulator's tests make, asked of this host: the same machine code, at the same
+address, run under real uprobes and in the lab's model of the host's kernel, leaves the same values.
+
+* red zone (tests/test_nop5.py): 6.18's optimised nop5 ``call``s [uprobes-trampoline], so a leaf's red
+  zone loses four words: sys_uprobe (arch/x86/kernel/uprobes.c) reads ``struct uprobe_syscall_args``
+  {ax, r11, cx, retaddr} from the trampoline's sp and writes it back there before the trampoline pops
+  it: rsp-8 holds the call's return address (site + 5), rsp-16 rcx, rsp-24 r11, rsp-32 rax - the
+  values those registers had, so they come back intact - and nothing below rsp-32 is touched. The
+  first hit is still the int3 (handle_swbp optimises the site after the consumers ran, then emulates
+  the nop): its trap frame is on the kernel stack, so the red zone is intact after it.
+* sys_uretprobe from ordinary text (tests/test_uretprobes.py): it force_sig(SIGILL)s unless ip is the
+  trampoline's, both with no [uprobes] area at all and with a return instance pending; sys_uprobe
+  returns -ENXIO (6.18) to ordinary text even once the process has a [uprobes-trampoline].
+* every register across a uretprobe return (the 6.11+ syscall trampoline saves rax, rcx, r11).
+* MAX_URETPROBE_DEPTH (include/linux/uprobes.h: 64): prepare_uretprobe hijacks no return address once
+  64 instances are live, so of 70 nested calls the 64 entered first (the outer ones) are reported.
+
+Each probe is closed in a ``with`` (Ctrl-C included) and the site checked restored afterwards; the syscall
+one runs in a forked child, which the kernel kills.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import faulthandler
+import os
+import signal
+import struct
+
+import pytest
+
+from native_support import native, perf_fds, require_bpf
+from uprobe_lab.errors import LabError, ProcessKilled
+from uprobe_lab.kernel import KERNELS
+from uprobe_lab.native.bpf import BpfCounter
+from uprobe_lab.native.code import NativeCode
+from uprobe_lab.native.host import parse_maps
+from uprobe_lab.native.perf import UprobeEvent
+from uprobe_lab.program import Assembler
+from uprobe_lab.sites import calls_uprobe_trampoline
+from uprobe_lab.uprobes import MAX_URETPROBE_DEPTH, CountingConsumer, uprobe_register
+from uprobe_lab.verify.x86 import lab_kernel_for
+from uprobe_lab.usdt import ENXIO
+from uprobe_lab.x86 import asm, optimize
+from uprobe_lab.x86.constants import __NR_uprobe
+from uprobe_lab.x86.process import PtRegs, X86Process
+from uprobe_lab.x86.uretprobe_programs import (AFTER, DATA_BASE, DATA_SIZE, REG_ORDER, SLOT, USER_FLAGS, RegsRecorder,
+                                               emit_direct_syscall, emit_recurse, emit_regs_roundtrip,
+                                               random_registers, regs_roundtrip)
+
+pytestmark = [native, pytest.mark.skipif(os.uname().machine != "x86_64", reason="x86-64 machine code")]
+
+NOP5 = asm.X86_NOPS[5]
+RAX, RCX, R11 = 0xA0A0_0000_0000_00A0, 0xC1C1_0000_0000_00C1, 0x1111_0000_0000_0011
+FILL = [0x5A5A_0000_0000_0000 | k for k in range(1, 7)]  # rsp-8 .. rsp-48 before the site
+OUT_WORDS = len(FILL) + 3  # the six red-zone words after the site, then rax, rcx, r11
+HITS = 3  # the first takes the int3 (and optimises the site), the others the call
+
+
+def claims_program(base: int = 0x500000):
+    """The machine code both sides run: the lab's own uretprobe test functions and a red-zone leaf."""
+    a = Assembler("x86_64", base)
+    a.function("redzone_nop5")  # redzone_nop5(out): red zone and rax/rcx/r11 set, a nop5, all copied to out
+    a.emit(asm.mov_imm64("rax", RAX) + asm.mov_imm64("rcx", RCX) + asm.mov_imm64("r11", R11))
+    for k, value in enumerate(FILL, 1):
+        a.emit(asm.mov_imm64("rdx", value) + asm.mov_store("rsp", -8 * k, "rdx"))
+    a.function("redzone_nop5_site")
+    a.emit(NOP5)
+    for k in range(1, len(FILL) + 1):
+        a.emit(asm.mov_load("rdx", "rsp", -8 * k) + asm.mov_store("rdi", 8 * (k - 1), "rdx"))
+    for k, reg in enumerate(("rax", "rcx", "r11")):
+        a.emit(asm.mov_store("rdi", 8 * (len(FILL) + k), reg))
+    a.emit(asm.RET)
+    a.align(16, asm.INT3)
+    emit_regs_roundtrip(a)
+    a.align(16, asm.INT3)
+    # regs_roundtrip loads every register and the flags and restores none: callable from C only like this
+    a.function("regs_roundtrip_c")
+    callee_saved = ("rbx", "rbp", "r12", "r13", "r14", "r15")
+    a.emit(asm.PUSHFQ + b"".join(asm.push(r) for r in callee_saved))
+    asm.call(a, "regs_roundtrip")
+    a.emit(b"".join(asm.pop(r) for r in reversed(callee_saved)) + asm.POPFQ + asm.RET)
+    a.align(16, asm.INT3)
+    emit_recurse(a)
+    a.align(16, asm.INT3)
+    emit_direct_syscall(a)
+    a.align(16, asm.INT3)
+    a.function("uprobe_syscall_direct")  # syscall 336 (sys_uprobe) from ordinary text
+    a.emit(asm.mov_imm_sx("rax", __NR_uprobe) + asm.SYSCALL + asm.RET)
+    a.end_function()
+    return a.link()
+
+
+@pytest.fixture(scope="module")
+def kernel() -> str:
+    """The modelled kernel the host's answers are compared with: the newest one not newer than the host."""
+    try:
+        return lab_kernel_for(os.uname().release)
+    except LabError as err:
+        pytest.skip(str(err))
+
+
+@pytest.fixture(scope="module")
+def nc():
+    with NativeCode(program=claims_program) as code:
+        yield code
+
+
+def lab_process(nc, kernel: str) -> X86Process:
+    """The lab's model of this host's kernel, with the same program mapped where this process maps it."""
+    proc = X86Process(kernel)
+    proc.load(nc.program, "/lab/claims")
+    proc.map("[heap]", DATA_BASE, DATA_SIZE, "rw-p")
+    return proc
+
+
+@contextlib.contextmanager
+def probe(nc, name: str, retprobe: bool = False, **kw):
+    """A perf uprobe on ``name``, checked gone (site bytes back, no perf fd) once the block ends."""
+    original = nc.read(name, 5)
+    with UprobeEvent(nc.path, nc.offset(name), retprobe, **kw) as ev:
+        yield ev
+    assert ev.fd is None and not perf_fds() and nc.read(name, 5) == original
+
+
+def test_the_program_is_position_independent():
+    assert claims_program(0x500000).code == claims_program(0x7F12_3456_7000).code
+
+
+# --- a. the red zone ----------------------------------------------------------------------------
+
+def expected_slots(site: int, optimised_hit: bool) -> list[int]:
+    """What arch/x86/kernel/uprobes.c leaves in rsp-8 .. rsp-48 and rax, rcx, r11 (see the module doc)."""
+    zone = [site + 5, RCX, R11, RAX] + FILL[4:] if optimised_hit else FILL
+    return zone + [RAX, RCX, R11]
+
+
+def test_red_zone_after_int3_and_optimised_hits_is_what_the_lab_says(nc, kernel):
+    site = nc.addr("redzone_nop5_site")
+    leaf = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(nc.addr("redzone_nop5"))
+    out = (ctypes.c_uint64 * OUT_WORDS)()
+    host = []
+    with probe(nc, "redzone_nop5_site") as ev:
+        for _ in range(HITS):
+            leaf(ctypes.addressof(out))
+            host.append(list(out))
+        host_hits = ev.count()
+        host_optimised = calls_uprobe_trampoline(nc.read("redzone_nop5_site", 5), site, parse_maps())
+
+    proc, consumer = lab_process(nc, kernel), CountingConsumer()
+    uprobe_register(proc, site, consumer)
+    lab = []
+    for _ in range(HITS):
+        proc.call("redzone_nop5", DATA_BASE)
+        lab.append([proc.read_u64(DATA_BASE + 8 * i) for i in range(OUT_WORDS)])
+
+    assert host_hits == consumer.hits == HITS
+    assert host_optimised == optimize.is_optimized(proc, site)
+    assert host == [expected_slots(site, host_optimised and hit > 0) for hit in range(HITS)]
+    assert lab == host
+
+
+# --- b. sys_uretprobe from anywhere but the trampoline -------------------------------------------
+
+def host_call_in_child(nc, name: str, uretprobe_on: str | None = None) -> dict:
+    """Call ``name`` in a forked child (a uretprobe on ``uretprobe_on`` for that child only): how it ended,
+    what it saw just before the call, and the uretprobe's count."""
+    res_r, res_w = os.pipe()
+    go_r, go_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: no Python cleanup, no traceback dump, just the call
+        try:
+            faulthandler.disable()
+            os.close(res_r)
+            os.read(go_r, 1)
+            with open("/proc/self/maps") as f:
+                xol = "[uprobes]" in f.read()
+            entry = nc.read(uretprobe_on, 1) if uretprobe_on else b"-"
+            os.write(res_w, bytes([xol]) + entry)
+            value = ctypes.CFUNCTYPE(ctypes.c_uint64)(nc.addr(name))()
+            os.write(res_w, struct.pack("<Q", value))
+        finally:
+            os._exit(0)
+    os.close(res_w)
+    os.close(go_r)
+    report = {}
+    try:
+        with contextlib.ExitStack() as stack:
+            ev = stack.enter_context(probe(nc, uretprobe_on, True, pid=pid)) if uretprobe_on else None
+            os.write(go_w, b"g")
+            _, status = os.waitpid(pid, 0)
+            pid = 0
+            if ev:
+                report["hits"] = ev.count()
+        data = os.read(res_r, 10)
+    finally:
+        if pid:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        os.close(res_r)
+        os.close(go_w)
+    report["xol_before"], report["entry_byte"] = bool(data[0]), data[1:2]
+    if os.WIFSIGNALED(status):
+        report["ended"] = ("signal", signal.Signals(os.WTERMSIG(status)).name)
+    else:
+        report["ended"] = ("returned", struct.unpack("<Q", data[2:10])[0])
+    return report
+
+
+def lab_call(nc, kernel: str, name: str, uretprobe_on: str | None = None) -> dict:
+    proc = lab_process(nc, kernel)
+    consumer = CountingConsumer(ret=True)
+    if uretprobe_on:
+        uprobe_register(proc, uretprobe_on, consumer)
+    try:
+        ended = ("returned", proc.call(name))
+    except ProcessKilled:
+        ended = ("signal", proc.signal)
+    return {"ended": ended, "hits": consumer.hits}
+
+
+@pytest.mark.parametrize("name, uretprobe_on", [("uretprobe_syscall_direct", None), ("sigill_outer", "sigill_outer")],
+                         ids=["no-uprobes-no-xol-area", "uretprobe-pending"])
+def test_uretprobe_syscall_off_the_trampoline_ends_as_the_lab_says(nc, kernel, name, uretprobe_on):
+    host = host_call_in_child(nc, name, uretprobe_on)
+    lab = lab_call(nc, kernel, name, uretprobe_on)
+    assert not host["xol_before"]  # a fork child gets no [uprobes] (VM_DONTCOPY): nothing to be called from
+    if uretprobe_on:
+        assert host["entry_byte"] == b"\xcc"  # the child's copy of the entry was probed when it made the call
+        assert host["hits"] == lab["hits"] == 0  # killed before its return: the consumer never ran
+    if KERNELS[kernel].uretprobe_syscall:  # 6.11+: sys_uretprobe's force_sig(SIGILL)
+        assert host["ended"] == ("signal", "SIGILL")
+    assert host["ended"] == lab["ended"]
+
+
+def test_uprobe_syscall_off_the_trampoline_returns_what_the_lab_says(nc, kernel):
+    """sys_uprobe asks where it was called from (in_uprobe_trampoline(regs->ip)), not whether a trampoline
+    exists: with this process's nop5 site optimised it still refuses ordinary text. (Without a
+    trampoline: test_native_scheme.py.)"""
+    leaf = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(nc.addr("redzone_nop5"))
+    out = (ctypes.c_uint64 * OUT_WORDS)()
+    with probe(nc, "redzone_nop5_site"):
+        for _ in range(HITS):
+            leaf(ctypes.addressof(out))
+        host_tramp = any(m.name == "[uprobes-trampoline]" for m in parse_maps())
+        host = ctypes.CFUNCTYPE(ctypes.c_int64)(nc.addr("uprobe_syscall_direct"))()
+    proc = lab_process(nc, kernel)
+    uprobe_register(proc, "redzone_nop5_site", CountingConsumer())
+    for _ in range(HITS):
+        proc.call("redzone_nop5", DATA_BASE)
+    lab = ctypes.c_int64(proc.call("uprobe_syscall_direct")).value
+    assert host_tramp == (proc.find_mapping("[uprobes-trampoline]") is not None)
+    if KERNELS[kernel].optimize_nop5:
+        assert host_tramp and host == -ENXIO
+    assert host == lab
+
+
+# --- c. every register across a uretprobe return --------------------------------------------------
+
+def host_roundtrip(nc, values: dict, retprobe: bool) -> tuple[dict, int | None]:
+    buf = (ctypes.c_uint64 * 64)()
+    for name in REG_ORDER + ["flags"]:
+        buf[SLOT[name] // 8] = values[name]
+    fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(nc.addr("regs_roundtrip_c"))
+    hits = None
+    with probe(nc, "uretprobe_regs_trigger", True) if retprobe else contextlib.nullcontext() as ev:
+        fn(ctypes.addressof(buf))
+        if ev:
+            hits = ev.count()
+    after = {name: buf[(AFTER + SLOT[name]) // 8] for name in REG_ORDER + ["flags"]}
+    after["flags"] &= USER_FLAGS | 0x2  # what regs_roundtrip compares in the lab too
+    return after, hits
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_registers_across_a_uretprobe_return_are_what_the_lab_says(nc, kernel, seed):
+    values = random_registers(seed)
+    plain, _ = host_roundtrip(nc, values, retprobe=False)
+    probed, hits = host_roundtrip(nc, values, retprobe=True)
+    proc, rec = lab_process(nc, kernel), RegsRecorder()
+    uprobe_register(proc, "uretprobe_regs_trigger", rec)
+    lab = regs_roundtrip(proc, values)
+    assert hits == len(rec.seen) == 1
+    assert plain == values  # the round trip itself changes nothing
+    assert (probed["cx"], probed["r11"]) == (values["cx"], values["r11"])  # what syscall/sysret would clobber
+    assert probed == plain
+    assert lab == probed
+
+
+# --- d. the return-instance depth limit -----------------------------------------------------------
+
+def test_a_70_deep_recursion_reports_the_outer_64_returns_as_the_lab_does(nc, kernel):
+    """Two uretprobe events on recurse: one counts, one carries a BPF program that adds each return
+    value (each frame returns its own n), which tells the outer 64 (70..7) from the inner 64 (64..1)."""
+    require_bpf()
+    recurse = ctypes.CFUNCTYPE(ctypes.c_uint64, ctypes.c_uint64)(nc.addr("recurse"))
+    with BpfCounter(add_reg=PtRegs.ax.offset) as summed, probe(nc, "recurse", True) as counted, \
+            UprobeEvent(nc.path, nc.offset("recurse"), True) as carrier:
+        summed.attach(carrier.fd)
+        assert recurse(70) == 70
+        host = (counted.count(), summed.count())
+        assert recurse(3) == 3  # the limit is on live instances: a shallow call is reported whole again
+        host_after = (counted.count(), summed.count())
+    proc, rec = lab_process(nc, kernel), RegsRecorder()
+    uprobe_register(proc, "recurse", rec)
+    assert proc.call("recurse", 70) == 70
+    lab = (len(rec.seen), sum(s["ax"] for s in rec.seen))
+    proc.call("recurse", 3)
+    lab_after = (len(rec.seen), sum(s["ax"] for s in rec.seen))
+    assert host == (MAX_URETPROBE_DEPTH, sum(range(70 - MAX_URETPROBE_DEPTH + 1, 71)))  # 64 returns, n = 7..70
+    assert host_after == (host[0] + 3, host[1] + 1 + 2 + 3)
+    assert (lab, lab_after) == (host, host_after)
