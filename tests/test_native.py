@@ -480,32 +480,6 @@ def test_host_snapshot_trampolines():
         assert nc.read("uprobe_target_nop5").hex() == NOP5  # and back after the probe
 
 
-@native
-@pytest.mark.parametrize("hexbytes", ["90", "0f1f440000", "c3", "55", "0f05", "0f0b", "0faee8", "c5f877",
-                                      "cc", "f4", "fa", "cd80", "f0ff00", "2e8b00", "62f1fe486f00"])
-def test_host_kernel_accepts_exactly_what_the_lab_accepts(hexbytes, tmp_path):
-    """The lab's arch_uprobe_analyze_insn against the host's: a refused probe fails perf_event_open."""
-    import mmap
-
-    from uprobe_lab.kernel import get_kernel
-    from uprobe_lab.x86.analyze import analyze_hex
-
-    lab_accepts = analyze_hex(hexbytes, get_kernel("6.18"))["action"] != "reject"
-    path = tmp_path / "site.bin"
-    page = bytearray(b"\xcc" * 4096)
-    page[0x100 : 0x100 + len(hexbytes) // 2] = bytes.fromhex(hexbytes)
-    path.write_bytes(page)
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), 4096, prot=mmap.PROT_READ | mmap.PROT_EXEC,
-                                          flags=mmap.MAP_PRIVATE):
-        try:
-            with UprobeEvent(str(path), 0x100):
-                host_accepts = True
-        except OSError as err:
-            assert err.errno == 524, err  # the kernel-internal ENOTSUPP from arch_uprobe_analyze_insn
-            host_accepts = False
-    assert host_accepts == lab_accepts
-
-
 # ------------------------------------------------------------------------------------------------
 # Ctrl-C between acquiring a resource and storing its handle
 # ------------------------------------------------------------------------------------------------
