@@ -365,9 +365,9 @@ class EmulatedProcess:
                            "call after the outer one returns")
         if self._unfinished and start != self.pc:
             self.abandon_run()
-        self._running, self._unfinished = True, True
         left, pc = max_insns, start
-        try:
+        try:  # set inside the try, so a Ctrl-C between the two cannot leave the process marked running
+            self._running, self._unfinished = True, True
             with sigint_stops(self.uc.emu_stop) as interrupt:
                 while left and not interrupt.pending:
                     count = min(left, RUN_SLICE)
