@@ -70,6 +70,28 @@ def test_riprel_rewrite_bytes():
     assert both.fixups & UPROBE_FIX_RIP_BX and both.ixol[4] == 0x80 | (6 << 3) | 3
 
 
+# VEX2 (c5 RvvvvLpp): insn_get_prefixes fakes vex_prefix.bytes[2] = byte 1 & 0x7f, so riprel_analyze
+# reads vvvv from it: reg2 = ((byte1 & 0x7f) >> 3 & 7) ^ 7. Then si unless reg or reg2 is 6, di unless
+# reg or reg2 is 7, else bx; ModRM 00 reg 101 -> 10 reg rr. The two-byte prefix is copied unchanged.
+VEX2_RIPREL = [
+    # vmovaps xmm6, [rip+0x10]: vvvv 1111 -> reg2 0; reg 6 -> rdi: 10 110 111 = b7
+    ("c5f8283510000000", "c5f828b710000000", UPROBE_FIX_RIP_DI),
+    # vaddps xmm0, xmm6, [rip+0x10]: c8 & 7f = 0 1001 000 -> reg2 1 ^ 7 = 6; reg 0 -> rdi: 10 000 111 = 87
+    ("c5c8580510000000", "c5c8588710000000", UPROBE_FIX_RIP_DI),
+    # vaddps xmm6, xmm7, [rip+0x10]: c0 & 7f = 0 1000 000 -> reg2 0 ^ 7 = 7; reg 6 -> rbx: 10 110 011 = b3
+    ("c5c0583510000000", "c5c058b310000000", UPROBE_FIX_RIP_BX),
+    # vmovaps xmm14, [rip+0x10]: VEX.R (bit 7, clear) is not part of reg; the same rdi as xmm6
+    ("c578283510000000", "c57828b710000000", UPROBE_FIX_RIP_DI),
+]
+
+
+@pytest.mark.parametrize("raw, ixol, fix", VEX2_RIPREL, ids=[r for r, _, _ in VEX2_RIPREL])
+def test_vex2_riprel_scratch_register_avoids_its_vvvv(raw, ixol, fix):
+    auprobe = analyze(raw)
+    assert auprobe.ixol[:8] == bytes.fromhex(ixol)
+    assert auprobe.fixups & (UPROBE_FIX_RIP_SI | UPROBE_FIX_RIP_DI | UPROBE_FIX_RIP_BX) == fix
+
+
 def test_riprel_step_reads_the_same_memory_and_restores_the_scratch_register():
     code = bytes.fromhex("488b05f90f0000")  # mov rax, [rip+0xff9] -> 0x401000
     assert riprel_process(code).read(0x400000, 7) == code  # the library's program is this load at 0x400000

@@ -6,8 +6,9 @@ relative to the slot. The kernel rewrites the copy: ModRM ``00 reg 101`` (disp32
 ``10 reg rr`` (disp32(%rr)) with a scratch register rr, which it loads with the address of the
 instruction after the *original* one before the step and restores after it. The scratch register
 is rsi, else rdi, else rbx: one that neither ModRM.reg nor VEX.vvvv names (both read as 3 bits,
-so r14 counts as rsi). REX.B is cleared, and VEX3/EVEX get their inverted X and B bits set, so rr
-is rsi/rdi/rbx and not r14/r15/r11.
+so r14 counts as rsi; a two-byte VEX prefix carries vvvv too, see vex_prefix_byte2). REX.B is
+cleared, and VEX3/EVEX get their inverted X and B bits set, so rr is rsi/rdi/rbx and not
+r14/r15/r11. Left out: XOP prefixes (the kernel has a TODO for their vvvv as well).
 
 In the kernel ``insn`` and ``ixol`` are one buffer (a union); the lab keeps the original bytes in
 ``insn`` and the rewritten copy in ``ixol`` so both can be shown.
@@ -21,6 +22,19 @@ UPROBE_FIX_RIP_MASK = UPROBE_FIX_RIP_SI | UPROBE_FIX_RIP_DI | UPROBE_FIX_RIP_BX
 SCRATCH = {UPROBE_FIX_RIP_SI: "si", UPROBE_FIX_RIP_DI: "di", UPROBE_FIX_RIP_BX: "bx"}
 
 
+def vex_prefix_byte2(insn) -> int:
+    """``insn->vex_prefix.bytes[2]`` as the kernel's decoder fills it (insn_get_prefixes, arch/x86/lib/insn.c).
+
+    VEX3 and EVEX: their byte 2 (W vvvv . pp). VEX2 has only two bytes, so the decoder fakes a VEX3-like
+    byte 2 from its second byte (R vvvv L pp) masked with 0x7f: vvvv kept, W read as 0. Without a VEX
+    prefix riprel_analyze starts from 0xff, whose vvvv reads as register 0 (rax), never si or di."""
+    if not insn.vex_prefix:
+        return 0xFF
+    if len(insn.vex_prefix) == 2:
+        return insn.vex_prefix[1] & 0x7F
+    return insn.vex_prefix[2]
+
+
 def riprel_analyze(auprobe, insn) -> None:
     """Rewrite ``auprobe.ixol`` and set a UPROBE_FIX_RIP_* fixup if ``insn`` is RIP-relative."""
     if not insn.rip_relative:
@@ -31,9 +45,7 @@ def riprel_analyze(auprobe, insn) -> None:
     if len(insn.vex_prefix) >= 3:
         ixol[insn.vex_offset + 1] |= 0x60  # VEX3/EVEX: set the inverted X and B bits
     reg = (insn.modrm >> 3) & 7
-    # vex_prefix.bytes[2]: wvvvvLpp for VEX3/EVEX, 0 for VEX2 (it has two bytes), 0xff without VEX
-    vvvv_byte = (insn.vex_prefix[2] if len(insn.vex_prefix) > 2 else 0) if insn.vex_prefix else 0xFF
-    reg2 = ((vvvv_byte >> 3) & 7) ^ 7
+    reg2 = ((vex_prefix_byte2(insn) >> 3) & 7) ^ 7  # vex.vvvv: bits 6-3, inverted; 3 low bits
     if reg != 6 and reg2 != 6:
         reg2, fix = 6, UPROBE_FIX_RIP_SI
     elif reg != 7 and reg2 != 7:
