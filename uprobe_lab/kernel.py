@@ -22,9 +22,10 @@ class KernelVersion:
     # 7.3 554ba38456da "uprobes/x86: Move optimized uprobe from nop5 to nop10": only the nop10 is
     # optimised, into lea -0x80(%rsp),%rsp + call, so the call's push stays below the red zone
     optimize_nop10: bool = False
-    # 8a5c6cbfe4a3 "x86/insn,uprobes,alternative: Unify insn_is_nop()" (tip perf/core, Oct 2025, after
-    # 6.18): branch_setup_xol_ops emulates what insn_is_nop() recognises (NOP but not PAUSE or REX.B NOP,
-    # NOPL, native-size mov %reg,%reg, lea 0(%reg),%reg, jmp +0) instead of the x86_nops[] patterns
+    # 6.19 8a5c6cbfe4a3 "x86/insn,uprobes,alternative: Unify insn_is_nop()" (tip perf/core Oct 2025,
+    # merged for 6.19 with perf-core-2025-12-01): branch_setup_xol_ops emulates what insn_is_nop()
+    # recognises (NOP but not PAUSE or REX.B NOP, NOPL, native-size mov %reg,%reg, lea 0(%reg),%reg,
+    # jmp +0) instead of the x86_nops[] patterns, and can_optimize takes any 5-byte insn_is_nop()
     insn_is_nop: bool = False
     arm64_simulate_nop: bool = True  # 6.13 ac4ad5c09b34: arm64 simulates nop instead of stepping it
     arm64_reject_mops: bool = True  # 6.5: MOPS (cpy*/set*) sequences are refused instead of stepped
@@ -73,6 +74,9 @@ def get_kernel(version: str | KernelVersion | None = None) -> KernelVersion:
         ) from None
 
 
+# x86 rules that arrived between two modelled versions, and the release that brought each: a release
+# from 6.19 to 7.2 is the 6.18 row with insn_is_nop (no course kernel of its own: nothing published)
+X86_RULES = {"insn_is_nop": (6, 19)}
 # arm64 rules and the release they arrived in (upstream, as stable kernels of that line carry them)
 ARM64_RULES = {"arm64_simulate_nop": (6, 13), "arm64_reject_mops": (6, 5), "arm64_refuse_ldr_literal": (6, 12)}
 # stable backports: {rule: {(major, minor): first sublevel with it}} (from the stable review mails)
@@ -83,8 +87,9 @@ def kernel_for_release(release: str, version: str | None = None) -> KernelVersio
     """The lab's rules for a real kernel release ('6.1.0-57-arm64', '6.12.117+deb13-arm64', '7.3.4').
 
     x86 rules come from the newest modelled version not newer than the release (6.10 for anything
-    older: the int3 return trampoline predates it); each arm64 rule applies from the release that
-    brought it (ARM64_RULES), or the stable sublevel it was backported to (ARM64_BACKPORTS; the sublevel
+    older: the int3 return trampoline predates it), except those of X86_RULES, which apply from the
+    release that brought them (6.19.1 is 6.18 with insn_is_nop); each arm64 rule applies from the
+    release that brought it (ARM64_RULES), or the stable sublevel it was backported to (ARM64_BACKPORTS; the sublevel
     comes from ``version``, e.g. Debian's package version 6.1.192-3, or from the release itself).
     Stable backports not listed there are not modelled.
     """
@@ -98,9 +103,10 @@ def kernel_for_release(release: str, version: str | None = None) -> KernelVersio
     sublevel = int(sub.group(1)) if sub else None
     older = [v for ver, v in numbered if ver <= rel]
     base = older[-1] if older else numbered[0][1]
+    x86 = {rule: rel >= since for rule, since in X86_RULES.items()}
     arm64 = {rule: rel >= since for rule, since in ARM64_RULES.items()}
     for rule, lines in ARM64_BACKPORTS.items():
         if rel in lines and sublevel is not None and sublevel >= lines[rel]:
             arm64[rule] = True
     detail = f"{release}, {version}" if version else release
-    return replace(base, name=f"{rel[0]}.{rel[1]} ({detail})", **arm64)
+    return replace(base, name=f"{rel[0]}.{rel[1]} ({detail})", **x86, **arm64)

@@ -17,8 +17,9 @@ kernel does (x86.riprel). Left out: 32-bit and compat tasks, and the kernel deco
 tables (Capstone stands in: an instruction Capstone does not know is refused as -ENOEXEC).
 
 ``can_optimize`` flags the site the kernel's optimised uprobe may rewrite after the first hit
-(6.18: a nop5; 7.3: only the nop10 ``66 2e 0f 1f 84 ..``, which 7.3 accepts without the generic
-prefix checks); the rewrite itself is in x86.optimize.
+(6.18: a nop5; 6.19 to 7.2, reached through kernel_for_release: a 5-byte insn_is_nop(); 7.3: only
+the nop10 ``66 2e 0f 1f 84 ..``, which 7.3 accepts without the generic prefix checks); the rewrite
+itself is in x86.optimize.
 """
 from __future__ import annotations
 
@@ -215,7 +216,7 @@ def uprobe_init_insn(insn: Insn) -> None:
 
 
 def insn_is_nop(insn: Insn) -> bool:
-    """Twin of insn_is_nop() (arch/x86/lib/insn-eval.c, 8a5c6cbfe4a3, used by uprobes since then).
+    """Twin of insn_is_nop() (arch/x86/lib/insn-eval.c, 8a5c6cbfe4a3, used by uprobes since 6.19).
 
     Recognises NOP (0x90 with prefixes, but not PAUSE, f3 90, nor REX.B 90, which is xchg %r8,%rax),
     NOPL (0f 1f /0), native-size ``mov %reg,%reg``, ``lea 0(%reg),%reg`` (only DS prefixes) and
@@ -252,8 +253,8 @@ def branch_setup_xol_ops(auprobe: ArchUprobe, insn: Insn, kernel: KernelVersion)
     """Emulate nops, jmp, call rel32 and jcc: the switch is on OPCODE1 alone, so VEX/EVEX opcode bytes
     that collide are emulated too (``KERNEL_BUG_VEX``); the offset is the instruction's immediate.
 
-    Which nops: up to 6.18 the x86_nops[] patterns and prefix* + 0x90; since 8a5c6cbfe4a3 (the lab's
-    7.3) whatever insn_is_nop() recognises, and 0x90 is no longer a case of the switch."""
+    Which nops: up to 6.18 the x86_nops[] patterns and prefix* + 0x90; since 8a5c6cbfe4a3 (6.19, and
+    the lab's 7.3) whatever insn_is_nop() recognises, and 0x90 is no longer a case of the switch."""
     opc1 = insn.opcode[0]
     if kernel.insn_is_nop:
         if insn_is_nop(insn):
@@ -374,12 +375,18 @@ def is_optimizable_nop10(insn: Insn) -> bool:
 
 
 def can_optimize(insn: Insn, vaddr: int, kernel: KernelVersion) -> bool:
-    """6.18: a 5-byte nop (0x90 with prefixes, or NOPL 0f 1f /0); 7.3: the nop10 above. Neither may cross a page.
+    """6.18: a 5-byte nop (0x90 with prefixes, or NOPL 0f 1f /0); 6.19 to 7.2: any 5-byte instruction
+    insn_is_nop() recognises; 7.3: the nop10 above. None may cross a page.
 
-    6.18's insn_is_nop() tests only OPCODE1 == 0x90, so a 5-byte VEX instruction with that opcode byte
-    (kmovw k, k: c4 e1 f8 90 c1) passes too (KERNEL_BUG_VEX); 7.3 compares the nop10's bytes."""
+    6.18's static insn_is_nop() in uprobes.c tests only OPCODE1 == 0x90, so a 5-byte VEX instruction with
+    that opcode byte (kmovw k, k: c4 e1 f8 90 c1) passes too (KERNEL_BUG_VEX). 8a5c6cbfe4a3 (6.19) replaced
+    it and insn_is_nopl() with the shared insn_is_nop(): no VEX, no PAUSE, no REX.B 90, but a 5-byte
+    ``jmp +0`` (e9 00 00 00 00) or a prefixed ``mov %reg,%reg`` now qualifies. 7.3 compares the nop10's bytes.
+    Left out: the kernel's ``insn->x86_64`` test (the lab's tasks are all 64-bit)."""
     if kernel.optimize_nop10:
         ok = is_optimizable_nop10(insn)
+    elif kernel.optimize_nop5 and kernel.insn_is_nop:
+        ok = insn.length == 5 and insn_is_nop(insn)
     elif kernel.optimize_nop5:
         is_nopl = insn.opcode == b"\x0f\x1f" and insn.modrm is not None and (insn.modrm >> 3) & 7 == 0
         ok = insn.length == 5 and (insn.opcode == b"\x90" or is_nopl)
