@@ -78,6 +78,27 @@ def test_reject_says_why_and_misaligned_address_is_refused():
         arch_uprobe_analyze_insn(asm.b(asm.NOP), 0x1002)
 
 
+# c56c599d9002 "arm64: probes: Disable kprobes/uprobes on MOPS instructions" added aarch64_insn_is_mops
+# (mask 0x3B200C00, value 0x19000400) to aarch64_insn_is_steppable: upstream in the 6.13 merge window
+# (linux-next, not the 6.12-rc fixes), backported as patch 049/676 of 6.6.64-rc1, 051/817 of 6.11.11-rc1
+# and 007/826 of 6.12.2-rc1. Before it a MOPS word was stepped (so it is on the referee's 6.1.192).
+@pytest.mark.parametrize("release,refused", [
+    ("6.1.0-57-arm64", False), ("6.6.63", False), ("6.6.64", True), ("6.10.14", False),
+    ("6.11.10", False), ("6.11.11", True), ("6.12.1", False), ("6.12.2", True), ("6.13.0", True),
+])
+def test_mops_refusal_follows_its_release_and_backports(release, refused):
+    from uprobe_lab.kernel import kernel_for_release
+
+    kernel = kernel_for_release(release)
+    for word in (0x19010440, 0x1D010440, 0x19C10440):  # cpyfp, cpyp, setp [x0]!, ...
+        assert analyze_word(f"{word:08x}", kernel, vaddr=0x1000)["action"] == ("reject" if refused else "xol")
+
+
+def test_mops_on_the_named_kernels():
+    from uprobe_lab.kernel import KERNELS
+
+    assert [k.arm64_reject_mops for k in KERNELS.values()] == [False, True, True, True, True]  # 6.11 by 6.11.11
+
 def test_decode_fields_of_the_pattern():
     f = decode_fields(0xA9BF7BFD)
     assert f["stp_fp_lr_pattern"] and f["pair"] == "stp pre-index" and f["offset"] == -16

@@ -28,7 +28,9 @@ class KernelVersion:
     # jmp +0) instead of the x86_nops[] patterns, and can_optimize takes any 5-byte insn_is_nop()
     insn_is_nop: bool = False
     arm64_simulate_nop: bool = True  # 6.13 ac4ad5c09b34: arm64 simulates nop instead of stepping it
-    arm64_reject_mops: bool = True  # 6.5: MOPS (cpy*/set*) sequences are refused instead of stepped
+    # 6.13 c56c599d9002 "arm64: probes: Disable kprobes/uprobes on MOPS instructions" (stable 6.6.64,
+    # 6.11.11, 6.12.2): MOPS (cpy*/set*) prologue/main/epilogue words are refused instead of stepped
+    arm64_reject_mops: bool = True
     # 6.12 "arm64: probes: Remove broken LDR (literal) uprobe support" (CVE-2024-50099; stable 6.1.114,
     # 6.11.5): ldr/ldrsw (literal) refused; before, simulated with a kernel load of the user address
     arm64_refuse_ldr_literal: bool = True
@@ -48,8 +50,9 @@ class KernelVersion:
 
 
 KERNELS = {
-    "6.10": KernelVersion("6.10", False, False, False, False, arm64_simulate_nop=False,
-                          arm64_refuse_ldr_literal=False),  # 6.10.y ended (6.10.14) before the fix
+    "6.10": KernelVersion("6.10", False, False, False, False, arm64_simulate_nop=False, arm64_reject_mops=False,
+                          arm64_refuse_ldr_literal=False),  # 6.10.y ended (6.10.14) before both fixes
+    # 6.11 as 6.11.y ended: both arm64 fixes backported (6.11.5, 6.11.11)
     "6.11": KernelVersion("6.11", True, False, False, False, arm64_simulate_nop=False),
     "6.16": KernelVersion("6.16", True, True, False, False),
     "6.18": KernelVersion("6.18", True, True, True, True),
@@ -78,9 +81,12 @@ def get_kernel(version: str | KernelVersion | None = None) -> KernelVersion:
 # from 6.19 to 7.2 is the 6.18 row with insn_is_nop (no course kernel of its own: nothing published)
 X86_RULES = {"insn_is_nop": (6, 19)}
 # arm64 rules and the release they arrived in (upstream, as stable kernels of that line carry them)
-ARM64_RULES = {"arm64_simulate_nop": (6, 13), "arm64_reject_mops": (6, 5), "arm64_refuse_ldr_literal": (6, 12)}
-# stable backports: {rule: {(major, minor): first sublevel with it}} (from the stable review mails)
-ARM64_BACKPORTS = {"arm64_refuse_ldr_literal": {(6, 1): 114, (6, 11): 5}}
+ARM64_RULES = {"arm64_simulate_nop": (6, 13), "arm64_reject_mops": (6, 13), "arm64_refuse_ldr_literal": (6, 12)}
+# stable backports: {rule: {(major, minor): first sublevel with it}} (from the stable review mails: MOPS
+# is patch 049/676 of 6.6.64-rc1, 051/817 of 6.11.11-rc1 and 007/826 of 6.12.2-rc1; none for 6.1, which
+# predates the MOPS support the fix is for, and the arm64 referee's 6.1.192 steps MOPS words)
+ARM64_BACKPORTS = {"arm64_refuse_ldr_literal": {(6, 1): 114, (6, 11): 5},
+                   "arm64_reject_mops": {(6, 6): 64, (6, 11): 11, (6, 12): 2}}
 
 
 def kernel_for_release(release: str, version: str | None = None) -> KernelVersion:
