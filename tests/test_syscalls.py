@@ -124,3 +124,20 @@ def test_host_kernel_answers_futex_wake_as_the_lab_does():
     for op in FUTEX_EXPECTED:
         for case, uaddr in FUTEX_WORDS:
             assert _lab_futex(_futex_process(), uaddr, op) == host[op, case], (op, case)
+
+
+# --- sysret or iret: do_syscall_64's "regs->ip >= TASK_SIZE_MAX" -----------------------------------
+# TASK_SIZE_MAX = (1 << 47) - PAGE_SIZE = 0x7ffffffff000 with 4-level paging (asm/page_64_types.h). A
+# syscall in the last two bytes of the top user page leaves ip = 0x7ffffffff000 = TASK_SIZE_MAX: iret.
+# The same code one page lower leaves ip = 0x7fffffffe000, below it: sysret.
+@pytest.mark.parametrize("page, exit_kind", [(0x7FFFFFFFE000, "iret"), (0x7FFFFFFFD000, "sysret")])
+def test_sysret_needs_an_ip_below_task_size_max(page, exit_kind):
+    proc = make_process("x86_64", record=True)
+    code = bytes.fromhex("b879000000") + bytes.fromhex("0f05")  # mov $121 (getpgid), %eax; syscall
+    start = page + 0x1000 - len(code)
+    proc.map("/lab/top", page, 0x1000, "r-xp", b"\x90" * (0x1000 - len(code)) + code)
+    result = proc.run(start, page + 0x1000)
+    assert result.signal is None and result.ip == page + 0x1000
+    assert proc.trace.counts["syscalls"] == 1 and proc.trace.counts[exit_kind] == 1
+    other = {"iret": "sysret", "sysret": "iret"}[exit_kind]
+    assert proc.trace.counts[other] == 0

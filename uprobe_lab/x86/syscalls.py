@@ -60,8 +60,10 @@ def do_syscall_64(proc, regs) -> None:
     if proc.signal:
         return
     regs.ax = ret & MASK64
-    # do_syscall_64 also checks cs/ss and (with 5-level paging) a wider canonical range; the lab
-    # models 4-level paging, where a user ip below 2**47 is canonical
+    # "if (unlikely(regs->ip >= TASK_SIZE_MAX)) return false;": TASK_SIZE_MAX is (1 << 47) - PAGE_SIZE
+    # with the lab's 4-level paging (the lab's TASK_SIZE: a 64-bit task's TASK_SIZE is TASK_SIZE_MAX), so
+    # an ip in the last page below 2**47 returns by iret, e.g. after a syscall that ends the top user
+    # page. Left out: the cs/ss and XENPV checks, and 5-level paging.
     sysret_ok = (regs.cx == regs.ip and regs.r11 == regs.flags
-                 and not regs.flags & (X86_EFLAGS_TF | X86_EFLAGS_RF) and regs.ip < (1 << 47))
+                 and not regs.flags & (X86_EFLAGS_TF | X86_EFLAGS_RF) and regs.ip < TASK_SIZE)
     proc.trace.emit("sysret" if sysret_ok else "iret", ip=regs.ip)
