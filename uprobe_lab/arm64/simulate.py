@@ -21,7 +21,9 @@ def set_x_reg(regs, n: int, value: int) -> None:
 
 
 def condition_check(cond: int, nzcv: int) -> bool:
-    """aarch64_insn_condition_check() over the N, Z, C, V flags (pstate bits 31..28)."""
+    """``aarch32_opcode_cond_checks[cond](pstate)``: the kernel's table of __check_eq ... __check_al
+    (arch/arm64/kernel/traps.c), which simulate_b_cond calls with ``regs->pstate & 0xffffffff``; it reads
+    the N, Z, C, V flags (pstate bits 31..28), and 0b1111 "nv" behaves as 0b1110 "al"."""
     n, z, c, v = (nzcv >> 31) & 1, (nzcv >> 30) & 1, (nzcv >> 29) & 1, (nzcv >> 28) & 1
     base = cond >> 1
     result = [z == 1, c == 1, n == 1, v == 1, c == 1 and z == 0, n == v, n == v and z == 0, True][base]
