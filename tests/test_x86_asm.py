@@ -74,3 +74,21 @@ def test_futex_targets_decode_as_the_call_they_claim(name, op):
     code = p.code[sym.addr - p.base:][: sym.size]
     assert [t for _, _, t in disasm(code, "x86_64", sym.addr)] == [
         "mov eax, 0xca", "mov rdi, rsp", f"mov esi, {op}", "mov edx, 1", "syscall", "ret"]  # futex(rsp, op, 1)
+
+
+def test_the_long_kernel_nops_carry_a_cs_prefix_and_are_refused():
+    """nops.h: BYTES_NOP9 = 0x2e,BYTES_NOP8; NOP10 = 0x66,NOP9; NOP11 = 0x66,NOP10 (ASM_NOP_MAX 11). The
+    0x2e is a CS prefix, which is_prefix_bad() refuses in uprobe_init_insn, before branch_setup_xol_ops
+    compares x86_nops[]; this project's 6.18.44 host answered -ENOTSUPP (524) for all three."""
+    from uprobe_lab.kernel import get_kernel
+    from uprobe_lab.uprobes import UnprobeableInstruction
+    from uprobe_lab.x86.decode import arch_uprobe_analyze_insn
+
+    assert asm.ASM_NOP_MAX == 11
+    assert asm.X86_NOPS[9] == b"\x2e" + asm.X86_NOPS[8]
+    assert asm.X86_NOPS[11] == b"\x66" + asm.X86_NOPS[10] == b"\x66\x66\x2e" + asm.X86_NOPS[8]
+    for name in ("6.16", "6.18"):
+        for length in (9, 10, 11):
+            with pytest.raises(UnprobeableInstruction, match="CS segment"):
+                arch_uprobe_analyze_insn(asm.X86_NOPS[length], 0x400000, get_kernel(name))
+    assert arch_uprobe_analyze_insn(asm.X86_NOPS[10], 0x400000, get_kernel("7.3")).action == "emulate"  # nop10

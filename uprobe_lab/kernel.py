@@ -16,7 +16,7 @@ from .errors import LabError
 class KernelVersion:
     name: str
     uretprobe_syscall: bool  # 6.11 ff474a78cef5: return through sys_uretprobe, not an int3
-    emulate_all_nops: bool  # 6.16 610f6e14c29d: every x86_nops[len] pattern is emulated
+    emulate_all_nops: bool  # 6.16 610f6e14c29d: every x86_nops[len] pattern is emulated (1-8: 9-11 have 0x2e)
     optimize_nop5: bool  # 6.18: nop5 rewritten into a call to [uprobes-trampoline] + sys_uprobe
     trampoline_sls_int3: bool  # 6.18 354492a0e1bc: int3 after each trampoline's ret
     # 7.3 554ba38456da "uprobes/x86: Move optimized uprobe from nop5 to nop10": only the nop10 is

@@ -12,7 +12,8 @@ from ..program import Assembler
 REG64 = {"rax": 0, "rcx": 1, "rdx": 2, "rbx": 3, "rsp": 4, "rbp": 5, "rsi": 6, "rdi": 7,
          "r8": 8, "r9": 9, "r10": 10, "r11": 11, "r12": 12, "r13": 13, "r14": 14, "r15": 15}
 
-# The kernel's x86_nops table (arch/x86/include/asm/nops.h, 64-bit), indexed by length.
+# The kernel's x86_nops table, indexed by length: BYTES_NOP1..BYTES_NOP11 of arch/x86/include/asm/nops.h
+# (64-bit; NOP9-NOP11 since df25edbac31e "x86/alternatives: Add longer 64-bit NOPs", 6.5).
 X86_NOPS = {
     1: bytes.fromhex("90"),
     2: bytes.fromhex("6690"),
@@ -22,9 +23,16 @@ X86_NOPS = {
     6: bytes.fromhex("660f1f440000"),
     7: bytes.fromhex("0f1f8000000000"),
     8: bytes.fromhex("0f1f840000000000"),
+    9: bytes.fromhex("2e0f1f840000000000"),  # cs nopl 0x0(%rax,%rax,1)
+    10: bytes.fromhex("662e0f1f840000000000"),  # osp cs nopl ...
+    11: bytes.fromhex("66662e0f1f840000000000"),  # osp osp cs nopl ...
 }
-ASM_NOP_MAX = 8
-NOP10 = bytes.fromhex("662e0f1f840000000000")  # nopw %cs:0x0(%rax,%rax,1): the site 7.3 optimises
+ASM_NOP_MAX = 11
+# NOP9-NOP11 carry a CS prefix, which is_prefix_bad() refuses before branch_setup_xol_ops compares any
+# x86_nops[] pattern (a 6.18 host answers -ENOTSUPP for all three): only x86_nops[1..8] can be probed, and
+# emulated from 6.16; 7.3 accepts x86_nops[10] as its optimisable nop10, without those checks
+PROBEABLE_NOP_MAX = 8
+NOP10 = X86_NOPS[10]  # nopw %cs:0x0(%rax,%rax,1): the site 7.3 optimises
 
 NOP = b"\x90"
 RET = b"\xc3"

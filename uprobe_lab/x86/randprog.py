@@ -33,7 +33,7 @@ def _leaf_body(a: Assembler, rng: random.Random) -> None:
         if choice < 0.4:
             a.emit(asm.alu_rr(rng.choice(list(asm.ALU_RR)), r1, r2))
         elif choice < 0.6:
-            a.emit(asm.X86_NOPS[5] if rng.random() < 0.5 else asm.X86_NOPS[rng.randint(1, asm.ASM_NOP_MAX)])
+            a.emit(asm.X86_NOPS[5] if rng.random() < 0.5 else asm.X86_NOPS[rng.randint(1, asm.PROBEABLE_NOP_MAX)])
         elif choice < 0.8:
             a.emit(asm.lea_disp8(r1, r2 if lea_base_ok(r2) else "rax", rng.randint(-128, 127)))
         else:
@@ -87,7 +87,7 @@ def fuzz_program(rng: random.Random, n: int = 28, leaves: int = 2, branchy: bool
         elif choice < 0.42:
             a.emit(asm.X86_NOPS[5])
         elif choice < 0.45:
-            a.emit(asm.NOP10 if rng.random() < 0.5 else asm.X86_NOPS[rng.randint(1, asm.ASM_NOP_MAX)])
+            a.emit(asm.NOP10 if rng.random() < 0.5 else asm.X86_NOPS[rng.randint(1, asm.PROBEABLE_NOP_MAX)])
         elif choice < 0.5 and depth < 6 and not pending:
             a.emit(asm.push(r1))
             depth += 1
