@@ -1,7 +1,11 @@
 """Emulating a probed x86-64 instruction in the kernel: twin of branch_emulate_op, push_emulate_op
 and arch_uprobe_skip_sstep in arch/x86/kernel/uprobes.c.
 
-What the lab leaves out: the "mangled call" fallback of a call whose emulated push fails.
+What the lab leaves out: the "mangled call" fallback of a call whose emulated push fails, and the
+difference between send_sig and force_sig. A program that was single-stepping through the probed
+instruction gets ``send_sig(SIGTRAP, current, 0)`` from arch_uprobe_skip_sstep, which leaves SIGTRAP
+pending while it is blocked and drops it while it is ignored; the lab's process has no signal masks
+or handlers, so the SIGTRAP takes its default action (``force_sig``): the process dies.
 """
 from __future__ import annotations
 

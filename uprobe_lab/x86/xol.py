@@ -3,7 +3,10 @@ arch_uprobe_post_xol (default_post_xol_op) in arch/x86/kernel/uprobes.c.
 
 A RIP-relative instruction runs with its operand rewritten to a scratch register (x86.riprel). A
 fault inside the step is aborted (arch_uprobe_abort_xol): the signal is delivered at the probed
-address, as on a 6.18 host. What the lab leaves out: arch_uprobe_ignore.
+address, as on a 6.18 host. What the lab leaves out: arch_uprobe_ignore, and the difference between
+send_sig and force_sig: arch_uprobe_post_xol owes a single-stepping program ``send_sig(SIGTRAP,
+current, 0)``, which a blocked SIGTRAP leaves pending and an ignored one drops, but the lab's process
+has no signal masks or handlers, so the SIGTRAP takes its default action (``force_sig``).
 """
 from __future__ import annotations
 
