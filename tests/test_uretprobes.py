@@ -340,3 +340,42 @@ def test_after_the_last_detach_a_stray_int3_trampoline_call_is_still_claimed_on_
     tramp = proc.find_mapping("[uprobes]").start
     result = proc.run(tramp, tramp + 1)
     assert result.signal == "SIGILL"
+
+
+# --- arch_uretprobe_hijack_return_addr when the stack cannot take the trampoline's address -------
+# arch/x86/kernel/uprobes.c: nleft = copy_to_user(sp, &trampoline_vaddr, rasize); "if (likely(!nleft))"
+# return the original; "if (nleft != rasize) { pr_err("return address clobbered: ..."); force_sig(SIGSEGV); }"
+# and "return -1" either way. Worked out for a readable stack: all 8 bytes refused (read-only page) is
+# -1 with no signal; a slot that straddles a writable page and a read-only one takes the first 4 bytes.
+TRAMP_VADDR = 0x7FFFFFFFE000
+RET_ADDR = 0x401234
+
+
+def _hijack_at(sp, pages):
+    from types import SimpleNamespace
+    from uprobe_lab.x86.process import X86Process
+    from uprobe_lab.x86.uretprobe import arch_uretprobe_hijack_return_addr
+
+    proc = X86Process("6.18")
+    for start, perms in pages:
+        proc.map(f"/lab/stack-{perms}", start, 0x1000, perms)
+    proc.write(sp, RET_ADDR.to_bytes(8, "little"))
+    return proc, arch_uretprobe_hijack_return_addr(proc, TRAMP_VADDR, SimpleNamespace(sp=sp, ip=0x401000))
+
+
+def test_a_hijack_that_cannot_write_at_all_gives_up_quietly():
+    proc, orig = _hijack_at(0x10000100, [(0x10000000, "r--p")])
+    assert orig == -1 and proc.signal is None and not proc.dmesg
+    assert proc.read_u64(0x10000100) == RET_ADDR
+
+
+def test_a_hijack_that_writes_part_of_the_address_kills_the_task():
+    proc, orig = _hijack_at(0x10000FFC, [(0x10000000, "rw-p"), (0x10001000, "r--p")])
+    assert orig == -1 and proc.signal == "SIGSEGV"
+    assert proc.dmesg == ["return address clobbered: pid=1, %sp=0x10000ffc, %ip=0x401000"]
+    assert proc.read(0x10000FFC, 8) == TRAMP_VADDR.to_bytes(8, "little")[:4] + RET_ADDR.to_bytes(8, "little")[4:]
+
+
+def test_a_hijack_on_a_writable_stack_returns_the_original():
+    proc, orig = _hijack_at(0x10000FF8, [(0x10000000, "rw-p"), (0x10001000, "r--p")])
+    assert orig == RET_ADDR and proc.signal is None and proc.read_u64(0x10000FF8) == TRAMP_VADDR

@@ -17,18 +17,42 @@ from . import asm
 from .constants import UPROBE_SWBP_INSN, __NR_uretprobe
 
 
+def copy_to_user_nleft(proc, addr: int, data: bytes) -> int:
+    """copy_to_user()'s answer: how many bytes it could *not* copy. It stops at the first byte outside a
+    writable mapping; the bytes before that one are written."""
+    done = 0
+    while done < len(data):
+        mapping = proc.mapping_at(addr + done)
+        if mapping is None or "w" not in mapping.perms:
+            break
+        done += min(len(data) - done, mapping.end - (addr + done))
+    if done and not proc.copy_to_user(addr, data[:done]):
+        done = 0
+    return len(data) - done
+
+
 def arch_uretprobe_hijack_return_addr(proc, trampoline_vaddr: int, regs) -> int:
-    """Swap the return address at [sp] for the trampoline; return the original (or -1)."""
-    raw = proc.copy_from_user(regs.sp, 8)
+    """Swap the return address at [sp] for the trampoline; return the original, or -1 (no return probe).
+
+    As in the kernel, a write that fails altogether only gives up (-1); one that stops part-way has
+    clobbered the return address, which is logged (pr_err) and costs the task a SIGSEGV. Left out:
+    ``rasize = sizeof_long(regs)``, 4 bytes for a compat task: the lab's compat task runs 64-bit code
+    and pushes 8-byte return addresses, so it is served 8 bytes too; and shstk_update_last_frame."""
+    rasize = 8
+    raw = proc.copy_from_user(regs.sp, rasize)
     if raw is None:
         return -1
     orig = int.from_bytes(raw, "little")
-    if orig == trampoline_vaddr:
+    if orig == trampoline_vaddr:  # already hijacked (a chained return probe)
         return orig
-    if not proc.copy_to_user(regs.sp, trampoline_vaddr.to_bytes(8, "little")):
-        proc.force_sig("SIGSEGV", f"return address clobbered: %sp={regs.sp:#x}, %ip={regs.ip:#x}")
-        return -1
-    return orig
+    nleft = copy_to_user_nleft(proc, regs.sp, trampoline_vaddr.to_bytes(rasize, "little"))
+    if not nleft:
+        return orig
+    if nleft != rasize:
+        message = f"return address clobbered: pid=1, %sp={regs.sp:#x}, %ip={regs.ip:#x}"
+        proc.dmesg.append(message)
+        proc.force_sig("SIGSEGV", message)
+    return -1
 
 
 def arch_uretprobe_is_alive(ri, ctx: int, regs) -> bool:
