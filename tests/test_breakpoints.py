@@ -167,6 +167,40 @@ def test_a_consumer_can_redirect_execution():
     assert proc.trace.counts["emulated"] == 0
 
 
+# handle_swbp before and after 4363264111e1 "uprobe: Do not emulate/sstep original instruction when ip
+# is changed" (6.18; 6.16.y ended with 6.16.12 before the stable backports). After it a moved ip is kept
+# and the probed instruction skipped. Before it the instruction still ran: a stepped one
+# (arch_uprobe_post_xol, UPROBE_FIX_IP) ends at vaddr + its length, an emulated nop
+# (branch_emulate_op: new_ip = regs->ip + length) lands one past the consumer's ip.
+ELSEWHERE = bytes.fromhex("0db802000000c3c3")  # at E: or $0x2b8,%eax; add %al,%bl; ret. At E+1: mov $2,%eax; ret
+
+
+@pytest.mark.parametrize("site, kernel, returned", [
+    ("b807000000c3", "6.18", 0x2B8), ("b807000000c3", "6.16", 7),  # mov $7,%eax: stepped out of line
+    ("90b807000000c3", "6.18", 0x2B8), ("90b807000000c3", "6.16", 2),  # nop: emulated
+    ("90b807000000c3", "6.11", 2), ("90b807000000c3", "7.3", 0x2B8),
+])
+def test_a_moved_ip_skips_the_probed_instruction_from_6_18(site, kernel, returned):
+    proc = X86Process(kernel)
+    proc.map("/lab/moved", 0x400000, 0x1000, "r-xp", bytes.fromhex(site).ljust(0x10, b"\xcc") + ELSEWHERE)
+
+    def move(regs):
+        regs.ip, regs.ax = 0x400010, 0
+        return 0
+    uprobe_register(proc, 0x400000, UprobeConsumer(handler=move))
+    assert proc.call(0x400000) == returned
+
+
+@pytest.mark.parametrize("release, skips", [
+    ("6.16.12", False), ("6.17.7", False), ("6.17.8", True), ("6.18.0", True), ("6.6.116", False),
+    ("6.6.117", True), ("5.15.197", True), ("7.3.1", True),
+])
+def test_the_ip_check_follows_its_release_and_stable_backports(release, skips):
+    # stable review mails: patch 208/849 of 6.17.8-rc1, 104/529 of 6.6.117-rc1, 080/392 of 5.15.197-rc1
+    from uprobe_lab.kernel import kernel_for_release
+
+    assert kernel_for_release(release).ip_change_skips_insn is skips
+
 def test_bad_input_errors():
     proc = make_process("x86_64")
     with pytest.raises(KeyError, match="no symbol 'missing'"):

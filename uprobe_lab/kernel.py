@@ -27,6 +27,10 @@ class KernelVersion:
     # recognises (NOP but not PAUSE or REX.B NOP, NOPL, native-size mov %reg,%reg, lea 0(%reg),%reg,
     # jmp +0) instead of the x86_nops[] patterns, and can_optimize takes any 5-byte insn_is_nop()
     insn_is_nop: bool = False
+    # 6.18 4363264111e1 "uprobe: Do not emulate/sstep original instruction when ip is changed" (both
+    # arches; stable 5.15.197, 6.6.117, 6.17.8 and other lines): handle_swbp skips the probed instruction
+    # when a consumer moved ip; 6.10.y, 6.11.y and 6.16.y (last 6.16.12) ended before it
+    ip_change_skips_insn: bool = True
     arm64_simulate_nop: bool = True  # 6.13 ac4ad5c09b34: arm64 simulates nop instead of stepping it
     # 6.13 c56c599d9002 "arm64: probes: Disable kprobes/uprobes on MOPS instructions" (stable 6.6.64,
     # 6.11.11, 6.12.2): MOPS (cpy*/set*) prologue/main/epilogue words are refused instead of stepped
@@ -50,11 +54,11 @@ class KernelVersion:
 
 
 KERNELS = {
-    "6.10": KernelVersion("6.10", False, False, False, False, arm64_simulate_nop=False, arm64_reject_mops=False,
-                          arm64_refuse_ldr_literal=False),  # 6.10.y ended (6.10.14) before both fixes
+    "6.10": KernelVersion("6.10", False, False, False, False, ip_change_skips_insn=False, arm64_simulate_nop=False,
+                          arm64_reject_mops=False, arm64_refuse_ldr_literal=False),  # 6.10.y (6.10.14) ended first
     # 6.11 as 6.11.y ended: both arm64 fixes backported (6.11.5, 6.11.11)
-    "6.11": KernelVersion("6.11", True, False, False, False, arm64_simulate_nop=False),
-    "6.16": KernelVersion("6.16", True, True, False, False),
+    "6.11": KernelVersion("6.11", True, False, False, False, ip_change_skips_insn=False, arm64_simulate_nop=False),
+    "6.16": KernelVersion("6.16", True, True, False, False, ip_change_skips_insn=False),
     "6.18": KernelVersion("6.18", True, True, True, True),
     "7.3": KernelVersion("7.3", True, True, False, True, optimize_nop10=True, insn_is_nop=True),
 }
@@ -80,6 +84,11 @@ def get_kernel(version: str | KernelVersion | None = None) -> KernelVersion:
 # x86 rules that arrived between two modelled versions, and the release that brought each: a release
 # from 6.19 to 7.2 is the 6.18 row with insn_is_nop (no course kernel of its own: nothing published)
 X86_RULES = {"insn_is_nop": (6, 19)}
+# rules of the generic core (kernel/events/uprobes.c), both arches
+CORE_RULES = {"ip_change_skips_insn": (6, 18)}
+# 4363264111e1 went to every stable line in Nov-Dec 2025 (also 5.4, 6.1 and 6.12 queues); only these
+# sublevels are checked (patch 080/392 of 5.15.197-rc1, 104/529 of 6.6.117-rc1, 208/849 of 6.17.8-rc1)
+CORE_BACKPORTS = {"ip_change_skips_insn": {(5, 15): 197, (6, 6): 117, (6, 17): 8}}
 # arm64 rules and the release they arrived in (upstream, as stable kernels of that line carry them)
 ARM64_RULES = {"arm64_simulate_nop": (6, 13), "arm64_reject_mops": (6, 13), "arm64_refuse_ldr_literal": (6, 12)}
 # stable backports: {rule: {(major, minor): first sublevel with it}} (from the stable review mails: MOPS
@@ -94,10 +103,10 @@ def kernel_for_release(release: str, version: str | None = None) -> KernelVersio
 
     x86 rules come from the newest modelled version not newer than the release (6.10 for anything
     older: the int3 return trampoline predates it), except those of X86_RULES, which apply from the
-    release that brought them (6.19.1 is 6.18 with insn_is_nop); each arm64 rule applies from the
-    release that brought it (ARM64_RULES), or the stable sublevel it was backported to (ARM64_BACKPORTS; the sublevel
-    comes from ``version``, e.g. Debian's package version 6.1.192-3, or from the release itself).
-    Stable backports not listed there are not modelled.
+    release that brought them (6.19.1 is 6.18 with insn_is_nop); each core rule (CORE_RULES) and arm64
+    rule (ARM64_RULES) applies from the release that brought it, or the stable sublevel it was backported
+    to (CORE_BACKPORTS, ARM64_BACKPORTS; the sublevel comes from ``version``, e.g. Debian's package
+    version 6.1.192-3, or from the release itself). Stable backports not listed there are not modelled.
     """
     m = re.match(r"(\d+)\.(\d+)", str(release))
     if not m:
@@ -109,10 +118,9 @@ def kernel_for_release(release: str, version: str | None = None) -> KernelVersio
     sublevel = int(sub.group(1)) if sub else None
     older = [v for ver, v in numbered if ver <= rel]
     base = older[-1] if older else numbered[0][1]
-    x86 = {rule: rel >= since for rule, since in X86_RULES.items()}
-    arm64 = {rule: rel >= since for rule, since in ARM64_RULES.items()}
-    for rule, lines in ARM64_BACKPORTS.items():
+    rules = {rule: rel >= since for rule, since in {**X86_RULES, **CORE_RULES, **ARM64_RULES}.items()}
+    for rule, lines in {**CORE_BACKPORTS, **ARM64_BACKPORTS}.items():
         if rel in lines and sublevel is not None and sublevel >= lines[rel]:
-            arm64[rule] = True
+            rules[rule] = True
     detail = f"{release}, {version}" if version else release
-    return replace(base, name=f"{rel[0]}.{rel[1]} ({detail})", **x86, **arm64)
+    return replace(base, name=f"{rel[0]}.{rel[1]} ({detail})", **rules)

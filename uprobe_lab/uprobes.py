@@ -330,7 +330,9 @@ def handle_swbp(proc, regs) -> None:
     """A breakpoint trapped: run consumers, then emulate or single-step the original instruction.
 
     Order as in 6.18: the trampoline check first, then lookup, ``handler_chain``,
-    ``arch_uprobe_optimize`` after the hit, the "consumer moved ip" check, emulation, XOL.
+    ``arch_uprobe_optimize`` after the hit, the "consumer moved ip" check, emulation, XOL. The ip check
+    (4363264111e1) is ``kernel.ip_change_skips_insn``: before it the original instruction was emulated or
+    stepped anyway, an emulation starting from the consumer's ip and an XOL step ending at vaddr + length.
     """
     arch = proc.arch_ops
     bp_vaddr = arch.uprobe_get_swbp_addr(regs)
@@ -349,7 +351,7 @@ def handle_swbp(proc, regs) -> None:
     if proc.signal:
         return
     arch.arch_uprobe_optimize(proc, uprobe.auprobe, bp_vaddr)
-    if regs.ip != bp_vaddr:  # a consumer took execution elsewhere: skip the instruction
+    if proc.kernel.ip_change_skips_insn and regs.ip != bp_vaddr:  # execution taken elsewhere: skip the insn
         return
     if arch.arch_uprobe_skip_sstep(proc, uprobe.auprobe, regs):
         proc.trace.emit("emulated", ip=bp_vaddr, note=uprobe.auprobe.describe)
