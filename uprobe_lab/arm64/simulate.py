@@ -1,8 +1,12 @@
 """Simulating a probed arm64 instruction in the BRK handler: twin of
 arch/arm64/kernel/probes/simulate-insn.c (and the unmerged STP fp/lr simulation, arm64.stp).
 
-What the lab leaves out: GCS (newer kernels push/pop the guarded control stack in simulate_bl/ret)
-and PAC keys.
+What the lab leaves out: GCS, and PAC keys. Since 6.18 (47687aa4d9c9 "arm64: probes: Break ret out
+from bl/blr", efb07ac534e2 "arm64: probes: Add GCS support to bl/blr/ret") the kernel has
+simulate_br_blr and simulate_ret where the lab keeps the older simulate_br_blr_ret, and for a task with
+GCS enabled a simulated bl/blr pushes the return address on the guarded control stack (update_lr,
+push_user_gcs) and a simulated ret pops it and sends SIGSEGV on a mismatch (pop_user_gcs). The lab's
+tasks run without GCS, where both forms do the same.
 """
 from __future__ import annotations
 

@@ -9,7 +9,13 @@ probes, which hijack the link register (x30); the trampoline is a BRK in XOL slo
 uretprobe syscall).
 
 What the lab leaves out: ``arch_uprobe_xol_was_trapped`` (a fault inside the XOL step kills the
-process here, after ``arch_uprobe_abort_xol``).
+process here, after ``arch_uprobe_abort_xol``), and the Guarded Control Stack (GCS), which probes
+support since 6.18 (Jeremy Linton's series, merged with the arm64 6.18 pull: efb07ac534e2 "arm64:
+probes: Add GCS support to bl/blr/ret", 4a601714bb24 "arm64: uprobes: Add GCS support to uretprobes").
+For a task with GCS enabled the kernel's arch_uretprobe_hijack_return_addr reads the GCS entry at
+GCSPR_EL0, gives up on the return probe (-1) when it differs from the link register, writes the
+trampoline address there too, and sends SIGSEGV when the GCS cannot be read or written; the simulated
+bl/blr push and ret pop the GCS (arm64.simulate). The lab's tasks run without GCS.
 """
 from __future__ import annotations
 
@@ -80,7 +86,8 @@ def arch_uprobe_abort_xol(proc, auprobe: ArchUprobe, regs) -> None:
 # --- return probes ------------------------------------------------------------------------
 
 def arch_uretprobe_hijack_return_addr(proc, trampoline_vaddr: int, regs) -> int:
-    """Swap the link register for the trampoline; no stack access at all."""
+    """Swap the link register for the trampoline; no stack access at all (and, the task having no GCS,
+    no GCS entry to check and rewrite as 6.18 does)."""
     orig = regs.get("x30")
     regs.set("x30", trampoline_vaddr)
     return orig
