@@ -169,7 +169,8 @@ def _branch(rng: random.Random) -> bytes | None:
 
 
 def _nop(rng: random.Random) -> bytes:
-    choices = list(asm.X86_NOPS.values()) + [asm.NOP10, b"\x66\x66\x90", b"\xf3\x90", b"\x48\x90",
+    # x86_nops[1..8] plus shapes around them; NOP10 stands for the 0x2e-prefixed ones (9-11) the kernel refuses
+    choices = [asm.X86_NOPS[n] for n in range(1, asm.PROBEABLE_NOP_MAX + 1)] + [asm.NOP10, b"\x66\x66\x90", b"\xf3\x90", b"\x48\x90",
                                              b"\x66\x0f\x1f\x44\x00\x00", b"\x0f\x1f\x44\x00\x08",
                                              b"\x0f\x1f\x80\x00\x00\x00\x01", b"\x2e\x0f\x1f\x44\x00\x00"]
     return rng.choice(choices)
