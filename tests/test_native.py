@@ -24,6 +24,7 @@ from uprobe_lab.native.code import NativeCode
 from uprobe_lab.native.perf import PerfEventAttr, UprobeEvent
 from uprobe_lab import sites
 from uprobe_lab.program import listing_lines
+from kernel_bytes import UPROBE_TRAMPOLINE
 from native_support import (NATIVE_REASON, PMU_TYPE_FILE, REQUIRE_ENV, Uname, host_has_uprobes, kernel_at_least, native,
                             perf_fds, require_native, skip_or_fail)
 
@@ -269,7 +270,7 @@ def test_parse_maps_and_optimized():
 
 
 def test_trampoline_trim_and_listing():
-    tramp = bytes.fromhex("5141535048c7c0500100000f0558415b59c3cc") + bytes(64)
+    tramp = UPROBE_TRAMPOLINE + bytes(64)
     first = host._trim(tramp, "x86_64", 0x1000)
     assert first.hex().endswith("c3cc") and len(first) == 19
     listing = listing_lines(first, "x86_64", 0x1000)

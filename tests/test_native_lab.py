@@ -26,12 +26,13 @@ from uprobe_lab.model import fit as fitmod
 from uprobe_lab.native import NativeUnavailable, calibrate, code, compare, example, host
 from uprobe_lab.native import bench as native_bench
 from uprobe_lab.views import native as views
+from kernel_bytes import URETPROBE_TRAMPOLINE, UPROBE_TRAMPOLINE
 from native_support import Uname, native
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-TRAMP = "5141535048c7c0500100000f0558415b59c3cc"  # [uprobes-trampoline]: push rcx/r11/rax, syscall 336, ...
-URET_TRAMP = "5051415348c7c04f0100000f05415b59c3cc"  # [uprobes] slot 0: push rax/rcx/r11, syscall 335, ...
+TRAMP = UPROBE_TRAMPOLINE.hex()  # [uprobes-trampoline]
+URET_TRAMP = URETPROBE_TRAMPOLINE.hex()  # [uprobes] slot 0
 
 
 EXAMPLE = example.load_example()

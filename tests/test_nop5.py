@@ -17,8 +17,10 @@ from uprobe_lab.x86.decode import ARCH_UPROBE_FLAG_CAN_OPTIMIZE, arch_uprobe_ana
 from uprobe_lab.x86.process import X86Process
 from uprobe_lab.kernel import KERNELS, X86_RULES, get_kernel, kernel_for_release
 
+from kernel_bytes import UPROBE_TRAMPOLINE
+
 NOP5 = bytes.fromhex("0f1f440000")
-TRAMP = bytes.fromhex("51 4153 50 48c7c050010000 0f05 58 415b 59 c3 cc")
+TRAMP = UPROBE_TRAMPOLINE
 
 
 def probed(kernel="6.18", target="uprobe_target_nop5", ret=False, **options):
