@@ -174,7 +174,7 @@ def test_stp_misaligned_without_alignment_check_stores():
     proc = _stp_proc(asm.stp(29, 30, 31, -8), probe=True, sp_alignment_check=False)
     sp = STACK_TOP - 0x800
     result, new_sp, pc, *_ = _run_stp(proc, sp, 0x1111, 0x2222)
-    assert result.ok and new_sp == sp - 8
+    assert result.ok and new_sp == sp - 8 and pc == TEXT + 4  # simulated: pc past the stp
     assert proc.read_u64(sp - 8) == 0x1111 and proc.read_u64(sp) == 0x2222
 
 

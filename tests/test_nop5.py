@@ -67,7 +67,7 @@ def test_first_hit_runs_on_int3_and_optimises():
     first = proc.trace.since(before)
     assert first["exceptions"] == 1 and first["emulated"] == 1 and first["syscalls"] == 0
     assert first["text_patches"] == 2 and first["cpu_syncs"] == 3
-    assert proc.read(site, 1) == b"\xe8"
+    assert proc.read(site, 1) == b"\xe8" and consumer.hits == 1  # the consumer ran on the int3 hit
 
 
 # --- the staged rewrite -----------------------------------------------------------------------
