@@ -347,6 +347,11 @@ class EmulatedProcess:
         self.uc.emu_stop()
 
     # --- running ---
+    def arch_fault(self) -> bool:
+        """A CPU fault Unicorn gets wrong, put right by the arch's process (x86: a branch to a
+        non-canonical address); True if it delivered the signal itself."""
+        return False
+
     def run(self, start: int, until: int, max_insns: int = DEFAULT_MAX_INSNS) -> RunResult:
         """Run from ``start`` until the pc reaches ``until``, a signal, or ``max_insns`` instructions.
 
@@ -375,8 +380,9 @@ class EmulatedProcess:
                         self.uc.emu_start(pc, until, count=count)
                     except UcError as err:
                         pc = self.pc
-                        uprobe_abort_xol(self)  # a fault inside an XOL step is reported at the probed address
-                        self.force_sig("SIGSEGV", f"{err} at pc={pc:#x}")
+                        if not self.arch_fault():
+                            uprobe_abort_xol(self)  # a fault inside an XOL step is reported at the probed address
+                            self.force_sig("SIGSEGV", f"{err} at pc={pc:#x}")
                     pc = self.pc
                     if self.signal or pc == until:
                         break

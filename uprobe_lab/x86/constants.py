@@ -24,6 +24,7 @@ EPROTO = 71  # sys_uprobe off the trampoline, 7.3
 
 # asm/page_64_types.h, 4-level paging: the top of user space; the XOL page goes just below it
 TASK_SIZE = 0x7FFFFFFFF000
+CANONICAL_BITS = 48  # 4-level paging: an address is canonical when bits 63..47 are equal
 
 # syscall_64.tbl
 __NR_getpgid = 121

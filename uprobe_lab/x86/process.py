@@ -5,6 +5,20 @@ instruction executed with the trap flag set - exactly #BP and #DB. It does *not*
 ``syscall`` instruction does to registers: the CPU saves the next rip in rcx and rflags in r11.
 The syscall hook does that here, and because Unicorn itself adds 2 to rip after the hook, a
 kernel that moves rip (sys_uretprobe, sys_uprobe) must be written back 2 bytes short.
+
+Nor does Unicorn check that a branch target is canonical: a near call, jmp or ret to a
+non-canonical address completes (a call's push included, rsp 8 lower) and only the fetch at the
+target fails, or with TF set the single-step trap comes first, at the target. The host's Intel CPU
+raises #GP on the branch itself: rip stays on it and every register is as before it, but the
+return address a call stores is left written in the word below rsp (a 6.18 host on an Intel Xeon:
+``ff 15`` through a pointer to 0x2139e073cc643173). The lab models that for an instruction whose
+start state it kept (``_branch_start``): the one an out-of-line step runs, and any address given to
+``watch_insn``. Arriving at a non-canonical rip with every register but rsp as that instruction
+found them, the CPU is put back to its start and the #GP is delivered (SIGSEGV; in a step, the
+kernel aborts it first: arch_uprobe_abort_xol). A branch elsewhere keeps Unicorn's state (rip at the
+target): a hook on every instruction to know which one branched would slow every run. Only Intel is
+modelled: AMD's manuals also give the #GP to the branch, but whether an AMD call leaves its return
+address written has not been checked against an AMD host.
 """
 from __future__ import annotations
 
@@ -14,7 +28,7 @@ from unicorn import x86_const as X
 from ..process import EmulatedProcess, RegsView, pt_regs_fields
 from ..uprobes import uprobe_abort_xol
 from . import syscalls, traps
-from .constants import EXIT_ADDR, STACK_SIZE, STACK_TOP, SYSCALL_INSN_SIZE, X86_EFLAGS_IF, X86_EFLAGS_TF
+from .constants import CANONICAL_BITS, EXIT_ADDR, STACK_SIZE, STACK_TOP, SYSCALL_INSN_SIZE, X86_EFLAGS_IF, X86_EFLAGS_TF
 from .uprobes import X86ArchOps
 
 
@@ -33,6 +47,12 @@ class PtRegs(RegsView):
 
 
 GPRS = [n for n in PtRegs.UC_REGS if n not in ("ip", "flags")]
+
+
+def is_canonical(addr: int) -> bool:
+    """Bits 63..47 all equal (4-level paging: 48-bit virtual addresses)."""
+    top = addr >> (CANONICAL_BITS - 1)
+    return top in (0, (1 << (65 - CANONICAL_BITS)) - 1)
 
 
 class X86Process(EmulatedProcess):
@@ -57,6 +77,7 @@ class X86Process(EmulatedProcess):
         self.syscalls.update(syscalls.syscall_table(self.kernel))
         self.map("[stack]", STACK_TOP - STACK_SIZE, STACK_SIZE, "rw-p")
         self._syscall_tf_ip = None  # a syscall executed with TF set: where its (delayed) step trap is due
+        self._branch_start = None  # the registers as a kept instruction began (what a #GP in it restores)
         self.uc.reg_write(X.UC_X86_REG_RFLAGS, 0x2 | X86_EFLAGS_IF)  # user mode always runs with IF set
         self.uc.hook_add(UC_HOOK_INTR, self._on_interrupt)
         self.uc.hook_add(UC_HOOK_INSN, self._on_syscall, None, 1, 0, X.UC_X86_INS_SYSCALL)
@@ -70,7 +91,11 @@ class X86Process(EmulatedProcess):
     def _on_interrupt(self, uc, intno, user_data):
         if intno == 3:
             traps.exc_int3(self)
+            stepping = self.utask.active_uprobe is not None and not self.signal
+            self._branch_start = self.regs().as_dict() if stepping else None  # the step begins
         elif intno == 1:
+            if self.arch_fault():
+                return
             if self._syscall_tf_ip is not None and self.pc == self._syscall_tf_ip:
                 # syscall masks TF on entry (MSR_SYSCALL_MASK) and the exit restores it by iret, so the
                 # step trap comes after the *next* instruction, not after the syscall (6.18 host)
@@ -79,9 +104,44 @@ class X86Process(EmulatedProcess):
             self._syscall_tf_ip = None
             traps.exc_debug(self)
         else:  # #DE, #UD, #GP...: a fault inside an XOL step is reported at the probed address
+            self._branch_start = None
             pc = self.pc
             uprobe_abort_xol(self)
             self.force_sig("SIGSEGV", f"unexpected interrupt {intno} at pc={pc:#x}")
+
+    def watch_insn(self, addr: int) -> None:
+        """Keep the registers each time the instruction at ``addr`` starts, so that a branch from it
+        to a non-canonical address faults as on Intel (see the module doc): one code hook on one
+        address, no cost elsewhere."""
+        def keep(uc, address, size, user_data):
+            self._branch_start = self.regs().as_dict()
+        self.uc.hook_add(UC_HOOK_CODE, keep, None, addr, addr)
+
+    def arch_fault(self) -> bool:
+        """Unicorn stopped at a non-canonical rip (a fetch fault, or the step trap before it): if the
+        kept instruction branched there, make it Intel's #GP on that instruction and return True.
+
+        The registers go back to the instruction's start (rip on it, rsp before any push; a call's
+        stored return address stays in memory). In an out-of-line step the kernel's path for a trapped
+        step follows: exc_general_protection sets trap_nr and force_sig(SIGSEGV), uprobe_deny_signal
+        finds arch_uprobe_xol_was_trapped() and handle_singlestep() calls arch_uprobe_abort_xol()
+        instead of the post-xol fixups (no return address fixup, no -ERESTART), ip = the probed
+        address."""
+        start, self._branch_start = self._branch_start, None
+        target = self.pc
+        if start is None or is_canonical(target):
+            return False
+        regs = self.kernel_entry()
+        if any(regs.get(name) != start[name] for name in GPRS if name != "sp"):
+            return False  # a later instruction branched there
+        for name, value in start.items():
+            regs.set(name, value)
+        regs.flush()
+        self.trace.emit("exceptions")
+        uprobe_abort_xol(self)
+        self.force_sig("SIGSEGV", f"general protection fault: branch to non-canonical {target:#x} "
+                                  f"at {start['ip']:#x}")
+        return True
 
     def _on_syscall(self, uc, user_data):
         regs = self.kernel_entry()
@@ -98,6 +158,7 @@ class X86Process(EmulatedProcess):
     def abandon_run(self) -> None:
         super().abandon_run()
         self._syscall_tf_ip = None  # no delayed step trap is due any more
+        self._branch_start = None
 
     # --- conveniences for notebooks and tests ---
     def prepare_call(self, target, *args: int) -> tuple[int, int]:
