@@ -152,3 +152,53 @@ def test_host_kills_a_probed_syscall_followed_by_ret(tmp_path):
     assert plain["signal"] is None and plain["regs"]["rip"] == H.RET_PAD  # the ret landed
     assert report["xol_area"] and probed["signal"] == "SIGSEGV"  # the ret ran in the slot; ip "fixed" wrong
     assert probed["sigaddr"] == probed["regs"]["rip"] != H.RET_PAD
+
+
+CALL_NONCANONICAL = bytes.fromhex("ff159a2b0000")  # call [rip+0x2b9a]: DATA holds 0x2139e073cc643173 there
+
+
+def _intel_host() -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("vendor_id") and "GenuineIntel" in line for line in f)
+    except OSError:
+        return False
+
+
+def test_lab_probed_call_to_a_noncanonical_target_is_aborted_not_fixed_up():
+    """Intel raises #GP on the call itself (rip on it, rsp as before, the return address left written
+    below rsp); in the XOL slot that makes the step trapped, so handle_singlestep() calls
+    arch_uprobe_abort_xol() (riprel_post_xol, ip = the probed address), not default_post_xol_op's
+    UPROBE_FIX_CALL: the stack word keeps the slot's return address, slot + 6."""
+    from uprobe_lab.verify.x86_lab import lab_runs
+
+    report = lab_runs(G.make_case("RIP-relative", CALL_NONCANONICAL, 0x202), "6.18")
+    below = H.STACK_TOP - 8 - H.DATA
+    word = lambda state: int.from_bytes(state["mem"][below & ~0xFF][below & 0xFF :][:8], "little")
+    plain, probed = report["unprobed"], report["probed"]
+    for state in (plain, probed):
+        assert state["signal"] == "SIGSEGV" and "non-canonical" in state["reason"]
+        assert state["regs"]["rip"] == H.SITE and state["regs"]["rsp"] == H.STACK_TOP
+        assert state["regs"]["rsi"] == H.initial_gprs()["rsi"]  # the scratch register is restored
+    assert word(plain) == H.SITE + len(CALL_NONCANONICAL)
+    assert report["action"] == "xol" and report["xol_area"]
+    slot = word(probed) - len(CALL_NONCANONICAL)
+    assert slot != H.SITE and slot >> 12 == 0x7FFFFFFFE  # a slot in the [uprobes] page
+
+
+@x86_bpf
+def test_host_and_lab_agree_on_a_probed_call_to_a_noncanonical_target(tmp_path):
+    if not _intel_host():
+        pytest.skip("the lab models an Intel CPU's #GP on a call to a non-canonical target")
+    from uprobe_lab.verify.x86 import judge
+    from uprobe_lab.verify.x86_host import HostPool
+    from uprobe_lab.verify.x86_lab import lab_runs
+
+    case = G.make_case("RIP-relative", CALL_NONCANONICAL, 0x202)
+    (_, host), = HostPool(str(tmp_path), opmask=False, parallel=1, probe="bpf").run([(0, case.insn, case.flags)])
+    lab = lab_runs(case, "6.18")
+    for run, state in ((host["runs"][0], lab["unprobed"]), (host["runs"][2], lab["probed"])):
+        assert run["signal"] == state["signal"] == "SIGSEGV" and run["sigaddr"] == 0  # #GP: no address
+        assert {r: run["regs"][r] for r in H.GPRS + ["rip"]} == {r: state["regs"][r] for r in H.GPRS + ["rip"]}
+        assert run["mem"] == state["mem"]  # the same return address below rsp: SITE+6 / the slot's
+    assert judge(case, host, "6.18").status == "agree"

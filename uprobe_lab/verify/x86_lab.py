@@ -13,6 +13,10 @@ lab's run executes it (at SITE, or its copy in an XOL slot), a code hook applies
 unprobed effect (registers, flags, memory, and the host's extended state before or after) and moves on, taking
 the single-step trap if TF is set. Everything around it - analysis, emulation, the XOL step, fixups,
 the rewrite - is still the lab's model. That needs a host run in which the instruction fell through.
+
+Unicorn also lets a branch to a non-canonical address complete; the instruction at SITE is watched
+(X86Process.watch_insn), so such a branch raises #GP on itself, as on the host's Intel CPU, in the
+unprobed run as in the probed one's out-of-line step (which needs no watching).
 """
 from __future__ import annotations
 
@@ -92,6 +96,7 @@ def _process(case, kernel) -> X86Process:
     proc.map(SITE_FILE, H.CODE, H.CODE_SIZE, "r-xp", H.build_image(case.insn, opmask=False))
     proc.map("[data]", H.DATA, H.DATA_SIZE, "rw-p", H.data_image())
     proc.map("[ctrl]", H.CTRL, 0x1000, "rw-p")  # the pads store rax in OUT_REGS
+    proc.watch_insn(H.SITE)  # a branch from SITE to a non-canonical address faults on it, as on the host
     regs = proc.regs()
     for name, value in H.initial_gprs().items():
         regs.set(LAB_REGS[name], value)
