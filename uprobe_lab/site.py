@@ -20,7 +20,7 @@ from pathlib import Path
 from .errors import LabError
 
 REPO = Path(__file__).resolve().parents[1]
-DOCS = ("glossary.md", "references.md", "performance.md")
+DOCS = ("glossary.md", "references.md", "performance.md", "model.md")
 COMMIT_URL = "https://git.kernel.org/torvalds/c/{}"
 # A 12-hex-digit token (the kernel's abbreviated commit id) with a digit and a letter, not already in a link.
 COMMIT = re.compile(r"(?<![\w\[/])(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])([0-9a-f]{12})(?![\w\]])")
