@@ -157,6 +157,44 @@ def test_host_kills_a_probed_syscall_followed_by_ret(tmp_path):
 CALL_NONCANONICAL = bytes.fromhex("ff159a2b0000")  # call [rip+0x2b9a]: DATA holds 0x2139e073cc643173 there
 
 
+UNMAPPED = 0x2000_0000  # canonical, and nothing is mapped there
+
+
+def _rel32(opcode: int, target: int) -> bytes:
+    return bytes([opcode]) + (target - (H.SITE + 5)).to_bytes(4, "little", signed=True)
+
+
+# where each branch's fetch faults: a non-canonical pointer (#GP on the branch, rip stays on SITE),
+# DATA (mapped, not executable: rax points into it) and an unmapped canonical address
+FAULTING = {bytes.fromhex("ff259a2b0000"): H.SITE, CALL_NONCANONICAL: H.SITE,
+            bytes.fromhex("ffd0"): H.initial_gprs()["rax"], bytes.fromhex("ffe0"): H.initial_gprs()["rax"],
+            _rel32(0xE8, UNMAPPED): UNMAPPED, _rel32(0xE9, UNMAPPED): UNMAPPED}
+ORDINARY = [bytes.fromhex(h) for h in ("90", "4801d8", "ff1424", "c3", "48ffc1", "6690")]
+
+
+@pytest.mark.parametrize("probe", ["perf", "bpf"])
+@x86_host
+def test_every_case_of_a_run_gets_a_report_one_child_at_a_time(tmp_path, probe, request):
+    """With one child at a time the next job waits for the last child to exit after it reported; the
+    pool once took "no report pending" for "no job left" and returned after the first few cases."""
+    from uprobe_lab.verify.x86_host import HostPool
+
+    if probe == "bpf":
+        request.getfixturevalue("referee_bpf_host")
+    raws = [raw for pair in zip(FAULTING, ORDINARY) for raw in pair] * 2
+    jobs = [(i, raw, 0x202) for i, raw in enumerate(raws)]
+    reports = dict(HostPool(str(tmp_path), opmask=False, parallel=1, probe=probe).run(jobs))
+    assert sorted(reports) == list(range(len(jobs)))
+    assert not {k: r["error"] for k, r in reports.items() if "error" in r}
+    for key, raw, _ in jobs:
+        runs = reports[key]["runs"]
+        assert len(runs) == 3, (raw.hex(), reports[key])
+        if raw in FAULTING:  # the branch or the fetch at its target faults, and the harness recovers
+            assert [(r["signal"], r["regs"]["rip"]) for r in runs] == [("SIGSEGV", FAULTING[raw])] * 3, raw.hex()
+        else:
+            assert [r["signal"] for r in runs] == [None] * 3, raw.hex()
+
+
 def _intel_host() -> bool:
     try:
         with open("/proc/cpuinfo") as f:

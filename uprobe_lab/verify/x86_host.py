@@ -269,11 +269,13 @@ class HostPool:
         jobs = iter(jobs)
         children: set[int] = set()
         pending = 0
+        exhausted = False
         try:
             while True:
-                while len(children) < self.parallel:
+                while not exhausted and len(children) < self.parallel:
                     job = next(jobs, None)
                     if job is None:
+                        exhausted = True
                         break
                     r, w = os.pipe()
                     pid = os.fork()
@@ -286,7 +288,12 @@ class HostPool:
                     sel.register(r, selectors.EVENT_READ, [job.key, own_file, bytearray()])
                     pending += 1
                 if not pending:
-                    break
+                    if exhausted:
+                        break
+                    # every slot is held by a child that has sent its report but not yet exited: the
+                    # jobs left wait for one of them, they are not done
+                    self._reap(children, block=True, one=True)
+                    continue
                 for sk, _ in sel.select(timeout=0.5):
                     key, own_file, buf = sk.data
                     chunk = os.read(sk.fd, 1 << 16)
@@ -310,11 +317,13 @@ class HostPool:
             self._reap(children, block=True)
 
     @staticmethod
-    def _reap(children: set[int], block: bool) -> None:
+    def _reap(children: set[int], block: bool, one: bool = False) -> None:
         for pid in list(children):
             got, _ = os.waitpid(pid, 0 if block else os.WNOHANG)
             if got:
                 children.discard(pid)
+                if one:
+                    return
 
 
 def _unlink(path: str) -> None:
