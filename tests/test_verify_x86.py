@@ -113,6 +113,21 @@ def test_unknown_arch_or_class_is_a_clear_error(monkeypatch):
         verify("x86_64", sample=1, classes=["nops"], kernel="6.18")
 
 
+def test_a_case_the_host_gives_no_report_for_is_an_error_in_the_summary(monkeypatch, tmp_path):
+    """Runs anywhere: the host check passes and the pool answers for every case but the second."""
+    from uprobe_lab.native import support
+    from uprobe_lab.verify import x86, x86_host
+
+    monkeypatch.setattr(support, "check_native_support", lambda arch=None: None)
+    monkeypatch.setattr(x86, "_exec_dir", lambda: str(tmp_path))
+    answer = lambda self, jobs: ((key, {"error": "boom"}) for key, _, _ in jobs if key != 1)
+    monkeypatch.setattr(x86_host.HostPool, "run", answer)
+    report = x86.verify_x86(sample=4, seed=3, classes=["1-byte"], sweeps=False, kernel="6.18")
+    assert [v.host_error for v in report.verdicts] == ["boom", "the host returned no report for it", "boom", "boom"]
+    assert report.as_dict()["classes"][0]["errors"] == 4 and report.as_dict()["judged"] == 0
+    assert "error: the host returned no report for it" in report.format()
+
+
 @x86_host
 def test_sample_agrees_with_the_host():
     report = verify("x86_64", sample=80, seed=20261130, sweeps=False)  # every class, ~10 s

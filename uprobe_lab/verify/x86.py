@@ -81,6 +81,8 @@ class Verdict:
     def line(self) -> str:
         host = f"host {self.host_action}" + (f", changes {','.join(self.host_changed)}" if self.host_changed else "")
         lab = f"lab {self.lab_action}" + (f", changes {','.join(self.lab_changed)}" if self.lab_changed else "")
+        if self.host_error:
+            host += f" error: {self.host_error}"
         return f"[{self.case.cls}] {self.case.insn.hex(' ')}  {self.case.text}\n    {host}\n    {lab}: {self.lab_reason}"
 
 
@@ -208,6 +210,9 @@ def verify_x86(sample: int = 3000, seed: int = 1, classes=None, sweeps: bool = T
             verdicts[i] = judge(cases[i], report, kernel)
             if progress:
                 progress(done, len(cases))
+        # a case the pool gave no report for is an error in the summary, not a hole in it
+        verdicts = [v if v is not None else Verdict(cases[i], "error", host_error="the host returned no report for it")
+                    for i, v in enumerate(verdicts)]
         # a disagreement counts only if the host gives the same answer when asked again
         doubtful = [i for i, v in enumerate(verdicts) if v.status == "disagree"]
         again = ((i, cases[i].insn, cases[i].flags) for i in doubtful for _ in range(RECHECKS))
