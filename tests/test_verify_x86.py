@@ -255,3 +255,28 @@ def test_host_and_lab_agree_on_a_probed_call_to_a_noncanonical_target(tmp_path):
         assert {r: run["regs"][r] for r in H.GPRS + ["rip"]} == {r: state["regs"][r] for r in H.GPRS + ["rip"]}
         assert run["mem"] == state["mem"]  # the same return address below rsp: SITE+6 / the slot's
     assert judge(case, host, "6.18").status == "agree"
+
+
+def test_a_case_that_never_ends_is_an_error_not_a_hang(tmp_path, monkeypatch):
+    """A forked child still running after CHILD_TIMEOUT_S dies of SIGALRM; its case comes back as an
+    error beside the others' reports (no host needed: the children here only loop or report)."""
+    import faulthandler
+    import time
+
+    from uprobe_lab.verify import x86_host
+
+    monkeypatch.setattr(x86_host, "CHILD_TIMEOUT_S", 1)
+
+    def child(job):
+        while job.key == "loops":
+            time.sleep(0.05)
+        return {"ran": job.key}
+
+    jobs = [x86_host.Job(key, b"\x90", 0, False, str(tmp_path / f"{key}.bin")) for key in ("loops", "ends")]
+    faulthandler.dump_traceback_later(60, exit=True)  # should the child never be killed, end the test run
+    try:
+        got = dict(x86_host.HostPool(str(tmp_path), opmask=False, parallel=2)._run(jobs, child))
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+    assert got["ends"] == {"ran": "ends"}
+    assert "died without a report" in got["loops"]["error"] and "1 s" in got["loops"]["error"]

@@ -15,6 +15,7 @@ import ctypes
 import errno as errno_mod
 import os
 import pickle
+import signal
 import struct
 from dataclasses import dataclass
 
@@ -31,6 +32,7 @@ SIGNAMES = {v: k for k, v in CAUGHT.items()}
 XSAVE_LEGACY_XMM, XSAVE_HEADER, XSAVE_YMM_HI = 160, 512, 576
 XSAVE_X87_POINTERS = slice(8, 24)  # FIP and FDP: where the last x87 insn ran, not what it computed
 CHUNK = 256
+CHILD_TIMEOUT_S = 30  # a child still running then (a case that loops) is killed by SIGALRM: an error, not a hang
 
 
 class SigAction(ctypes.Structure):  # glibc's struct sigaction on x86-64
@@ -186,6 +188,7 @@ class Job:
 def _child(job: Job, run, w: int) -> None:
     """The forked child: run, send the report (length-prefixed pickle), exit without returning."""
     status = 0
+    signal.alarm(CHILD_TIMEOUT_S)  # SIGALRM's default action ends the child; the harness catches only faults
     try:
         try:
             report = run(job)
@@ -306,7 +309,8 @@ class HostPool:
                         if own_file:
                             _unlink(own_file)
                         yield key, (pickle.loads(bytes(buf[8:])) if complete
-                                    else {"error": "the child died without a report"})
+                                    else {"error": f"the child died without a report (one still running after "
+                                                   f"{CHILD_TIMEOUT_S} s is killed)"})
                 self._reap(children, block=False)
         finally:
             for key in list(sel.get_map().values()):
