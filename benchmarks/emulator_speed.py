@@ -22,7 +22,7 @@ from unicorn import UC_HOOK_INTR
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from uprobe_lab.arches import make_process  # noqa: E402
-from uprobe_lab.bench import bench_names, run_bench  # noqa: E402
+from uprobe_lab.bench import bench_names, bench_process, run_bench  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,11 +64,10 @@ def bare_unicorn_hits_per_s(iterations: int) -> float:
 
 def _nop_hits_per_s(iterations: int, int3_entry=None, count_events: bool = True) -> float:
     """uprobe-nop on the lab's x86 process, optionally with its #BP entry swapped for a stand-in."""
-    from uprobe_lab.bench import _prepare, bench_spec
     from uprobe_lab.trace import Trace
     from uprobe_lab.x86 import traps
 
-    proc, _, target = _prepare(bench_spec("uprobe-nop"), "x86_64", None, False, {})
+    proc, _, target = bench_process("uprobe-nop")
     proc.call("producer_loop", 16, target)
     real_entry, real_emit = traps.exc_int3, Trace.emit
     try:

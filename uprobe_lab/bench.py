@@ -80,7 +80,10 @@ def bench_names(arch: str = "x86_64") -> list[str]:
     return names + ([f"usdt-{t}" for t in USDT_TARGETS] if arch == "x86_64" else [])
 
 
-def _prepare(spec: BenchSpec, arch: str, kernel, count_insns: bool, options: dict):
+def bench_process(name: str, arch: str = "x86_64", kernel=None, count_insns: bool = False, **options):
+    """A process ready to run bench ``name``: (process, its CountingConsumer or None when the bench has no
+    probe, the address the producer loop calls). Raises UnprobeableInstruction if ``kernel`` refuses the probe."""
+    spec = bench_spec(name, arch)
     proc = make_process(arch, kernel, count_insns=count_insns, **{**dict(spec.options), **options})
     consumer = None
     if spec.probe == "usdt":
@@ -131,8 +134,7 @@ def usdt_cost_table(path, kernels=("6.16", "6.18", "7.3")):
 
 def events_per_hit(name: str, arch: str = "x86_64", kernel=None, **options) -> dict[str, float]:
     """Steady-state events of one hit: the difference between a 16- and an 8-iteration run, / 8."""
-    spec = bench_spec(name, arch)
-    proc, _, target = _prepare(spec, arch, kernel, True, options)
+    proc, _, target = bench_process(name, arch, kernel, True, **options)
     proc.call("producer_loop", 4, target)  # warm-up: first hits may patch text or map pages
     before = proc.trace.counts
     proc.call("producer_loop", 8, target)
@@ -165,12 +167,11 @@ def run_bench(name: str, arch: str = "x86_64", kernel=None, iterations: int = 20
     if iterations <= 0:
         raise LabError(f"iterations must be positive, got {iterations}")
     kernel = get_kernel(kernel)
-    spec = bench_spec(name, arch)
     try:
         events = events_per_hit(name, arch, kernel, **options)
     except UnprobeableInstruction as err:
         return refused_row(name, arch, "emulated", kernel.name, str(err))
-    proc, consumer, target = _prepare(spec, arch, kernel, False, options)
+    proc, consumer, target = bench_process(name, arch, kernel, **options)
     proc.call("producer_loop", 16, target)  # warm-up
     start_hits = consumer.hits if consumer else 0
     t0 = time.perf_counter()
@@ -203,11 +204,10 @@ def refused_row(name: str, arch: str, mode: str, kernel: str, reason: str) -> di
 
 def refusal(name: str, arch: str = "x86_64", kernel=None) -> str | None:
     """Why ``kernel`` refuses the probe of bench ``name`` at attach time, or None if it accepts it."""
-    spec = bench_spec(name, arch)
-    if spec.probe is None:
+    if bench_spec(name, arch).probe is None:
         return None
     try:
-        _prepare(spec, arch, kernel, False, {})
+        bench_process(name, arch, kernel)
     except UnprobeableInstruction as err:
         return str(err)
     return None
