@@ -1,25 +1,23 @@
 """A longer run of tests/test_stress_stops.py: more interrupts, longer delays, every stepper Reset.
 
-    PYTHONPATH=. python benchmarks/stress_stops.py [interrupts] [max_delay_s]
+    python benchmarks/stress_stops.py [--interrupts 2000] [--max-delay 0.1]
 
-Prints how many interrupts and resets were made and checked, and how long it took; then how soon
-Ctrl-C stops an emulated run of each bench and the native loop (the prompt-stop figures, which the
-unit tests leave out: a time bound there fails on a loaded machine, not on a slow stop).
+Prints how many interrupts and resets were made and checked (uprobe_lab.stress), and how long it took;
+then how soon Ctrl-C stops an emulated run of each bench and the native loop (the prompt-stop figures,
+which the unit tests leave out: a time bound there fails on a loaded machine, not on a slow stop).
 """
 import _thread
+import argparse
 import os
 import statistics
 import sys
 import threading
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from test_stress_stops import interrupt_stress, notebook_steppers, reset_stress  # noqa: E402
-from test_stopped_runs import ctrl_c_once_running  # noqa: E402
-
-import uprobe_lab as ul  # noqa: E402
-from uprobe_lab import bench  # noqa: E402
+from uprobe_lab.bench import bench_process  # noqa: E402
+from uprobe_lab.stress import ctrl_c_once_running, interrupt_stress, notebook_steppers, reset_stress  # noqa: E402
 
 STOP_CASES = [(a, n) for a in ("x86_64", "arm64") for n in ("uprobe-ret", "uretprobe-nop", "syscall-count",
                                                              "usermode-count")]
@@ -27,11 +25,7 @@ STOP_CASES = [(a, n) for a in ("x86_64", "arm64") for n in ("uprobe-ret", "uretp
 
 def emulated_stop_seconds(arch: str, name: str, rounds: int) -> list[float]:
     """Seconds from Ctrl-C (sent once the run is under way) to KeyboardInterrupt in the caller, per round."""
-    spec = bench.bench_spec(name, arch)
-    proc = ul.new_process(arch, "6.18", record=False)
-    if spec.probe:
-        ul.attach(proc, spec.target, ul.CountingConsumer(ret=spec.probe == "uretprobe"))
-    target = proc.program.resolve(spec.target)
+    proc, _, target = bench_process(name, arch, "6.18", record=False)
     out = []
     for _ in range(rounds):
         done, sent = threading.Event(), []
@@ -86,10 +80,13 @@ def print_stop_seconds(rounds: int = 5) -> None:
 
 
 def main() -> None:
-    trials = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
-    max_delay = float(sys.argv[2]) if len(sys.argv) > 2 else 0.1
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--interrupts", type=int, default=2000)
+    parser.add_argument("--max-delay", type=float, default=0.1, help="seconds: each interrupt comes after a "
+                        "random delay up to this")
+    args = parser.parse_args()
     t0 = time.perf_counter()
-    counts = interrupt_stress(trials, max_delay, seed=int(time.time()))
+    counts = interrupt_stress(args.interrupts, args.max_delay, seed=int(time.time()))
     print(f"interrupts: {counts['interrupts']} over {counts['combinations']} (arch, kernel, bench) processes "
           f"({len(counts['refused'])} combinations refused at attach, as the kernel does), each followed by an exact "
           f"call; {time.perf_counter() - t0:.1f} s")

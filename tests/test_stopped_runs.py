@@ -8,19 +8,18 @@ same before the next call, so every count below is exact.
 """
 from __future__ import annotations
 
-import _thread
 import faulthandler
 import os
 import signal
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 
 import uprobe_lab as ul
 from uprobe_lab import bench
+from uprobe_lab.stress import HANG_GUARD_S, ctrl_c_once_running, in_a_run
 from uprobe_lab.x86.constants import X86_EFLAGS_TF
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -90,33 +89,6 @@ def test_notebook_01_ret_stepper_step_reset_run_to_end():
 
 
 # --- 2. Ctrl-C ----------------------------------------------------------------------------------
-
-HANG_GUARD_S = 120  # only a Ctrl-C that is never acted on gets near this; it is no speed goal
-
-
-def in_a_run() -> bool:
-    """A run is under way: the emulator has put its own SIGINT handler in place of Python's."""
-    return signal.getsignal(signal.SIGINT) is not signal.default_int_handler
-
-
-def ctrl_c_once_running(done: threading.Event, sent: list | None = None) -> threading.Thread:
-    """Ctrl-C (``_thread.interrupt_main``) as soon as a run is under way, so it lands inside the run and
-    not before it; nothing is sent if ``done`` is set first. ``sent`` gets the perf_counter() of the
-    moment it was sent: how fast the run then stops is measured by benchmarks/stress_stops.py, not
-    asserted here."""
-    def wait_then_interrupt():
-        deadline = time.monotonic() + HANG_GUARD_S
-        while not in_a_run() and not done.is_set() and time.monotonic() < deadline:
-            time.sleep(0.001)
-        if in_a_run() and not done.is_set():
-            if sent is not None:
-                sent.append(time.perf_counter())
-            _thread.interrupt_main()
-
-    thread = threading.Thread(target=wait_then_interrupt, daemon=True)
-    thread.start()
-    return thread
-
 
 @pytest.fixture
 def hang_guard():
