@@ -9,34 +9,41 @@ top of a syscall whose other work does not depend on the size. A 0-byte read ski
 
 The cost model prices a kernel copy per call (``uaccess`` in uprobe_lab.model.prices), because the
 uprobe paths copy 8 to 32 bytes at a time; this prints what that choice rests on, for this machine.
-Run as ``python benchmarks/uaccess_size.py`` (pinned to one CPU; figures are medians of 15 rounds).
+
+    python benchmarks/uaccess_size.py [--calls 20000] [--rounds 15]
+
+Pinned to one CPU; each figure is the median over the rounds of the time per call.
 """
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import time
 
 SIZES = (0, 8, 16, 32, 64, 512, 4096)
-CALLS, ROUNDS = 20_000, 15
 
 
-def ns_per_read(fd: int, size: int) -> float:
+def ns_per_read(fd: int, size: int, calls: int, rounds: int) -> float:
     bufs = [bytearray(size)]
-    rounds = []
-    for _ in range(ROUNDS):
+    per_call = []
+    for _ in range(rounds):
         t0 = time.thread_time_ns()
-        for _ in range(CALLS):
+        for _ in range(calls):
             os.readv(fd, bufs)
-        rounds.append((time.thread_time_ns() - t0) / CALLS)
-    return statistics.median(rounds)
+        per_call.append((time.thread_time_ns() - t0) / calls)
+    return statistics.median(per_call)
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=20_000, help="reads per round and size")
+    parser.add_argument("--rounds", type=int, default=15)
+    args = parser.parse_args()
     os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[-1]})
     fd = os.open("/dev/zero", os.O_RDONLY)
     try:
-        ns = {size: ns_per_read(fd, size) for size in SIZES}
+        ns = {size: ns_per_read(fd, size, args.calls, args.rounds) for size in SIZES}
     finally:
         os.close(fd)
     for size, t in ns.items():
