@@ -8,7 +8,8 @@ the page offsets are byte-for-byte the lab's. It probes itself through perf_even
 
     python benchmarks/native_vs_c.py [--bench uprobe-nop] [--iterations N] [--repeats R] [--rounds K]
 
-Needs root (CAP_SYS_ADMIN) and a C compiler (`cc`); only this script uses the compiler.
+Needs root (CAP_SYS_ADMIN) and a C compiler (`cc`). The lab itself compiles nothing: only this script and
+benchmarks/single_step_trap.py use a compiler.
 """
 from __future__ import annotations
 
