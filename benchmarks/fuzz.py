@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from uprobe_lab.fuzz import TARGETS, FuzzResult, fuzz_program_once  # noqa: E402
+from uprobe_lab.fuzz import TARGETS, fuzz  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -29,15 +29,14 @@ def main(argv=None) -> int:
                    "besides the nop5/nop10 sites (0: every instruction)")
     p.add_argument("--size", type=int, default=None, help="instructions in the generated body")
     args = p.parse_args(argv)
-    arches = list(TARGETS) if args.arch == "all" else [args.arch]
-    result = FuzzResult()
     start = time.time()
-    with tqdm(total=args.programs * len(arches), unit="prog") as bar:
-        for arch in arches:
-            for i in range(args.programs):
-                result.merge(fuzz_program_once(arch, args.seed + i, sites=args.sites or None, size=args.size))
-                bar.update(1)
-                bar.set_postfix(runs=result.probe_runs, bugs=len(result.bugs))
+    with tqdm(total=args.programs * (len(TARGETS) if args.arch == "all" else 1), unit="prog") as bar:
+        def progress(result):
+            bar.update(1)
+            bar.set_postfix(runs=result.probe_runs, bugs=len(result.bugs))
+
+        result = fuzz(args.arch, args.programs, args.seed, sites=args.sites or None, size=args.size,
+                      progress=progress)
     print(f"{result.programs} programs x {len(result.mechanisms)} mechanisms tried "
           f"({result.probe_runs} probe runs, {time.time() - start:.0f} s)")
     print(result.summary())

@@ -29,6 +29,12 @@ def test_quick_profile_exercises_every_mechanism_and_config(quick):
     assert {c.label for c in fz.TARGETS["x86_64"].configs() + fz.TARGETS["arm64"].configs()} == {k.split("/", 1)[1] for k in quick.configs}
 
 
+def test_progress_is_called_with_the_result_so_far_after_each_program():
+    seen = []
+    result = fz.fuzz("x86_64", programs=2, seed=0, sites=1, size=4, progress=lambda r: seen.append(r.programs))
+    assert seen == [1, 2] and result.programs == 2
+
+
 def redzone_program(site=asm.X86_NOPS[5]):
     """fuzz_main calls a leaf 3 times; the leaf keeps a value at -8(%rsp) across a nop5 (or ``site``) and stores it."""
     a = Assembler("x86_64", 0x400000)

@@ -197,12 +197,15 @@ def get_target(arch: str) -> FuzzTarget:
 
 def fuzz(arch: str = "all", programs: int = 8, seed: int = 0, sites: int | None = 6, size: int | None = None,
          progress=None) -> FuzzResult:
-    """Fuzz ``programs`` programs per architecture ("x86_64", "arm64" or "all"); program i uses seed+i."""
+    """Fuzz ``programs`` programs per architecture ("x86_64", "arm64" or "all"); program i uses seed+i.
+
+    ``sites`` and ``size`` go to :func:`fuzz_program_once`. ``progress``, if given, is called after each
+    program with the result so far."""
     arches = list(TARGETS) if arch == "all" else [get_target(arch).arch]
     result = FuzzResult()
     for a in arches:
         for i in range(programs):
             result.merge(fuzz_program_once(a, seed + i, sites=sites, size=size))
             if progress is not None:
-                progress(1)
+                progress(result)
     return result
