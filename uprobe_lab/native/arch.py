@@ -19,14 +19,13 @@ class ArchSpec:
     machines: tuple[str, ...]  # what os.uname().machine says on such a host
     perf_event_open_nr: int  # __NR_perf_event_open
     programs_module: str  # module whose bench_program(base) gives the bench bytes
-    tested: bool  # measured natively at least once
 
 
 ARCHES: dict[str, ArchSpec] = {
     # arch/x86/entry/syscalls/syscall_64.tbl: 298 common perf_event_open
-    "x86_64": ArchSpec("x86_64", ("x86_64", "amd64"), 298, "uprobe_lab.x86.programs", True),
+    "x86_64": ArchSpec("x86_64", ("x86_64", "amd64"), 298, "uprobe_lab.x86.programs"),
     # include/uapi/asm-generic/unistd.h: #define __NR_perf_event_open 241 (arm64 uses the generic table)
-    "arm64": ArchSpec("arm64", ("aarch64", "arm64"), 241, "uprobe_lab.arm64.programs", False),
+    "arm64": ArchSpec("arm64", ("aarch64", "arm64"), 241, "uprobe_lab.arm64.programs"),
 }
 
 
@@ -52,7 +51,7 @@ def perf_event_open_nr(arch: str | None = None) -> int:
 
 
 def load_bench_program(arch: str | None = None):
-    """``bench_program`` of the arch's programs module; ImportError if that module does not exist."""
+    """``bench_program`` of the arch's programs module; ImportError if the lab has no row for ``arch``."""
     spec = arch_spec(arch)
     if spec is None:
         raise ImportError(f"no bench bytes for {arch or host_arch()!r}")

@@ -9,15 +9,15 @@ import os
 import platform
 
 from . import code, perf
-from .arch import ARCHES, host_arch, load_bench_program
+from .arch import ARCHES, host_arch
 from .errors import not_linux, unsupported_arch
 
 
 def check_native_support(arch: str | None = None) -> str:
     """Raise NativeUnavailable unless native benches can run here; return the lab's arch name.
 
-    Checks, in order: Linux; an architecture with bench bytes that matches this host (only x86_64
-    now; arm64 plugs in through uprobe_lab.native.arch.ARCHES and is untested); the uprobe PMU;
+    Checks, in order: Linux; an architecture with bench bytes that matches this host (a row of
+    uprobe_lab.native.arch.ARCHES: x86_64, and arm64, which is untested); the uprobe PMU;
     a directory that allows exec mappings; and a trial perf_event_open of a uprobe on a scratch file
     nobody maps (so nothing is patched), which is where missing privileges show up.
     """
@@ -30,15 +30,6 @@ def check_native_support(arch: str | None = None) -> str:
         raise unsupported_arch(arch, "the lab has no bytes for this architecture")
     if arch != host:
         raise unsupported_arch(arch, f"its bytes cannot run on this {host} host")
-    module = ARCHES[arch].programs_module
-    try:
-        load_bench_program(arch)
-    except ImportError as err:
-        # Only the module (or a package above it) being absent means "no bytes yet"; an import that
-        # fails inside it is a broken install or a bug, and its own error says which module is missing.
-        if err.name is None or not (module == err.name or module.startswith(err.name + ".")):
-            raise
-        raise unsupported_arch(arch, f"{module} does not exist yet") from None
     perf.uprobe_pmu_type()
     with code.scratch_dir() as d:
         perf.trial_open(d)
