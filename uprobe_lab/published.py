@@ -178,28 +178,3 @@ def format_bench_line(bench: str, value: float, pm: float | None = None, unit: s
     if unit == "M/s":
         return "%-15s: %8.3fM/s" % (bench, value)
     return "%-15s: %8s %s" % (bench, repr(float(value)), unit)
-
-
-def format_bench_table(df: pd.DataFrame, headers: bool | None = None) -> str:
-    """Rows of ``df`` (e.g. a slice of :func:`load_published`) in run_bench_uprobes.sh's format::
-
-        uprobe-nop     :    3.016 ± 0.000M/s
-
-    With ``headers`` (default: only when ``df`` spans more than one source/table/variant), each group
-    is preceded by ``<source> <table> <variant> (<cpu>, kernel <kernel>):`` and separated by a blank line.
-    """
-    group_keys = ["source", "table", "variant"]
-    groups = list(df.groupby(group_keys, sort=False)) if len(df) else []
-    if headers is None:
-        headers = len(groups) > 1
-    if not headers:
-        return "\n".join(
-            format_bench_line(r.bench, r.value, r.pm, r.unit) for r in df.itertuples(index=False)
-        )
-    blocks = []
-    for (source, table, variant), grp in groups:
-        first = grp.iloc[0]
-        lines = [f"{source} {table} {variant} ({first['cpu']}, kernel {first['kernel']}):"]
-        lines += [format_bench_line(r.bench, r.value, r.pm, r.unit) for r in grp.itertuples(index=False)]
-        blocks.append("\n".join(lines))
-    return "\n\n".join(blocks)
