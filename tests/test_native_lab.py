@@ -262,6 +262,19 @@ def test_a_machine_too_noisy_to_calibrate_falls_back_to_the_recording_and_says_w
     assert source == "measured now on this machine" and prof.cpu == "quiet box"
 
 
+def test_a_vm_calibration_says_its_dear_single_step_is_expected():
+    """The recording is a VM's: its xol_step is far above what one event costs natively. Calibrated as a
+    VM, the warning says that is expected and why; calibrated as bare metal, it does not."""
+    rows = model.load_host_recording()["rows"]
+    for virtualised in (True, False):
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            prof = calibrate.calibrate(rows, drop_noisy=True, virtualised=virtualised)
+        step = [w for w in prof.warnings if w.startswith("xol_step ")]
+        assert len(step) == 1 and any(step[0] in str(w.message) for w in seen)
+        assert ("hypervisor intercepts the single step's #DB" in step[0]) == virtualised
+
+
 def test_the_single_step_prior_follows_where_the_rows_were_measured(monkeypatch):
     """Rows measured here are calibrated as this machine is (bare metal here, by the fake); rows from the
     bundled recording as the recording's machine was (a VM), so a VM's xol_step prior goes with them."""

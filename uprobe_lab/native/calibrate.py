@@ -78,6 +78,10 @@ def measured_frame(rows: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(out, columns=["arch", "kernel", "release", "bench", "consumers", "mops", "stddev", "rel_err"])
 
 
+VM_STEP_NOTE = ("; expected on a virtual machine, as these rows' is: its hypervisor intercepts the single "
+                "step's #DB (benchmarks/single_step_trap.py)")
+
+
 def calibrate(rows: list[dict], cpu: str = "this machine", rel_tol: float = REL_TOL,
               drop_noisy: bool = False, virtualised: bool = False) -> model.Profile:
     """Fit the model's prices on native rows: a Profile whose ``interval(bench, kernel)`` and
@@ -110,6 +114,8 @@ def calibrate(rows: list[dict], cpu: str = "this machine", rel_tol: float = REL_
     prof.dropped = dropped
     prof.measured = offered
     prof.level_sd = max((float(r.get("level_sd", 0.0)) for r in rows), default=0.0)
+    if virtualised:  # say which of the warning's causes it is, where the lab knows
+        prof.warnings = [w + VM_STEP_NOTE if w.startswith("xol_step ") else w for w in prof.warnings]
     free = [p for p in fitmod.unpinned(prof) if p in native_table_prices(arch)]
     if free:
         prof.warnings.append(f"not pinned by these rows (predictions that count them are not meaningful): "
