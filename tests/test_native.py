@@ -183,7 +183,7 @@ def test_permission_denied(monkeypatch, pmu_ok, err):
 def test_real_permission_error_without_cap_sys_admin():
     """The kernel's own refusal, not a fake: a child without CAP_SYS_ADMIN in its bounding set."""
     if not shutil.which("setpriv"):
-        pytest.skip("needs setpriv (util-linux) to take CAP_SYS_ADMIN away")
+        skip_or_fail("needs setpriv (util-linux) to take CAP_SYS_ADMIN away")
     src = "from uprobe_lab.native import check_native_support as c\ntry:\n c()\nexcept Exception as e:\n print(type(e).__name__, e)"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")]))}
     out = subprocess.run(["setpriv", "--bounding-set", "-sys_admin", sys.executable, "-c", src],

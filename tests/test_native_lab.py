@@ -27,7 +27,7 @@ from uprobe_lab.native import NativeUnavailable, calibrate, code, compare, examp
 from uprobe_lab.native import bench as native_bench
 from uprobe_lab.views import native as views
 from kernel_bytes import URETPROBE_TRAMPOLINE, UPROBE_TRAMPOLINE
-from native_support import Uname, native
+from native_support import Uname, native, skip_or_fail
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
@@ -473,7 +473,7 @@ def test_cli_without_cap_sys_admin_exits_2():
     import shutil
 
     if not shutil.which("setpriv"):
-        pytest.skip("needs setpriv")
+        skip_or_fail("needs setpriv (util-linux) to take CAP_SYS_ADMIN away")
     out = subprocess.run(["setpriv", "--bounding-set", "-sys_admin", sys.executable, "-m", "uprobe_lab", "bench",
                           "--mode", "native", "uprobe-nop"], capture_output=True, text=True, env=ENV, timeout=60)
     assert out.returncode == 2 and "CAP_SYS_ADMIN" in out.stderr and "Traceback" not in out.stderr

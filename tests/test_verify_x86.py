@@ -12,9 +12,11 @@ import capstone
 import pytest
 
 from uprobe_lab.errors import LabError
+from uprobe_lab.kernel import get_kernel
 from uprobe_lab.verify import verify
 from uprobe_lab.verify import x86_gen as G
 from uprobe_lab.verify import x86_harness as H
+from uprobe_lab.x86.analyze import analyze_hex
 
 from native_support import kernel_at_least, require_bpf, require_native
 
@@ -126,6 +128,24 @@ def test_a_case_the_host_gives_no_report_for_is_an_error_in_the_summary(monkeypa
     assert [v.host_error for v in report.verdicts] == ["boom", "the host returned no report for it", "boom", "boom"]
     assert report.as_dict()["classes"][0]["errors"] == 4 and report.as_dict()["judged"] == 0
     assert "error: the host returned no report for it" in report.format()
+
+
+def test_a_6_19_host_is_judged_by_its_release_rules(monkeypatch, tmp_path):
+    """With no --kernel the lab models the host's release, not only its modelled version: a 6.19 host has
+    insn_is_nop (8a5c6cbfe4a3), so the lab steps pause (f3 90) there as the host would; 6.18 emulates it."""
+    from uprobe_lab.native import support
+    from uprobe_lab.verify import x86, x86_host
+
+    monkeypatch.setattr(support, "check_native_support", lambda arch=None: None)
+    monkeypatch.setattr(x86, "_exec_dir", lambda: str(tmp_path))
+    monkeypatch.setattr(x86.os, "uname", lambda: os.uname_result(("Linux", "h", "6.19.1", "#1", "x86_64")))
+    monkeypatch.setattr(x86_host.HostPool, "run", lambda self, jobs: ((k, {"error": "no host"}) for k, _, _ in jobs))
+    seen = []
+    monkeypatch.setattr(x86, "judge", lambda case, host, kernel: seen.append(kernel) or x86.Verdict(case, "error"))
+    report = x86.verify_x86(sample=2, seed=3, classes=["nops"], sweeps=False)
+    assert report.kernel.startswith("6.19") and seen and all(k.insn_is_nop and k.optimize_nop5 for k in seen)
+    assert analyze_hex("f390", seen[0])["action"] == "xol"
+    assert analyze_hex("f390", get_kernel("6.18"))["action"] == "emulate"
 
 
 @x86_host
