@@ -138,7 +138,7 @@ def test_bench_iterations_default_per_mode(monkeypatch, mode, expected):
 
 def test_predict_reads_the_native_benchs_json(tmp_path, capsys):
     """bench --mode native --json's rows (here the bundled recording's, a 6.18 release) go straight into
-    predict: each row's stddev becomes its rel_err; 6.18 -> 6.18 keeps every figure."""
+    predict, as does the recording itself ({"benches": [...]}); 6.18 -> 6.18 keeps every figure."""
     from uprobe_lab.native.example import load_example
     rows = load_example()["benches"]
     path = tmp_path / "mine.json"
@@ -146,17 +146,25 @@ def test_predict_reads_the_native_benchs_json(tmp_path, capsys):
     table = cli.read_measured(str(path))
     nop = table.set_index("bench").loc["uprobe-nop"]
     want = next(r for r in rows if r["bench"] == "uprobe-nop")
-    assert nop["kernel"] == want["kernel"] and float(nop["rel_err"]) == pytest.approx(want["stddev"] / want["mops"])
+    # the standard error of the mean over the row's timed intervals, as the calibration takes it
+    sem = want["stddev"] / want["repeats"] ** 0.5 / want["mops"]
+    assert nop["kernel"] == want["kernel"] and float(nop["rel_err"]) == pytest.approx(sem)
     assert cli.main(["predict", "--measured", str(path), "--to", "6.18"]) == 0
     out = capsys.readouterr().out.splitlines()
     got = dict(line.split(",")[:2] for line in out[1:])
     assert float(got["uprobe-nop"]) == pytest.approx(want["mops"], rel=1e-4)
+    whole = tmp_path / "recording.json"
+    whole.write_text(json.dumps(load_example()))
+    assert cli.read_measured(str(whole)).equals(table)
 
 
 @pytest.mark.parametrize("text, words", [
     ('[{"bench": "uprobe-nop", "mode": "emulated", "hits_per_s": 1e6}]', ["emulated rows", "only native rows"]),
     ('[{"bench"', ["not well-formed JSON"]),
     ('[1, 2]', ["a JSON list of bench rows"]),
+    ('{"rows": []}', ["a JSON list of bench rows"]),
+    ('[{"bench": "uprobe-nop", "mode": "native", "arch": "x86_64", "kernel": "6.18", "mops": 1.5, "stddev": "x"}]',
+     ["is not a number"]),
 ])
 def test_predict_refuses_json_that_is_not_native_rows(tmp_path, capsys, text, words):
     path = tmp_path / "bad.json"

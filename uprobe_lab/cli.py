@@ -59,14 +59,19 @@ def output_file(path: str) -> Path:
 
 
 def native_json_rows(path: str, text: str, shape: str):
-    """``bench --mode native --json``'s output as the ``--measured`` table (all text, as a CSV reads):
-    arch, kernel (the release measured), bench, mops, and rel_err from each row's stddev."""
+    """``bench --mode native --json``'s output (or a recording's ``{"benches": [...]}``) as the
+    ``--measured`` table (all text, as a CSV reads): arch, kernel (the release measured), bench, mops, and
+    rel_err as the calibration reads a bench row's (:func:`.native.calibrate.figure_rel_err`)."""
     import pandas as pd
+
+    from .native.calibrate import figure_rel_err
 
     try:
         rows = json.loads(text)
     except json.JSONDecodeError as err:
         raise LabError(f"--measured {path} is not well-formed JSON ({err}); give {shape}") from None
+    if isinstance(rows, dict) and "benches" in rows:
+        rows = rows["benches"]
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
         raise LabError(f"--measured {path}: expected a JSON list of bench rows, as bench --json prints; give {shape}")
     rows = [r for r in rows if not r.get("refused")]
@@ -77,7 +82,10 @@ def native_json_rows(path: str, text: str, shape: str):
     table = pd.DataFrame([{k: str(r.get(k, "")) for k in ("arch", "kernel", "bench", "mops")} for r in rows],
                          columns=["arch", "kernel", "bench", "mops"])
     if all("stddev" in r and r.get("mops") for r in rows):
-        table["rel_err"] = [str(r["stddev"] / r["mops"]) for r in rows]
+        try:
+            table["rel_err"] = [str(figure_rel_err(r)) for r in rows]
+        except (TypeError, ValueError):
+            raise LabError(f"--measured {path}: a row's mops, stddev or repeats is not a number; give {shape}") from None
     return table
 
 
@@ -98,7 +106,7 @@ def read_measured(path: str):
             head = f.read(4096)
         if b"\0" in head:
             raise UnicodeDecodeError("utf-8", head, head.index(b"\0"), len(head), "NUL byte")
-        if head.lstrip().startswith(b"["):
+        if head.lstrip()[:1] in (b"[", b"{"):
             with open(path, encoding="utf-8") as f:
                 table = native_json_rows(path, f.read(), shape)
         else:

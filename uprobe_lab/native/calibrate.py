@@ -55,7 +55,9 @@ def model_kernel(release: str) -> str | None:
     return model.modelled_kernel(release)
 
 
-def _rel_err(r: dict) -> float:
+def figure_rel_err(r: dict) -> float:
+    """A native row's relative error: its own ``rel_err`` (price rows), else the standard error of a mean
+    over ``repeats`` timed intervals, stddev / mops / sqrt(repeats) (bench-table rows)."""
     if "rel_err" in r:
         return float(r["rel_err"])
     mops, sd, n = float(r["mops"]), float(r.get("stddev", 0.0)), int(r.get("repeats", 1) or 1)
@@ -74,7 +76,7 @@ def measured_frame(rows: list[dict]) -> pd.DataFrame:
         out.append({"arch": r["arch"], "kernel": kernel, "release": r["kernel"], "bench": r["bench"],
                     "consumers": int(r.get("consumers", 1) or 1), "mops": float(r["mops"]),
                     "stddev": float(r.get("stddev", float(r["mops"]) * float(r.get("rel_err", 0.0)))),
-                    "rel_err": _rel_err(r)})
+                    "rel_err": figure_rel_err(r)})
     return pd.DataFrame(out, columns=["arch", "kernel", "release", "bench", "consumers", "mops", "stddev", "rel_err"])
 
 
