@@ -188,7 +188,8 @@ class Job:
 def _child(job: Job, run, w: int) -> None:
     """The forked child: run, send the report (length-prefixed pickle), exit without returning."""
     status = 0
-    signal.alarm(CHILD_TIMEOUT_S)  # SIGALRM's default action ends the child; the harness catches only faults
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)  # its default action ends the child, whatever the parent set
+    signal.alarm(CHILD_TIMEOUT_S)
     try:
         try:
             report = run(job)
@@ -219,6 +220,8 @@ class HostPool:
     def __init__(self, workdir: str, opmask: bool, parallel: int = 16, probe: str = "perf"):
         if probe not in ("perf", "bpf"):
             raise ValueError(f"probe must be perf or bpf, not {probe!r}")
+        if parallel < 1:
+            raise ValueError(f"parallel must be at least 1 (children at a time), not {parallel!r}")
         self.workdir, self.opmask, self.parallel, self.probe = workdir, opmask, parallel, probe
         self._serial = 0
 

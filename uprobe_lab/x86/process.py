@@ -25,7 +25,7 @@ from __future__ import annotations
 from unicorn import UC_ARCH_X86, UC_HOOK_CODE, UC_HOOK_INSN, UC_HOOK_INTR, UC_MODE_64
 from unicorn import x86_const as X
 
-from ..process import EmulatedProcess, RegsView, pt_regs_fields
+from ..process import DEFAULT_MAX_INSNS, EmulatedProcess, RegsView, pt_regs_fields
 from ..uprobes import uprobe_abort_xol
 from . import syscalls, traps
 from .constants import CANONICAL_BITS, EXIT_ADDR, STACK_SIZE, STACK_TOP, SYSCALL_INSN_SIZE, X86_EFLAGS_IF, X86_EFLAGS_TF
@@ -77,7 +77,7 @@ class X86Process(EmulatedProcess):
         self.syscalls.update(syscalls.syscall_table(self.kernel))
         self.map("[stack]", STACK_TOP - STACK_SIZE, STACK_SIZE, "rw-p")
         self._syscall_tf_ip = None  # a syscall executed with TF set: where its (delayed) step trap is due
-        self._branch_start = None  # the registers as a kept instruction began (what a #GP in it restores)
+        self._branch_start = None  # Unicorn context as a kept instruction began (what a #GP in it restores)
         self.uc.reg_write(X.UC_X86_REG_RFLAGS, 0x2 | X86_EFLAGS_IF)  # user mode always runs with IF set
         self.uc.hook_add(UC_HOOK_INTR, self._on_interrupt)
         self.uc.hook_add(UC_HOOK_INSN, self._on_syscall, None, 1, 0, X.UC_X86_INS_SYSCALL)
@@ -92,7 +92,7 @@ class X86Process(EmulatedProcess):
         if intno == 3:
             traps.exc_int3(self)
             stepping = self.utask.active_uprobe is not None and not self.signal
-            self._branch_start = self.regs().as_dict() if stepping else None  # the step begins
+            self._branch_start = self.uc.context_save() if stepping else None  # the step begins
         elif intno == 1:
             if self.arch_fault():
                 return
@@ -114,7 +114,7 @@ class X86Process(EmulatedProcess):
         to a non-canonical address faults as on Intel (see the module doc): one code hook on one
         address, no cost elsewhere."""
         def keep(uc, address, size, user_data):
-            self._branch_start = self.regs().as_dict()
+            self._branch_start = uc.context_save()
         self.uc.hook_add(UC_HOOK_CODE, keep, None, addr, addr)
 
     def arch_fault(self) -> bool:
@@ -132,16 +132,20 @@ class X86Process(EmulatedProcess):
         if start is None or is_canonical(target):
             return False
         regs = self.kernel_entry()
-        if any(regs.get(name) != start[name] for name in GPRS if name != "sp"):
+        kept = {name: start.reg_read(uc_reg) for name, uc_reg in PtRegs.UC_REGS.items()}
+        if any(regs.get(name) != kept[name] for name in GPRS if name != "sp"):
             return False  # a later instruction branched there
-        for name, value in start.items():
+        for name, value in kept.items():
             regs.set(name, value)
         regs.flush()
-        self.trace.emit("exceptions")
         uprobe_abort_xol(self)
         self.force_sig("SIGSEGV", f"general protection fault: branch to non-canonical {target:#x} "
-                                  f"at {start['ip']:#x}")
+                                  f"at {kept['ip']:#x}")
         return True
+
+    def run(self, start: int, until: int, max_insns: int = DEFAULT_MAX_INSNS):
+        self._branch_start = None  # a kept start state belongs to the run that kept it
+        return super().run(start, until, max_insns)
 
     def _on_syscall(self, uc, user_data):
         regs = self.kernel_entry()
