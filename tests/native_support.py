@@ -6,7 +6,7 @@ a bug in it would skip every host test without a word. Two guards keep that from
 * ``host_has_uprobes()`` asks the host directly (root with CAP_SYS_ADMIN, and the uprobe PMU's type
   file by its literal sysfs path, not the lab's constant), and test_native.py fails if such a host
   gets a reason from the lab;
-* with UPROBE_LAB_REQUIRE_NATIVE=1 in the environment (.ci/run sets it) every skip helper here fails
+* with UPROBE_LAB_REQUIRE_NATIVE=1 in the environment (.ci/run sets it) every skip function here fails
   the test instead of skipping it: on that machine the native tests must run.
 """
 from __future__ import annotations

@@ -10,6 +10,7 @@ import pytest
 from uprobe_lab.native import NativeUnavailable, code, run_native_benches
 from uprobe_lab.native.arch import host_arch
 from uprobe_lab.native.code import NativeCode
+from uprobe_lab.stress import HANG_GUARD_S
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OTHER_ARCH = "arm64" if host_arch() == "x86_64" else "x86_64"
@@ -46,8 +47,6 @@ def test_bench_iterations_must_fit_the_loop_register():
     with pytest.raises(ValueError, match="below 2\\*\\*64"):
         run_native_benches(["usermode-count"], iterations=2 ** 64, repeats=1)
 
-
-HANG_GUARD_S = 120  # only a Ctrl-C that is never acted on gets near this; it is no speed goal
 
 # Ctrl-C (from another thread, as _thread.interrupt_main sends it) once the main thread is inside
 # NativeCode.run, so it lands in the loop of native calls and not before it.

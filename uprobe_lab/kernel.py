@@ -1,8 +1,8 @@
 """Kernel versions the lab models, and what each one changed about a probe hit.
 
 The course compares versions, so every rule that changed over time is a field here instead of an
-``if version >= ...`` scattered through the code. Sources: ../shared/reference/kernel-notes.md
-(version history) and the commits it names.
+``if version >= ...`` scattered through the code. Sources: the commits named beside each rule (listed,
+with their releases, in docs/references.md) and the stable review mails named for the backports.
 """
 from __future__ import annotations
 
@@ -89,7 +89,8 @@ X86_RULES = {"insn_is_nop": (6, 19)}
 # rules of the generic core (kernel/events/uprobes.c), both arches
 CORE_RULES = {"ip_change_skips_insn": (6, 18)}
 # 4363264111e1 went to every stable line in Nov-Dec 2025 (also 5.4, 6.1 and 6.12 queues); only these
-# sublevels are checked (patch 080/392 of 5.15.197-rc1, 104/529 of 6.6.117-rc1, 208/849 of 6.17.8-rc1)
+# sublevels are checked (patch 080/392 of 5.15.197-rc1, 104/529 of 6.6.117-rc1, 208/849 of 6.17.8-rc1):
+# a 5.4, 6.1 or 6.12 release is modelled without it, even where its stable line has it
 CORE_BACKPORTS = {"ip_change_skips_insn": {(5, 15): 197, (6, 6): 117, (6, 17): 8}}
 # arm64 rules and the release they arrived in (upstream, as stable kernels of that line carry them)
 ARM64_RULES = {"arm64_simulate_nop": (6, 13), "arm64_reject_mops": (6, 13), "arm64_refuse_ldr_literal": (6, 12)}
