@@ -38,3 +38,48 @@ def test_uretprobe_stepper_switches_between_the_int3_and_the_syscall_trampoline(
     assert stepper.kernel == "6.10" and any(s.text == "int3" and "[uprobes]" in s.where for s in stepper.steps)
     picker.value = "6.11"
     assert any(s.text == "syscall" and "[uprobes]" in s.where for s in stepper.steps)
+
+
+def _buttons(box):
+    return {b.description: b for c in box.children if hasattr(c, "children") for b in c.children}
+
+
+def test_a_kernel_that_refuses_the_probe_says_so_instead_of_keeping_the_last_walk():
+    make = lambda k: warm_stepper("uprobe_target_nop10", k)  # noqa: E731 - nop10 is probeable from 7.3 only
+    box = stepper_widget(make, kernels=list(ul.KERNELS), kernel="7.3")
+    buttons = _buttons(box)
+    buttons["Step"].click()
+    buttons["Step"].click()
+    box.picker.value = "6.18"  # mid-walk, to a kernel whose decoder refuses the cs prefix
+    assert box.stepper() is None
+    assert "cannot step this walk" in box.output.value and "is_prefix_bad" in box.output.value
+    assert "pick another kernel" in box.output.value and "6.18" in box.output.value
+    assert all(buttons[b].disabled for b in ("Step", "Back", "Run to end"))
+    for b in ("Step", "Back", "Run to end", "Reset"):  # pressed anyway (click() ignores disabled): no exception
+        buttons[b].click()
+    assert box.stepper() is None
+    box.picker.value = "7.3"
+    assert box.stepper().steps == [] and "cannot step" not in box.output.value
+    buttons["Step"].click()
+    assert _lines(box.stepper()) == _lines(replay(lambda: make("7.3"), 1))
+
+
+def test_a_refused_starting_kernel_builds_the_widget_with_the_reason():
+    box = stepper_widget(lambda k: warm_stepper("uprobe_target_nop10", k), kernels=list(ul.KERNELS), kernel="6.16")
+    assert box.stepper() is None and "is_prefix_bad" in box.output.value
+    box.picker.value = "7.3"
+    assert box.stepper() is not None and not _buttons(box)["Step"].disabled
+
+
+def test_back_at_the_start_and_step_after_the_end_keep_a_fresh_walk():
+    make = lambda: warm_stepper("uprobe_target_push", "6.18")  # noqa: E731
+    box = stepper_widget(make)
+    buttons = _buttons(box)
+    buttons["Back"].click()
+    assert box.stepper().steps == [] and buttons["Back"].disabled
+    buttons["Run to end"].click()
+    done = _lines(box.stepper())
+    buttons["Step"].click()
+    assert _lines(box.stepper()) == done == _lines(replay(make, 10_000)) and buttons["Step"].disabled
+    buttons["Reset"].click()
+    assert box.stepper().steps == [] and "(not started)" in box.output.value

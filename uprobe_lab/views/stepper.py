@@ -35,12 +35,25 @@ def replay(make_stepper, steps: int) -> Stepper:
     return stepper
 
 
+def _problem_html(err: Exception, picker) -> str:
+    """The reason a walk cannot be shown, and the way out, in place of the walk."""
+    way_out = (f"pick another kernel above (kernel {picker.value} cannot run this walk)" if picker
+               else "fix the probe or the program and build the widget again")
+    return (f"<p style='color:#b00'><b>cannot step this walk:</b> {html.escape(str(err))}</p>"
+            f"<p>{html.escape(way_out)}</p>")
+
+
 def stepper_widget(make_stepper, title: str = "", kernels=None, kernel: str | None = None):
     """Step / Back / Run to end / Reset buttons over a stepper; ``make_stepper()`` builds a fresh one.
 
     With ``kernels`` (e.g. ``("6.11", "6.16", "6.18")``), ``make_stepper(kernel)`` builds one for a kernel and a
-    selector above the buttons switches between them, starting again from the first step."""
+    selector above the buttons switches between them, starting again from the first step.
+
+    A kernel that refuses the probe (a LabError from ``make_stepper`` or a step, e.g. nop10 before 7.3) shows
+    why in place of the walk, with the buttons off, until another kernel is picked."""
     import ipywidgets as w
+
+    from ..errors import LabError
 
     picker = w.ToggleButtons(options=list(kernels), value=kernel or list(kernels)[-1], description="kernel") \
         if kernels else None
@@ -48,31 +61,48 @@ def stepper_widget(make_stepper, title: str = "", kernels=None, kernel: str | No
     def fresh():
         return make_stepper(picker.value) if picker else make_stepper()
 
-    state = {"stepper": fresh()}
-    out = w.HTML(render_state(state["stepper"]))
+    state = {"stepper": None, "problem": None}
+    out = w.HTML()
     step_b, back_b = w.Button(description="Step"), w.Button(description="Back")
     end_b, reset_b = w.Button(description="Run to end"), w.Button(description="Reset")
 
+    def guarded(action):
+        """Run ``action``; a LabError leaves no walk (a half-shown one would be another kernel's or stale)."""
+        try:
+            action()
+        except LabError as err:
+            state["stepper"], state["problem"] = None, err
+        else:
+            state["problem"] = None
+
     def refresh():
-        out.value = render_state(state["stepper"])
-        step_b.disabled = end_b.disabled = state["stepper"].done
-        back_b.disabled = not state["stepper"].steps
+        stepper = state["stepper"]
+        if stepper is None:
+            out.value = _problem_html(state["problem"], picker)
+            step_b.disabled = end_b.disabled = back_b.disabled = True
+            return
+        out.value = render_state(stepper)
+        step_b.disabled = end_b.disabled = stepper.done
+        back_b.disabled = not stepper.steps
 
     def on_step(_):
-        if not state["stepper"].done:
-            state["stepper"].step()
+        if state["stepper"] is not None and not state["stepper"].done:
+            guarded(state["stepper"].step)
         refresh()
 
     def on_back(_):
-        state["stepper"] = replay(fresh, len(state["stepper"].steps) - 1)
+        if state["stepper"] is not None:
+            steps = max(len(state["stepper"].steps) - 1, 0)
+            guarded(lambda: state.update(stepper=replay(fresh, steps)))
         refresh()
 
     def on_end(_):
-        state["stepper"].run_to_end()
+        if state["stepper"] is not None:
+            guarded(state["stepper"].run_to_end)
         refresh()
 
     def on_reset(_=None):
-        state["stepper"] = fresh()
+        guarded(lambda: state.update(stepper=fresh()))
         refresh()
 
     step_b.on_click(on_step)
@@ -81,13 +111,14 @@ def stepper_widget(make_stepper, title: str = "", kernels=None, kernel: str | No
     reset_b.on_click(on_reset)
     if picker:
         picker.observe(on_reset, names="value")
-    refresh()
+    on_reset()
     head = w.HTML(f"<h4>{html.escape(title)}</h4>") if title else w.HTML()
     box = w.VBox([head] + ([picker] if picker else []) + [w.HBox([step_b, back_b, end_b, reset_b]), out])
     box.stepper = lambda: state["stepper"]
     box.step = lambda: on_step(None)
     box.back = lambda: on_back(None)
     box.picker = picker
+    box.output = out
     return box
 
 
