@@ -56,3 +56,20 @@ def test_sys_uprobe_exits_sysret_unless_a_consumer_moved_sp():
         {"consumer moves sp": False, "returned": "0x5", "syscalls": 1, "sysret": 1, "iret": 0},
         {"consumer moves sp": True, "returned": "0xbeef", "syscalls": 1, "sysret": 0, "iret": 1},
     ]
+
+
+def test_patch_run_widget_plays_its_stages_and_names_a_kernel_without_any():
+    import ipywidgets as w
+
+    from uprobe_lab.views.nop5 import patch_run
+
+    run = patch_run("6.18")
+    (play, slider), out = (box := run.widget()).children[0].children, box.children[1]
+    assert isinstance(play, w.Play) and play.max == slider.max == len(run.stages) - 1
+    play.value = 3  # what the Play button does, one stage per tick
+    assert slider.value == 3 and out.value == f"<pre>{run.text(3)}</pre>"
+    none = patch_run("6.16")  # 6.16 emulates the nop5 on every hit: nothing is rewritten
+    assert none.stages == []
+    (msg,) = none.widget().children
+    assert "6.16 did not rewrite" in msg.value and "patch_run('6.18')" in msg.value
+    assert str(none) == none.nothing_rewritten()

@@ -42,23 +42,35 @@ class PatchRun:
         s = self.stages[i]
         return f"stage {i}/{len(self.stages) - 1}  {s}"
 
+    def nothing_rewritten(self) -> str:
+        """Why a run has no stages: its kernel took every hit on the int3 path and never rewrote the site."""
+        kernel = self.proc.kernel.name
+        return (f"kernel {kernel} did not rewrite the site at {self.site:#x} (every hit took the int3 path), "
+                f"so there are no stages to step through; use patch_run('6.18') for the nop5 "
+                f"or patch_run('7.3') for the nop10")
+
     def widget(self):
-        """A slider over the stages; falls back to the full text without ipywidgets."""
+        """A slider over the stages, played by the Play button; falls back to the full text without ipywidgets."""
         try:
             import ipywidgets as w
         except ImportError:  # pragma: no cover - ipywidgets is a dependency of the course
-            return "\n\n".join(self.text(i) for i in range(len(self.stages)))
+            return str(self)
         out = w.HTML()
+        if not self.stages:
+            out.value = f"<pre>{self.nothing_rewritten()}</pre>"
+            return w.VBox([out])
         slider = w.IntSlider(min=0, max=len(self.stages) - 1, value=0, description="stage")
+        play = w.Play(min=0, max=slider.max, interval=900)
+        w.link((play, "value"), (slider, "value"))  # Play drives the slider, which the kernel renders
 
         def render(change=None):
             out.value = f"<pre>{self.text(slider.value)}</pre>"
         slider.observe(render, names="value")
         render()
-        return w.VBox([w.HBox([w.Play(min=0, max=slider.max, interval=900), slider]), out])
+        return w.VBox([w.HBox([play, slider]), out])
 
     def __str__(self) -> str:
-        return "\n\n".join(self.text(i) for i in range(len(self.stages)))
+        return "\n\n".join(self.text(i) for i in range(len(self.stages))) or self.nothing_rewritten()
 
 
 def patch_run(kernel="6.18", target: str | None = None) -> PatchRun:
