@@ -73,3 +73,13 @@ def test_patch_run_widget_plays_its_stages_and_names_a_kernel_without_any():
     (msg,) = none.widget().children
     assert "6.16 did not rewrite" in msg.value and "patch_run('6.18')" in msg.value
     assert str(none) == none.nothing_rewritten()
+
+
+def test_stack_at_sys_uprobe_names_a_kernel_that_never_enters_it():
+    import pytest
+
+    from uprobe_lab.errors import LabError
+    from uprobe_lab.views.nop5 import stack_at_sys_uprobe
+
+    with pytest.raises(LabError, match="kernel 6.16 never enters sys_uprobe.*6.18"):
+        stack_at_sys_uprobe("6.16")

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..arches import make_process
+from ..errors import LabError
 from ..bench import events_table as bench_events_table
 from ..kernel import get_kernel
 from ..uprobes import CountingConsumer, UprobeConsumer, uprobe_register, uprobe_unregister
@@ -206,6 +207,9 @@ def stack_at_sys_uprobe(kernel="6.18") -> pd.DataFrame:
         return real(p, regs)
     real = proc.set_syscall(__NR_uprobe, spy)
     proc.call("producer_loop", 2, site)
+    if not captured:
+        raise LabError(f"kernel {kernel} never enters sys_uprobe: it does not optimise the site, every hit takes "
+                       f"the int3 path; ask for kernel 6.18 (the nop5) or 7.3 (the nop10)")
     size = optimize.opt_insn_size(proc.kernel)
     names = ["saved rax", "saved r11", "saved rcx", f"return address of the site's call (site + {size})",
              "the probed function's return address (what a uretprobe hijacks)"]
