@@ -48,3 +48,13 @@ def test_trampoline_chart():
         "6.11": {"exceptions": 1, "syscalls": 1, "sysret": 1}}
     fig = plot_trampoline_events(df)
     assert fig.axes[0].get_title().startswith("uretprobe")
+
+
+def test_broken_title_only_claims_lost_registers_on_a_syscall_trampoline():
+    st = ReturnStepper("6.11", saves_regs=False)
+    title, picker, slider, _ = st.widget().children
+    assert "broken trampoline: no rcx/r11 saves" in title.value
+    picker.value = "6.10"  # the int3 trampoline: the walk ends with the caller's rcx/r11 intact
+    assert st.steps[-1].regs["cx"] == 0xCCCCCCCC and st.steps[-1].regs["r11"] == 0x11111111
+    assert "no rcx/r11 saves" not in title.value and "6.10 returns by int3" in title.value
+    assert slider.max == len(st.steps) - 1 and st.text() == ReturnStepper("6.10", saves_regs=False).text()

@@ -89,8 +89,7 @@ class ReturnStepper:
                 print(self.text())
 
         def title_text():
-            return (f"<b>uretprobe return on {self.kernel}"
-                    f"{'' if self.saves_regs else ' (broken trampoline: no rcx/r11 saves)'}</b>")
+            return f"<b>uretprobe return on {self.kernel}{broken_words(self.kernel, self.saves_regs)}</b>"
 
         title = w.HTML(title_text())
         picker = w.ToggleButtons(options=list(KERNELS), value=self.kernel, description="kernel")
@@ -119,6 +118,15 @@ class ReturnStepper:
         data = dict(data or {})
         data["text/plain"] = self.text()
         return data
+
+
+def broken_words(kernel: str, saves_regs: bool) -> str:
+    """What the broken teaching trampoline means on ``kernel``: only a syscall trampoline (6.11 on) can lose rcx/r11."""
+    if saves_regs:
+        return ""
+    if KERNELS[kernel].uretprobe_syscall:
+        return " (broken trampoline: no rcx/r11 saves)"
+    return f" (the broken trampoline is a syscall one; {kernel} returns by int3, which loses no register)"
 
 
 def first_step_at(steps: list[Step], prefix: str) -> int:
