@@ -58,3 +58,11 @@ def test_broken_title_only_claims_lost_registers_on_a_syscall_trampoline():
     assert st.steps[-1].regs["cx"] == 0xCCCCCCCC and st.steps[-1].regs["r11"] == 0x11111111
     assert "no rcx/r11 saves" not in title.value and "6.10 returns by int3" in title.value
     assert slider.max == len(st.steps) - 1 and st.text() == ReturnStepper("6.10", saves_regs=False).text()
+
+
+def test_trampoline_chart_title_names_the_kernels_it_draws():
+    assert plot_trampoline_events(trampoline_events(("uretprobe-nop",))).axes[0].get_title() == (
+        "uretprobe: int3 trampoline (6.10) vs syscall trampoline (6.11)")
+    df = trampoline_events(("uretprobe-nop",), kernels=("6.11", "6.18"))
+    assert plot_trampoline_events(df).axes[0].get_title() == (
+        "uretprobe: syscall trampoline (6.11) vs syscall trampoline (6.18)")

@@ -194,4 +194,6 @@ def plot_trampoline_events(df=None, ax=None):
     """Grouped bars: exceptions / syscalls / iret / sysret per hit, one group per bench and kernel."""
     df = trampoline_events() if df is None else df
     rows = {f"{r.bench}\n{r.kernel}": {k: getattr(r, k) for k in TRAMPOLINE_EVENTS} for r in df.itertuples()}
-    return events_per_hit_chart(rows, TRAMPOLINE_EVENTS, "uretprobe: int3 trampoline (6.10) vs syscall trampoline (6.11)", ax)
+    kinds = [f"{'syscall' if KERNELS[k].uretprobe_syscall else 'int3'} trampoline ({k})"
+             for k in dict.fromkeys(map(str, df["kernel"]))]
+    return events_per_hit_chart(rows, TRAMPOLINE_EVENTS, "uretprobe: " + " vs ".join(kinds), ax)
