@@ -86,7 +86,7 @@ def price_chart(profile: model.Profile, benches=SLIDER_BENCHES, published: pd.Da
             ax.scatter(x + (i - 0.5) * 0.4, published[variant].to_numpy(), color="k", marker="_", s=300,
                        label="published" if i == 0 else None, zorder=3)
     ax.set_xticks(x, benches)
-    ax.set_ylabel("M/s (bars: 80% intervals)")
+    ax.set_ylabel("M/s (error bars: 80% intervals)")
     ax.legend(fontsize=8)
     return fig
 
