@@ -74,8 +74,10 @@ def test_classification(word, text, xol, sim):
 def test_reject_says_why_and_misaligned_address_is_refused():
     with pytest.raises(UnprobeableInstruction, match="exclusive"):
         arch_uprobe_analyze_insn(asm.b(0xC85F7C20), 0x1000)
-    with pytest.raises(UnprobeableInstruction, match="aligned"):
+    with pytest.raises(UnprobeableInstruction, match="aligned") as err:
         arch_uprobe_analyze_insn(asm.b(asm.NOP), 0x1002)
+    # arch_uprobe_analyze_insn: "else if (!IS_ALIGNED(addr, AARCH64_INSN_SIZE)) return -EINVAL;"
+    assert err.value.errno == 22
 
 
 # c56c599d9002 "arm64: probes: Disable kprobes/uprobes on MOPS instructions" added aarch64_insn_is_mops

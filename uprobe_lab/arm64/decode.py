@@ -174,7 +174,7 @@ def arch_uprobe_analyze_insn(raw: bytes, vaddr: int, kernel=None, stp: str = "xo
         raise LabError(f"stp must be one of {', '.join(STP_MODES)}, got {stp!r}")
     if vaddr % AARCH64_INSN_SIZE:
         raise UnprobeableInstruction(f"{vaddr:#x} is not 4-byte aligned: arm64 uprobes need an aligned "
-                                     "instruction address (-EINVAL)")
+                                     "instruction address (-EINVAL)", errno=EINVAL)
     if len(raw) < 4:
         raise UnprobeableInstruction(f"{bytes(raw).hex()} is shorter than one arm64 instruction (4 bytes)")
     insn = int.from_bytes(raw[:4], "little")
