@@ -180,6 +180,29 @@ def test_stp_misaligned_without_alignment_check_stores():
     assert proc.read_u64(sp - 8) == 0x1111 and proc.read_u64(sp) == 0x2222
 
 
+@pytest.mark.parametrize("perms,store,stored", [("---p", "pin", True), ("r--p", "pin", True),
+                                                 ("r--s", "pin", False), ("---p", "uaccess", False)])
+def test_stp_into_a_guard_page_stores_only_through_the_forced_pin(perms, store, stored):
+    """sp at the stack's lowest address, a guard page below it: the stp's store lands in the guard page.
+    The seed pins with FOLL_WRITE | FOLL_FORCE, and mm/gup.c check_vma_flags() lets a forced write into
+    a !VM_WRITE vma through when is_cow_mapping() (private): the pair is stored and the task runs on.
+    A shared read-only page fails the pin, and v1's uaccess stores fault as the stp itself does."""
+    word = STP_FP_LR
+    lo = STACK_TOP - 0x21000
+    native = _stp_proc(word, probe=False)
+    native.map("guard", lo - 0x1000, 0x1000, perms)
+    assert _run_stp(native, lo, 0x1111, 0x2222)[0].signal == "SIGSEGV"  # the stp itself faults
+    proc = _stp_proc(word, probe=True, stp_store=store)
+    proc.map("guard", lo - 0x1000, 0x1000, perms)
+    result, sp, pc, *_ = _run_stp(proc, lo, 0x1111, 0x2222)
+    assert (sp, pc) == (lo - 16, TEXT + 4)  # moved either way ("goto done")
+    if stored:
+        assert result.ok and proc.read(lo - 16, 16) == (0x1111).to_bytes(8, "little") + (0x2222).to_bytes(8, "little")
+        assert proc.trace.counts["pages_pinned"] == 2  # new sp's page (the guard) up to old sp's page
+    else:
+        assert result.signal == "SIGSEGV" and proc.read(lo - 16, 16) == bytes(16)
+
+
 @pytest.mark.parametrize("word", [asm.stp(29, 30, 31, -16, "post"), asm.stp(29, 30, 31, 16, "offset"),
                                   asm.stp(29, 30, 31, -8, x=False), asm.stp(29, 30, 1, -16),
                                   asm.stp(19, 20, 31, -16), asm.stp(29, 19, 31, -16)])

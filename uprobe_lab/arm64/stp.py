@@ -88,12 +88,23 @@ def stack_align_check(proc, sp: int) -> bool:
     return sp % 16 == 0 or not proc.sp_alignment_check
 
 
+def gup_force_write_ok(mapping) -> bool:
+    """Whether get_user_pages_fast(FOLL_WRITE | FOLL_FORCE) gets a page of this mapping: check_vma_flags
+    (mm/gup.c) lets FOLL_FORCE write where VM_WRITE is clear if is_cow_mapping(), i.e. any private
+    mapping - read-only or PROT_NONE too, by breaking COW as ptrace's pokes do. Only a shared mapping
+    without write permission, or no mapping, fails."""
+    return mapping is not None and ("w" in mapping.perms or mapping.perms.endswith("p"))
+
+
 def simulate_stp_fp_lr_sp_64b(proc, word: int, addr: int, regs) -> None:
     """The seed's simulate_stp_fp_lr_sp_64b(): store fp, lr as one pair below sp; sp = new_sp; pc += 4.
 
     As in the seed, the SIGSEGV paths (misaligned new sp, pages that cannot be pinned) still
     update sp and pc ("goto done"). ``proc.stp_store`` picks the v2 page-pinning store (the seed)
     or v1's two uaccess stores.
+
+    The v2 pin passes FOLL_FORCE, so it stores into a private page the task may not write (a
+    read-only or PROT_NONE guard page under the stack), where the stp itself, or v1's STTRs, fault.
     """
     imm7 = (word >> 15) & 0x7F
     old_sp = regs.sp
@@ -109,8 +120,7 @@ def simulate_stp_fp_lr_sp_64b(proc, word: int, addr: int, regs) -> None:
     else:
         nr_pages = (old_sp >> 12) - (new_sp >> 12) + 1
         pages = [(new_sp & ~(PAGE_SIZE - 1)) + i * PAGE_SIZE for i in range(max(nr_pages, 0))]
-        pinnable = nr_pages > 0 and all(
-            (m := proc.mapping_at(p)) is not None and "w" in m.perms for p in pages)
+        pinnable = nr_pages > 0 and all(gup_force_write_ok(proc.mapping_at(p)) for p in pages)
         if not pinnable:
             proc.force_sig("SIGSEGV", f"stp x29, x30: get_user_pages_fast() failed for {new_sp:#x}")
         else:
