@@ -79,6 +79,21 @@ def test_the_sweep_covers_every_decode_class_with_300_forms():
         0x18000000, 0x58000000, 0x98000000, 0xD8000000, 0x1C000000, 0x5C000000, 0x9C000000}
 
 
+def test_a_case_starts_with_its_own_flags_and_vector_registers():
+    """The init block (x0-x30, sp, nzcv, pad, v0, v1: 304 bytes) must not share bytes with the literal
+    pool, which slot_code writes after it. Worked by hand: b.eq with Z clear falls through (pad 2),
+    b.mi with N set branches forward (pad 3); the pad records the flags and v0 the case started with."""
+    pool = range(L.LIT, L.LIT + len(L.literal_pool()))
+    init = range(L.INIT, L.INIT + L.INIT_V1 + 16)
+    assert not set(pool) & set(init)
+    kernel = kernel_for_release("6.1.0-57-arm64")
+    for word, nzcv, pad in ((0x54000040, 0, 2), (0x54000044, 0x8 << 28, 3), (0x54000042, 0x2 << 28, 3),
+                            (0x5400004C, 0x8 << 28, 2)):  # b.eq, b.mi, b.cs, b.gt with N != V
+        run = J.lab_run(C.Case("branch", word, nzcv=nzcv), 0, kernel, False)
+        assert (run.values["nzcv"], run.values["pad"]) == (nzcv, pad), hex(word)
+        assert run.values["v0"] == L.V0.hex()
+
+
 def test_cpio_is_newc_with_console_and_trailer():
     blob = G.cpio_newc({"init": b"\x7fELF"})
     assert blob.startswith(b"070701") and b"dev/console\0" in blob and b"TRAILER!!!\0" in blob

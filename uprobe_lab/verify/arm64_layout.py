@@ -10,7 +10,7 @@ The guest maps the cases file at ``CODE``; case *i* is the page ``CODE + i * SLO
     0x140  F: ``mov x9, x30; add x0, x0, #1; ret`` (the function a uretprobe case calls)
     0x200, 0x300, 0x400  the three pads: store every register into the record at ``SHARED``,
            then ``br`` to ``FINISH`` (in the guest's /init; in the lab an unmapped stop address)
-    0x800  the init block; 0x900 the literal pool
+    0x900  the literal pool; 0xc00 the init block (304 bytes: clear of the pool)
 
 ``SHARED`` is a MAP_SHARED page the parent reads after the child exits: the record (layout
 ``REC``) and, inside it, the 256-byte scratch buffer that sp and x2/x3 point into.
@@ -28,7 +28,7 @@ P = 0x100
 F = 0x140
 PADS = {"back": 0x200, "fall": 0x300, "fwd": 0x400}
 PAD_ID = {"back": 1, "fall": 2, "fwd": 3}
-INIT = 0x800
+INIT = 0xC00
 LIT = 0x900
 SHARED = 0x20000000
 FINISH = 0x401000  # the guest's finish routine (fixed address in /init)
