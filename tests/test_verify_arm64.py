@@ -94,6 +94,22 @@ def test_a_case_starts_with_its_own_flags_and_vector_registers():
         assert run.values["v0"] == L.V0.hex()
 
 
+def test_branch_outcomes_give_every_condition_both_ways():
+    """Per b.cond condition, the sweep has a taken and a not-taken case, and cbz/cbnz/tbz/tbnz are
+    taken backwards (to pad_back), so the sign extension of imm19/imm14 is judged."""
+    from uprobe_lab.arm64.simulate import condition_check
+    cases = C.all_cases()
+    seen = {}
+    for c in cases:
+        if c.cls == "branch" and (c.word & 0xFF000010) == 0x54000000:
+            seen.setdefault(c.word & 0xF, set()).add(condition_check(c.word & 0xF, c.nzcv))
+    assert all(seen[cond] == {True, False} for cond in range(14)), seen
+    kernel = kernel_for_release("6.1.0-57-arm64")
+    n0 = len(cases) - len(C.branch_outcomes())
+    back = [(i, c) for i, c in enumerate(cases) if i >= n0 and (c.word & 0xFF000010) != 0x54000000]
+    assert len(back) == 6 and all(J.lab_run(c, i, kernel, False).values["pad"] == 1 for i, c in back)
+
+
 def test_cpio_is_newc_with_console_and_trailer():
     blob = G.cpio_newc({"init": b"\x7fELF"})
     assert blob.startswith(b"070701") and b"dev/console\0" in blob and b"TRAILER!!!\0" in blob

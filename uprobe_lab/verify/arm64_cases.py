@@ -151,9 +151,26 @@ def uretprobes() -> list[Case]:
                  note="bl F; F: mov x9, x30 - x9 shows the hijacked return address")]
 
 
+N, Z, C, V = 8 << 28, 4 << 28, 2 << 28, 1 << 28
+
+
+def branch_outcomes() -> list[Case]:
+    """The outcomes branches() leaves out, so each simulate handler's answer shows in some case:
+    pl, vc, ge and ls also not taken, hi and lt also taken, N != V both ways for ge/lt/gt/le (the
+    kernel's __check_ge/__check_gt fold V into N with shifts), and cbz/cbnz/tbz/tbnz taken backwards
+    (the sign of their imm19/imm14). Appended after the older cases, so those keep their slots."""
+    bcond = [(5, N), (7, V), (8, C), (9, C), (10, N), (10, V), (11, N), (11, V), (12, N), (12, N | V),
+             (13, N), (13, N | V)]
+    out = [Case("branch", 0x54000000 | _rel(8, 19, 5) | cond, nzcv=flags) for cond, flags in bcond]
+    out += [Case("branch", asm.cbz(5, -4)), Case("branch", asm.cbz(6, -4, nonzero=True)),
+            Case("branch", asm.cbz(6, -4, x=False)), Case("branch", asm.tbz(4, 62, -4)),
+            Case("branch", asm.tbz(4, 63, -4, nonzero=True)), Case("branch", asm.tbz(4, 0, -4, nonzero=True))]
+    return out
+
+
 def all_cases() -> list[Case]:
     return (branches() + adr_adrp() + literal_loads() + exclusives_atomics() + hints() + system() + pac_data()
-            + simd_fp() + loads_stores() + data_processing() + mops() + uretprobes())
+            + simd_fp() + loads_stores() + data_processing() + mops() + uretprobes() + branch_outcomes())
 
 
 def regs_for(case: Case, base: int) -> dict[str, int]:
