@@ -84,7 +84,12 @@ def why_not_stp_fp_lr(word: int) -> str:
 
 
 def stack_align_check(proc, sp: int) -> bool:
-    """IS_ALIGNED(sp, 16) or SCTLR_EL1.SA0 clear (``proc.sp_alignment_check``)."""
+    """IS_ALIGNED(sp, 16) or SCTLR_EL1.SA0 clear (``proc.sp_alignment_check``).
+
+    The seed passes the *new* sp. The Arm ARM's STP checks the base register before the offset is
+    added (``if n == 31 then CheckSPAlignment(); address = SP[];``, then ``address + offset``), so
+    from an aligned sp ``stp x29, x30, [sp, #-8]!`` stores on hardware, where the seed sends SIGSEGV;
+    the lab follows the seed."""
     return sp % 16 == 0 or not proc.sp_alignment_check
 
 
