@@ -6,9 +6,12 @@ every possible number of steps and run to the end. A longer run of the same: ben
 """
 from __future__ import annotations
 
+import _thread
+import types
+
 import pytest
 
-from uprobe_lab import bench
+from uprobe_lab import bench, stress
 from uprobe_lab.kernel import KERNELS
 from uprobe_lab.stress import ARCHES, interrupt_stress, notebook_steppers, reset_stress
 
@@ -24,6 +27,23 @@ def test_interrupts_at_random_moments_leave_every_process_exact():
     assert counts["refused"] == expected
     assert counts["combinations"] + len(counts["refused"]) == every
     assert counts["interrupts"] == 200 and counts["processes"] == min(200, counts["combinations"])
+
+
+def test_a_lost_ctrl_c_fails_the_stress_run_instead_of_hanging_it(monkeypatch):
+    sent = []
+
+    def first_one_lost():
+        sent.append(1)
+        if len(sent) > 1:
+            _thread.interrupt_main()
+
+    monkeypatch.setattr(stress, "_thread", types.SimpleNamespace(interrupt_main=first_one_lost))
+    monkeypatch.setattr(stress, "LOST_AFTER_S", 0.2)
+    stressed = stress.StressedBench("x86_64", "6.18", "uprobe-nop")
+    with pytest.raises(AssertionError, match="x86_64 6.18 uprobe-nop: a Ctrl-C sent 0.0 ms .* not acted on"):
+        stressed.interrupted_run(0.0, real_signal=False)
+    assert len(sent) == 2
+    stressed.check_next_call()  # the second one stopped it cleanly
 
 
 @pytest.mark.parametrize("name, make, target", list(notebook_steppers()), ids=lambda v: v if isinstance(v, str) else "")

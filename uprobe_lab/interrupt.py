@@ -5,13 +5,26 @@ A KeyboardInterrupt raised inside a Unicorn hook would tear the kernel model apa
 ("Exception ignored"). So while a run is under way SIGINT only records itself and asks Unicorn to
 stop (``uc.emu_stop()``, which takes effect when the hook that is running returns: a hit boundary);
 the run then settles the process and raises KeyboardInterrupt in the caller.
+
+Unicorn's binding closes a garbage engine from a finalizer that wraps uc_close in a bare ``except:``,
+so a Ctrl-C that arrives while the garbage collector closes one is swallowed without a word.
+``retire_on_collect`` replaces that finalizer with a weak reference whose callback is a C function
+(``list.append``: no Python code runs during collection, so no Ctrl-C can be raised and lost there),
+and ``close_retired`` closes the queued engines when a process is made or run, holding Ctrl-C.
 """
 from __future__ import annotations
 
 import contextlib
 import signal
 import threading
+import weakref
 from typing import Callable, Iterator
+
+from unicorn import Uc
+from unicorn.unicorn_py3.unicorn import uclib
+
+_engines: dict = {}  # weak reference to a live engine -> its handle
+_retired: list = []  # weak references whose engine was collected, closed by close_retired
 
 
 class Interrupt:
@@ -51,3 +64,22 @@ def deliver(state: Interrupt) -> None:
     if callable(state.previous):
         state.previous(signal.SIGINT, None)
     raise KeyboardInterrupt
+
+
+def retire_on_collect(uc: Uc) -> None:
+    """When ``uc`` is collected, queue its handle for ``close_retired`` instead of closing it there."""
+    unicorns_own = getattr(uc, "_Uc__finalizer", None)  # unicorn 2.1's name for it
+    if unicorns_own is None or unicorns_own.detach() is None:
+        return  # another binding: leave its finalizer in place
+    _engines[weakref.ref(uc, _retired.append)] = uc._uch
+
+
+def close_retired() -> None:
+    """Close the engines collected since the last call, holding a Ctrl-C until they are closed."""
+    if not _retired:
+        return
+    with sigint_stops(lambda: None) as held:
+        while _retired:
+            uclib.uc_close(_engines.pop(_retired.pop()))
+    if held.pending:
+        deliver(held)

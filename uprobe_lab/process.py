@@ -22,7 +22,7 @@ from .kernel import KernelVersion, get_kernel
 from .sites import Mapping, mapping_at
 from .stepper import Stepper
 from .trace import Trace
-from .interrupt import deliver, sigint_stops
+from .interrupt import close_retired, deliver, retire_on_collect, sigint_stops
 from .uprobes import MmUprobes, UprobeTask, uprobe_abort_xol
 DEFAULT_MAX_INSNS = 10_000_000  # every run is guarded: no emulation can spin forever
 RUN_SLICE = 2_000_000  # instructions per emu_start: Ctrl-C is acted on between two (well under 1 s)
@@ -179,7 +179,9 @@ class EmulatedProcess:
         self._running = False  # inside run(): Unicorn is busy
         self._unfinished = False  # the last run stopped before its end (budget, Ctrl-C, an error)
         self.trace = Trace(record=record)
+        close_retired()
         self.uc = Uc(self.uc_arch, self.uc_mode)
+        retire_on_collect(self.uc)
         if self.UC_CPU_MODEL is not None:  # only before the first mapping: Unicorn builds the CPU then
             self.uc.ctl_set_cpu_model(self.UC_CPU_MODEL)
         self.mappings: list[Mapping] = []
@@ -370,6 +372,7 @@ class EmulatedProcess:
                            "call after the outer one returns")
         if self._unfinished and start != self.pc:
             self.abandon_run()
+        close_retired()
         left, pc = max_insns, start
         try:  # set inside the try, so a Ctrl-C between the two cannot leave the process marked running
             self._running, self._unfinished = True, True

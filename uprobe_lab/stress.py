@@ -27,6 +27,7 @@ from .x86.uretprobe_programs import make_uretprobe_process
 ARCHES = ("x86_64", "arm64")
 NEXT_CALL = 25  # iterations of the call that follows each interrupt
 HANG_GUARD_S = 120  # only a Ctrl-C that is never acted on gets near this; it is no speed goal
+LOST_AFTER_S = 10  # a run stops within one RUN_SLICE of a Ctrl-C (~2 s); far past that, it was lost
 
 
 def check(ok: bool, what) -> None:
@@ -69,19 +70,35 @@ class StressedBench:
         self.syscalls = name == "syscall-count"
 
     def interrupted_run(self, delay: float, real_signal: bool) -> bool:
-        """A run that would take hours, stopped by Ctrl-C after ``delay`` seconds: True once it was."""
+        """A run that would take hours, stopped by Ctrl-C after ``delay`` seconds: True once it was.
+
+        A Ctrl-C not acted on within LOST_AFTER_S is sent again until the run stops, and the check
+        fails, naming the bench: a lost Ctrl-C fails the stress run instead of hanging it."""
         main = threading.main_thread().ident
         send = (lambda: signal.pthread_kill(main, signal.SIGINT)) if real_signal else _thread.interrupt_main
-        timer = threading.Thread(target=lambda: (time.sleep(delay), send()))
+        ended, lost = threading.Event(), []
+
+        def interrupt():
+            time.sleep(delay)
+            send()
+            while not ended.wait(LOST_AFTER_S if not lost else 0.5):
+                lost.append(time.monotonic())
+                send()
+
+        timer = threading.Thread(target=interrupt, daemon=True)
         try:
             timer.start()
             self.proc.call("producer_loop", 10 ** 12, self.target, max_insns=1 << 62)
         except KeyboardInterrupt:
-            return True
+            pass
         else:
             raise AssertionError(f"{self.label}: the run ended without the interrupt")
         finally:
+            ended.set()
             timer.join()
+        check(not lost, f"{self.label}: a Ctrl-C sent {delay * 1e3:.1f} ms into the call "
+                        f"({'SIGINT' if real_signal else 'interrupt_main'}) was not acted on within {LOST_AFTER_S} s")
+        return True
 
     def check_next_call(self) -> None:
         proc = self.proc
