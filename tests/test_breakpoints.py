@@ -1,5 +1,6 @@
 """Breakpoint uprobes on x86-64: the trap path, transparency, consumers, errors."""
 import random
+import struct
 
 import pytest
 
@@ -319,3 +320,32 @@ def test_two_stepped_probes_take_turns_in_the_same_xol_slot():
         proc.call("uprobe_target_ret")
     assert ret.hits == push.hits == 3 and proc.trace.counts["xol_steps"] == 6
     assert proc.mm.xol_area.slot_insns[1] == proc.mm.probes[proc.program.resolve("uprobe_target_ret")].auprobe.ixol
+
+
+def test_a_stepped_call_to_a_non_canonical_address_faults_the_same_one_instruction_at_a_time():
+    """A probed ``call [rip+x]`` through a non-canonical pointer is a #GP on the call (the kernel aborts the
+    step: ip back on the call, rsp as before it), whether the run goes through at once or one instruction
+    per run(), as a stepper drives it."""
+    text, data, ptr = 0x400000, 0x600000, 0x2139E073CC643173
+
+    def probed():
+        proc = X86Process("6.18")
+        proc.map("text", text, 0x1000, "r-xp", b"\xff\x15" + struct.pack("<i", data - (text + 6)) + asm.RET)
+        proc.map("data", data, 0x1000, "rw-p", struct.pack("<Q", ptr))
+        regs = proc.regs()
+        regs.set("sp", STACK_TOP - 0x100)
+        regs.flush()
+        uprobe_register(proc, text, CountingConsumer())
+        return proc
+
+    whole = probed()
+    at_once = whole.run(text, text + 6)
+    stepped, pc = probed(), text
+    for _ in range(50):
+        one = stepped.run(pc, text + 6, max_insns=1)
+        if one.stop != "count":
+            break
+        pc = one.ip
+    for proc, result in ((whole, at_once), (stepped, one)):
+        assert result.signal == "SIGSEGV" and "non-canonical" in result.reason
+        assert proc.pc == text and proc.regs().sp == STACK_TOP - 0x100

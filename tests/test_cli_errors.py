@@ -133,7 +133,7 @@ def test_bench_iterations_default_per_mode(monkeypatch, mode, expected):
     monkeypatch.setattr(native, "run_native_benches", fake)
     monkeypatch.setattr(bench_mod, "run_benches", fake)
     assert cli.main(["bench", "--mode", mode, "uprobe-nop", "--json"]) == 0
-    assert seen["iterations"] == {"native": native.DEFAULT_ITERATIONS, "emulated": cli.EMULATED_ITERATIONS}[expected]
+    assert seen["iterations"] == {"native": native.DEFAULT_ITERATIONS, "emulated": bench_mod.DEFAULT_ITERATIONS}[expected]
 
 
 def test_predict_reads_the_native_benchs_json(tmp_path, capsys):

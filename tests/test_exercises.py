@@ -216,8 +216,9 @@ def test_a_number_may_be_given_as_the_disassembler_prints_it():
     assert not verdict.ok and "not a number" in verdict.message
 
 
-MINE = pd.DataFrame({"arch": "x86_64", "kernel": "6.10", "bench": ["syscall-count", "uprobe-nop", "uprobe-ret",
-                                                                  "uretprobe-nop"], "mops": [15.0, 2.8, 1.2, 1.4]})
+MINE = pd.DataFrame({"arch": "x86_64", "kernel": "6.10",  # the table exercise 05.5 asks for
+                     "bench": ["usermode-count", "syscall-count", "uprobe-nop", "uprobe-ret", "uretprobe-nop"],
+                     "mops": [800.0, 15.0, 2.8, 1.2, 1.4]})
 
 # Answers to the open tasks that say nothing or the wrong thing, each with a phrase of the reason it must get.
 # uretprobe-nop5 on 6.18 costs two syscalls (sys_uprobe in, sys_uretprobe out): a checker that compared only the
@@ -240,7 +241,6 @@ UNJUDGEABLE = {
 }
 
 
-@pytest.mark.filterwarnings("ignore:no usermode-count row")
 @pytest.mark.parametrize("case", UNJUDGEABLE)
 def test_an_open_task_refuses_an_answer_that_misses_what_it_asks(case):
     ex_id, answer, phrases = UNJUDGEABLE[case]

@@ -572,3 +572,19 @@ def test_model_rows_say_whether_this_cpu_has_a_published_figure():
     assert other.startswith("prediction for this CPU") and "unspecified (x86-64)" in other
     assert basis("intel", "6.11", "uretprobe-nop").startswith("priced from the published figures' fit")
     assert basis("intel", "7.3", "uprobe-nop10").startswith("prediction: no throughput has been published")
+
+
+def test_the_figures_the_model_doc_states_are_what_the_evaluation_gives(repro):
+    """The module doc's current-version line is a claim about the code: its figures, in order, are the
+    per-CPU headline (median error, coverage, median and widest half-width), the each-table-alone one
+    (median, coverage, widest), then the unmoved rows' (median, coverage)."""
+    import re
+
+    line = model.__doc__.split("The current one, v5:")[1].replace("80% intervals", "intervals")
+    stated = [float(x) for x in re.findall(r"\d+(?:\.\d+)?", line)]
+    h, a = model.headline(repro), model.headline(model.per_table_alone())
+    got = [round(h["moved_median_abs_err_pct"], 1), round(100 * h["moved_coverage"]),
+           round(h["moved_median_half_width_pct"], 1), round(h["moved_max_half_width_pct"], 1),
+           round(a["moved_median_abs_err_pct"], 1), round(100 * a["moved_coverage"]), round(a["moved_max_half_width_pct"], 1),
+           round(h["unmoved_median_abs_err_pct"], 1), round(100 * h["unmoved_coverage"])]
+    assert stated == got

@@ -18,10 +18,10 @@ import pytest
 from native_support import native
 from test_x86_analyze import TABLE
 from uprobe_lab.errors import LabError
-from uprobe_lab.kernel import KERNELS, get_kernel, kernel_for_release
+from uprobe_lab.kernel import KERNELS, get_kernel
 from uprobe_lab.native.code import find_exec_dir
 from uprobe_lab.uprobes import ENOTSUPP
-from uprobe_lab.verify.x86 import host_action, lab_kernel_for
+from uprobe_lab.verify.x86 import host_action, host_rules, lab_kernel_for
 from uprobe_lab.verify.x86_host import HostPool
 from uprobe_lab.x86.analyze import analyze_hex
 
@@ -37,7 +37,7 @@ def kernel() -> str:
         kernel = lab_kernel_for(os.uname().release)
     except LabError as err:
         pytest.skip(str(err))
-    rules = kernel_for_release(os.uname().release)
+    rules = host_rules(os.uname().release)
     if kernel not in COLUMN or dataclasses.replace(rules, name=kernel) != KERNELS[kernel]:
         pytest.skip(f"the table has no column for this host's rules ({rules}; the table's are {', '.join(COLUMN)})")
     return kernel

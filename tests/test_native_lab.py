@@ -27,7 +27,7 @@ from uprobe_lab.native import NativeUnavailable, calibrate, code, compare, examp
 from uprobe_lab.native import bench as native_bench
 from uprobe_lab.views import native as views
 from kernel_bytes import URETPROBE_TRAMPOLINE, UPROBE_TRAMPOLINE
-from native_support import Uname, native, skip_or_fail
+from native_support import Uname, native, perf_fds, skip_or_fail
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
@@ -520,6 +520,9 @@ def test_kernel_change_table_and_picker(monkeypatch):
     assert table["predicted_on_6.11"].tolist() == [1.5] and table["change_pct"].tolist() == [-70.0]
     with pytest.raises(LabError, match="no prediction for kernel '6.10'"):
         kernel_change(pred, "6.10")
+    # measured on a kernel the table does not predict (7.3): the change comes from the model's own speedup
+    on_73 = pred.assign(measured_on="7.3", **{"6.11 change": [0.3]})
+    assert kernel_change(on_73, "6.11")["change_pct"].tolist() == [-70.0]  # 100 * (0.3 - 1)
     # the picker looks kernel_change up when it is built: spy on it there
     shown = []
     monkeypatch.setattr(calibrate_module, "kernel_change",
@@ -539,10 +542,6 @@ def test_price_benches_measure_each_event_kind_here():
     """A short run on this host: every configuration has its rate, an error and its interval count; more
     consumers on one site cost more per hit; 6.18 optimises the nop5 and not its page-crossing twin."""
     from uprobe_lab.native import price_benches
-
-    def perf_fds():
-        return sum(os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:[perf_event]" for fd in os.listdir("/proc/self/fd")
-                   if os.path.exists(f"/proc/self/fd/{fd}"))
 
     before = perf_fds()
     # 1 vs 8 consumers: about twice the time per hit, far beyond the drift of a busy VM's speed between rounds

@@ -380,3 +380,19 @@ def test_a_hijack_that_writes_part_of_the_address_kills_the_task():
 def test_a_hijack_on_a_writable_stack_returns_the_original():
     proc, orig = _hijack_at(0x10000FF8, [(0x10000000, "rw-p"), (0x10001000, "r--p")])
     assert orig == RET_ADDR and proc.signal is None and proc.read_u64(0x10000FF8) == TRAMP_VADDR
+
+
+def test_copy_to_user_stops_at_the_first_byte_it_cannot_write():
+    """The shared copy_to_user: 8 bytes from 4 below a read-only page leave 4 not copied and write the
+    first 4 (Unicorn alone would write all 8: it ignores page protections); every caller that asks for
+    all bytes then sees a failure."""
+    from uprobe_lab.x86.process import X86Process
+
+    proc = X86Process("6.18")
+    proc.map("/lab/rw", 0x10000000, 0x1000, "rw-p")
+    proc.map("/lab/ro", 0x10001000, 0x1000, "r--p")
+    word = bytes(range(1, 9))
+    assert proc.copy_to_user_nleft(0x10000FFC, word) == 4 and not proc.copy_to_user(0x10000FFC, word)
+    assert proc.read(0x10000FFC, 8) == word[:4] + bytes(4)
+    assert proc.copy_to_user_nleft(0x10001000, word) == 8 and proc.read(0x10001000, 8) == bytes(8)
+    assert proc.copy_to_user(0x10000FF8, word) and proc.read(0x10000FF8, 8) == word

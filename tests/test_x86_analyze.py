@@ -16,6 +16,10 @@ TABLE = [
     ("0f1f00", "nop dword ptr [rax]", "xol", "emulate"),
     ("0f1f840000000000", "nop dword ptr [rax + rax]", "xol", "emulate"),  # x86_nops[8]
     ("0f1f840000000001", "nop dword ptr [rax + rax + 0x1000000]", "xol", "xol"),  # not byte-identical
+    # x86_nops[9..11]: the 0x2e (CS) prefix is_prefix_bad() refuses comes before any nop rule
+    ("2e0f1f840000000000", "nop dword ptr cs:[rax + rax]", "reject", "reject"),
+    ("662e0f1f840000000000", "nop word ptr cs:[rax + rax]", "reject", "reject"),
+    ("66662e0f1f840000000000", "nop word ptr cs:[rax + rax]", "reject", "reject"),
     ("55", "push rbp", "emulate", "emulate"),
     ("4153", "push r11", "emulate", "emulate"),  # REX 0x41 form
     ("4853", "push rbx", "xol", "xol"),  # REX.W form is not the 0x41 form

@@ -35,6 +35,7 @@ USDT_TARGETS = {  # x86-64 only, like the kernel bench's usdt benches
 
 
 # Not the kernel bench's: syscall loops the price benches use to price one page pin (bench_names leaves them out).
+DEFAULT_ITERATIONS = 20_000  # emulated calls per bench: enough for steady-state counts
 PRICE_ONLY_BENCHES = {"futex-wake-private": "futex_wake_private", "futex-wake-shared": "futex_wake_shared"}
 # Not the kernel bench's either: a probe in a 32-bit (compat) task, whose uretprobes return through an
 # int3 on every kernel; the price benches measure the old return path with it on a new kernel.
@@ -162,7 +163,7 @@ def events_table(benches, arch: str = "x86_64", kernels=(None,), kinds=None, **o
     return pd.DataFrame(rows, columns=["bench", "kernel", *kinds])
 
 
-def run_bench(name: str, arch: str = "x86_64", kernel=None, iterations: int = 20_000, **options) -> dict:
+def run_bench(name: str, arch: str = "x86_64", kernel=None, iterations: int = DEFAULT_ITERATIONS, **options) -> dict:
     """One bench on the emulator: {bench, arch, mode, kernel, iterations, hits, events_per_hit, hits_per_s}."""
     if iterations <= 0:
         raise LabError(f"iterations must be positive, got {iterations}")
@@ -185,7 +186,7 @@ def run_bench(name: str, arch: str = "x86_64", kernel=None, iterations: int = 20
     return result
 
 
-def run_benches(names=None, arch: str = "x86_64", kernel=None, iterations: int = 20_000, progress=None,
+def run_benches(names=None, arch: str = "x86_64", kernel=None, iterations: int = DEFAULT_ITERATIONS, progress=None,
                 **options) -> list[dict]:
     names = [names] if isinstance(names, str) else list(names or bench_names(arch))
     results = []

@@ -26,7 +26,6 @@ def _progress(total: int, enabled: bool):
 
 
 MAX_ITERATIONS = 1 << 64  # the producer loop counts in one 64-bit register
-EMULATED_ITERATIONS = 20_000  # enough for steady-state counts; the emulator runs about a million insns/s
 MIN_MOPS = 0.001  # 1000 calls/s: a measured rate below this is a unit mistake, not a uprobe
 
 
@@ -141,9 +140,9 @@ def read_measured(path: str):
 
 def cmd_bench(args) -> int:
     if args.iterations is None:
-        from .native.bench import DEFAULT_ITERATIONS
+        from .native.bench import DEFAULT_ITERATIONS as NATIVE_ITERATIONS
 
-        args.iterations = DEFAULT_ITERATIONS if args.mode == "native" else EMULATED_ITERATIONS
+        args.iterations = NATIVE_ITERATIONS if args.mode == "native" else bench.DEFAULT_ITERATIONS
     if not 1 <= args.iterations < MAX_ITERATIONS:
         raise LabError(f"--iterations must be in 1 .. 2**64-1 (the bench loop counts in a 64-bit register), "
                        f"got {args.iterations}")
@@ -360,7 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--stp", choices=["xol", "simulate"], help="arm64: how a probed stp x29, x30 runs")
     b.add_argument("--cpu", help="model mode: the CPU profile to price events with")
     b.add_argument("--iterations", type=int,
-                   help=f"emulated mode: calls per bench (default {EMULATED_ITERATIONS}); native mode: calls per "
+                   help=f"emulated mode: calls per bench (default {bench.DEFAULT_ITERATIONS}); native mode: calls per "
                         "timed interval (default the native bench's)")
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=cmd_bench)

@@ -101,6 +101,19 @@ ARM64_BACKPORTS = {"arm64_refuse_ldr_literal": {(6, 1): 114, (6, 11): 5},
                    "arm64_reject_mops": {(6, 6): 64, (6, 11): 11, (6, 12): 2}}
 
 
+def _major_minor(text: str) -> tuple[int, int] | None:
+    m = re.match(r"(\d+)\.(\d+)", str(text))
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def modelled_kernel(release: str) -> str | None:
+    """The modelled kernel whose probe-hit rules ``release`` has (``6.14.2`` -> ``6.11``: the newest
+    modelled version not newer than it), or None if it predates them all or is not a version."""
+    have = _major_minor(release)
+    older = [k for k in sorted(KERNELS, key=_major_minor) if have is not None and _major_minor(k) <= have]
+    return older[-1] if older else None
+
+
 def kernel_for_release(release: str, version: str | None = None) -> KernelVersion:
     """The lab's rules for a real kernel release ('6.1.0-57-arm64', '6.12.117+deb13-arm64', '7.3.4').
 
@@ -111,16 +124,13 @@ def kernel_for_release(release: str, version: str | None = None) -> KernelVersio
     to (CORE_BACKPORTS, ARM64_BACKPORTS; the sublevel comes from ``version``, e.g. Debian's package
     version 6.1.192-3, or from the release itself). Stable backports not listed there are not modelled.
     """
-    m = re.match(r"(\d+)\.(\d+)", str(release))
-    if not m:
+    rel = _major_minor(release)
+    if rel is None:
         raise LabError(f"cannot read a kernel version from {release!r} (expected e.g. 6.1.0-57-arm64)")
-    rel = (int(m.group(1)), int(m.group(2)))
-    numbered = sorted((tuple(int(p) for p in name.split(".")), v) for name, v in KERNELS.items())
     # Debian's uname -r carries the ABI (6.1.0-57), not the sublevel: the package version (6.1.192-3) does
     sub = re.match(r"\d+\.\d+\.(\d+)", version or ("" if re.match(r"\d+\.\d+\.0-", release) else release))
     sublevel = int(sub.group(1)) if sub else None
-    older = [v for ver, v in numbered if ver <= rel]
-    base = older[-1] if older else numbered[0][1]
+    base = KERNELS[modelled_kernel(release) or min(KERNELS, key=_major_minor)]
     rules = {rule: rel >= since for rule, since in {**X86_RULES, **CORE_RULES, **ARM64_RULES}.items()}
     for rule, lines in {**CORE_BACKPORTS, **ARM64_BACKPORTS}.items():
         if rel in lines and sublevel is not None and sublevel >= lines[rel]:

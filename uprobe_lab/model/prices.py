@@ -15,12 +15,11 @@ moves), not its bytes (``benchmarks/uaccess_size.py`` measures both on the machi
 from __future__ import annotations
 
 import functools
-import re
 
 import numpy as np
 
 from .. import bench as _bench
-from ..kernel import KERNELS
+from ..kernel import KERNELS, modelled_kernel
 from ..process import LabError
 
 PRICES = {
@@ -46,20 +45,6 @@ BENCH_ALIASES = {"base": "syscall-count"}
 ARM64_STP = {"xol-stp": "xol", "simulated-stp": "simulate", "single-stepped-stp": "xol", "emulated-stp": "simulate"}
 ARM64_KERNEL = "6.18"
 
-
-def _version(text: str) -> tuple[int, int] | None:
-    m = re.match(r"(\d+)\.(\d+)", str(text))
-    return (int(m.group(1)), int(m.group(2))) if m else None
-
-
-def modelled_kernel(release: str) -> str | None:
-    """The modelled kernel whose probe-hit rules ``release`` has (``6.14.2`` -> ``6.11``: the newest
-    modelled version not newer than it), or None if it predates them all or is not a version."""
-    have = _version(release)
-    if have is None:
-        return None
-    older = [k for k in sorted(KERNELS, key=_version) if _version(k) <= have]
-    return older[-1] if older else None
 
 
 def kernel_setup(arch: str, kernel: str) -> tuple[str, dict]:

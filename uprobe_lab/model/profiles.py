@@ -86,13 +86,12 @@ def recorded_hosts() -> tuple[tuple[pd.DataFrame, bool, str], ...]:
 
 
 def fit_with_carried_prior(fit_rows: pd.DataFrame, arch: str, moved: list[tuple], name: str, cpu: str,
-                           hosts: tuple | None = None, target_virtualised: bool = False) -> Profile:
+                           target_virtualised: bool = False) -> Profile:
     """A profile on ``fit_rows`` whose prior mixes the host recordings' prices, each fitted without the host
-    rows ``moved`` tests (:func:`.priors.mixed_prior`). ``hosts``: a tuple of (rows, virtualised, label), one
-    per recording, as :func:`recorded_hosts` gives (the default). ``target_virtualised``: the fitted machine
-    runs under a hypervisor (:func:`.priors.carried_prior`)."""
+    rows ``moved`` tests (:func:`.priors.mixed_prior`), one part per recording (:func:`recorded_hosts`).
+    ``target_virtualised``: the fitted machine runs under a hypervisor (:func:`.priors.carried_prior`)."""
     parts, labels, scales, excluded_names = [], [], {}, set()
-    for host_rows, virtualised, label in hosts or recorded_hosts():
+    for host_rows, virtualised, label in recorded_hosts():
         excluded = host_rows_excluded(host_rows, moved)
         hp = host_profile(host_rows, exclude=excluded, virtualised=virtualised)
         prior, scales[label] = carried_prior(hp, fit_rows, arch, target_virtualised)

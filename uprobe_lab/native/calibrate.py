@@ -216,8 +216,11 @@ def kernel_change(pred: pd.DataFrame, kernel: str) -> pd.DataFrame:
     out[f"predicted_on_{kernel}"] = pred[kernel]
     if f"{kernel} low" in pred:
         out["range_80"] = [f"{lo:.3f}..{hi:.3f}" for lo, hi in zip(pred[f"{kernel} low"], pred[f"{kernel} high"])]
-    here = [pred.loc[i, k] if k in pred.columns else math.nan for i, k in zip(pred.index, pred["measured_on"])]
-    out["change_pct"] = (100 * (pred[kernel] / pd.Series(here, index=pred.index) - 1)).round(1)
+    if f"{kernel} change" in pred:  # the model's own speedup (defined also when the measured kernel is not predicted)
+        out["change_pct"] = (100 * (pred[f"{kernel} change"] - 1)).round(1)
+    else:
+        here = [pred.loc[i, k] if k in pred.columns else math.nan for i, k in zip(pred.index, pred["measured_on"])]
+        out["change_pct"] = (100 * (pred[kernel] / pd.Series(here, index=pred.index) - 1)).round(1)
     if f"{kernel} change low" in pred:
         out["change_80"] = [f"{100 * (lo - 1):+.1f}..{100 * (hi - 1):+.1f}%"
                             for lo, hi in zip(pred[f"{kernel} change low"], pred[f"{kernel} change high"])]

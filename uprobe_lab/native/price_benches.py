@@ -199,8 +199,7 @@ def _compat_round(bench: str, budget_s: float, state: dict) -> None:
 
 
 def measure_price_rows(configs=PRICE_CONFIGS, rel_tol: float = REL_TOL, budget_s: float = 6.0,
-                       progress: Callable[[str], object] | None = None, rounds: int = ROUNDS,
-                       max_rounds: int | None = None) -> list[dict]:
+                       progress: Callable[[str], object] | None = None, rounds: int = ROUNDS) -> list[dict]:
     """Measure each (bench, consumers) configuration here; one row each.
 
     Rows: bench, consumers, arch, kernel (``uname -r``), mops (median interval rate, each interval
@@ -209,7 +208,7 @@ def measure_price_rows(configs=PRICE_CONFIGS, rel_tol: float = REL_TOL, budget_s
     how much the whole machine's speed moved over the run, which the rows no longer show and a
     calibration adds back to its predictions), rounds (how many were run). ``budget_s`` is the time per
     configuration, spread over ``rounds`` interleaved rounds; while some row's error is above ``rel_tol``,
-    further rounds of the same length run, up to ``max_rounds`` (default ``MAX_ROUNDS_FACTOR * rounds``).
+    further rounds of the same length run, up to ``MAX_ROUNDS_FACTOR * rounds`` in all.
     Probes are always detached.
     """
     arch = check_native_support()
@@ -220,7 +219,7 @@ def measure_price_rows(configs=PRICE_CONFIGS, rel_tol: float = REL_TOL, budget_s
             configs = [c for c in configs if c[0] not in COMPAT_BENCHES]
     if len(configs) < 3:
         raise LabError("the price benches need at least 3 configurations: a round's level is their median")
-    max_rounds = max(rounds, MAX_ROUNDS_FACTOR * rounds if max_rounds is None else max_rounds)
+    max_rounds = MAX_ROUNDS_FACTOR * rounds
     states = {cfg: {} for cfg in configs}
     with pinned_to_one_cpu(), NativeCode(arch) as nc:
         for rnd in range(max_rounds):
@@ -263,16 +262,16 @@ def record_host_prices(path, budget_s: float = 6.0, label: str = "", rounds: int
 MEASURED_HERE = "measured now on this machine"  # price_rows_or_recorded's source when the rows were measured here
 
 
-def price_rows_or_recorded(budget_s: float = 1.5, rel_tol: float = CALIBRATION_REL_TOL) -> tuple[list[dict], str]:
+def price_rows_or_recorded(budget_s: float = 1.5) -> tuple[list[dict], str]:
     """(price-bench rows, where from): measured here when native runs are possible, else the recording.
-    Rows aim at ``rel_tol``, the error a calibration accepts (:func:`measure_price_rows`).
+    Rows aim at the error a calibration accepts (``calibrate.REL_TOL``; :func:`measure_price_rows`).
 
     The measurement runs in a child process (``python -m uprobe_lab.native.price_benches``), so its CPU
     pinning, perf fds and probe hits stay out of the caller (a notebook kernel with its own threads)."""
     reason = native_reason()
     if reason is None:
         proc = subprocess.run([sys.executable, "-m", "uprobe_lab.native.price_benches", "--budget", str(budget_s),
-                               "--rel-tol", str(rel_tol)], capture_output=True, text=True)
+                               "--rel-tol", str(CALIBRATION_REL_TOL)], capture_output=True, text=True)
         if proc.returncode == 0:
             return json.loads(proc.stdout), MEASURED_HERE
         reason = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit status {proc.returncode}"

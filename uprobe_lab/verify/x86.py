@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ..errors import LabError
-from ..kernel import KERNELS, kernel_for_release
+from ..kernel import KERNELS, KernelVersion, kernel_for_release, modelled_kernel
 from . import x86_gen as G
 from . import x86_harness as H
 
@@ -27,14 +27,18 @@ RECHECKS = 2
 
 def lab_kernel_for(release: str) -> str:
     """The modelled version for a host release: the newest lab version not newer than it."""
-    try:
-        major, minor = (int(x) for x in release.split("-")[0].split(".")[:2])
-    except ValueError:
-        raise LabError(f"cannot read a version from the kernel release {release!r}; pass --kernel") from None
-    older = [k for k in KERNELS if tuple(int(x) for x in k.split(".")) <= (major, minor)]
-    if not older:
-        raise LabError(f"the host runs {release}, older than every modelled kernel ({', '.join(KERNELS)})")
-    return max(older, key=lambda k: tuple(int(x) for x in k.split(".")))
+    kernel = modelled_kernel(release)
+    if kernel is None:
+        raise LabError(f"the host runs {release}, which is not a version or is older than every modelled kernel "
+                       f"({', '.join(KERNELS)}); pass --kernel")
+    return kernel
+
+
+def host_rules(release: str) -> KernelVersion:
+    """The lab's rules for a host release: its modelled version plus the release rules it has (6.19:
+    insn_is_nop), as :func:`uprobe_lab.kernel.kernel_for_release` gives them; refused as lab_kernel_for does."""
+    lab_kernel_for(release)
+    return kernel_for_release(release)
 
 
 def host_action(report: dict) -> str:
@@ -194,9 +198,7 @@ def verify_x86(sample: int = 3000, seed: int = 1, classes=None, sweeps: bool = T
         raise LabError(f"unknown probe {probe!r}: choose perf or bpf")
     check_native_support("x86_64")
     release = os.uname().release
-    if kernel is None:  # the host's own rules: its modelled version plus the release rules it has (6.19: insn_is_nop)
-        lab_kernel_for(release)  # refuses a release older than every modelled kernel
-        kernel = kernel_for_release(release)
+    kernel = kernel or host_rules(release)
     cases = G.random_cases(sample, seed, classes)
     if sweeps and "VEX" in classes:
         cases += G.vex_sweep()

@@ -25,9 +25,10 @@ from __future__ import annotations
 from unicorn import UC_ARCH_X86, UC_HOOK_CODE, UC_HOOK_INSN, UC_HOOK_INTR, UC_MODE_64
 from unicorn import x86_const as X
 
-from ..process import DEFAULT_MAX_INSNS, EmulatedProcess, RegsView, pt_regs_fields
+from ..process import EmulatedProcess, RegsView, pt_regs_fields
 from ..uprobes import uprobe_abort_xol
 from . import syscalls, traps
+from .decode import UPROBE_FIX_IP
 from .constants import CANONICAL_BITS, EXIT_ADDR, STACK_SIZE, STACK_TOP, SYSCALL_INSN_SIZE, X86_EFLAGS_IF, X86_EFLAGS_TF
 from .uprobes import X86ArchOps
 
@@ -91,8 +92,11 @@ class X86Process(EmulatedProcess):
     def _on_interrupt(self, uc, intno, user_data):
         if intno == 3:
             traps.exc_int3(self)
-            stepping = self.utask.active_uprobe is not None and not self.signal
-            self._branch_start = self.uc.context_save() if stepping else None  # the step begins
+            # a step begins: keep its start only for an instruction that sets ip itself (a branch; the
+            # others get UPROBE_FIX_IP), the only kind that can jump to a non-canonical address
+            uprobe = self.utask.active_uprobe
+            branches = uprobe is not None and not self.signal and not uprobe.auprobe.fixups & UPROBE_FIX_IP
+            self._branch_start = self.uc.context_save() if branches else None
         elif intno == 1:
             if self.arch_fault():
                 return
@@ -128,8 +132,10 @@ class X86Process(EmulatedProcess):
         instead of the post-xol fixups (no return address fixup, no -ERESTART), ip = the probed
         address."""
         start, self._branch_start = self._branch_start, None
+        if start is None:
+            return False
         target = self.pc
-        if start is None or is_canonical(target):
+        if is_canonical(target):
             return False
         regs = self.kernel_entry()
         kept = {name: start.reg_read(uc_reg) for name, uc_reg in PtRegs.UC_REGS.items()}
@@ -142,10 +148,6 @@ class X86Process(EmulatedProcess):
         self.force_sig("SIGSEGV", f"general protection fault: branch to non-canonical {target:#x} "
                                   f"at {kept['ip']:#x}")
         return True
-
-    def run(self, start: int, until: int, max_insns: int = DEFAULT_MAX_INSNS):
-        self._branch_start = None  # a kept start state belongs to the run that kept it
-        return super().run(start, until, max_insns)
 
     def _on_syscall(self, uc, user_data):
         regs = self.kernel_entry()

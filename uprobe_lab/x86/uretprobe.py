@@ -17,20 +17,6 @@ from . import asm
 from .constants import UPROBE_SWBP_INSN, __NR_uretprobe
 
 
-def copy_to_user_nleft(proc, addr: int, data: bytes) -> int:
-    """copy_to_user()'s answer: how many bytes it could *not* copy. It stops at the first byte outside a
-    writable mapping; the bytes before that one are written."""
-    done = 0
-    while done < len(data):
-        mapping = proc.mapping_at(addr + done)
-        if mapping is None or "w" not in mapping.perms:
-            break
-        done += min(len(data) - done, mapping.end - (addr + done))
-    if done and not proc.copy_to_user(addr, data[:done]):
-        done = 0
-    return len(data) - done
-
-
 def arch_uretprobe_hijack_return_addr(proc, trampoline_vaddr: int, regs) -> int:
     """Swap the return address at [sp] for the trampoline; return the original, or -1 (no return probe).
 
@@ -45,7 +31,7 @@ def arch_uretprobe_hijack_return_addr(proc, trampoline_vaddr: int, regs) -> int:
     orig = int.from_bytes(raw, "little")
     if orig == trampoline_vaddr:  # already hijacked (a chained return probe)
         return orig
-    nleft = copy_to_user_nleft(proc, regs.sp, trampoline_vaddr.to_bytes(rasize, "little"))
+    nleft = proc.copy_to_user_nleft(regs.sp, trampoline_vaddr.to_bytes(rasize, "little"))
     if not nleft:
         return orig
     if nleft != rasize:
