@@ -572,6 +572,13 @@ def test_model_rows_say_whether_this_cpu_has_a_published_figure():
     assert other.startswith("prediction for this CPU") and "unspecified (x86-64)" in other
     assert basis("intel", "6.11", "uretprobe-nop").startswith("priced from the published figures' fit")
     assert basis("intel", "7.3", "uprobe-nop10").startswith("prediction: no throughput has been published")
+    rows = [cli.model_rows([n], "x86_64", k, cpu, {})[0]
+            for cpu, k, n in [("nop5", "6.18", "uprobe-nop5"), ("intel", "6.18", "uprobe-nop5"), ("intel", "7.3", "uprobe-nop10")]]
+    assert [r["published"] for r in rows] == ["this cpu", "other cpus", "none"]
+    lines = bench.format_table(rows).splitlines()
+    assert "prediction" not in lines[0]
+    assert lines[1].endswith("(prediction: published only for another CPU)")
+    assert lines[2].endswith("(prediction only: nothing published)")
 
 
 def test_the_figures_the_model_doc_states_are_what_the_evaluation_gives(repro):

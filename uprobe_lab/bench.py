@@ -214,6 +214,11 @@ def refusal(name: str, arch: str = "x86_64", kernel=None) -> str | None:
     return None
 
 
+# a model row's "published" (cli.model_rows): whether its figure has a published twin to check it by
+PUBLISHED_LABEL = {"other cpus": "  (prediction: published only for another CPU)",
+                   "none": "  (prediction only: nothing published)"}
+
+
 def format_table(results: list[dict]) -> str:
     """A table like the kernel's run_bench_uprobes.sh, plus the events each hit cost."""
     lines = []
@@ -226,9 +231,7 @@ def format_table(results: list[dict]) -> str:
             brief = " ".join(f"{k}={ev[k]}" for k in kinds if ev.get(k))
             lines.append(f"{r['bench']:<25}: {r['hits_per_s'] / 1e6:8.3f}M/s emulated  [{r['arch']} {r['kernel']}] {brief}")
         elif r.get("mode") == "model":
-            basis = r.get("basis", "")
-            label = ("  (prediction: published only for another CPU)" if basis.startswith("prediction for this CPU")
-                     else "  (prediction only: nothing published)" if basis.startswith("prediction") else "")
+            label = PUBLISHED_LABEL.get(r.get("published"), "")
             span = f" (80%: {r['low']:.3f}..{r['high']:.3f})" if "low" in r else ""
             lines.append(f"{r['bench']:<25}: {r['mops']:8.3f}M/s model{span}  [{r['arch']} {r['kernel']}, cpu {r['cpu']}, "
                          f"{r['ns_per_hit']} ns per hit]{label}")

@@ -213,11 +213,14 @@ def model_rows(names, arch: str, kernel: str, cpu, options: dict) -> list[dict]:
                          & (published["arch"] == arch)]
         here = seen[seen["cpu"] == cpu_label]
         if len(here):
+            row["published"] = "this cpu"
             row["basis"] = "priced from the published figures' fit; published figures exist for this CPU, bench and kernel"
         elif len(seen):
+            row["published"] = "other cpus"
             row["basis"] = (f"prediction for this CPU: the bench is published on this kernel only for "
                             f"{', '.join(dict.fromkeys(seen['cpu']))}")
         else:
+            row["published"] = "none"
             row["basis"] = "prediction: no throughput has been published for this bench on this kernel"
         out.append(row)
     return out
