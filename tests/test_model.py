@@ -415,7 +415,7 @@ def test_a_price_one_recording_lacks_says_where_it_came_from():
     prior = model.get_profile("intel").prior
     src = prior.source["return_instance"]
     assert "AMD EPYC: not carried" in src and "so it takes the others'" in src
-    assert priors.carried(prior)[model.PRICE_NAMES.index("return_instance")]
+    assert prior.carried[model.PRICE_NAMES.index("return_instance")]
 
 
 def _prior(mean: dict, sd: dict) -> model.Prior:
@@ -423,7 +423,7 @@ def _prior(mean: dict, sd: dict) -> model.Prior:
     p = model.Prior.uninformative("not carried")
     for k, v in mean.items():
         i = model.PRICE_NAMES.index(k)
-        p.mean[i], p.cov[i, i] = v, sd[k] ** 2
+        p.mean[i], p.cov[i, i], p.carried[i] = v, sd[k] ** 2, True
         p.source[k] = f"carried {v}"
     return p
 
@@ -443,7 +443,7 @@ def test_mixed_prior_by_hand():
     assert mix.cov[e, h] == pytest.approx(0) and mix.cov[s, s] == pytest.approx(225)
     assert mix.cov[s, e] == pytest.approx(0) and mix.cov[s, h] == pytest.approx(0)
     x = model.PRICE_NAMES.index("xol_step")
-    assert not priors.carried(mix)[x] and mix.mean[x] == 0
+    assert not mix.carried[x] and mix.mean[x] == 0
     assert mix.source["exception"] == "A: carried 600; B: carried 400"
     assert priors.mixed_prior([a], ["A"]) is a
 

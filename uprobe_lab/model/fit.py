@@ -42,16 +42,31 @@ PLAUSIBLE_NS = {"user_insn": (0.05, 5.0), "exception": (30.0, 3000.0), "syscall"
 
 @dataclass
 class Prior:
-    """A Gaussian over the prices (PRICE_NAMES order) and, per price, where it came from."""
+    """A Gaussian over the prices (PRICE_NAMES order) and, per price, where it came from and whether a
+    measurement stands behind it (``carried``; all True unless given)."""
 
     mean: np.ndarray
     cov: np.ndarray
     source: dict
+    carried: np.ndarray | None = None
+
+    def __post_init__(self):
+        if self.carried is None:
+            self.carried = np.ones(len(PRICE_NAMES), bool)
 
     @classmethod
     def uninformative(cls, why: str = "no measurement") -> "Prior":
         n = len(PRICE_NAMES)
-        return cls(np.zeros(n), np.eye(n) * UNINFORMATIVE_SD_NS ** 2, {p: why for p in PRICE_NAMES})
+        return cls(np.zeros(n), np.eye(n) * UNINFORMATIVE_SD_NS ** 2, {p: why for p in PRICE_NAMES},
+                   np.zeros(n, bool))
+
+    def leave_uninformative(self, i: int, why: str) -> None:
+        """Price ``i`` gets no measurement: mean 0, sd UNINFORMATIVE_SD_NS, uncorrelated."""
+        self.mean[i] = 0.0
+        self.cov[i, :] = self.cov[:, i] = 0.0
+        self.cov[i, i] = UNINFORMATIVE_SD_NS ** 2
+        self.source[PRICE_NAMES[i]] = why
+        self.carried[i] = False
 
     def sd(self) -> np.ndarray:
         return np.sqrt(np.diag(self.cov))

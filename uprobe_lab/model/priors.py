@@ -126,25 +126,13 @@ def carried_prior(host: Profile, rows: pd.DataFrame, arch: str, target_virtualis
     log_sd = math.hypot(TRANSFER_LOG_SD, CROSS_ARCH_LOG_SD if arch != host.arch else 0.0)
     cov = cov + np.diag((log_sd * np.abs(mean)) ** 2)
     sd = np.sqrt(np.diag(host.cov))
-    source = {}
+    prior = Prior(mean, cov, {p: (f"host {host.mean[i]:.1f} +- {sd[i]:.1f} ns x {s:.3f}, "
+                                  f"+-{100 * log_sd:.0f}% for the change of CPU") for i, p in enumerate(PRICE_NAMES)})
     skip = dict(NOT_CARRIED_VIRTUALISED) if host.virtualised and not target_virtualised else {}
     for i, p in enumerate(PRICE_NAMES):
         if p in skip or sd[i] > 0.5 * UNINFORMATIVE_SD_NS:
-            why = skip.get(p, "not carried: no host row left to measure it")
-            mean[i] = 0.0
-            cov[i, :] = cov[:, i] = 0.0
-            cov[i, i] = UNINFORMATIVE_SD_NS ** 2
-            source[p] = why
-        else:
-            source[p] = (f"host {host.mean[i]:.1f} +- {sd[i]:.1f} ns x {s:.3f}, "
-                         f"+-{100 * log_sd:.0f}% for the change of CPU")
-    return Prior(mean, cov, source), s
-
-
-def carried(prior: Prior) -> np.ndarray:
-    """Per price (PRICE_NAMES order): did the prior carry a value? An uncarried price is exactly
-    :meth:`Prior.uninformative`'s (mean 0, sd UNINFORMATIVE_SD_NS), as :func:`carried_prior` leaves it."""
-    return ~((prior.mean == 0.0) & (np.diag(prior.cov) == UNINFORMATIVE_SD_NS ** 2))
+            prior.leave_uninformative(i, skip.get(p, "not carried: no host row left to measure it"))
+    return prior, s
 
 
 def mixed_prior(parts: list[Prior], labels: list[str]) -> Prior:
@@ -161,7 +149,7 @@ def mixed_prior(parts: list[Prior], labels: list[str]) -> Prior:
     if len(parts) == 1:
         return parts[0]
     n = len(PRICE_NAMES)
-    has = np.array([carried(p) for p in parts])
+    has = np.array([p.carried for p in parts])
     means = np.array([p.mean for p in parts], float)
     covs = np.array([p.cov for p in parts], float)
     for i in range(n):
@@ -180,4 +168,4 @@ def mixed_prior(parts: list[Prior], labels: list[str]) -> Prior:
         filled = ", so it takes the others'" if has[:, i].any() else ""
         source[p] = "; ".join(f"{label}: {part.source[p]}{'' if has[k, i] else filled}"
                               for k, (label, part) in enumerate(zip(labels, parts)))
-    return Prior(mean, (cov + cov.T) / 2, source)
+    return Prior(mean, (cov + cov.T) / 2, source, has.any(axis=0))
