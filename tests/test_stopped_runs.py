@@ -150,7 +150,7 @@ def test_a_collected_engine_is_closed_by_the_next_run_not_by_the_collector():
 # SIGINT cannot land while Python is still importing and end in a traceback that is nobody's fault.
 ANNOUNCED_CLI = """
 import runpy, sys
-from uprobe_lab import bench, interrupt
+from uprobe_lab import bench
 run_bench = bench.run_bench
 def announced(*args, **kwargs):
     print("bench started", file=sys.stderr, flush=True)
