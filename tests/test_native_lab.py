@@ -22,6 +22,7 @@ import pytest
 from matplotlib.figure import Figure
 
 from uprobe_lab import cli, model
+from uprobe_lab.kernel import modelled_kernel
 from uprobe_lab.model import fit as fitmod
 from uprobe_lab.native import NativeUnavailable, calibrate, code, compare, example, host
 from uprobe_lab.native import bench as native_bench
@@ -141,7 +142,7 @@ def test_compare_rejects_benches_without_a_probe():
 
 @native
 def test_emulator_trampolines_equal_this_host_byte_for_byte():
-    if calibrate.model_kernel(os.uname().release) != "6.18":
+    if modelled_kernel(os.uname().release) != "6.18":
         pytest.skip("the [uprobes-trampoline] and SLS int3 need Linux 6.18")
     for bench in compare.COMPARE_BENCHES + ("uretprobe-nop5",):
         live, emu, table = compare.side_by_side(bench, hits=50)
@@ -165,8 +166,8 @@ def test_fresh_host_snapshot_leaves_this_process_alone():
 @pytest.mark.parametrize("release,label", [("6.18.44-fc-v857", "6.18"), ("6.19.0", "6.18"), ("6.14.2-arch1", "6.11"),
                                            ("6.16", "6.16"), ("6.10.0-rc1", "6.10"), ("6.9.12", None),
                                            ("5.15.0-91-generic", None), ("7.0.1", "6.18"), ("garbage", None)])
-def test_model_kernel(release, label):
-    assert calibrate.model_kernel(release) == label
+def test_modelled_kernel(release, label):
+    assert modelled_kernel(release) == label
 
 
 def example_profile():
@@ -550,7 +551,7 @@ def test_price_benches_measure_each_event_kind_here():
     for r in rows.values():
         assert r["mops"] > 0 and r["rel_err"] > 0 and r["intervals"] >= price_benches.MIN_INTERVALS
     assert rows[("uprobe-nop", 8)]["mops"] < rows[("uprobe-nop", 1)]["mops"]
-    if calibrate.model_kernel(os.uname().release) == "6.18":
+    if modelled_kernel(os.uname().release) == "6.18":
         assert rows[("uprobe-nop5", 1)]["optimized"] is True
         assert rows[("uprobe-nop5-pagecross", 1)]["optimized"] is False
     assert perf_fds() == before  # every probe detached

@@ -4,13 +4,14 @@ from __future__ import annotations
 import platform
 
 from .. import LabError, events_per_hit, model
+from ..kernel import modelled_kernel
 from ..native import calibrate, example
 from .core import exercise
 from . import judges as j
 
 
 def host_model_kernel() -> str:
-    kernel = calibrate.model_kernel(platform.release())
+    kernel = modelled_kernel(platform.release())
     if kernel is None:
         raise LabError(f"this host's kernel {platform.release()} predates every modelled version")
     return kernel
@@ -33,12 +34,12 @@ exercise(
     id="06.1", kind="predict", title="This kernel's rules",
     question="Which modelled kernel's rules does this machine's kernel follow (`platform.release()`), and how "
              "many exceptions does a steady-state `uprobe-nop5` hit cost under them? Answer the number.",
-    hint="`calibrate.model_kernel(platform.release())` names the modelled version; chapter 03's table gives "
+    hint="`modelled_kernel(platform.release())` (uprobe_lab.kernel) names the modelled version; chapter 03's table gives "
          "the events.",
     solution="""import platform
 import uprobe_lab as ul
-from uprobe_lab.native import calibrate
-kernel = calibrate.model_kernel(platform.release())
+from uprobe_lab.kernel import modelled_kernel
+kernel = modelled_kernel(platform.release())
 answer = ul.events_per_hit("uprobe-nop5", "x86_64", kernel).get("exceptions", 0)""",
     explanation="On 6.18 to 7.2 the probed nop5 becomes a call into `[uprobes-trampoline]` after its first hit: "
                 "no exception at all (the table above shows `optimized` for it when measured here). 7.3 optimises "

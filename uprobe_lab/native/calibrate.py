@@ -3,7 +3,7 @@
 The rows to calibrate on are :mod:`.price_benches`' (the consumer scan and one bench per event kind,
 each timed to a stated relative error); :func:`.price_benches.price_rows_or_recorded` measures them here or hands back
 the bundled recording, saying which. Native rows name their kernel as ``uname -r``
-(``6.18.44-fc-v857``); :func:`model_kernel` maps a release to the newest modelled version not newer
+(``6.18.44-fc-v857``); :func:`uprobe_lab.kernel.modelled_kernel` maps a release to the newest modelled version not newer
 than it (a 6.14 kernel behaves as 6.11, a 6.19 as 6.18).
 
 A calibration refuses rows noisier than its tolerance (``rel_tol``, the row's relative error of the
@@ -50,11 +50,6 @@ def native_table_prices(arch: str) -> frozenset[str]:
     return frozenset(counted)
 
 
-def model_kernel(release: str) -> str | None:
-    """The modelled kernel whose probe-hit rules ``release`` has, or None if it predates them all."""
-    return model.modelled_kernel(release)
-
-
 def figure_rel_err(r: dict) -> float:
     """A native row's relative error: its own ``rel_err`` (price rows), else the standard error of a mean
     over ``repeats`` timed intervals, stddev / mops / sqrt(repeats) (bench-table rows)."""
@@ -70,7 +65,7 @@ def measured_frame(rows: list[dict]) -> pd.DataFrame:
     stddev / mops / sqrt(repeats))."""
     out = []
     for r in rows:
-        kernel = model_kernel(r["kernel"])
+        kernel = model.modelled_kernel(r["kernel"])
         if kernel is None:
             raise LabError(f"kernel {r['kernel']} predates every modelled version ({', '.join(PREDICT_KERNELS)})")
         out.append({"arch": r["arch"], "kernel": kernel, "release": r["kernel"], "bench": r["bench"],

@@ -27,7 +27,7 @@ from ..errors import LabError
 from ..program import listing_lines
 from ..sites import SPECIAL_MAPPINGS, UPROBES, UPROBES_TRAMPOLINE, call_target, calls_uprobe_trampoline
 from ..uprobes import CountingConsumer, uprobe_register
-from .calibrate import model_kernel
+from ..kernel import modelled_kernel
 from .code import NativeCode
 from .host import host_snapshot, trampoline_report
 from .perf import UprobeEvent
@@ -133,7 +133,7 @@ def trampoline_bytes(snap: dict) -> dict[str, str | None]:
 
 def compare(host: dict, emulator: dict) -> pd.DataFrame:
     """Rows (what, host, emulator, same) for one bench: kernel, site, mappings, trampoline bytes."""
-    rows = [("kernel", host["kernel"], emulator["kernel"], model_kernel(host["kernel"]) == emulator["kernel"]),
+    rows = [("kernel", host["kernel"], emulator["kernel"], modelled_kernel(host["kernel"]) == emulator["kernel"]),
             ("hits counted", host["hits"], emulator["hits"], host["hits"] == emulator["hits"]),
             ("probe site bytes", host["site_bytes"], emulator["site_bytes"], None),
             ("probe site", site_form(host), site_form(emulator), site_form(host) == site_form(emulator)),
