@@ -1,11 +1,17 @@
 """arm64 uprobes: classification, the STP simulation, uretprobes, transparency, bench events."""
+import ctypes
+import errno
+import gzip
 import json
+import os
 import random
+import re
 import subprocess
 import sys
 
 import pytest
 
+from native_support import kernel_at_least
 from uprobe_lab.arm64 import asm
 from uprobe_lab.arm64.constants import STACK_TOP
 from uprobe_lab.arm64.process import Arm64Process
@@ -13,9 +19,11 @@ from uprobe_lab.arm64.programs import bench_program
 from uprobe_lab.arm64.randprog import fuzz_program
 from uprobe_lab.arm64.analyze import analyze_word, decode_fields
 from uprobe_lab.arm64.decode import arch_uprobe_analyze_insn
+from uprobe_lab.arm64.stp import gup_force_write_ok
 from uprobe_lab.bench import events_per_hit
 from uprobe_lab.errors import LabError
 from uprobe_lab.program import Assembler, disasm
+from uprobe_lab.sites import Mapping
 from uprobe_lab.uprobes import CountingConsumer, UnprobeableInstruction, uprobe_register
 
 STP_FP_LR = asm.stp(29, 30, 31, -16)
@@ -201,6 +209,58 @@ def test_stp_into_a_guard_page_stores_only_through_the_forced_pin(perms, store, 
         assert proc.trace.counts["pages_pinned"] == 2  # new sp's page (the guard) up to old sp's page
     else:
         assert result.signal == "SIGSEGV" and proc.read(lo - 16, 16) == bytes(16)
+
+
+def proc_mem_forces() -> str | None:
+    """None when this host's /proc/self/mem writes with FOLL_FORCE (mem_rw: proc_mem_foll_force(), 6.12's
+    proc_mem.force_override, default CONFIG_PROC_MEM_ALWAYS_FORCE; always before 6.12), else why not."""
+    if not sys.platform.startswith("linux"):
+        return "needs Linux's /proc/self/mem"
+    cmdline = re.search(r"proc_mem\.force_override=(\w+)", open("/proc/cmdline").read())
+    if cmdline:
+        return None if cmdline.group(1) == "always" else f"proc_mem.force_override={cmdline.group(1)}"
+    if not kernel_at_least(6, 12):
+        return None
+    try:
+        config = gzip.open("/proc/config.gz", "rt").read()
+    except OSError:
+        return "cannot tell whether /proc/self/mem forces writes (no /proc/config.gz)"
+    return None if "CONFIG_PROC_MEM_ALWAYS_FORCE=y" in config else "CONFIG_PROC_MEM_ALWAYS_FORCE is off"
+
+
+# worked out from mm/gup.c check_vma_flags(): FOLL_FORCE writes a !VM_WRITE vma only if is_cow_mapping()
+FORCED_WRITE_REACHES = {"rw-p": True, "r--p": True, "---p": True, "r--s": False}
+
+
+@pytest.mark.parametrize("perms", list(FORCED_WRITE_REACHES))
+def test_this_host_forces_a_write_where_the_stp_pin_model_says(perms):
+    """The seed's pin is get_user_pages_fast(FOLL_WRITE | FOLL_FORCE); a page it cannot get fast goes to
+    the slow path, check_vma_flags() (mm/gup.c, generic mm: the same on x86-64). /proc/self/mem writes
+    take that check too (access_remote_vm with FOLL_FORCE), so this host says which mappings a forced
+    write reaches: a private one even when read-only or PROT_NONE, never a shared read-only one."""
+    why = proc_mem_forces()
+    if why:
+        pytest.skip(why)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype, libc.mmap.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                                                              ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    prot = (1 if "r" in perms else 0) | (2 if "w" in perms else 0)
+    flags = (0x02 if perms.endswith("p") else 0x01) | 0x20  # MAP_PRIVATE or MAP_SHARED, | MAP_ANONYMOUS
+    addr = libc.mmap(None, 4096, prot, flags, -1, 0)
+    assert addr not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
+    fd = os.open("/proc/self/mem", os.O_RDWR)
+    try:
+        try:
+            reached = os.pwrite(fd, b"\x5a" * 8, addr) == 8
+        except OSError as err:
+            assert err.errno == errno.EIO  # mem_rw: access_remote_vm() copied nothing
+            reached = False
+        if reached:
+            assert os.pread(fd, 8, addr) == b"\x5a" * 8
+    finally:
+        os.close(fd)
+        libc.munmap(ctypes.c_void_p(addr), ctypes.c_size_t(4096))
+    assert reached == FORCED_WRITE_REACHES[perms] == gup_force_write_ok(Mapping(addr, addr + 4096, perms, ""))
 
 
 @pytest.mark.parametrize("word", [asm.stp(29, 30, 31, -16, "post"), asm.stp(29, 30, 31, 16, "offset"),
