@@ -76,13 +76,13 @@ class StressedBench:
         fails, naming the bench: a lost Ctrl-C fails the stress run instead of hanging it."""
         main = threading.main_thread().ident
         send = (lambda: signal.pthread_kill(main, signal.SIGINT)) if real_signal else _thread.interrupt_main
-        ended, lost = threading.Event(), []
+        ended, lost = threading.Event(), threading.Event()
 
         def interrupt():
             time.sleep(delay)
             send()
-            while not ended.wait(LOST_AFTER_S if not lost else 0.5):
-                lost.append(time.monotonic())
+            while not ended.wait(0.5 if lost.is_set() else LOST_AFTER_S):
+                lost.set()
                 send()
 
         timer = threading.Thread(target=interrupt, daemon=True)
@@ -96,7 +96,7 @@ class StressedBench:
         finally:
             ended.set()
             timer.join()
-        check(not lost, f"{self.label}: a Ctrl-C sent {delay * 1e3:.1f} ms into the call "
+        check(not lost.is_set(), f"{self.label}: a Ctrl-C sent {delay * 1e3:.1f} ms into the call "
                         f"({'SIGINT' if real_signal else 'interrupt_main'}) was not acted on within {LOST_AFTER_S} s")
         return True
 
