@@ -152,10 +152,12 @@ def test_price_benches_leave_the_compat_rows_out_where_32_bit_programs_cannot_ru
     monkeypatch.setattr(pb, "compat_reason", lambda: "no IA32 emulation")
     monkeypatch.setattr(pb, "pinned_to_one_cpu", contextlib.nullcontext)
     monkeypatch.setattr(pb, "NativeCode", lambda arch: contextlib.nullcontext())
+    monkeypatch.setattr(pb, "reference_probe", lambda nc: contextlib.nullcontext(lambda: 1.0))
 
-    def fake_round(nc, bench, consumers, budget_s, state):
+    def fake_round(nc, bench, consumers, budget_s, state, reference):
         seen.append(bench)
         state.setdefault("rounds", []).append([1.0, 1.0])
+        state.setdefault("refs", []).append([1.0, 1.0])
         state["calls"] = 1
 
     monkeypatch.setattr(pb, "_round", fake_round)

@@ -343,18 +343,21 @@ def test_a_run_s_speed_spread_widens_every_interval_by_its_share():
     assert t1 == pytest.approx(t0) and sd1 ** 2 - sd0 ** 2 == pytest.approx((0.1 * t0) ** 2)
 
 
-def test_round_levels_take_out_what_every_bench_of_a_round_shares():
-    """Round 2 runs every bench 20% slower but D: levels 1, 0.8, 1 (the median over A, B, C, D of each
-    round's median against the bench's own); levelled, A-C are steady and D shows the step as its own."""
+def test_each_interval_is_levelled_by_the_reference_timed_next_to_it():
+    """A's machine slows to 0.75 in the second interval of round 1 and all of round 2, and the reference
+    with it: every ratio is 2, so A's row is steady. D steps to 3.75 in round 2 on its own: its ratios are
+    3, 3.75, 3 by round. The reference's round medians are 0.875, 0.75, 1 (A) and 1, 1, 1 (D): mean
+    5.625 / 6 = 0.9375, the typical rate the ratios are scaled by; the levels are those medians over it."""
     from uprobe_lab.native import price_benches as pb
-    rounds = {"A": [[10, 10], [8, 8], [10, 10]], "B": [[2, 2], [1.6, 1.6], [2, 2]], "C": [[5], [4], [5]],
-              "D": [[3, 3], [3, 3], [3, 3]]}
-    levels = pb.round_levels(rounds)
-    assert levels == pytest.approx([1.0, 0.8, 1.0])
-    rows = pb.level_rows(rounds, levels)
-    assert rows["A"] == pytest.approx((10.0, 0.0)) and rows["C"] == pytest.approx((5.0, 0.0))
-    mops, err = rows["D"]  # 3, 3.75, 3: the round medians' sd / median / sqrt(3)
-    assert mops == 3.0 and err == pytest.approx(0.4330127 / 3 / 3 ** 0.5)
+    rounds = {"A": [[2, 1.5], [1.5, 1.5], [2, 2]], "D": [[3, 3], [3.75, 3.75], [3, 3]]}
+    refs = {"A": [[1, 0.75], [0.75, 0.75], [1, 1]], "D": [[1, 1], [1, 1], [1, 1]]}
+    scale, levels = pb.reference_levels(refs)
+    assert scale == pytest.approx(0.9375)
+    assert levels == pytest.approx([0.875 / 0.9375, 0.8, 1 / 0.9375] + [1 / 0.9375] * 3)
+    rows = pb.level_rows(rounds, refs, scale)
+    assert rows["A"] == pytest.approx((1.875, 0.0))
+    mops, err = rows["D"]  # median ratio 3 (MAD 0); the round medians' sd 0.4330 / 3 / sqrt(3)
+    assert mops == pytest.approx(2.8125) and err == pytest.approx(0.4330127 / 3 / 3 ** 0.5)
 
 
 def test_a_wild_interval_does_not_blow_up_a_row_s_error():
@@ -567,10 +570,12 @@ def test_price_benches_run_more_rounds_until_every_row_reaches_its_error(monkeyp
     monkeypatch.setattr(pb, "check_native_support", lambda: "x86_64")
     monkeypatch.setattr(pb, "pinned_to_one_cpu", contextlib.nullcontext)
     monkeypatch.setattr(pb, "NativeCode", lambda arch: contextlib.nullcontext())
+    monkeypatch.setattr(pb, "reference_probe", lambda nc: contextlib.nullcontext(lambda: 1.0))
 
-    def fake_round(nc, bench, consumers, budget_s, state):
+    def fake_round(nc, bench, consumers, budget_s, state, reference):
         rates = [0.5, 1.5] if noisy and bench == "uprobe-nop" else [1.0, 1.0]
         state.setdefault("rounds", []).append(rates)
+        state.setdefault("refs", []).append([reference(), reference()])
         state["calls"] = 1
 
     monkeypatch.setattr(pb, "_round", fake_round)
@@ -579,6 +584,17 @@ def test_price_benches_run_more_rounds_until_every_row_reaches_its_error(monkeyp
     assert {r["rounds"] for r in rows} == {rounds_run}
     assert [r["reached"] for r in rows] == [not noisy, True, True]
     assert rows[0]["intervals"] == 2 * rounds_run
+
+
+def test_price_benches_refuse_a_configuration_on_the_reference_s_own_function(monkeypatch):
+    """usdt-nop's target is usdt_nop, where the reference probe sits: its rows would count the reference's
+    consumer too, so the run is refused before anything is attached."""
+    from uprobe_lab.native import price_benches as pb
+
+    monkeypatch.setattr(pb, "check_native_support", lambda: "x86_64")
+    monkeypatch.setattr(pb, "NativeCode", lambda arch: pytest.fail("attached before refusing"))
+    with pytest.raises(model.LabError, match="usdt-nop probe the reference's own function usdt_nop"):
+        pb.measure_price_rows([("uprobe-nop", 1), ("usdt-nop", 1)], budget_s=0.01)
 
 
 def test_the_native_table_counts_no_page_pin_and_no_futex_wake():

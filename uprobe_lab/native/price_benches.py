@@ -27,18 +27,23 @@ Noise: the process is pinned to one CPU and warmed up; each configuration is tim
 CPU clock (``CLOCK_THREAD_CPUTIME_ID``: user and kernel time of this thread, so time other processes
 ran on the shared CPU is not counted; what they leave in the caches still is) in short intervals
 (about :data:`INTERVAL_NS`) over :data:`ROUNDS` interleaved rounds that together spend the time budget.
-On a virtual CPU the whole machine's speed also moves, by tens of percent within seconds on a busy
-shared host (benchmarks/machine_speed.py; at times twofold): every
-bench of a round slows together. Each round's *level* (:func:`round_levels`: the median over benches of
-the round's median against the bench's own) divides that round's rates, so a row keeps what is its own
-and loses what all rows share; the run's level spread is reported as ``level_sd`` and a calibration
-puts it back into every prediction's interval (a later run may find the machine at another speed).
-The figure is the median of the levelled rates; its error is the larger of the median's relative error
-(1.2533 * sd / sqrt(n) / median, the large-sample error of a median, sd from the median absolute
-deviation) and the spread of the rounds' levelled medians (:func:`row_rel_err`). Each row says whether
-that error is within ``rel_tol`` (``reached``). While some row is not, more interleaved rounds are run,
-up to :data:`MAX_ROUNDS_FACTOR` times as many (the budget is a floor, not a cap); a row still above
-``rel_tol`` then says it could not, and a calibration refuses it (:mod:`.calibrate`).
+On a virtual CPU the whole machine's speed also moves: on a busy shared host it flips between a fast and
+a slow state (about 1.35 times slower) several times a second, and every path slows together
+(benchmarks/machine_speed.py). A state lasts tens of milliseconds to seconds, so rounds of
+different configurations, made one after the other, catch it at different moments. Each measured interval is
+therefore followed by one of a *reference*: a uprobe with one BPF consumer on :data:`REFERENCE_TARGETS`,
+a ``nop; ret`` no configuration probes, attached for the whole run. An interval's rate over the reference's
+next to it keeps what is particular to the configuration and loses the machine's state of that moment
+(:func:`level_rows`); the figure is the median of these ratios times the reference's typical rate over the
+run (the mean of its round medians). How far the reference's round medians spread about that rate is
+reported as ``level_sd``, and a calibration puts it back into every predicted figure's interval (a later
+run may find the machine in another state); a predicted speedup, a ratio within one run, does not carry it.
+A row's error is the larger of the median ratio's relative error (1.2533 * sd / sqrt(n) / median, the
+large-sample error of a median, sd from the median absolute deviation) and the spread of the rounds'
+median ratios (:func:`row_rel_err`). Each row says whether that error is within ``rel_tol``
+(``reached``). While some row is not, more interleaved rounds are run, up to :data:`MAX_ROUNDS_FACTOR`
+times as many (the budget is a floor, not a cap); a row still above ``rel_tol`` then says it could not,
+and a calibration refuses it (:mod:`.calibrate`).
 """
 from __future__ import annotations
 
@@ -79,6 +84,8 @@ REL_TOL = 0.02
 MIN_INTERVALS = 16  # two per round at the default ROUNDS
 ROUNDS = 8
 MAX_ROUNDS_FACTOR = 2  # a run spends at most this many times its budget reaching rel_tol
+# A `nop; ret` that no configuration probes (the bench's usdt_1 body: a USDT site that is one nop).
+REFERENCE_TARGETS = {"x86_64": "usdt_nop"}
 
 
 def robust_sd(values: list[float]) -> float:
@@ -105,32 +112,26 @@ def row_rel_err(rates: list[float], round_medians: list[float]) -> float:
     return err
 
 
-def round_levels(round_rates: dict) -> list[float]:
-    """The machine's speed in each round, relative to its typical speed over the run.
+def reference_levels(round_refs: dict) -> tuple[float, list[float]]:
+    """(the reference's typical rate over the run, every round's level against it).
 
-    ``round_rates`` maps each configuration to its rounds' interval rates. A round's level is the median,
-    over configurations, of (that round's median rate / the configuration's median over its rounds),
-    then divided by the levels' median. A virtual CPU whose host gets busier slows every bench of a
-    round together; dividing each round's rates by its level takes that common change out and leaves what
-    is particular to one bench."""
-    per_cfg = {}
-    for cfg, rounds in round_rates.items():
-        meds = [statistics.median(r) for r in rounds]
-        mid = statistics.median(meds)
-        per_cfg[cfg] = [m / mid for m in meds]
-    n = min(len(v) for v in per_cfg.values())
-    levels = [statistics.median(v[i] for v in per_cfg.values()) for i in range(n)]
-    mid = statistics.median(levels)
-    return [lv / mid for lv in levels]
+    ``round_refs`` maps each configuration to its rounds' reference rates. The typical rate is the mean of
+    the reference's round medians (a mean, not a median: the machine's two states make the medians
+    bimodal, and a median would jump from one state to the other with the share of rounds each got); a
+    round's level is its median over that rate."""
+    meds = [statistics.median(r) for rounds in round_refs.values() for r in rounds]
+    scale = statistics.fmean(meds)
+    return scale, [m / scale for m in meds]
 
 
-def level_rows(round_rates: dict, levels: list[float]) -> dict:
-    """Per configuration: (median rate, rel_err) of its rates divided by their round's level."""
+def level_rows(round_rates: dict, round_refs: dict, scale: float) -> dict:
+    """Per configuration: (``scale`` times the median of its intervals' rates over the reference interval
+    timed next to each, that median's rel_err). The machine's state cancels out of each ratio."""
     out = {}
     for cfg, rounds in round_rates.items():
-        scaled = [[x / lv for x in r] for r, lv in zip(rounds, levels)]
-        rates = [x for r in scaled for x in r]
-        out[cfg] = (statistics.median(rates), row_rel_err(rates, [statistics.median(r) for r in scaled]))
+        ratios = [[x / ref for x, ref in zip(r, refs)] for r, refs in zip(rounds, round_refs[cfg])]
+        flat = [x for r in ratios for x in r]
+        out[cfg] = (scale * statistics.median(flat), row_rel_err(flat, [statistics.median(r) for r in ratios]))
     return out
 
 
@@ -142,20 +143,48 @@ def _interval_calls(nc: NativeCode, addr: int) -> int:
     return max(50, int(INTERVAL_NS / per_call))
 
 
-def _time_intervals(nc: NativeCode, addr: int, calls: int, n: int) -> list[float]:
-    """Rates (M calls/s) of ``n`` intervals timed on this thread's CPU clock: user and kernel time spent
-    running this thread (the probe's trap and handler included), not the time other processes ran."""
-    rates = []
+def _time_intervals(nc: NativeCode, addr: int, calls: int, n: int, reference: Callable[[], float],
+                    state: dict) -> None:
+    """Time ``n`` intervals on this thread's CPU clock (user and kernel time spent running this thread, the
+    probe's trap and handler included, not the time other processes ran), each followed by one of the
+    reference; append their rates (M calls/s) to the state's last round."""
     for _ in range(n):
         t0 = time.thread_time_ns()
         nc.run(addr, calls)
-        rates.append(calls * 1e3 / max(time.thread_time_ns() - t0, 1))
-    return rates
+        state["rounds"][-1].append(calls * 1e3 / max(time.thread_time_ns() - t0, 1))
+        state["refs"][-1].append(reference())
 
 
-def _round(nc: NativeCode, bench: str, consumers: int, budget_s: float, state: dict) -> None:
-    """One round of one configuration: attach ``consumers`` events, warm up, time at least
-    two intervals, then more until the round's share of the budget is spent."""
+@contextlib.contextmanager
+def reference_probe(nc: NativeCode):
+    """Attach the reference (one uprobe and BPF consumer on the arch's REFERENCE_TARGETS entry) for the block;
+    yield a function that times one interval of it and returns its rate (M calls/s)."""
+    target = REFERENCE_TARGETS.get(nc.arch)
+    if target is None:
+        raise LabError(f"the price benches are x86-64 only (their reference and nop5 rows), not {nc.arch}")
+    addr = nc.addr(target)
+    with BpfCounter() as counter, UprobeEvent(nc.path, nc.offset(target)) as event:
+        counter.attach(event.fd)
+        nc.run(addr, 2000)
+        calls = _interval_calls(nc, addr)
+
+        def one_interval() -> float:
+            t0 = time.thread_time_ns()
+            nc.run(addr, calls)
+            return calls * 1e3 / max(time.thread_time_ns() - t0, 1)
+
+        yield one_interval
+
+
+def _new_round(state: dict) -> None:
+    state.setdefault("rounds", []).append([])
+    state.setdefault("refs", []).append([])
+
+
+def _round(nc: NativeCode, bench: str, consumers: int, budget_s: float, state: dict,
+           reference: Callable[[], float]) -> None:
+    """One round of one configuration: attach ``consumers`` events, warm up, time at least two intervals
+    (each followed by the reference's), then more until the round's share of the budget is spent."""
     spec = bench_spec(bench, nc.arch)
     addr = nc.addr(spec.target)
     with contextlib.ExitStack() as stack:
@@ -171,45 +200,47 @@ def _round(nc: NativeCode, bench: str, consumers: int, budget_s: float, state: d
         calls = state.setdefault("calls", _interval_calls(nc, addr))
         before = counter.count() if counter else 0
         deadline = time.monotonic() + budget_s
-        mine = _time_intervals(nc, addr, calls, 2)  # a round's median needs at least two
+        _new_round(state)
+        _time_intervals(nc, addr, calls, 2, reference, state)  # a round's median needs at least two
         while time.monotonic() < deadline:  # the whole budget: a round's median steadies, not just its error bar
-            mine += _time_intervals(nc, addr, calls, 3)
-        state.setdefault("rounds", []).append(mine)
-        if counter and counter.count() - before < len(mine) * calls * consumers:  # every program ran on every hit
+            _time_intervals(nc, addr, calls, 3, reference, state)
+        timed = len(state["rounds"][-1])
+        if counter and counter.count() - before < timed * calls * consumers:  # every program ran on every hit
             raise RuntimeError(f"{bench} x{consumers}: the BPF consumers counted {counter.count() - before} runs, "
-                               f"fewer than {len(mine) * calls * consumers}")
+                               f"fewer than {timed * calls * consumers}")
 
 
-def _compat_round(bench: str, budget_s: float, state: dict) -> None:
+def _compat_round(bench: str, budget_s: float, state: dict, reference: Callable[[], float]) -> None:
     """One round of a 32-bit task's bench (:mod:`.compat`): whole runs of the i386 program, each timed
-    on its own thread CPU clock and with its probe's hits checked, until the round's share is spent."""
+    on its own thread CPU clock, with its probe's hits checked and followed by a reference interval,
+    until the round's share is spent."""
     probe = COMPAT_BENCHES[bench]
     if "calls" not in state:  # size a run from a short one (which also warms the file's page cache)
         first = run_compat(2000, "target", probe)
         state["calls"] = max(1000, int(COMPAT_RUN_NS * first.calls / max(first.loop_ns, 1)))
     calls = state["calls"]
     deadline = time.monotonic() + budget_s
-    mine = []
-    while len(mine) < 2 or time.monotonic() < deadline:
+    _new_round(state)
+    while len(state["rounds"][-1]) < 2 or time.monotonic() < deadline:
         run = run_compat(calls, "target", probe)
         if run.hits < calls:
             raise RuntimeError(f"{bench}: the BPF consumer counted {run.hits} hits, fewer than {calls} calls")
-        mine.append(run.mops)
-    state.setdefault("rounds", []).append(mine)
+        state["rounds"][-1].append(run.mops)
+        state["refs"][-1].append(reference())
 
 
 def measure_price_rows(configs=PRICE_CONFIGS, rel_tol: float = REL_TOL, budget_s: float = 6.0,
                        progress: Callable[[str], object] | None = None, rounds: int = ROUNDS) -> list[dict]:
     """Measure each (bench, consumers) configuration here; one row each.
 
-    Rows: bench, consumers, arch, kernel (``uname -r``), mops (median interval rate, each interval
-    divided by its round's level, :func:`round_levels`), rel_err (of that median), intervals,
-    calls_per_interval, reached (rel_err <= rel_tol), optimized, level_sd (the sd of the rounds' levels:
-    how much the whole machine's speed moved over the run, which the rows no longer show and a
-    calibration adds back to its predictions), rounds (how many were run). ``budget_s`` is the time per
-    configuration, spread over ``rounds`` interleaved rounds; while some row's error is above ``rel_tol``,
-    further rounds of the same length run, up to ``MAX_ROUNDS_FACTOR * rounds`` in all.
-    Probes are always detached.
+    Rows: bench, consumers, arch, kernel (``uname -r``), mops (the reference's typical rate times the
+    median of the intervals' rates over the reference's next to them, :func:`level_rows`), rel_err (of
+    that median), intervals, calls_per_interval, reached (rel_err <= rel_tol), optimized, level_sd (the
+    sd of the reference's round levels: how much the whole machine's speed moved over the run, which the
+    rows no longer show and a calibration adds back to its predictions), rounds (how many were run).
+    ``budget_s`` is the time per configuration, its reference intervals included, spread over ``rounds``
+    interleaved rounds; while some row's error is above ``rel_tol``, further rounds of the same length
+    run, up to ``MAX_ROUNDS_FACTOR * rounds`` in all. Probes are always detached.
     """
     arch = check_native_support()
     if any(b in COMPAT_BENCHES for b, _ in configs):
@@ -217,33 +248,33 @@ def measure_price_rows(configs=PRICE_CONFIGS, rel_tol: float = REL_TOL, budget_s
         if why:  # the other rows still calibrate this machine; only the int3 return path goes unmeasured
             warnings.warn(f"left out {', '.join(b for b, _ in configs if b in COMPAT_BENCHES)}: {why}", stacklevel=2)
             configs = [c for c in configs if c[0] not in COMPAT_BENCHES]
-    if len(configs) < 3:
-        raise LabError("the price benches need at least 3 configurations: a round's level is their median")
-    max_rounds = MAX_ROUNDS_FACTOR * rounds
+    clash = [b for b, _ in configs if bench_spec(b, arch).target == REFERENCE_TARGETS.get(arch)]
+    if clash:
+        raise LabError(f"{', '.join(clash)} probe the reference's own function {REFERENCE_TARGETS[arch]}")
     states = {cfg: {} for cfg in configs}
-    with pinned_to_one_cpu(), NativeCode(arch) as nc:
-        for rnd in range(max_rounds):
+    with pinned_to_one_cpu(), NativeCode(arch) as nc, reference_probe(nc) as reference:
+        for rnd in range(MAX_ROUNDS_FACTOR * rounds):
             for cfg in configs:
                 if cfg[0] in COMPAT_BENCHES:
-                    _compat_round(cfg[0], budget_s / rounds, states[cfg])
+                    _compat_round(cfg[0], budget_s / rounds, states[cfg], reference)
                 else:
-                    _round(nc, *cfg, budget_s / rounds, states[cfg])
+                    _round(nc, *cfg, budget_s / rounds, states[cfg], reference)
                 if progress:
                     progress(f"{cfg[0]} x{cfg[1]} round {rnd + 1}")
             if rnd + 1 >= rounds:
-                round_rates = {cfg: st["rounds"] for cfg, st in states.items()}
-                levels = round_levels(round_rates)
-                levelled = level_rows(round_rates, levels)
+                round_refs = {cfg: st["refs"] for cfg, st in states.items()}
+                scale, levels = reference_levels(round_refs)
+                levelled = level_rows({cfg: st["rounds"] for cfg, st in states.items()}, round_refs, scale)
                 if all(err <= rel_tol for _, err in levelled.values()):
                     break
-    level_sd = statistics.stdev(levels)
+    level_sd = statistics.stdev(levels) if len(levels) > 1 else 0.0
     out = []
     for cfg, st in states.items():
         mops, err = levelled[cfg]
         out.append({"bench": cfg[0], "consumers": cfg[1], "arch": arch, "kernel": kernel_release(),
                     "mops": mops, "rel_err": err, "intervals": sum(map(len, st["rounds"])),
                     "calls_per_interval": st["calls"], "reached": err <= rel_tol,
-                    "optimized": st.get("optimized"), "level_sd": level_sd, "rounds": len(levels)})
+                    "optimized": st.get("optimized"), "level_sd": level_sd, "rounds": rnd + 1})
     return out
 
 
