@@ -28,12 +28,13 @@ sys.path.insert(0, str(ROOT))
 from uprobe_lab.native import calibrate  # noqa: E402
 
 NOTEBOOK = ROOT / "notebooks" / "06_your_machine.ipynb"
-SAVE = ("print('PRED_CSV'); print(pred.to_csv(index=False)); "
+SAVE = ("print('ROWS_CSV'); print(profile.measured.to_csv(index=False)); "
+        "print('PRED_CSV'); print(pred.to_csv(index=False)); "
         "print('SOURCE', price_source, '| left out:', ', '.join(profile.dropped) or 'none')")
 
 
-def run_once() -> tuple[pd.DataFrame, str]:
-    """Execute chapter 06 once; its prediction table and where its price rows came from."""
+def run_once() -> tuple[pd.DataFrame, pd.DataFrame, str]:
+    """Execute chapter 06 once; its prediction table, the price rows it calibrated on, and where they came from."""
     nb = nbformat.read(NOTEBOOK, as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell(SAVE))
     with tempfile.TemporaryDirectory() as tmp:
@@ -41,8 +42,24 @@ def run_once() -> tuple[pd.DataFrame, str]:
         os.environ["PYTHONPATH"] = f"{ROOT}{os.pathsep}{env_path}" if env_path else str(ROOT)
         NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": tmp}}).execute()
     text = "".join(o.get("text", "") for o in nb.cells[-1].outputs if o.get("output_type") == "stream")
-    csv, _, source = text.partition("PRED_CSV\n")[2].rpartition("SOURCE ")
-    return pd.read_csv(io.StringIO(csv)), source.strip()
+    rows_csv, _, rest = text.partition("ROWS_CSV\n")[2].partition("PRED_CSV\n")
+    csv, _, source = rest.rpartition("SOURCE ")
+    return pd.read_csv(io.StringIO(csv)), pd.read_csv(io.StringIO(rows_csv)), source.strip()
+
+
+def rows_between_runs(price_rows: list[pd.DataFrame]) -> pd.DataFrame:
+    """Per price row: its figure in each run, how much it moved between the runs (cv), the same over the
+    run's uprobe-nop x1 row (the whole machine's speed cancels: what the speedups see), and the error the
+    runs stated for it (median rel_err): a row that moves by more than it says breaks the agreement."""
+    both = pd.concat([r.assign(run=i + 1) for i, r in enumerate(price_rows)])
+    wide = both.pivot_table(index=["bench", "consumers"], columns="run", values="mops", sort=False)
+    relative = wide / wide.loc[("uprobe-nop", 1)]
+    out = wide.round(3).rename(columns=lambda c: f"run {c}")
+    out.columns.name = None
+    out["between_cv_pct"] = (100 * wide.std(axis=1) / wide.mean(axis=1)).round(1)
+    out["over_nop_cv_pct"] = (100 * relative.std(axis=1) / relative.mean(axis=1)).round(1)
+    out["stated_pct"] = (100 * both.groupby(["bench", "consumers"], sort=False)["rel_err"].median()).round(1)
+    return out.reset_index()
 
 
 def half_widths(pred: pd.DataFrame, change: bool = False) -> pd.Series:
@@ -57,18 +74,39 @@ def half_widths(pred: pd.DataFrame, change: bool = False) -> pd.Series:
     return pd.concat(out, ignore_index=True)
 
 
+def closest_call(pred_a: pd.DataFrame, pred_b: pd.DataFrame, kernels, change: bool = False) -> tuple[float, str]:
+    """The largest gap between the two runs' figures (or speedups) as a share of the interval side it has to
+    cross, over both directions: below 1, every figure is inside the other run's interval; and which one."""
+    a, b = pred_a.set_index("bench"), pred_b.set_index("bench")
+    worst, where = 0.0, ""
+    for bench in a.index.intersection(b.index):
+        for k in kernels:
+            col = f"{k} change" if change else k
+            if change and a.loc[bench, col] == 1.0 and b.loc[bench, col] == 1.0:
+                continue  # the same events on both kernels: exactly 1, no interval
+            for x, y in ((a.loc[bench], b.loc[bench]), (b.loc[bench], a.loc[bench])):
+                side = (y[f"{col} high"] - y[col]) if x[col] > y[col] else (y[col] - y[f"{col} low"])
+                share = abs(x[col] - y[col]) / side if side > 0 else float("inf")
+                if share > worst:
+                    worst, where = share, f"{bench} on {k}: {x[col]:.3f} against {y[col]:.3f}"
+    return worst, where
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=2, help="runs to make; every pair is compared")
     args = parser.parse_args()
-    runs = []
+    runs, price_rows = [], []
     for i in range(args.runs):
-        pred, source = run_once()
+        pred, rows, source = run_once()
+        price_rows.append(rows)
         hw, hw_change = half_widths(pred), half_widths(pred, change=True)
         print(f"run {i + 1}: price rows {source}; interval half-widths median {hw.median():.1f}%, "
               f"widest {hw.max():.1f}%; speedups' median {hw_change.median():.1f}%, widest {hw_change.max():.1f}%")
         runs.append(pred)
     kernels = calibrate.kernel_columns(runs[0])
+    if len(runs) > 1:
+        print("\nprice rows, run by run (M/s):\n" + rows_between_runs(price_rows).to_string(index=False))
     for i in range(len(runs)):
         for j in range(i + 1, len(runs)):
             for what, change in (("predictions", False), ("predicted speedups (those not exactly 1)", True)):
@@ -80,6 +118,8 @@ def main() -> int:
                       f"80% interval ({int(same['a_in_b'].sum())} of run {i + 1}'s in run {j + 1}'s, "
                       f"{int(same['b_in_a'].sum())} the other way)")
                 print(same[~both].to_string(index=False) if (~both).any() else "  (no disagreement)")
+                worst, where = closest_call(runs[i], runs[j], kernels, change)
+                print(f"  closest call: {100 * worst:.0f}% of the interval side it had to stay within ({where})")
     return 0
 
 
