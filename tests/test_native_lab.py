@@ -552,7 +552,7 @@ def test_price_benches_measure_each_event_kind_here():
     configs = [("uprobe-nop", 1), ("uprobe-nop", 8), ("uprobe-nop5", 1), ("uprobe-nop5-pagecross", 1)]
     rows = {(r["bench"], r["consumers"]): r for r in price_benches.measure_price_rows(configs, budget_s=0.4)}
     for r in rows.values():
-        assert r["mops"] > 0 and r["rel_err"] > 0 and r["intervals"] >= price_benches.MIN_INTERVALS
+        assert r["mops"] > 0 and r["rel_err"] > 0 and r["intervals"] >= 2 * price_benches.ROUNDS
     assert rows[("uprobe-nop", 8)]["mops"] < rows[("uprobe-nop", 1)]["mops"]
     if modelled_kernel(os.uname().release) == "6.18":
         assert rows[("uprobe-nop5", 1)]["optimized"] is True
@@ -587,14 +587,60 @@ def test_price_benches_run_more_rounds_until_every_row_reaches_its_error(monkeyp
 
 
 def test_price_benches_refuse_a_configuration_on_the_reference_s_own_function(monkeypatch):
-    """usdt-nop's target is usdt_nop, where the reference probe sits: its rows would count the reference's
-    consumer too, so the run is refused before anything is attached."""
+    """usdt-nop's target is usdt_nop, where the reference probe sits: one site with two consumers, each
+    hit would run both programs, in the configuration's intervals and the reference's, so the run is refused
+    before anything is attached."""
     from uprobe_lab.native import price_benches as pb
 
     monkeypatch.setattr(pb, "check_native_support", lambda: "x86_64")
     monkeypatch.setattr(pb, "NativeCode", lambda arch: pytest.fail("attached before refusing"))
     with pytest.raises(model.LabError, match="usdt-nop probe the reference's own function usdt_nop"):
         pb.measure_price_rows([("uprobe-nop", 1), ("usdt-nop", 1)], budget_s=0.01)
+
+
+def test_price_benches_refuse_no_rounds_and_no_configurations(monkeypatch):
+    from uprobe_lab.native import price_benches as pb
+
+    monkeypatch.setattr(pb, "check_native_support", lambda: "x86_64")
+    monkeypatch.setattr(pb, "compat_reason", lambda: "no IA32 emulation")
+    with pytest.raises(ValueError, match="rounds must be >= 1, got 0"):
+        pb.measure_price_rows([("uprobe-nop", 1)], rounds=0)
+    with pytest.warns(UserWarning), pytest.raises(model.LabError, match="no configuration left"):
+        pb.measure_price_rows([("uretprobe-nop-compat", 1)])
+
+
+def test_a_reference_whose_consumer_missed_hits_fails_the_run(monkeypatch):
+    """The reference's BPF counter is read on the way out: a program that ran on none of the 2 x 50 timed
+    calls (a probe that stopped firing) is an error, not a silent rescaling of every row by a bare call."""
+    from uprobe_lab.native import price_benches as pb
+
+    class Silent:  # a counter and an event that attach, and count nothing
+        fd = -1
+        def __enter__(self):
+            return self
+        def __exit__(self, *exc):
+            return False
+        def attach(self, fd):
+            pass
+        def count(self):
+            return 0
+
+    class Code:
+        arch, path = "x86_64", "/nonexistent"
+        def addr(self, name):
+            return 0
+        def offset(self, name):
+            return 0
+        def run(self, addr, n):
+            pass
+
+    monkeypatch.setattr(pb, "BpfCounter", Silent)
+    monkeypatch.setattr(pb, "UprobeEvent", lambda path, offset: Silent())
+    monkeypatch.setattr(pb, "_interval_calls", lambda nc, addr: 50)
+    with pytest.raises(RuntimeError, match="reference's BPF consumer counted 0 runs, fewer than its 100"):
+        with pb.reference_probe(Code()) as reference:
+            reference()
+            reference()
 
 
 def test_the_native_table_counts_no_page_pin_and_no_futex_wake():

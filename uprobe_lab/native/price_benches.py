@@ -29,14 +29,14 @@ ran on the shared CPU is not counted; what they leave in the caches still is) in
 (about :data:`INTERVAL_NS`) over :data:`ROUNDS` interleaved rounds that together spend the time budget.
 On a virtual CPU the whole machine's speed also moves: on a busy shared host it flips between a fast and
 a slow state (about 1.35 times slower) several times a second, and every path slows together
-(benchmarks/machine_speed.py). A state lasts tens of milliseconds to seconds, so rounds of
+(benchmarks/reference_level.py). A state lasts tens of milliseconds to seconds, so rounds of
 different configurations, made one after the other, catch it at different moments. Each measured interval is
 therefore followed by one of a *reference*: a uprobe with one BPF consumer on :data:`REFERENCE_TARGETS`,
 a ``nop; ret`` no configuration probes, attached for the whole run. An interval's rate over the reference's
 next to it keeps what is particular to the configuration and loses the machine's state of that moment
 (:func:`level_rows`); the figure is the median of these ratios times the reference's typical rate over the
-run (the mean of its round medians). How far the reference's round medians spread about that rate is
-reported as ``level_sd``, and a calibration puts it back into every predicted figure's interval (a later
+run (the mean of its round medians). How far the reference's round medians (one per configuration and
+round) spread about that rate is reported as ``level_sd``, and a calibration puts it back into every predicted figure's interval (a later
 run may find the machine in another state); a predicted speedup, a ratio within one run, does not carry it.
 A row's error is the larger of the median ratio's relative error (1.2533 * sd / sqrt(n) / median, the
 large-sample error of a median, sd from the median absolute deviation) and the spread of the rounds'
@@ -81,7 +81,6 @@ PRICE_CONFIGS = ([("uprobe-nop", k) for k in CONSUMER_COUNTS]
 COMPAT_RUN_NS = 10_000_000  # a 32-bit run's loop: long enough that its process start is rare
 INTERVAL_NS = 2_000_000  # ~2 ms per timed interval
 REL_TOL = 0.02
-MIN_INTERVALS = 16  # two per round at the default ROUNDS
 ROUNDS = 8
 MAX_ROUNDS_FACTOR = 2  # a run spends at most this many times its budget reaching rel_tol
 # A `nop; ret` that no configuration probes (the bench's usdt_1 body: a USDT site that is one nop).
@@ -113,7 +112,7 @@ def row_rel_err(rates: list[float], round_medians: list[float]) -> float:
 
 
 def reference_levels(round_refs: dict) -> tuple[float, list[float]]:
-    """(the reference's typical rate over the run, every round's level against it).
+    """(the reference's typical rate over the run, the level of every configuration's every round against it).
 
     ``round_refs`` maps each configuration to its rounds' reference rates. The typical rate is the mean of
     the reference's round medians (a mean, not a median: the machine's two states make the medians
@@ -129,7 +128,7 @@ def level_rows(round_rates: dict, round_refs: dict, scale: float) -> dict:
     timed next to each, that median's rel_err). The machine's state cancels out of each ratio."""
     out = {}
     for cfg, rounds in round_rates.items():
-        ratios = [[x / ref for x, ref in zip(r, refs)] for r, refs in zip(rounds, round_refs[cfg])]
+        ratios = [[x / ref for x, ref in zip(r, refs, strict=True)] for r, refs in zip(rounds, round_refs[cfg], strict=True)]
         flat = [x for r in ratios for x in r]
         out[cfg] = (scale * statistics.median(flat), row_rel_err(flat, [statistics.median(r) for r in ratios]))
     return out
@@ -155,25 +154,37 @@ def _time_intervals(nc: NativeCode, addr: int, calls: int, n: int, reference: Ca
         state["refs"][-1].append(reference())
 
 
+def reference_target(arch: str) -> str:
+    """The function the reference probes on ``arch``; LabError where the price benches have none."""
+    if arch not in REFERENCE_TARGETS:
+        raise LabError(f"the price benches are x86-64 only (their reference and nop5 rows), not {arch}")
+    return REFERENCE_TARGETS[arch]
+
+
 @contextlib.contextmanager
 def reference_probe(nc: NativeCode):
-    """Attach the reference (one uprobe and BPF consumer on the arch's REFERENCE_TARGETS entry) for the block;
-    yield a function that times one interval of it and returns its rate (M calls/s)."""
-    target = REFERENCE_TARGETS.get(nc.arch)
-    if target is None:
-        raise LabError(f"the price benches are x86-64 only (their reference and nop5 rows), not {nc.arch}")
+    """Attach the reference (one uprobe and BPF consumer on :func:`reference_target`) for the block; yield a
+    function that times one interval of it and returns its rate (M calls/s). On the way out, its consumer
+    must have run on every timed call, as a configuration's must (:func:`_round`)."""
+    target = reference_target(nc.arch)
     addr = nc.addr(target)
     with BpfCounter() as counter, UprobeEvent(nc.path, nc.offset(target)) as event:
         counter.attach(event.fd)
         nc.run(addr, 2000)
         calls = _interval_calls(nc, addr)
+        before, timed = counter.count(), [0]
 
         def one_interval() -> float:
             t0 = time.thread_time_ns()
             nc.run(addr, calls)
-            return calls * 1e3 / max(time.thread_time_ns() - t0, 1)
+            rate = calls * 1e3 / max(time.thread_time_ns() - t0, 1)
+            timed[0] += calls
+            return rate
 
         yield one_interval
+        if counter.count() - before < timed[0]:
+            raise RuntimeError(f"the reference's BPF consumer counted {counter.count() - before} runs, "
+                               f"fewer than its {timed[0]} timed calls")
 
 
 def _new_round(state: dict) -> None:
@@ -236,21 +247,27 @@ def measure_price_rows(configs=PRICE_CONFIGS, rel_tol: float = REL_TOL, budget_s
     Rows: bench, consumers, arch, kernel (``uname -r``), mops (the reference's typical rate times the
     median of the intervals' rates over the reference's next to them, :func:`level_rows`), rel_err (of
     that median), intervals, calls_per_interval, reached (rel_err <= rel_tol), optimized, level_sd (the
-    sd of the reference's round levels: how much the whole machine's speed moved over the run, which the
-    rows no longer show and a calibration adds back to its predictions), rounds (how many were run).
+    sd of the reference's round medians over its typical rate, one per configuration and round: how much the
+    whole machine's speed moved over the run, which the rows no longer show and a calibration adds back to
+    its predicted figures), rounds (how many were run).
     ``budget_s`` is the time per configuration, its reference intervals included, spread over ``rounds``
     interleaved rounds; while some row's error is above ``rel_tol``, further rounds of the same length
     run, up to ``MAX_ROUNDS_FACTOR * rounds`` in all. Probes are always detached.
     """
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
     arch = check_native_support()
     if any(b in COMPAT_BENCHES for b, _ in configs):
         why = compat_reason()
         if why:  # the other rows still calibrate this machine; only the int3 return path goes unmeasured
             warnings.warn(f"left out {', '.join(b for b, _ in configs if b in COMPAT_BENCHES)}: {why}", stacklevel=2)
             configs = [c for c in configs if c[0] not in COMPAT_BENCHES]
-    clash = [b for b, _ in configs if bench_spec(b, arch).target == REFERENCE_TARGETS.get(arch)]
+    if not configs:
+        raise LabError("no configuration left to measure")
+    ref_target = reference_target(arch)
+    clash = [b for b, _ in configs if bench_spec(b, arch).target == ref_target]
     if clash:
-        raise LabError(f"{', '.join(clash)} probe the reference's own function {REFERENCE_TARGETS[arch]}")
+        raise LabError(f"{', '.join(clash)} probe the reference's own function {ref_target}")
     states = {cfg: {} for cfg in configs}
     with pinned_to_one_cpu(), NativeCode(arch) as nc, reference_probe(nc) as reference:
         for rnd in range(MAX_ROUNDS_FACTOR * rounds):
