@@ -6,7 +6,9 @@ Each run executes notebooks/06_your_machine.ipynb top to bottom in its own kerne
 would, and keeps the chapter's "predict the other kernels" table (``pred``). The runs are then compared
 with :func:`uprobe_lab.native.calibrate.runs_agree`: is each run's predicted figure inside the other run's
 80% interval? And each predicted speedup from the measured kernel (a ratio within one run, which a step in
-the whole machine's speed between the runs does not move)? Figures, not assertions. Needs root on Linux for native runs; elsewhere both runs calibrate
+the whole machine's speed between the runs does not move)? Each pair's closest call says how much of its
+interval the nearest miss used, and a table gives each price row run by run, how far it moved between the
+runs (also over the run's uprobe-nop row) and the error the runs stated for it. Figures, not assertions. Needs root on Linux for native runs; elsewhere both runs calibrate
 the bundled recording and agree trivially, which the script says.
 """
 from __future__ import annotations
@@ -53,6 +55,8 @@ def rows_between_runs(price_rows: list[pd.DataFrame]) -> pd.DataFrame:
     runs stated for it (median rel_err): a row that moves by more than it says breaks the agreement."""
     both = pd.concat([r.assign(run=i + 1) for i, r in enumerate(price_rows)])
     wide = both.pivot_table(index=["bench", "consumers"], columns="run", values="mops", sort=False)
+    if ("uprobe-nop", 1) not in wide.index:
+        raise SystemExit("the runs' price rows have no uprobe-nop x1 row to compare the others with")
     relative = wide / wide.loc[("uprobe-nop", 1)]
     out = wide.round(3).rename(columns=lambda c: f"run {c}")
     out.columns.name = None
@@ -86,7 +90,8 @@ def closest_call(pred_a: pd.DataFrame, pred_b: pd.DataFrame, kernels, change: bo
                 continue  # the same events on both kernels: exactly 1, no interval
             for x, y in ((a.loc[bench], b.loc[bench]), (b.loc[bench], a.loc[bench])):
                 side = (y[f"{col} high"] - y[col]) if x[col] > y[col] else (y[col] - y[f"{col} low"])
-                share = abs(x[col] - y[col]) / side if side > 0 else float("inf")
+                gap = abs(x[col] - y[col])
+                share = gap / side if side > 0 else (float("inf") if gap else 0.0)
                 if share > worst:
                     worst, where = share, f"{bench} on {k}: {x[col]:.3f} against {y[col]:.3f}"
     return worst, where
@@ -119,7 +124,7 @@ def main() -> int:
                       f"{int(same['b_in_a'].sum())} the other way)")
                 print(same[~both].to_string(index=False) if (~both).any() else "  (no disagreement)")
                 worst, where = closest_call(runs[i], runs[j], kernels, change)
-                print(f"  closest call: {100 * worst:.0f}% of the interval side it had to stay within ({where})")
+                print(f"  closest call: {100 * worst:.0f}% of the interval side it had to stay within ({where or 'every figure the same'})")
     return 0
 
 

@@ -4,8 +4,8 @@
 
 On a 6.11+ x86-64 kernel a 64-bit task returns from a uretprobe through the syscall trampoline, and a
 32-bit task still through an int3 (arch_uretprobe_trampoline). The price benches measure a uprobe and a
-uretprobe on a ``nop; ret`` target in both tasks, each with a BPF consumer, in interleaved and levelled
-rounds (uprobe_lab.native.price_benches); uprobe_lab.native.compat.return_paths turns them into the
+uretprobe on a ``nop; ret`` target in both tasks, each with a BPF consumer, in interleaved rounds, each
+interval levelled by the reference probe timed next to it (uprobe_lab.native.price_benches); uprobe_lab.native.compat.return_paths turns them into the
 return path's cost (uretprobe minus uprobe) per task, and the two tasks' uprobes are compared (the model
 gives them the same events). Figures, not assertions; needs root.
 """
