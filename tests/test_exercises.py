@@ -1,6 +1,8 @@
 """Every exercise: the lab's answer is the one worked out by hand, its worked solution passes its checker, typical
 wrong answers fail with a reason that names what is wrong, and each chapter notebook carries the library's
 exercise section unchanged."""
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
@@ -10,7 +12,7 @@ import pytest
 from uprobe_lab import exercises
 from uprobe_lab.exercises import notebook
 
-IDS = list(exercises.EXERCISES)
+IDS = list(exercises.all_exercises())
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 
 # A plausible wrong answer per exercise and a phrase the reason must contain. Each phrase was worked out by hand
@@ -248,3 +250,17 @@ def test_an_open_task_refuses_an_answer_that_misses_what_it_asks(case):
     assert not verdict.ok and verdict.answered
     for phrase in phrases:
         assert phrase in verdict.message, verdict.message
+
+
+def test_a_chapter_s_exercises_load_without_the_later_chapters_libraries():
+    """Chapter 00's check cell imports neither pandas nor matplotlib (chapters 03-06's exercises do): a fresh
+    interpreter, so nothing imported earlier in this session can hide it."""
+    code = ("import sys; from uprobe_lab.exercises import check; check('00.1', None); "
+            "print(sorted(m for m in ('pandas', 'matplotlib') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_an_unknown_exercise_names_every_chapter_s():
+    with pytest.raises(exercises.LabError, match=r"no exercise '07.1'; the exercises are 00.1, .*06\.1"):
+        exercises.get("07.1")

@@ -5,11 +5,10 @@ right answer each time (the emulator, the kernel model, the seed tables): nothin
 string, so a change in the lab's model of the kernel changes what counts as right. A wrong answer gets the
 reason, in the kernel's terms; ``hint(id)`` and ``solution(id)`` give the rest.
 
-Each chapter's exercises live in ``chNN.py``; ``uprobe_lab.exercises.notebook`` writes them as the last
+Each chapter's exercises live in ``chNN.py``, imported when a chapter's exercise is first asked for; ``uprobe_lab.exercises.notebook`` writes them as the last
 section of the chapter's notebook (hints and worked solutions collapsed).
 """
 from ..errors import LabError
-from . import ch00, ch01, ch02, ch03, ch04, ch05, ch06  # noqa: F401  (each registers its exercises)
-from .core import EXERCISES, Exercise, Verdict, chapter, check, get, hint, solution
+from .core import CHAPTERS, Exercise, Verdict, all_exercises, chapter, check, get, hint, solution
 
-__all__ = ["check", "hint", "solution", "chapter", "get", "Verdict", "Exercise", "EXERCISES", "LabError"]
+__all__ = ["check", "hint", "solution", "chapter", "get", "all_exercises", "CHAPTERS", "Verdict", "Exercise", "LabError"]

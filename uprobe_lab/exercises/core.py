@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import html
+import importlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -59,27 +60,50 @@ class Exercise:
             raise ValueError(f"exercise {self.id}: kind {self.kind!r} is not one of {KINDS}")
 
 
-EXERCISES: dict[str, Exercise] = {}
+CHAPTERS = ("00", "01", "02", "03", "04", "05", "06")
+_REGISTRY: dict[str, Exercise] = {}
 
 
 def exercise(**fields) -> Exercise:
     ex = Exercise(**fields)
-    if ex.id in EXERCISES:
+    if ex.id in _REGISTRY:
         raise ValueError(f"exercise {ex.id} is defined twice")
-    EXERCISES[ex.id] = ex
+    _REGISTRY[ex.id] = ex
     return ex
+
+
+def _load(number: str) -> None:
+    """Import chapter ``number``'s module, which registers its exercises: only the chapter a notebook asks
+    about, as the later chapters' import pandas and matplotlib (seconds a chapter-00 cell need not wait)."""
+    if number in CHAPTERS:
+        importlib.import_module(f"{__package__}.ch{number}")
+
+
+def _order(ex_id: str) -> tuple[str, int]:
+    number, _, n = ex_id.partition(".")
+    return number, int(n)
+
+
+def all_exercises() -> dict[str, Exercise]:
+    """Every chapter's exercises by id, in chapter order."""
+    for number in CHAPTERS:
+        _load(number)
+    return {ex_id: _REGISTRY[ex_id] for ex_id in sorted(_REGISTRY, key=_order)}
 
 
 def get(ex_id: str) -> Exercise:
     ex_id = str(ex_id).strip()
-    if ex_id not in EXERCISES:
-        raise LabError(f"no exercise {ex_id!r}; the exercises are {', '.join(EXERCISES)}")
-    return EXERCISES[ex_id]
+    _load(ex_id.split(".")[0])
+    if ex_id not in _REGISTRY:
+        raise LabError(f"no exercise {ex_id!r}; the exercises are {', '.join(all_exercises())}")
+    return _REGISTRY[ex_id]
 
 
 def chapter(number: str) -> list[Exercise]:
     """The exercises of chapter ``number`` ("01"), in order."""
-    return [ex for ex_id, ex in EXERCISES.items() if ex_id.split(".")[0] == number]
+    _load(number)
+    return [ex for ex_id, ex in sorted(_REGISTRY.items(), key=lambda kv: _order(kv[0]))
+            if ex_id.split(".")[0] == number]
 
 
 def check(ex_id: str, answer: Any) -> Verdict:
