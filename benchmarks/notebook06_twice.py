@@ -78,23 +78,14 @@ def half_widths(pred: pd.DataFrame, change: bool = False) -> pd.Series:
     return pd.concat(out, ignore_index=True)
 
 
-def closest_call(pred_a: pd.DataFrame, pred_b: pd.DataFrame, kernels, change: bool = False) -> tuple[float, str]:
-    """The largest gap between the two runs' figures (or speedups) as a share of the interval side it has to
-    cross, over both directions: below 1, every figure is inside the other run's interval; and which one."""
-    a, b = pred_a.set_index("bench"), pred_b.set_index("bench")
-    worst, where = 0.0, ""
-    for bench in a.index.intersection(b.index):
-        for k in kernels:
-            col = f"{k} change" if change else k
-            if change and a.loc[bench, col] == 1.0 and b.loc[bench, col] == 1.0:
-                continue  # the same events on both kernels: exactly 1, no interval
-            for x, y in ((a.loc[bench], b.loc[bench]), (b.loc[bench], a.loc[bench])):
-                side = (y[f"{col} high"] - y[col]) if x[col] > y[col] else (y[col] - y[f"{col} low"])
-                gap = abs(x[col] - y[col])
-                share = gap / side if side > 0 else (float("inf") if gap else 0.0)
-                if share > worst:
-                    worst, where = share, f"{bench} on {k}: {x[col]:.3f} against {y[col]:.3f}"
-    return worst, where
+def closest_call(same: pd.DataFrame) -> tuple[float, str]:
+    """The largest share of an interval side that a gap between the runs used, over a runs_agree table's
+    rows and both directions (below 1: every figure inside the other run's interval), and where."""
+    if same.empty:
+        return 0.0, "nothing to compare"
+    shares = same[["a_share", "b_share"]].max(axis=1)
+    r = same.loc[shares.idxmax()]
+    return float(shares.max()), f"{r.bench} on {r.kernel}: {r.run_a:.3f} against {r.run_b:.3f}"
 
 
 def main() -> int:
@@ -123,8 +114,8 @@ def main() -> int:
                       f"80% interval ({int(same['a_in_b'].sum())} of run {i + 1}'s in run {j + 1}'s, "
                       f"{int(same['b_in_a'].sum())} the other way)")
                 print(same[~both].to_string(index=False) if (~both).any() else "  (no disagreement)")
-                worst, where = closest_call(runs[i], runs[j], kernels, change)
-                print(f"  closest call: {100 * worst:.0f}% of the interval side it had to stay within ({where or 'every figure the same'})")
+                worst, where = closest_call(same)
+                print(f"  closest call: {100 * worst:.0f}% of the interval side it had to stay within ({where})")
     return 0
 
 

@@ -378,6 +378,15 @@ def test_implausible_price_is_flagged():
     assert calibrate.prices_table(prof).set_index("price").loc["xol_step", "warning"] == "outside plausible range"
 
 
+def test_interval_share_is_the_gap_over_the_side_it_crosses():
+    """Worked by hand on 1.0 with interval 0.9..1.2: 1.1 uses 0.1 of the upper side's 0.2, 0.95 uses 0.05 of
+    the lower side's 0.1, 0.8 twice that side; an interval of no width holds only its own figure."""
+    share = calibrate.interval_share
+    assert share(1.1, 1.0, 0.9, 1.2) == pytest.approx(0.5) and share(0.95, 1.0, 0.9, 1.2) == pytest.approx(0.5)
+    assert share(0.8, 1.0, 0.9, 1.2) == pytest.approx(2.0)
+    assert share(1.0, 1.0, 1.0, 1.0) == 0.0 and share(1.1, 1.0, 1.0, 1.0) == float("inf")
+
+
 def test_two_runs_agreement_table():
     rec = model.load_host_recording()
     prof = calibrate.calibrate(rec["rows"], rel_tol=1.0)
@@ -391,6 +400,7 @@ def test_two_runs_agreement_table():
     assert not calibrate.runs_agree(pred, faster)["a_in_b"].any()
     same_change = calibrate.runs_agree(pred, faster, change=True)
     assert same_change["a_in_b"].all() and same_change["b_in_a"].all()
+    assert (same["a_share"] == 0).all() and (same_change["a_share"] == 0).all()  # no gap uses no interval
     # measured on 6.18: back on 6.10, without the uretprobe syscall, uretprobe-nop slows down, inside an
     # interval that excludes no change; 6.11 returns as 6.18 does
     ch = pred.set_index("bench").loc["uretprobe-nop"]

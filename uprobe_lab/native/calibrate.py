@@ -27,6 +27,7 @@ import pandas as pd
 
 from .. import model
 from ..bench import bench_names
+from ..kernel import modelled_kernel
 from ..model import fit as fitmod
 from ..process import LabError
 
@@ -65,7 +66,7 @@ def measured_frame(rows: list[dict]) -> pd.DataFrame:
     stddev / mops / sqrt(repeats))."""
     out = []
     for r in rows:
-        kernel = model.modelled_kernel(r["kernel"])
+        kernel = modelled_kernel(r["kernel"])
         if kernel is None:
             raise LabError(f"kernel {r['kernel']} predates every modelled version ({', '.join(PREDICT_KERNELS)})")
         out.append({"arch": r["arch"], "kernel": kernel, "release": r["kernel"], "bench": r["bench"],
@@ -160,11 +161,20 @@ def kernel_columns(pred: pd.DataFrame) -> list[str]:
     return [c for c in pred.columns if c[:1].isdigit() and " " not in c]
 
 
+def interval_share(x: float, mid: float, low: float, high: float) -> float:
+    """How much of the interval side toward ``x`` the gap from ``mid`` to ``x`` uses: up to 1 inside."""
+    side = (high - mid) if x > mid else (mid - low)
+    gap = abs(x - mid)
+    return gap / side if side > 0 else (math.inf if gap else 0.0)
+
+
 def runs_agree(pred_a: pd.DataFrame, pred_b: pd.DataFrame, kernels=PREDICT_KERNELS,
                change: bool = False) -> pd.DataFrame:
-    """Two calibrations' predictions side by side: is each run's figure inside the other's 80% interval?
-    ``change``: compare the predicted speedups from the measured kernel instead of the figures (a run that
-    found the whole machine faster moves every figure, and none of the speedups)."""
+    """Two calibrations' predictions side by side: is each run's figure inside the other's 80% interval
+    (``a_in_b``, ``b_in_a``), and how much of that interval's side does the gap use (``a_share``,
+    ``b_share``: :func:`interval_share`)? ``change``: compare the predicted speedups from the measured kernel
+    instead of the figures (a run that found the whole machine faster moves every figure, and none of the
+    speedups)."""
     a, b = pred_a.set_index("bench"), pred_b.set_index("bench")
     out = []
     for bench in a.index.intersection(b.index):
@@ -173,7 +183,9 @@ def runs_agree(pred_a: pd.DataFrame, pred_b: pd.DataFrame, kernels=PREDICT_KERNE
             col = f"{k} change" if change else k
             out.append({"bench": bench, "kernel": k, "run_a": ra[col], "run_b": rb[col],
                         "a_in_b": bool(rb[f"{col} low"] <= ra[col] <= rb[f"{col} high"]),
-                        "b_in_a": bool(ra[f"{col} low"] <= rb[col] <= ra[f"{col} high"])})
+                        "b_in_a": bool(ra[f"{col} low"] <= rb[col] <= ra[f"{col} high"]),
+                        "a_share": interval_share(ra[col], rb[col], rb[f"{col} low"], rb[f"{col} high"]),
+                        "b_share": interval_share(rb[col], ra[col], ra[f"{col} low"], ra[f"{col} high"])})
     return pd.DataFrame(out)
 
 
