@@ -142,15 +142,19 @@ def _interval_calls(nc: NativeCode, addr: int) -> int:
     return max(50, int(INTERVAL_NS / per_call))
 
 
+def _timed_rate(nc: NativeCode, addr: int, calls: int) -> float:
+    """The rate (M calls/s) of ``calls`` calls on this thread's CPU clock: user and kernel time spent running
+    this thread, the probe's trap and handler included, not the time other processes ran."""
+    t0 = time.thread_time_ns()
+    nc.run(addr, calls)
+    return calls * 1e3 / max(time.thread_time_ns() - t0, 1)
+
+
 def _time_intervals(nc: NativeCode, addr: int, calls: int, n: int, reference: Callable[[], float],
                     state: dict) -> None:
-    """Time ``n`` intervals on this thread's CPU clock (user and kernel time spent running this thread, the
-    probe's trap and handler included, not the time other processes ran), each followed by one of the
-    reference; append their rates (M calls/s) to the state's last round."""
+    """Time ``n`` intervals, each followed by one of the reference; append both rates to the state's last round."""
     for _ in range(n):
-        t0 = time.thread_time_ns()
-        nc.run(addr, calls)
-        state["rounds"][-1].append(calls * 1e3 / max(time.thread_time_ns() - t0, 1))
+        state["rounds"][-1].append(_timed_rate(nc, addr, calls))
         state["refs"][-1].append(reference())
 
 
@@ -175,11 +179,8 @@ def reference_probe(nc: NativeCode):
         before, timed = counter.count(), [0]
 
         def one_interval() -> float:
-            t0 = time.thread_time_ns()
-            nc.run(addr, calls)
-            rate = calls * 1e3 / max(time.thread_time_ns() - t0, 1)
             timed[0] += calls
-            return rate
+            return _timed_rate(nc, addr, calls)
 
         yield one_interval
         if counter.count() - before < timed[0]:
