@@ -34,8 +34,9 @@ USDT_TARGETS = {  # x86-64 only, like the kernel bench's usdt benches
 }
 
 
-# Not the kernel bench's: syscall loops the price benches use to price one page pin (bench_names leaves them out).
 DEFAULT_ITERATIONS = 20_000  # emulated calls per bench: enough for steady-state counts
+
+# Not the kernel bench's: syscall loops the price benches use to price one page pin (bench_names leaves them out).
 PRICE_ONLY_BENCHES = {"futex-wake-private": "futex_wake_private", "futex-wake-shared": "futex_wake_shared"}
 # Not the kernel bench's either: a probe in a 32-bit (compat) task, whose uretprobes return through an
 # int3 on every kernel; the price benches measure the old return path with it on a new kernel.

@@ -84,11 +84,16 @@ def _order(ex_id: str) -> tuple[str, int]:
     return number, int(n)
 
 
+def _registered() -> dict[str, Exercise]:
+    """The exercises of the chapters loaded so far, by id, in chapter order."""
+    return {ex_id: _REGISTRY[ex_id] for ex_id in sorted(_REGISTRY, key=_order)}
+
+
 def all_exercises() -> dict[str, Exercise]:
     """Every chapter's exercises by id, in chapter order."""
     for number in CHAPTERS:
         _load(number)
-    return {ex_id: _REGISTRY[ex_id] for ex_id in sorted(_REGISTRY, key=_order)}
+    return _registered()
 
 
 def get(ex_id: str) -> Exercise:
@@ -102,8 +107,7 @@ def get(ex_id: str) -> Exercise:
 def chapter(number: str) -> list[Exercise]:
     """The exercises of chapter ``number`` ("01"), in order."""
     _load(number)
-    return [ex for ex_id, ex in sorted(_REGISTRY.items(), key=lambda kv: _order(kv[0]))
-            if ex_id.split(".")[0] == number]
+    return [ex for ex_id, ex in _registered().items() if ex_id.split(".")[0] == number]
 
 
 def check(ex_id: str, answer: Any) -> Verdict:
