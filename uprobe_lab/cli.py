@@ -268,6 +268,8 @@ def cmd_reproduce(args) -> int:
     apps.to_csv(out / "applications.csv", index=False)
     alone = model.per_table_alone()
     alone.drop(columns=["table", "kernel"]).to_csv(out / "reproduction_tables_alone.csv", index=False)
+    outside = model.outside_seeds_alone()
+    outside.drop(columns=["kernel"]).to_csv(out / "reproduction_outside_seeds.csv", index=False)
 
     print(model.format_comparison(repro))
     print()
@@ -282,6 +284,9 @@ def cmd_reproduce(args) -> int:
     print()
     print(model.headline_text(model.headline(repro), "headline, one profile per CPU"))
     print(model.headline_text(model.headline(alone), "headline, each seed table fitted on its own current rows"))
+    print("tables posted outside the seeds, each fitted on its own current rows (protocol rule 8):")
+    print(model.error_summary(outside).to_string(index=False, float_format=lambda v: f"{v:.1f}"))
+    print(model.headline_text(model.headline(outside), "headline, tables outside the seeds"))
     print(f"wrote {out}/reproduction.csv and {len(list(out.glob('*.png')))} charts")
     return 0
 

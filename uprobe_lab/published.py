@@ -40,7 +40,11 @@ Columns of :func:`load_published`:
 ``value``       float, in ``unit`` (``M/s``, ``RPS`` or ``s``; for ``s`` lower is better)
 ``pm``          the ``±`` figure where the seed gives one, else NaN
 ``stated_speedup``  the speedup the seed itself prints for this row (``31%``, ``+169%``), else NA
-``note``        where the seed's own arithmetic or spelling disagrees with its table, else NA
+``note``        where the seed's own arithmetic or spelling disagrees with its table, else NA; in
+                ``outside_seeds.csv``, ``left out: <why>`` for a row the evaluation does not use
+
+``outside_seeds.csv`` holds, in the same columns, the bench tables posted outside the seeds (their texts
+and how each was chosen: ``tests/data/outside_seeds/README.md``); its ``source`` is the excerpt's file name.
 """
 from __future__ import annotations
 
@@ -72,17 +76,23 @@ SPEEDUP_COLUMNS = [
 LOWER_IS_BETTER_UNITS = {"s"}
 
 
-def load_published() -> pd.DataFrame:
-    """The published numbers, one row per number, in the order the seeds print them.
+SEED_TABLES = "published.csv"
+# bench tables posted outside the seeds (tests/data/outside_seeds), for protocol rule 8 of uprobe_lab.model
+OUTSIDE_SEEDS = "outside_seeds.csv"
+
+
+def load_published(name: str = SEED_TABLES) -> pd.DataFrame:
+    """The published numbers, one row per number, in the order the seeds print them (``name``
+    :data:`OUTSIDE_SEEDS`: the tables posted outside the seeds, in the same columns).
 
     Text columns are pandas ``string`` (so ``kernel`` stays ``"6.10"``, not 6.1); ``value`` and ``pm``
     are float64 with NaN where the seed gives no ``±``; empty ``stated_speedup``/``note`` are NA.
     """
-    ref = resources.files("uprobe_lab") / "data" / "published.csv"
+    ref = resources.files("uprobe_lab") / "data" / name
     with ref.open("r", encoding="utf-8") as f:
         df = pd.read_csv(f, dtype=str, keep_default_na=False)
     if list(df.columns) != COLUMNS:
-        raise ValueError(f"published.csv columns are {list(df.columns)}, expected {COLUMNS}")
+        raise ValueError(f"{name} columns are {list(df.columns)}, expected {COLUMNS}")
     for col in TEXT_COLUMNS:
         df[col] = df[col].astype("string")
     for col in ("stated_speedup", "note"):

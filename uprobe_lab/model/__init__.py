@@ -35,6 +35,13 @@ Evaluation protocol (fixed before the figures it produces were looked at)
 7. A change to the model after its held-out figures were seen is listed in ``docs/model.md`` with a
    reason that no held-out row supplies, and the earlier figures are kept beside the new ones: such a
    re-run is not blind, and is reported as such.
+8. *Tables outside the seeds* (``data/outside_seeds.csv``; the posted texts, and why each table was taken
+   or not, in ``tests/data/outside_seeds/README.md``): every bench_trigger table of the seeds' patch series
+   and their sibling patches found on the lists that compares a before and an after kernel the lab models.
+   A table posted again unchanged counts once; a row its own thread shows to be a bench bug is noted
+   ``left out``. They enter no fit but their own table's (rule 6's form, :func:`.evaluation.outside_seeds_alone`),
+   no prior, and no choice of structure or spread. Their figures were computed only after the tables and
+   this rule were committed, on the version then current, and are reported as they came, each table too.
 
 Versions
 ~~~~~~~~
@@ -48,13 +55,13 @@ from __future__ import annotations
 from ..process import LabError
 from .applications import APP_MODEL, app_predictions
 from .evaluation import (REPRO_COLUMNS, ROLE_FIT, ROLE_MOVED, ROLE_UNMOVED, coverage_tail, error_summary, headline,
-                         headline_text, moved_rows, per_table_alone, reproduction)
+                         headline_text, moved_rows, outside_seeds_alone, per_table_alone, reproduction)
 from .fit import PLAUSIBLE_NS, ROW_SIGMA_FLOOR, Z80, Prior, Profile, fit_profile, mops_interval
 from .prices import (ARM64_KERNEL, BENCH_ALIASES, FIXED_PRICES, PRICE_NAMES, PRICES, breakdown, clear_cache,
                      events_for, fixed_ns, hit_ns, kernel_setup, modelled_kernel, price_counts)
 from .priors import TRANSFER_LOG_SD, carried_prior, host_frame, host_profile, load_host_recording, mixed_prior
-from .profiles import (BEFORE_VARIANTS, PROFILES, bench_rows, fit_report, get_profile, profile_fit_rows,
-                       profile_names, recorded_hosts)
+from .profiles import (BEFORE_VARIANTS, PROFILES, bench_rows, fit_report, get_profile, outside_rows,
+                       profile_fit_rows, profile_names, recorded_hosts)
 from .text import format_comparison, model_table, predict_from_measured
 
 __all__ = [n for n in dir() if not n.startswith("_")]

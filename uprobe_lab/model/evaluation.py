@@ -11,7 +11,7 @@ import pandas as pd
 from .fit import Profile
 from .prices import events_for
 from .profiles import (PROFILES, ROLE_FIT, ROLE_HELDOUT, bench_rows, fit_with_carried_prior, get_profile,
-                       moved_heldout)
+                       moved_heldout, outside_rows)
 
 ROLE_MOVED, ROLE_UNMOVED = "moved", "unmoved"
 REPRO_COLUMNS = ["source", "table", "cpu", "arch", "bench", "variant", "kernel", "published_mops",
@@ -61,10 +61,11 @@ def reproduction(progress=None) -> pd.DataFrame:
     return _predict_rows(bench_rows(), profile_for)
 
 
-def per_table_alone(progress=None) -> pd.DataFrame:
-    """Like :func:`reproduction`, but each non-duplicate seed table is fitted on its own current rows
-    alone (and its prior leaves out only the host rows its own moved rows test)."""
-    rows = bench_rows()
+def per_table_alone(progress=None, rows: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Like :func:`reproduction`, but each non-duplicate seed table (or table of ``rows``, as
+    :func:`.profiles.bench_rows` gives them) is fitted on its own current rows alone (and its prior
+    leaves out only the host rows its own moved rows test)."""
+    rows = bench_rows() if rows is None else rows
     rows = rows[rows["duplicate_of"] == ""]
     parts = []
     for (source, table), grp in rows.groupby(["source", "table"], sort=False):
@@ -75,6 +76,11 @@ def per_table_alone(progress=None) -> pd.DataFrame:
             progress(f"{source[:3]} {table}")
         parts.append(_predict_rows(grp, lambda r, p=prof: p))
     return pd.concat(parts, ignore_index=True)
+
+
+def outside_seeds_alone(progress=None) -> pd.DataFrame:
+    """Protocol rule 8: every table posted outside the seeds, each fitted on its own before rows alone."""
+    return per_table_alone(progress, outside_rows())
 
 
 def moved_rows(repro: pd.DataFrame) -> pd.DataFrame:
@@ -132,4 +138,4 @@ def error_summary(repro: pd.DataFrame) -> pd.DataFrame:
 
 
 __all__ = ["REPRO_COLUMNS", "ROLE_FIT", "ROLE_HELDOUT", "ROLE_MOVED", "ROLE_UNMOVED", "coverage_tail", "error_summary", "headline",
-           "headline_text", "moved_rows", "per_table_alone", "reproduction"]
+           "headline_text", "moved_rows", "outside_seeds_alone", "per_table_alone", "reproduction"]

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ..process import LabError
-from ..published import VARIANT_PAIRS, load_published
+from ..published import OUTSIDE_SEEDS, VARIANT_PAIRS, load_published
 from .fit import Profile, fit_profile
 from .prices import events_for
 from .priors import (HOST_RECORDING_PATHS, carried_prior, host_frame, host_profile, host_rows_excluded,
@@ -47,17 +47,36 @@ def duplicate_tables(df: pd.DataFrame) -> dict:
     return out
 
 
+LEFT_OUT = "left out:"  # a note that keeps a published row out of every evaluation, with its reason
+
+
+def _with_roles(df: pd.DataFrame) -> pd.DataFrame:
+    rows = df[(df["unit"] == "M/s") & ~df["note"].fillna("").str.startswith(LEFT_OUT)].copy()
+    rows["role"] = np.where(rows["variant"].isin(BEFORE_VARIANTS), ROLE_FIT, ROLE_HELDOUT)
+    rows["rel_err"] = (rows["pm"] / rows["value"]).fillna(0.0)
+    return rows
+
+
+def _duplicate_label(dups: dict, key: tuple) -> str:
+    return f"{dups[key][0][:3]} {dups[key][1]}" if key in dups else ""
+
+
 def bench_rows() -> pd.DataFrame:
     """Published M/s rows with ``role`` (fit: before variants; heldout: after variants), ``rel_err``
     (the seed's +- over its figure, 0 where none) and ``duplicate_of`` ("" unless the table repeats one)."""
-    df = load_published()
-    rows = df[df["unit"] == "M/s"].copy()
-    rows["role"] = np.where(rows["variant"].isin(BEFORE_VARIANTS), ROLE_FIT, ROLE_HELDOUT)
-    rows["rel_err"] = (rows["pm"] / rows["value"]).fillna(0.0)
+    rows = _with_roles(load_published())
     dups = duplicate_tables(rows)
-    rows["duplicate_of"] = [f"{dups[k][0][:3]} {dups[k][1]}" if k in dups else ""
-                            for k in zip(rows["source"], rows["table"])]
+    rows["duplicate_of"] = [_duplicate_label(dups, k) for k in zip(rows["source"], rows["table"])]
     return rows
+
+
+def outside_rows() -> pd.DataFrame:
+    """The rows of the tables posted outside the seeds (protocol rule 8), as :func:`bench_rows` gives
+    them, without the rows noted ``left out``; a table repeating a seed table or an earlier one is marked."""
+    seeds, outside = bench_rows(), _with_roles(load_published(OUTSIDE_SEEDS))
+    dups = duplicate_tables(pd.concat([seeds, outside], ignore_index=True))
+    outside["duplicate_of"] = [_duplicate_label(dups, k) for k in zip(outside["source"], outside["table"])]
+    return outside
 
 
 def moved_heldout(rows: pd.DataFrame) -> list[tuple]:
