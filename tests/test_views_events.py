@@ -42,7 +42,7 @@ def test_stp_events_keeps_its_index_and_columns():
     df = stp_events(("uprobe-push",))
     assert df.index.names == ["bench", "variant"] and list(df.columns) == STP_KINDS
     assert df.loc[("uprobe-push", "simulated-stp v2 (seed: pin pages)"), "pages_pinned"] == 1
-    assert df.loc[("uprobe-push", "simulated-stp v1 (two uaccess stores)"), "uaccess_bytes"] == 16
+    assert df.loc[("uprobe-push", "simulated-stp v1 (one copy_to_user)"), "uaccess_bytes"] == 16
 
 
 def test_sys_uprobe_exits_sysret_unless_a_consumer_moved_sp():

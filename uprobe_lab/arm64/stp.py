@@ -4,14 +4,15 @@ Most arm64 function entries start with ``stp x29, x30, [sp, #imm]!``. Upstream s
 out of line (BRK, step in the XOL slot, a second exception for the hardware step). The patch
 simulates it in the BRK handler instead. Two forms were posted:
 
-* v1 (``store="uaccess"``): two uaccess stores (STTR) of fp and lr. Mark Rutland objected that
-  two stores cannot give STP's single-copy atomicity and ordering (MTE, POE...).
+* v1 (``store="uaccess"``): one ``copy_to_user`` of fp and lr (16 bytes; with PAN it stores with two
+  STTRs). Mark Rutland objected that two stores cannot give STP's single-copy atomicity and ordering
+  (MTE, POE...).
 * v2, the seed (``store="pin"``, the default): pin the user stack pages (get_user_pages_fast),
   map them into the kernel (kmap_local_page / vmap) and run a real ``stp`` there.
 
 Both only where the system has no MTE (``arm_uprobe_decode_special_insn``). Review asked to go
 back to the v1 form; no version was merged. Costs are reported as events: ``pages_pinned`` for
-v2, ``uaccess_bytes`` (16 = two 8-byte stores) for v1.
+v2, one ``uaccess_copies`` of 16 ``uaccess_bytes`` for v1.
 """
 from __future__ import annotations
 
@@ -106,10 +107,10 @@ def simulate_stp_fp_lr_sp_64b(proc, word: int, addr: int, regs) -> None:
 
     As in the seed, the SIGSEGV paths (misaligned new sp, pages that cannot be pinned) still
     update sp and pc ("goto done"). ``proc.stp_store`` picks the v2 page-pinning store (the seed)
-    or v1's two uaccess stores.
+    or v1's ``copy_to_user``.
 
     The v2 pin passes FOLL_FORCE, so it stores into a private page the task may not write (a
-    read-only or PROT_NONE guard page under the stack), where the stp itself, or v1's STTRs, fault.
+    read-only or PROT_NONE guard page under the stack), where the stp itself, or v1's copy, fault.
     """
     imm7 = (word >> 15) & 0x7F
     old_sp = regs.sp
@@ -119,8 +120,9 @@ def simulate_stp_fp_lr_sp_64b(proc, word: int, addr: int, regs) -> None:
     if not stack_align_check(proc, new_sp):
         proc.force_sig("SIGSEGV", f"stp x29, x30: new sp {new_sp:#x} is not 16-byte aligned (SCTLR_EL1.SA0)")
     elif proc.stp_store == "uaccess":
-        # v1: two STTRs; each can fault on its own, and together they are not one single-copy atomic pair
-        if not (proc.copy_to_user(new_sp, pair[:8]) and proc.copy_to_user(new_sp + 8, pair[8:])):
+        # v1: copy_to_user((void __user *)new_sp, buf, sizeof(buf)), one call; it stores up to the first
+        # byte it cannot write, and its two STTRs together are not one single-copy atomic pair
+        if not proc.copy_to_user(new_sp, pair):
             proc.force_sig("SIGSEGV", f"stp x29, x30: cannot store to the user stack at {new_sp:#x}")
     else:
         nr_pages = (old_sp >> 12) - (new_sp >> 12) + 1

@@ -95,7 +95,7 @@ def stp_events(benches=("uprobe-nop", "uprobe-push", "uretprobe-push")) -> pd.Da
     parts = []
     for label, options in (("xol-stp (upstream)", {"stp": "xol"}),
                            ("simulated-stp v2 (seed: pin pages)", {"stp": "simulate", "stp_store": "pin"}),
-                           ("simulated-stp v1 (two uaccess stores)", {"stp": "simulate", "stp_store": "uaccess"})):
+                           ("simulated-stp v1 (one copy_to_user)", {"stp": "simulate", "stp_store": "uaccess"})):
         df = events_table(benches, "arm64", kinds=STP_KINDS, **options)
         parts.append(df.drop(columns="kernel").assign(variant=label))
     return pd.concat(parts)[["variant", "bench", *STP_KINDS]].set_index(["bench", "variant"]).sort_index()
