@@ -42,7 +42,10 @@ FIXED_PRICES = {"emulated": 5.0, "text_patches": 1000.0, "cpu_syncs": 1000.0, "s
 
 # Seed 002's "base" is bench_trigger.c's old trig-base, the getpgid loop that syscall-count replaced.
 BENCH_ALIASES = {"base": "syscall-count"}
-ARM64_STP = {"xol-stp": "xol", "simulated-stp": "simulate", "single-stepped-stp": "xol", "emulated-stp": "simulate"}
+# arm64 STP labels -> emulator options; "simulated-stp-uaccess" is the patch's v1 store (one copy_to_user),
+# which the tables outside the seeds measure
+ARM64_STP = {"xol-stp": {"stp": "xol"}, "simulated-stp": {"stp": "simulate"}, "single-stepped-stp": {"stp": "xol"},
+             "emulated-stp": {"stp": "simulate"}, "simulated-stp-uaccess": {"stp": "simulate", "stp_store": "uaccess"}}
 ARM64_KERNEL = "6.18"
 
 
@@ -51,12 +54,12 @@ def kernel_setup(arch: str, kernel: str) -> tuple[str, dict]:
     """A kernel label -> (emulator kernel version, emulator options).
 
     x86-64 labels are versions; a release string (``6.14.2``) maps to the modelled version whose rules
-    it has. The arm64 STP patch was never merged, so its labels (``xol-stp``, ``simulated-stp``) are
-    emulator options on the newest modelled kernel.
+    it has. The arm64 STP patch was never merged, so its labels (``xol-stp``, ``simulated-stp``,
+    ``simulated-stp-uaccess``) are emulator options on the newest modelled kernel.
     """
     kernel = str(kernel)
     if arch == "arm64" and kernel in ARM64_STP:
-        return ARM64_KERNEL, {"stp": ARM64_STP[kernel]}
+        return ARM64_KERNEL, dict(ARM64_STP[kernel])
     if kernel in KERNELS:
         return kernel, {}
     version = modelled_kernel(kernel)
