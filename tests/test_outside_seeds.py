@@ -99,3 +99,18 @@ def test_the_arm64_rows_that_test_a_prediction_are_those_whose_nop_or_stp_change
             + [("stp-rerun", b, "xol-stp") for b in nop]
             + [("stp-rerun", b, "simulated-stp-uaccess") for b in push])
     assert moved("arm64") == sorted(want)
+
+
+def test_the_figures_the_model_doc_states_for_rule_8_are_what_the_evaluation_gives():
+    """The module doc's rule-8 line, in order: all moved rows (count, median error, coverage, median and
+    widest half-width), then the x86 ones (count, median, coverage, widest), then the arm64 ones."""
+    line = model.__doc__.split("On the tables outside the seeds (rule 8), v5 as it stood:")[1].split("\n\n")[0]
+    stated = [float(x) for x in re.findall(r"\d+(?:\.\d+)?", line.replace("x86", "").replace("arm64", ""))]
+    out = model.outside_seeds_alone()
+    got = []
+    for part, full in ((out, True), (out[out["arch"] == "x86_64"], False), (out[out["arch"] == "arm64"], False)):
+        h = model.headline(part)
+        got += [h["moved_rows"], round(h["moved_median_abs_err_pct"], 1), round(100 * h["moved_coverage"])]
+        got += [round(h["moved_median_half_width_pct"], 1)] if full else []
+        got += [round(h["moved_max_half_width_pct"], 1)]
+    assert stated == got
