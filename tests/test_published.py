@@ -69,7 +69,7 @@ def test_columns_and_types(df):
         else:
             assert isinstance(df[col].dtype, pd.StringDtype), col
     # kernel names must not be read as numbers ("6.10" is not 6.1)
-    assert set(df["kernel"]) == {"6.10", "6.11", "6.18", "xol-stp", "simulated-stp", "no-uprobe"}
+    assert set(df["kernel"]) == {"6.10", "6.11", "6.18", "xol-stp", "simulated-stp", "simulated-stp-uaccess", "no-uprobe"}
     assert set(df["arch"]) == {"x86_64", "arm64"}
     assert set(df["unit"]) == {"M/s", "RPS", "s"}
     assert not df[["source", "table", "cpu", "arch", "variant", "kernel", "bench", "unit"]].isna().any().any()
@@ -102,7 +102,7 @@ def test_variant_kernel_mapping(df):
         ("004", "current", "6.11"), ("004", "after", "6.18"),
         ("001", "xol-stp", "xol-stp"), ("001", "simulated-stp", "simulated-stp"),
         ("001", "no-uprobe", "no-uprobe"), ("001", "single-stepped-stp", "xol-stp"),
-        ("001", "emulated-stp", "simulated-stp"),
+        ("001", "emulated-stp", "simulated-stp-uaccess"),
     }
 
 

@@ -34,7 +34,10 @@ Columns of :func:`load_published`:
 ``kernel``      the kernel behaviour the variant stands for: ``6.10`` / ``6.11`` for the uretprobe
                 syscall (000, 002); ``6.11`` / ``6.18`` for the nop5 optimisation (003, 004: before
                 it nop5 was single-stepped, as in 6.11-6.15); ``xol-stp`` / ``simulated-stp`` /
-                ``no-uprobe`` for the arm64 patch (001), which was never merged
+                ``no-uprobe`` for the arm64 patch (001), which was never merged; its Redis/grep
+                "emulated-stp" rows ``simulated-stp-uaccess``, the patch's v1 store (one copy_to_user),
+                which they were measured with: they were first posted on 21 Aug 2024 in the v1 thread
+                (<f95fc55b-2f17-7333-2eae-52caae46f8b2@huawei.com>), before v2's pinned page existed
 ``bench``       kernel bench name without ``trig-`` (``base``, ``usermode-count``, ``uprobe-nop5``...),
                 or ``redis-get``, ``redis-set``, ``grep``
 ``value``       float, in ``unit`` (``M/s``, ``RPS`` or ``s``; for ``s`` lower is better)

@@ -42,10 +42,9 @@ FIXED_PRICES = {"emulated": 5.0, "text_patches": 1000.0, "cpu_syncs": 1000.0, "s
 
 # Seed 002's "base" is bench_trigger.c's old trig-base, the getpgid loop that syscall-count replaced.
 BENCH_ALIASES = {"base": "syscall-count"}
-# arm64 STP labels -> emulator options; "simulated-stp-uaccess" is the patch's v1 store (one copy_to_user),
-# which the tables outside the seeds measure
-ARM64_STP = {"xol-stp": {"stp": "xol"}, "simulated-stp": {"stp": "simulate"}, "single-stepped-stp": {"stp": "xol"},
-             "emulated-stp": {"stp": "simulate"}, "simulated-stp-uaccess": {"stp": "simulate", "stp_store": "uaccess"}}
+# arm64 STP labels -> emulator options: stepped upstream, v2's pinned page (the seed), v1's one copy_to_user
+ARM64_STP = {"xol-stp": {"stp": "xol"}, "simulated-stp": {"stp": "simulate"},
+             "simulated-stp-uaccess": {"stp": "simulate", "stp_store": "uaccess"}}
 ARM64_KERNEL = "6.18"
 
 
