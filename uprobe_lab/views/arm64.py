@@ -104,18 +104,19 @@ def stp_events(benches=("uprobe-nop", "uprobe-push", "uretprobe-push")) -> pd.Da
 def published_stp() -> pd.DataFrame:
     """The seed's numbers: bench (M/s), Redis GET/SET (RPS) and grep (s), per variant."""
     df = load_published()
-    return df[df["source"] == SEED][["table", "kernel", "bench", "value", "unit"]].reset_index(drop=True)
+    return df[df["source"] == SEED][["table", "variant", "kernel", "bench", "value", "unit"]].reset_index(drop=True)
 
 
 def plot_published_stp() -> Figure:
-    """Bar charts of the seed's Redis GET/SET and grep numbers: no uprobe, stepped STP, simulated STP."""
+    """Bar charts of the seed's Redis GET/SET and grep numbers: no uprobe, stepped STP, simulated STP (the
+    patch's v1 store, which these figures were measured with: published.py)."""
     df = published_stp()
-    order = ["no-uprobe", "xol-stp", "simulated-stp"]
+    order = ["no-uprobe", "single-stepped-stp", "emulated-stp"]
     fig = Figure(figsize=(11, 3.2), layout="constrained")
     axes = fig.subplots(1, 3)
     for ax, bench, better in zip(axes, ["redis-get", "redis-set", "grep"], ["higher", "higher", "lower"]):
-        part = df[df["bench"] == bench].set_index("kernel").reindex(order)
-        ax.bar(order, part["value"], color=["grey", "tab:red", "tab:green"])
+        part = df[df["bench"] == bench].set_index("variant").reindex(order)
+        ax.bar(["no uprobe", "stepped stp", "simulated stp (v1)"], part["value"], color=["grey", "tab:red", "tab:green"])
         ax.set_title(f"{bench} ({part['unit'].iloc[0]}, {better} is better)")
         ax.tick_params(axis="x", labelrotation=15)
     fig.suptitle("Seed 001 on Kunpeng916: probe on every function entry's stp x29, x30")
