@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from bench_text import BENCH_LINE, QUOTE
 
 from uprobe_lab.published import (
     COLUMNS,
@@ -250,11 +251,6 @@ def test_format_other_units(df):
 
 # --- against the seed texts ----------------------------------------------------------------------
 
-QUOTE = re.compile(r"^(?:[>#]\s*)*(?:-->)?\s*")
-BENCH_LINE = re.compile(
-    r"^(?P<bench>[a-z][a-z0-9-]*)\s*(?:\(\s*\d+ cpus\))?\s*:\s*(?P<value>\d+\.\d+) ± (?P<pm>\d+\.\d+)M/s"
-    r"(?:.*<\s*(?P<speedup>\d+%) speed ?up)?"
-)
 VARIANT_HEADERS = {
     "current:": "current", "with the fix:": "fix", "after the change:": "after",
     "xol-stp": "xol-stp", "simulated-stp": "simulated-stp",

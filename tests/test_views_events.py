@@ -21,8 +21,10 @@ def test_x86_618_int3_and_optimised_nop5():
 def test_arm64_stp_store_variants():
     pin = events_table(["uprobe-push"], "arm64", kinds=("pages_pinned",), stp="simulate", stp_store="pin")
     assert _row(pin, "uprobe-push")["pages_pinned"] == 1
-    uaccess = events_table(["uprobe-push"], "arm64", kinds=("uaccess_bytes",), stp="simulate", stp_store="uaccess")
-    assert _row(uaccess, "uprobe-push")["uaccess_bytes"] == 16  # two 8-byte stores
+    uaccess = events_table(["uprobe-push"], "arm64", kinds=("uaccess_copies", "uaccess_bytes"), stp="simulate",
+                           stp_store="uaccess")
+    # v1's one copy_to_user((void __user *)new_sp, buf, sizeof(buf)) of fp and lr
+    assert (_row(uaccess, "uprobe-push")["uaccess_copies"], _row(uaccess, "uprobe-push")["uaccess_bytes"]) == (1, 16)
 
 
 def test_default_kinds_are_the_counted_ones_and_default_kernel_is_named():

@@ -388,7 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--measured", required=True,
                    help="CSV with columns arch, kernel, bench, mops, or the JSON of bench --mode native --json")
     p.add_argument("--to", required=True, help="kernel to predict: a release such as 6.14.2 or a modelled version "
-                   f"{', '.join(KERNELS)} (arm64: xol-stp, simulated-stp)")
+                   f"{', '.join(KERNELS)} (arm64: xol-stp, simulated-stp, simulated-stp-uaccess)")
     p.add_argument("--out", help="CSV to write (bench, predicted_mops, low_80, high_80); default: stdout")
     p.set_defaults(func=cmd_predict)
 

@@ -18,7 +18,8 @@ APP_MODEL = (
     "these figures were measured with (first posted with v1, 21 Aug 2024), its 80% interval from 4000 draws of the profile's "
     "posterior prices, clipped at zero. For grep, time per line is unknown, so the whole run is one 'request' of n hits. "
     "grep is out of scope: its published overhead over no-uprobe falls from 13.149 s stepped to 0.051 s "
-    "simulated (258x), while the event counts make a stepped hit about 1.7x a simulated one; reviewers in "
+    "simulated (258x), while the event counts make a stepped hit only a small multiple of a simulated one (the row's note "
+    "gives it); reviewers in "
     "the STP thread questioned the series' figures (Mark Rutland, 2024-10-24, on the stepping cost)."
 )
 ROLE_OUT_OF_SCOPE = "out-of-scope"
