@@ -3,15 +3,14 @@ test a prediction, worked out from the kernel rules alone."""
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
+from bench_text import BENCH_LINE, QUOTE
 
 from uprobe_lab import model
 from uprobe_lab.published import OUTSIDE_SEEDS, load_published
 
 TEXTS = Path(__file__).parent / "data" / "outside_seeds"
-# run_bench_uprobes.sh lines, with or without the "( 1 cpus)" and per-cpu columns bench prints on arm64
-LINE = re.compile(r"^\s*(?:-->)?\s*(?P<bench>[a-z0-9-]+)\s*(?:\(\s*\d+ cpus\))?:\s*(?P<value>\d+\.\d+) ± "
-                  r"(?P<pm>\d+\.\d+)M/s(?:\s+\(.*\))?$")
 # each posted column heading -> the CSV's variant (the one before column of a table is "current")
 HEADERS = {"current:": "current", "after the change:": "after",
            "xol (1 cpus)": "current", "emulation (1 cpus)": "after",
@@ -25,13 +24,14 @@ HEADERS = {"current:": "current", "after the change:": "after",
 
 
 def posted_rows(path: Path):
+    """(line number, variant, bench, value, pm) of every bench line of a posted text."""
     variant = None
-    for line in path.read_text(encoding="utf-8").splitlines():
-        s = line.rstrip()
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        s = QUOTE.sub("", line).rstrip()
         if s in HEADERS:
             variant = HEADERS[s]
-        elif m := LINE.match(s):
-            yield variant, m["bench"], m["value"], m["pm"]
+        elif m := BENCH_LINE.match(s):
+            yield lineno, variant, m["bench"], m["value"], m["pm"]
 
 
 @pytest.fixture(scope="module")
@@ -43,9 +43,35 @@ def test_every_posted_line_is_a_csv_row_and_nothing_else(csv_rows):
     for source, grp in csv_rows.groupby("source"):
         path = TEXTS / source
         assert path.is_file() and source in (TEXTS / "README.md").read_text(encoding="utf-8")
-        want = list(posted_rows(path))
+        want = [row[1:] for row in posted_rows(path)]
         got = [(r.variant, r.bench, f"{r.value:.3f}", f"{r.pm:.3f}") for r in grp.itertuples()]
         assert got == want and len(want) >= 12, source
+
+
+def test_the_parser_misses_no_number_line():
+    for path in TEXTS.glob("*.txt"):
+        parsed = {row[0] for row in posted_rows(path)}
+        for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if "±" in line:
+                assert lineno in parsed, (path.name, lineno, line)
+
+
+def test_each_column_stands_for_the_kernel_its_own_rows_show(csv_rows):
+    """A column's kernel is read off its rows, not only its heading: a stepped nop5 costs what ret does
+    (two exceptions), an emulated one what nop does; on arm64 a stepped nop costs what a stepped stp does."""
+    kernels = {(r.table, r.variant): r.kernel for r in csv_rows.itertuples()}
+    value = csv_rows.set_index(["table", "variant", "bench"])["value"]
+    for table, variant in (("nop5-emulation", "current"), ("nop5-rfcv3", "current")):
+        assert kernels[(table, variant)] == "6.11"
+        assert value[(table, variant, "uprobe-nop5")] == pytest.approx(value[(table, variant, "uprobe-ret")], rel=0.02)
+    assert kernels[("nop5-v3", "current")] == "6.16"
+    assert value[("nop5-v3", "current", "uprobe-nop5")] == pytest.approx(value[("nop5-v3", "current", "uprobe-nop")], rel=0.02)
+    assert {kernels[(t, "after")] for t in ("nop5-rfcv3", "nop5-v3")} == {"6.18"}
+    assert kernels[("nop5-emulation", "after")] == "6.16"
+    for table in ("nop-push-v1", "stp-rerun"):
+        assert kernels[(table, "current")] == "6.11"
+        assert value[(table, "current", "uprobe-nop")] == pytest.approx(value[(table, "current", "uprobe-push")], rel=0.03)
+    assert kernels[("nop-push-v1", "after")] == kernels[("stp-rerun", "initial patch, next-20241104")] == "simulated-stp-uaccess"
 
 
 def test_each_text_names_its_message():
@@ -55,7 +81,25 @@ def test_each_text_names_its_message():
         assert any(line.startswith("Link: https://lore.kernel.org/") for line in head), path.name
 
 
-def test_left_out_rows_are_the_bench_bug_and_never_evaluated(csv_rows):
+def test_a_table_posted_again_is_marked_even_under_other_names(monkeypatch):
+    """Rule 8 counts a repost once: an outside table whose rows repeat a seed table's figures is marked,
+    whatever it calls its CPU and columns; the real tables repeat none."""
+    from uprobe_lab.model import profiles
+
+    seeds = profiles.load_published()
+    repost = seeds[(seeds["source"].str.startswith("003")) & (seeds["unit"] == "M/s")].copy()
+    repost["source"], repost["table"], repost["cpu"] = "repost.txt", "repost", "another name"
+    repost["variant"] = repost["variant"].map({"current": "current", "after": "after the change"})
+    real = profiles.load_published(profiles.OUTSIDE_SEEDS)
+    monkeypatch.setattr(profiles, "load_published",
+                        lambda name=profiles.SEED_TABLES: seeds if name == profiles.SEED_TABLES
+                        else pd.concat([real, repost], ignore_index=True))
+    rows = profiles.outside_rows()
+    marked = rows.groupby("table")["duplicate_of"].first()
+    assert marked["repost"] == "003 nop5-bench" and (marked.drop("repost") == "").all()
+
+
+def test_left_out_rows_are_the_bench_bug_and_the_repost_and_never_evaluated(csv_rows):
     left = csv_rows[csv_rows["note"].fillna("").str.startswith("left out:")]
     assert sorted(zip(left["table"], left["bench"], left["note"].str[:30])) == [
         ("nop5-emulation", "uretprobe-nop5", "left out: a uprobe, not a uret")] * 2 + [
@@ -101,16 +145,65 @@ def test_the_arm64_rows_that_test_a_prediction_are_those_whose_nop_or_stp_change
     assert moved("arm64") == sorted(want)
 
 
-def test_the_figures_the_model_doc_states_for_rule_8_are_what_the_evaluation_gives():
+@pytest.fixture(scope="module")
+def outside():
+    return model.outside_seeds_alone()
+
+
+def parts(outside):
+    return {"all five": outside, "x86 (three)": outside[outside["arch"] == "x86_64"],
+            "arm64 (two)": outside[outside["arch"] == "arm64"]}
+
+
+def test_the_figures_the_model_doc_states_for_rule_8_are_what_the_evaluation_gives(outside):
     """The module doc's rule-8 line, in order: all moved rows (count, median error, coverage, median and
     widest half-width), then the x86 ones (count, median, coverage, widest), then the arm64 ones."""
     line = model.__doc__.split("On the tables outside the seeds (rule 8), v5 as it stood:")[1].split("\n\n")[0]
-    stated = [float(x) for x in re.findall(r"\d+(?:\.\d+)?", line.replace("x86", "").replace("arm64", ""))]
-    out = model.outside_seeds_alone()
-    got = []
-    for part, full in ((out, True), (out[out["arch"] == "x86_64"], False), (out[out["arch"] == "arm64"], False)):
+    want = re.fullmatch(
+        r"\s*(?P<n>\d+) moved rows, (?P<med>[\d.]+)% median \|error\|, (?P<cov>\d+)% inside,\s+half-width median "
+        r"(?P<half>[\d.]+)%, widest \+-(?P<wide>[\d.]+)%; the (?P<nx>\d+) x86 ones (?P<medx>[\d.]+)%, (?P<covx>\d+)% "
+        r"inside, widest \+-(?P<widex>[\d.]+)%; the (?P<na>\d+)\s+arm64 ones (?P<meda>[\d.]+)%, (?P<cova>\d+)% inside, "
+        r"widest \+-(?P<widea>[\d.]+)%\.\s*", line)
+    assert want, line
+    got = {}
+    for suffix, part in zip(("", "x", "a"), parts(outside).values()):
         h = model.headline(part)
-        got += [h["moved_rows"], round(h["moved_median_abs_err_pct"], 1), round(100 * h["moved_coverage"])]
-        got += [round(h["moved_median_half_width_pct"], 1)] if full else []
-        got += [round(h["moved_max_half_width_pct"], 1)]
-    assert stated == got
+        got |= {f"n{suffix}": str(h["moved_rows"]), f"med{suffix}": f"{h['moved_median_abs_err_pct']:.1f}",
+                f"cov{suffix}": f"{100 * h['moved_coverage']:.0f}", f"wide{suffix}": f"{h['moved_max_half_width_pct']:.1f}"}
+    got["half"] = f"{model.headline(outside)['moved_median_half_width_pct']:.1f}"
+    assert want.groupdict() == got
+
+
+def test_the_tables_docs_model_md_gives_for_rule_8_are_what_the_evaluation_gives(outside):
+    """docs/model.md's rule-8 summary table and its arm64 rows one by one, against the evaluation."""
+    doc = (Path(__file__).parents[1] / "docs" / "model.md").read_text(encoding="utf-8")
+    section = doc.split("## Tables outside the seeds (rule 8)")[1]
+    for name, part in parts(outside).items():
+        h = model.headline(part)
+        row = (f"| {name} | {h['moved_rows']} | {h['moved_median_abs_err_pct']:.1f}% | {100 * h['moved_coverage']:.0f}% "
+               f"({int(model.moved_rows(part)['inside'].sum())}) | {h['moved_median_half_width_pct']:.1f}% | "
+               f"+-{h['moved_max_half_width_pct']:.1f}% | {h['unmoved_median_abs_err_pct']:.1f}%, "
+               f"{100 * h['unmoved_coverage']:.0f}% |")
+        assert row in section, row
+    columns = {"Kunpeng916, v1": ("nop-push-v1", "after"),
+               "re-run, next-20240909: v2": ("stp-rerun", "sim stp + sim nop, next-20240909"),
+               "re-run, next-20241104: stp stepped": ("stp-rerun", "xol stp + sim nop, next-20241104"),
+               "re-run, next-20241104: v2": ("stp-rerun", "sim stp + sim nop, next-20241104"),
+               "re-run, next-20241104: v1": ("stp-rerun", "initial patch, next-20241104")}
+    benches = ["uprobe-nop", "uprobe-push", "uretprobe-nop", "uretprobe-push"]
+    mv = model.moved_rows(outside).set_index(["table", "variant", "bench"])
+    seen = 0
+    for line in section.splitlines():
+        key = next((k for k in columns if line.startswith(f"| {k}")), None)
+        if key is None:
+            continue
+        cells = [c.strip() for c in line.strip("|").split("|")][1:]
+        for bench, cell in zip(benches, cells):
+            where = (*columns[key], bench)
+            if where not in mv.index:
+                assert cell in ("", "(unmoved)"), (key, bench, cell)
+                continue
+            r = mv.loc[where]
+            assert cell == f"{r.error_pct:+.1f}%" + ("" if r.inside else " *"), (key, bench, cell)
+            seen += 1
+    assert seen == 16

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ..process import LabError
-from ..published import OUTSIDE_SEEDS, VARIANT_PAIRS, load_published
+from ..published import OUTSIDE_SEEDS, SEED_TABLES, VARIANT_PAIRS, load_published
 from .fit import Profile, fit_profile
 from .prices import events_for
 from .priors import (HOST_RECORDING_PATHS, carried_prior, host_frame, host_profile, host_rows_excluded,
@@ -64,18 +64,30 @@ def _duplicate_label(dups: dict, key: tuple) -> str:
 def bench_rows() -> pd.DataFrame:
     """Published M/s rows with ``role`` (fit: before variants; heldout: after variants), ``rel_err``
     (the seed's +- over its figure, 0 where none) and ``duplicate_of`` ("" unless the table repeats one)."""
-    rows = _with_roles(load_published())
+    rows = _with_roles(load_published(SEED_TABLES))
     dups = duplicate_tables(rows)
     rows["duplicate_of"] = [_duplicate_label(dups, k) for k in zip(rows["source"], rows["table"])]
     return rows
 
 
+def _figures(table: pd.DataFrame) -> frozenset:
+    """What a table measured, whatever it calls its CPU and its columns."""
+    return frozenset(zip(table["bench"], table["value"], table["pm"].fillna(-1.0)))
+
+
 def outside_rows() -> pd.DataFrame:
     """The rows of the tables posted outside the seeds (protocol rule 8), as :func:`bench_rows` gives
-    them, without the rows noted ``left out``; a table repeating a seed table or an earlier one is marked."""
+    them, without the rows noted ``left out``; a table whose figures repeat a seed table's, or an outside
+    table's listed before it, is marked ``duplicate_of`` that table."""
     seeds, outside = bench_rows(), _with_roles(load_published(OUTSIDE_SEEDS))
-    dups = duplicate_tables(pd.concat([seeds, outside], ignore_index=True))
-    outside["duplicate_of"] = [_duplicate_label(dups, k) for k in zip(outside["source"], outside["table"])]
+    first = {}
+    for key, grp in seeds.groupby(["source", "table"], sort=True):
+        first.setdefault(_figures(grp), key)
+    dups = {}
+    for key, grp in outside.groupby(["source", "table"], sort=False):
+        dups[key] = first.setdefault(_figures(grp), key)
+    outside["duplicate_of"] = [_duplicate_label({k: v for k, v in dups.items() if v != k}, k)
+                               for k in zip(outside["source"], outside["table"])]
     return outside
 
 
