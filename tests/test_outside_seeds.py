@@ -8,7 +8,7 @@ import pytest
 from bench_text import BENCH_LINE, QUOTE
 
 from uprobe_lab import model
-from uprobe_lab.published import OUTSIDE_SEEDS, load_published
+from uprobe_lab.published import OUTSIDE_SEEDS, SEED_TABLES, load_published
 
 TEXTS = Path(__file__).parent / "data" / "outside_seeds"
 # each posted column heading -> the CSV's variant (the one before column of a table is "current")
@@ -90,10 +90,9 @@ def test_a_table_posted_again_is_marked_even_under_other_names(monkeypatch):
     repost = seeds[(seeds["source"].str.startswith("003")) & (seeds["unit"] == "M/s")].copy()
     repost["source"], repost["table"], repost["cpu"] = "repost.txt", "repost", "another name"
     repost["variant"] = repost["variant"].map({"current": "current", "after": "after the change"})
-    real = profiles.load_published(profiles.OUTSIDE_SEEDS)
+    real = profiles.load_published(OUTSIDE_SEEDS)
     monkeypatch.setattr(profiles, "load_published",
-                        lambda name=profiles.SEED_TABLES: seeds if name == profiles.SEED_TABLES
-                        else pd.concat([real, repost], ignore_index=True))
+                        lambda name=SEED_TABLES: seeds if name == SEED_TABLES else pd.concat([real, repost], ignore_index=True))
     rows = profiles.outside_rows()
     marked = rows.groupby("table")["duplicate_of"].first()
     assert marked["repost"] == "003 nop5-bench" and (marked.drop("repost") == "").all()

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ..process import LabError
-from ..published import OUTSIDE_SEEDS, SEED_TABLES, VARIANT_PAIRS, load_published
+from ..published import OUTSIDE_SEEDS, VARIANT_PAIRS, load_published
 from .fit import Profile, fit_profile
 from .prices import events_for
 from .priors import (HOST_RECORDING_PATHS, carried_prior, host_frame, host_profile, host_rows_excluded,
@@ -64,7 +64,7 @@ def _duplicate_label(dups: dict, key: tuple) -> str:
 def bench_rows() -> pd.DataFrame:
     """Published M/s rows with ``role`` (fit: before variants; heldout: after variants), ``rel_err``
     (the seed's +- over its figure, 0 where none) and ``duplicate_of`` ("" unless the table repeats one)."""
-    rows = _with_roles(load_published(SEED_TABLES))
+    rows = _with_roles(load_published())
     dups = duplicate_tables(rows)
     rows["duplicate_of"] = [_duplicate_label(dups, k) for k in zip(rows["source"], rows["table"])]
     return rows
