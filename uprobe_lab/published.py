@@ -84,6 +84,11 @@ SEED_TABLES = "published.csv"
 OUTSIDE_SEEDS = "outside_seeds.csv"
 
 
+def source_label(source: str) -> str:
+    """How tables name their source: a seed by its number ("003"), a text outside the seeds by its file stem."""
+    return source[:3] if source[:3].isdigit() else source.rsplit(".", 1)[0]
+
+
 def load_published(name: str = SEED_TABLES) -> pd.DataFrame:
     """The published numbers, one row per number, in the order the seeds print them (``name``
     :data:`OUTSIDE_SEEDS`: the tables posted outside the seeds, in the same columns).

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from ..published import source_label
 from .fit import Profile
 from .prices import events_for
 from .profiles import (PROFILES, ROLE_FIT, ROLE_HELDOUT, bench_rows, fit_with_carried_prior, get_profile,
@@ -55,7 +56,7 @@ def reproduction(progress=None) -> pd.DataFrame:
 
     def profile_for(r):
         if progress:
-            progress(f"{r.source[:3]} {r.bench}")
+            progress(f"{source_label(r.source)} {r.bench}")
         return get_profile(by_cpu[r.cpu])
 
     return _predict_rows(bench_rows(), profile_for)
@@ -71,9 +72,9 @@ def per_table_alone(progress=None, rows: pd.DataFrame | None = None) -> pd.DataF
     for (source, table), grp in rows.groupby(["source", "table"], sort=False):
         fit_rows = grp[grp["role"] == ROLE_FIT].rename(columns={"value": "mops"})
         arch, cpu = grp["arch"].iloc[0], grp["cpu"].iloc[0]
-        prof = fit_with_carried_prior(fit_rows, arch, moved_heldout(grp), f"{source[:3]} {table}", cpu)
+        prof = fit_with_carried_prior(fit_rows, arch, moved_heldout(grp), f"{source_label(source)} {table}", cpu)
         if progress:
-            progress(f"{source[:3]} {table}")
+            progress(f"{source_label(source)} {table}")
         parts.append(_predict_rows(grp, lambda r, p=prof: p))
     return pd.concat(parts, ignore_index=True)
 
@@ -128,7 +129,7 @@ def error_summary(repro: pd.DataFrame) -> pd.DataFrame:
         fit = grp[grp["role"] == ROLE_FIT]
         un = grp[grp["role"] == ROLE_UNMOVED]
         mv = grp[grp["role"] == ROLE_MOVED]
-        out.append({"source": source[:3], "table": table, "fit_rows": len(fit),
+        out.append({"source": source_label(source), "table": table, "fit_rows": len(fit),
                     "fit_median_abs_err": fit["error_pct"].abs().median(),
                     "unmoved_rows": len(un), "unmoved_median_abs_err": un["error_pct"].abs().median(),
                     "moved_rows": len(mv), "moved_median_abs_err": mv["error_pct"].abs().median(),

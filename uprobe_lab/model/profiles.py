@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ..process import LabError
-from ..published import OUTSIDE_SEEDS, VARIANT_PAIRS, load_published
+from ..published import OUTSIDE_SEEDS, VARIANT_PAIRS, load_published, source_label
 from .fit import Profile, fit_profile
 from .prices import events_for
 from .priors import (HOST_RECORDING_PATHS, carried_prior, host_frame, host_profile, host_rows_excluded,
@@ -58,7 +58,7 @@ def _with_roles(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _duplicate_label(dups: dict, key: tuple) -> str:
-    return f"{dups[key][0][:3]} {dups[key][1]}" if key in dups else ""
+    return f"{source_label(dups[key][0])} {dups[key][1]}" if key in dups else ""
 
 
 def bench_rows() -> pd.DataFrame:
