@@ -373,3 +373,23 @@ def test_prose_speedups():
     assert "That's a +169% and a +91% speedup" in seed_text(S004)
     # no speedup is printed in 003
     assert "%" not in seed_text(S003).split("Signed-off-by")[0]
+
+
+def test_seed_001s_application_figures_were_first_posted_with_v1s_store(df):
+    """Seed 001's Redis/grep figures are all in the 21 Aug 2024 message of the v1 thread, which quotes v1's
+    one copy_to_user store; so their "emulated" rows stand for that store (kernel simulated-stp-uaccess)."""
+    text = (Path(__file__).parent / "data" / "seed_provenance" / "001_redis_grep_first_posted_2024-08-21.txt"
+            ).read_text(encoding="utf-8")
+    apps = df[df["source"].str.startswith("001") & (df["unit"] != "M/s")]
+    assert len(apps) == 9
+    for r in apps.itertuples():
+        assert f"{r.value:.2f} RPS" in text if r.unit == "RPS" else f"{r.value:.3f}s" in text, (r.bench, r.value)
+    assert "copy_to_user((void __user *)new_sp, buf, sizeof(buf))" in text
+    assert set(apps[apps["variant"] == "emulated-stp"]["kernel"]) == {"simulated-stp-uaccess"}
+
+
+def test_source_label_names_seeds_by_number_and_other_texts_by_stem():
+    from uprobe_lab.published import source_label
+
+    assert source_label("003_4679909cb9325581.txt") == "003"
+    assert source_label("x86_nop5_v3_2025-06.txt") == "x86_nop5_v3_2025-06"

@@ -37,7 +37,8 @@ Columns of :func:`load_published`:
                 ``no-uprobe`` for the arm64 patch (001), which was never merged; its Redis/grep
                 "emulated-stp" rows ``simulated-stp-uaccess``, the patch's v1 store (one copy_to_user),
                 which they were measured with: they were first posted on 21 Aug 2024 in the v1 thread
-                (<f95fc55b-2f17-7333-2eae-52caae46f8b2@huawei.com>), before v2's pinned page existed
+                (<f95fc55b-2f17-7333-2eae-52caae46f8b2@huawei.com>, copied to tests/data/seed_provenance),
+                before v2's pinned page existed
 ``bench``       kernel bench name without ``trig-`` (``base``, ``usermode-count``, ``uprobe-nop5``...),
                 or ``redis-get``, ``redis-set``, ``grep``
 ``value``       float, in ``unit`` (``M/s``, ``RPS`` or ``s``; for ``s`` lower is better)

@@ -39,8 +39,9 @@ Evaluation protocol (fixed before the figures it produces were looked at)
    or not, in ``tests/data/outside_seeds/README.md``): every bench_trigger table of the seeds' patch series
    and their sibling patches found on the lists that compares a before and an after kernel the lab models.
    A table posted again unchanged counts once (whatever it calls its CPU and columns); a row its own
-   thread shows to be a bench bug, or that a later message posts again, is noted ``left out``. They enter no fit but their own table's (rule 6's form, :func:`.evaluation.outside_seeds_alone`),
-   no prior, and no choice of structure or spread. Their figures were computed only after the tables and
+   thread shows to be a bench bug, or that a later message posts again, is noted ``left out``. They
+   enter no fit but their own table's (rule 6's form, :func:`.evaluation.outside_seeds_alone`), no
+   prior, and no choice of structure or spread. Their figures were computed only after the tables and
    this rule were committed, on the version then current, and are reported as they came, each table too.
 
 Versions

@@ -36,14 +36,15 @@ def profile_names(arch: str | None = None) -> list[str]:
 
 
 def duplicate_tables(df: pd.DataFrame) -> dict:
-    """(source, table) -> the earlier (source, table) whose rows it repeats exactly (seed 004 -> 003)."""
+    """(source, table) -> the first (source, table), in file-name order, whose figures it repeats exactly,
+    whatever either calls its CPU and columns (seed 004 -> 003; a seed's digits sort before any other name)."""
     seen, out = {}, {}
     for key, grp in df.groupby(["source", "table"], sort=True):
-        rows = frozenset(zip(grp["cpu"], grp["variant"], grp["bench"], grp["value"]))
-        if rows in seen:
-            out[key] = seen[rows]
+        figures = frozenset(zip(grp["bench"], grp["value"], grp["pm"].fillna(-1.0)))
+        if figures in seen:
+            out[key] = seen[figures]
         else:
-            seen[rows] = key
+            seen[figures] = key
     return out
 
 
@@ -70,24 +71,13 @@ def bench_rows() -> pd.DataFrame:
     return rows
 
 
-def _figures(table: pd.DataFrame) -> frozenset:
-    """What a table measured, whatever it calls its CPU and its columns."""
-    return frozenset(zip(table["bench"], table["value"], table["pm"].fillna(-1.0)))
-
-
 def outside_rows() -> pd.DataFrame:
     """The rows of the tables posted outside the seeds (protocol rule 8), as :func:`bench_rows` gives
-    them, without the rows noted ``left out``; a table whose figures repeat a seed table's, or an outside
-    table's listed before it, is marked ``duplicate_of`` that table."""
+    them, without the rows noted ``left out``; a table that repeats a seed table's figures, or an outside
+    one's, is marked as :func:`duplicate_tables` finds it."""
     seeds, outside = bench_rows(), _with_roles(load_published(OUTSIDE_SEEDS))
-    first = {}
-    for key, grp in seeds.groupby(["source", "table"], sort=True):
-        first.setdefault(_figures(grp), key)
-    dups = {}
-    for key, grp in outside.groupby(["source", "table"], sort=False):
-        dups[key] = first.setdefault(_figures(grp), key)
-    outside["duplicate_of"] = [_duplicate_label({k: v for k, v in dups.items() if v != k}, k)
-                               for k in zip(outside["source"], outside["table"])]
+    dups = duplicate_tables(pd.concat([seeds, outside], ignore_index=True))
+    outside["duplicate_of"] = [_duplicate_label(dups, k) for k in zip(outside["source"], outside["table"])]
     return outside
 
 
