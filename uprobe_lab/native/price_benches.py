@@ -28,7 +28,7 @@ CPU clock (``CLOCK_THREAD_CPUTIME_ID``: user and kernel time of this thread, so 
 ran on the shared CPU is not counted; what they leave in the caches still is) in short intervals
 (about :data:`INTERVAL_NS`) over :data:`ROUNDS` interleaved rounds that together spend the time budget.
 On a virtual CPU the whole machine's speed also moves: on a busy shared host it flips between a fast and
-a slow state (about 1.35 times slower) several times a second, and every path slows together
+a slow state (1.24-1.35 times slower on the lab's VM) several times a second, and every path slows together
 (benchmarks/reference_level.py). A state lasts tens of milliseconds to seconds, so rounds of
 different configurations, made one after the other, catch it at different moments. Each measured interval is
 therefore followed by one of a *reference*: a uprobe with one BPF consumer on :data:`REFERENCE_TARGETS`,
