@@ -596,6 +596,92 @@ def test_price_benches_run_more_rounds_until_every_row_reaches_its_error(monkeyp
     assert rows[0]["intervals"] == 2 * rounds_run
 
 
+def _process_rows(scale, level_sd, figures):
+    """Price rows as one process prints them: figures maps (bench, consumers) to (ratio, rel_err, optimized)."""
+    return [{"bench": b, "consumers": c, "arch": "x86_64", "kernel": "6.18.0", "mops": scale * ratio, "ratio": ratio,
+             "reference_mops": scale, "rel_err": err, "intervals": 10, "calls_per_interval": 100, "reached": True,
+             "optimized": opt, "level_sd": level_sd, "rounds": 3} for (b, c), (ratio, err, opt) in figures.items()]
+
+
+def test_combine_processes_takes_the_larger_of_what_the_processes_stated_and_their_spread():
+    """Worked by hand. Reference rates 1.0, 1.2, 0.8 (mean 1.0), each process's level sd 0.1: the pooled level
+    sd is sqrt((0.1^2 + 0.12^2 + 0.08^2) / 3 + var(1, 1.2, 0.8)) = sqrt(0.010267 + 0.026667) = 0.19218.
+    uprobe-nop's ratios 1.0, 1.1, 0.9 at 1% each: stated sqrt(0.01^2 + 0.011^2 + 0.009^2) / 3 = 0.58%, spread
+    (1.886 / 1.2816) * 0.1 / sqrt(3) = 8.50%, so 8.50%, above a 5% tolerance. syscall-count's ratios are all
+    2.0 at 5%: spread 0, stated sqrt(3 * 0.1^2) / 3 / 2 = 2.89%."""
+    from uprobe_lab.native import price_benches as pb
+
+    runs = [_process_rows(scale, 0.1, {("uprobe-nop", 1): (nop, 0.01, opt), ("syscall-count", 0): (2.0, 0.05, None)})
+            for scale, nop, opt in ((1.0, 1.0, True), (1.2, 1.1, True), (0.8, 0.9, False))]
+    nop, sys_count = pb.combine_processes(runs, rel_tol=0.05)
+    assert nop["level_sd"] == sys_count["level_sd"] == pytest.approx(0.19218, abs=1e-5)
+    assert nop["ratio"] == pytest.approx(1.0) and nop["mops"] == pytest.approx(1.0)
+    assert nop["rel_err"] == pytest.approx(0.08496, abs=1e-5) and nop["reached"] is False
+    assert sys_count["mops"] == pytest.approx(2.0) and sys_count["rel_err"] == pytest.approx(0.028868, abs=1e-6)
+    assert sys_count["reached"] is True
+    assert nop["optimized"] is None and sys_count["optimized"] is None  # the processes disagreed; all said None
+    assert nop["intervals"] == 30 and nop["rounds"] == 9 and nop["processes"] == 3
+
+
+def test_combine_processes_refuses_runs_it_cannot_pair():
+    from uprobe_lab.native import price_benches as pb
+
+    one = _process_rows(1.0, 0.0, {("uprobe-nop", 1): (1.0, 0.01, True)})
+    other = _process_rows(1.0, 0.0, {("uprobe-ret", 1): (0.1, 0.01, None)})
+    assert pb.combine_processes([one]) is one
+    with pytest.raises(model.LabError, match="different configurations"):
+        pb.combine_processes([one, other])
+    with pytest.raises(ValueError, match="at most 10 processes"):
+        pb.combine_processes([one] * 11)
+    with pytest.raises(ValueError, match="no runs"):
+        pb.combine_processes([])
+
+
+def test_measure_in_processes_shares_out_the_rounds_and_says_why_a_process_failed(monkeypatch):
+    """8 rounds over 3 processes: 3 each, 6 s * 3 / 8 = 2.25 s per configuration, aiming at 5% * sqrt(3).
+    A process that fails names its last stderr line, and price_rows_or_recorded falls back to the recording
+    with that reason."""
+    from uprobe_lab.native import price_benches as pb
+
+    commands = []
+    rows = _process_rows(1.0, 0.0, {("uprobe-nop", 1): (1.0, 0.01, True)})
+
+    def fake_run(cmd, **kw):
+        commands.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, stdout=json.dumps(rows), stderr="")
+
+    monkeypatch.setattr(pb.subprocess, "run", fake_run)
+    out = pb.measure_in_processes(budget_s=6.0, rel_tol=0.05, processes=3, rounds=8, configs=[("uprobe-nop", 1)])
+    assert len(commands) == 3 and out[0]["processes"] == 3
+    args = commands[0][commands[0].index("--budget"):]
+    assert args[:4] == ["--budget", "2.25", "--rounds", "3"]
+    assert float(args[5]) == pytest.approx(0.05 * 3 ** 0.5) and args[6:] == ["--configs", "uprobe-nop:1"]
+
+    monkeypatch.setattr(pb.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(
+        cmd, 1, stdout="", stderr="Traceback ...\nRuntimeError: the reference's BPF consumer counted 3 runs"))
+    with pytest.raises(pb.PriceBenchFailed, match="counted 3 runs"):
+        pb.measure_in_processes(processes=2)
+    monkeypatch.setattr(pb, "native_reason", lambda: None)
+    _, source = pb.price_rows_or_recorded()
+    assert source.startswith("RECORDED") and source.endswith("not measured here: RuntimeError: the reference's "
+                                                             "BPF consumer counted 3 runs)")
+
+
+@native
+def test_measure_in_processes_here_combines_fresh_processes():
+    """Two processes of two rounds each, on this host: the rows say so, their figures keep their order, and
+    no probe is left attached here (each child's went with it)."""
+    from uprobe_lab.native import price_benches as pb
+
+    before = perf_fds()
+    rows = {(r["bench"], r["consumers"]): r for r in pb.measure_in_processes(
+        budget_s=0.2, rel_tol=1.0, processes=2, rounds=4, configs=[("uprobe-nop", 1), ("uprobe-nop", 8)])}
+    assert {r["processes"] for r in rows.values()} == {2} and all(r["rounds"] >= 4 for r in rows.values())
+    assert rows[("uprobe-nop", 8)]["mops"] < rows[("uprobe-nop", 1)]["mops"]
+    assert all(0 < r["rel_err"] < 0.5 for r in rows.values())
+    assert perf_fds() == before
+
+
 def test_price_benches_refuse_a_configuration_on_the_reference_s_own_function(monkeypatch):
     """usdt-nop's target is usdt_nop, where the reference probe sits: one site with two consumers, each
     hit would run both programs, in the configuration's intervals and the reference's, so the run is refused
