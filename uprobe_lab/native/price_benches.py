@@ -44,19 +44,12 @@ median ratios (:func:`row_rel_err`). Each row says whether that error is within 
 (``reached``). While some row is not, more interleaved rounds are run, up to :data:`MAX_ROUNDS_FACTOR`
 times as many (the budget is a floor, not a cap); a row still above ``rel_tol`` then says it could not,
 and a calibration refuses it (:mod:`.calibrate`).
-
-What the reference leaves, a process keeps: the same rows measured in fresh processes one after the other move
-between them by more than each states (benchmarks/price_processes.py), on the paths that are not an int3 trap
-and on the uretprobe. So a measurement for a calibration (:func:`measure_in_processes`) shares its rounds out over
-:data:`PROCESSES` fresh processes, and a row's figure is their mean, its error the larger of what they
-stated and how far apart they came out (:func:`combine_processes`).
 """
 from __future__ import annotations
 
 import contextlib
 import datetime
 import json
-import math
 import statistics
 import subprocess
 import sys
@@ -90,11 +83,6 @@ INTERVAL_NS = 2_000_000  # ~2 ms per timed interval
 REL_TOL = 0.02
 ROUNDS = 8
 MAX_ROUNDS_FACTOR = 2  # a run spends at most this many times its budget reaching rel_tol
-PROCESSES = 3  # fresh processes a measurement's rounds are shared out over (measure_in_processes)
-# Student's t 0.9 quantile over the normal's, by degrees of freedom: an 80% interval of +-1.2816 sd from
-# the sd of a few process figures covers 80% only when that sd is scaled up by this much.
-T80_OVER_Z80 = {df: t / 1.2816 for df, t in
-                {1: 3.078, 2: 1.886, 3: 1.638, 4: 1.533, 5: 1.476, 6: 1.440, 7: 1.415, 8: 1.397, 9: 1.383}.items()}
 # A `nop; ret` that no configuration probes (the bench's usdt_1 body: a USDT site that is one nop).
 REFERENCE_TARGETS = {"x86_64": "usdt_nop"}
 
@@ -257,9 +245,8 @@ def measure_price_rows(configs=PRICE_CONFIGS, rel_tol: float = REL_TOL, budget_s
                        progress: Callable[[str], object] | None = None, rounds: int = ROUNDS) -> list[dict]:
     """Measure each (bench, consumers) configuration here; one row each.
 
-    Rows: bench, consumers, arch, kernel (``uname -r``), mops (the reference's typical rate,
-    ``reference_mops``, times the median of the intervals' rates over the reference's next to them,
-    ``ratio``: :func:`level_rows`), rel_err (of
+    Rows: bench, consumers, arch, kernel (``uname -r``), mops (the reference's typical rate times the
+    median of the intervals' rates over the reference's next to them, :func:`level_rows`), rel_err (of
     that median), intervals, calls_per_interval, reached (rel_err <= rel_tol), optimized, level_sd (the
     sd of the reference's round medians over its typical rate, one per configuration and round: how much the
     whole machine's speed moved over the run, which the rows no longer show and a calibration adds back to
@@ -303,92 +290,18 @@ def measure_price_rows(configs=PRICE_CONFIGS, rel_tol: float = REL_TOL, budget_s
     for cfg, st in states.items():
         mops, err = levelled[cfg]
         out.append({"bench": cfg[0], "consumers": cfg[1], "arch": arch, "kernel": kernel_release(),
-                    "mops": mops, "ratio": mops / scale, "reference_mops": scale,
-                    "rel_err": err, "intervals": sum(map(len, st["rounds"])),
+                    "mops": mops, "rel_err": err, "intervals": sum(map(len, st["rounds"])),
                     "calls_per_interval": st["calls"], "reached": err <= rel_tol,
                     "optimized": st.get("optimized"), "level_sd": level_sd, "rounds": rnd + 1})
     return out
 
 
-def combine_processes(runs: list[list[dict]], rel_tol: float = REL_TOL) -> list[dict]:
-    """One row per configuration from :func:`measure_price_rows` runs made in several fresh processes.
-
-    A process's figures carry something of its own: in two runs of benchmarks/price_processes.py (six
-    processes one after the other, each), the optimised nop5, syscall-count, usermode-count and uretprobe
-    rows moved 1.0-2.2% (sd) between processes, where each process stated 0.5-1.9% for them. A row's ``ratio`` (over the reference) is therefore the
-    mean of the processes' ratios, and its ``rel_err`` the larger of what the processes stated (combined,
-    sqrt(sum of squares) / n) and their spread (sd / sqrt(n), scaled by :data:`T80_OVER_Z80` because that sd
-    comes from a few figures). ``mops`` is that ratio times the mean of the processes' reference rates;
-    ``level_sd`` is the spread of every round's reference level about that mean (each process's own spread,
-    rescaled, and the spread of the processes' reference rates: the law of total variance); counts are
-    summed and ``optimized`` is kept where the processes agree (None where they do not)."""
-    if not runs:
-        raise ValueError("no runs to combine")
-    if len(runs) == 1:
-        return runs[0]
-    n = len(runs)
-    if n - 1 not in T80_OVER_Z80:
-        raise ValueError(f"at most {max(T80_OVER_Z80) + 1} processes can be combined, got {n}")
-    keys = [[(r["bench"], r["consumers"]) for r in run] for run in runs]
-    if any(k != keys[0] for k in keys):
-        raise LabError("the processes measured different configurations; measure again")
-    scales = [run[0]["reference_mops"] for run in runs]
-    scale = statistics.fmean(scales)
-    level_sd = math.sqrt(statistics.fmean((run[0]["level_sd"] * s / scale) ** 2 for run, s in zip(runs, scales))
-                         + statistics.pvariance([s / scale for s in scales]))
-    out = []
-    for rows in zip(*runs):
-        ratios = [r["ratio"] for r in rows]
-        ratio = statistics.fmean(ratios)
-        stated = math.sqrt(sum((r["rel_err"] * r["ratio"]) ** 2 for r in rows)) / n / ratio
-        spread = T80_OVER_Z80[n - 1] * statistics.stdev(ratios) / math.sqrt(n) / ratio
-        err = max(stated, spread)
-        optimized = {r["optimized"] for r in rows}
-        out.append(dict(rows[0], mops=scale * ratio, ratio=ratio, reference_mops=scale, rel_err=err,
-                        intervals=sum(r["intervals"] for r in rows), rounds=sum(r["rounds"] for r in rows),
-                        reached=err <= rel_tol, optimized=optimized.pop() if len(optimized) == 1 else None,
-                        level_sd=level_sd, processes=n))
-    return out
-
-
-class PriceBenchFailed(LabError):
-    """A price-bench process ended without rows (its last line of stderr says why)."""
-
-
-def measure_in_processes(budget_s: float = 6.0, rel_tol: float = REL_TOL, processes: int = PROCESSES,
-                         rounds: int = ROUNDS, configs=None) -> list[dict]:
-    """:func:`measure_price_rows` in ``processes`` fresh processes, one after the other, and
-    :func:`combine_processes` on their rows. The rounds and the budget are shared out, each process
-    running ceil(rounds / processes) rounds at the same time per round, and aiming at
-    rel_tol * sqrt(processes) (what the mean of that many reaches rel_tol from). Each child
-    (``python -m uprobe_lab.native.price_benches``) keeps its CPU pinning, perf fds and probe hits out of
-    the caller (a notebook kernel with its own threads); a killed child's probes go with its fds."""
-    if processes < 1:
-        raise ValueError(f"processes must be >= 1, got {processes}")
-    per_rounds = math.ceil(rounds / processes)
-    cmd = [sys.executable, "-m", "uprobe_lab.native.price_benches", "--budget", str(budget_s * per_rounds / rounds),
-           "--rounds", str(per_rounds), "--rel-tol", str(rel_tol * processes ** 0.5)]
-    if configs is not None:
-        cmd += ["--configs", ",".join(f"{b}:{c}" for b, c in configs)]
-    runs = []
-    for _ in range(processes):
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            lines = proc.stderr.strip().splitlines()
-            raise PriceBenchFailed(lines[-1] if lines else f"exit status {proc.returncode}")
-        runs.append(json.loads(proc.stdout))
-    return combine_processes(runs, rel_tol)
-
-
-def record_host_prices(path, budget_s: float = 6.0, label: str = "", rounds: int = ROUNDS,
-                       processes: int = PROCESSES) -> dict:
-    """Measure the price rows here (:func:`measure_in_processes`) and write them, with the host's
-    description, to ``path`` (JSON)."""
-    rows = measure_in_processes(budget_s=budget_s, processes=processes, rounds=rounds)
+def record_host_prices(path, budget_s: float = 6.0, label: str = "", rounds: int = ROUNDS) -> dict:
+    """Measure the price rows here and write them, with the host's description, to ``path`` (JSON)."""
+    rows = measure_price_rows(budget_s=budget_s, rounds=rounds)
     data = {"label": label or f"measured on {host_description()['kernel']}",
             "recorded": datetime.date.today().isoformat(), "host": host_description(),
-            "command": (f"uprobe_lab.native.price_benches.record_host_prices(path, budget_s={budget_s}, "
-                        f"rounds={rounds}, processes={processes})"),
+            "command": f"uprobe_lab.native.price_benches.record_host_prices(path, budget_s={budget_s}, rounds={rounds})",
             "rows": rows}
     with open(path, "w") as f:
         f.write(json.dumps(data, indent=1) + "\n")
@@ -399,14 +312,18 @@ MEASURED_HERE = "measured now on this machine"  # price_rows_or_recorded's sourc
 
 
 def price_rows_or_recorded(budget_s: float = 1.5) -> tuple[list[dict], str]:
-    """(price-bench rows, where from): measured here (:func:`measure_in_processes`) when native runs are
-    possible, else the recording. Rows aim at the error a calibration accepts (``calibrate.REL_TOL``)."""
+    """(price-bench rows, where from): measured here when native runs are possible, else the recording.
+    Rows aim at the error a calibration accepts (``calibrate.REL_TOL``; :func:`measure_price_rows`).
+
+    The measurement runs in a child process (``python -m uprobe_lab.native.price_benches``), so its CPU
+    pinning, perf fds and probe hits stay out of the caller (a notebook kernel with its own threads)."""
     reason = native_reason()
     if reason is None:
-        try:
-            return measure_in_processes(budget_s=budget_s, rel_tol=CALIBRATION_REL_TOL), MEASURED_HERE
-        except PriceBenchFailed as err:
-            reason = str(err)
+        proc = subprocess.run([sys.executable, "-m", "uprobe_lab.native.price_benches", "--budget", str(budget_s),
+                               "--rel-tol", str(CALIBRATION_REL_TOL)], capture_output=True, text=True)
+        if proc.returncode == 0:
+            return json.loads(proc.stdout), MEASURED_HERE
+        reason = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit status {proc.returncode}"
     rec = load_host_recording()
     return rec["rows"], f"RECORDED ({rec['label']}; not measured here: {reason})"
 
@@ -428,21 +345,16 @@ def calibrated_or_recorded(cpu: str = "this machine", budget_s: float = 0.6) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print the price rows measured in this process as JSON (what measure_in_processes runs in each child)."""
+    """Print the price rows measured here as JSON (what price_rows_or_recorded runs in a child)."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m uprobe_lab.native.price_benches")
     parser.add_argument("--budget", type=float, default=6.0, help="seconds per configuration")
-    parser.add_argument("--rounds", type=int, default=ROUNDS, help="interleaved rounds the budget is spread over")
     parser.add_argument("--rel-tol", type=float, default=REL_TOL,
                         help="relative error each row should reach (more rounds run until it does, or twice the budget)")
-    parser.add_argument("--configs", help="bench:consumers,... (default: every price configuration)")
     args = parser.parse_args(argv)
-    configs = PRICE_CONFIGS
-    if args.configs:
-        configs = [(b, int(c)) for b, _, c in (item.partition(":") for item in args.configs.split(","))]
     try:
-        rows = measure_price_rows(configs, budget_s=args.budget, rel_tol=args.rel_tol, rounds=args.rounds)
+        rows = measure_price_rows(budget_s=args.budget, rel_tol=args.rel_tol)
     except NativeUnavailable as err:
         print(err, file=sys.stderr)
         return 2
