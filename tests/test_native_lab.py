@@ -563,6 +563,8 @@ def test_price_benches_measure_each_event_kind_here():
     rows = {(r["bench"], r["consumers"]): r for r in price_benches.measure_price_rows(configs, budget_s=0.4)}
     for r in rows.values():
         assert r["mops"] > 0 and r["rel_err"] > 0 and r["intervals"] >= 2 * price_benches.ROUNDS
+    scales = [r["mops"] / r["ratio"] for r in rows.values()]  # every row is its ratio times one reference rate
+    assert max(scales) == pytest.approx(min(scales), rel=1e-9)
     assert rows[("uprobe-nop", 8)]["mops"] < rows[("uprobe-nop", 1)]["mops"]
     if modelled_kernel(os.uname().release) == "6.18":
         assert rows[("uprobe-nop5", 1)]["optimized"] is True
@@ -594,6 +596,26 @@ def test_price_benches_run_more_rounds_until_every_row_reaches_its_error(monkeyp
     assert {r["rounds"] for r in rows} == {rounds_run}
     assert [r["reached"] for r in rows] == [not noisy, True, True]
     assert rows[0]["intervals"] == 2 * rounds_run
+
+
+def test_price_benches_command_measures_the_configurations_and_rounds_it_is_given(monkeypatch, capsys):
+    """``python -m uprobe_lab.native.price_benches --configs ... --rounds ...`` (benchmarks/price_processes.py
+    runs it in fresh processes): the named configurations, in order, with that many rounds; rows as JSON."""
+    from uprobe_lab.native import price_benches as pb
+
+    seen = {}
+
+    def fake_measure(configs, budget_s, rel_tol, rounds):
+        seen.update(configs=configs, budget_s=budget_s, rel_tol=rel_tol, rounds=rounds)
+        return [{"bench": b, "consumers": c} for b, c in configs]
+
+    monkeypatch.setattr(pb, "measure_price_rows", fake_measure)
+    assert pb.main(["--configs", "uprobe-nop:8,syscall-count:0", "--rounds", "3", "--budget", "0.5"]) == 0
+    assert seen == {"configs": [("uprobe-nop", 8), ("syscall-count", 0)], "budget_s": 0.5, "rel_tol": pb.REL_TOL,
+                    "rounds": 3}
+    assert json.loads(capsys.readouterr().out) == [{"bench": "uprobe-nop", "consumers": 8},
+                                                   {"bench": "syscall-count", "consumers": 0}]
+    assert pb.main([]) == 0 and seen["configs"] == pb.PRICE_CONFIGS and seen["rounds"] == pb.ROUNDS
 
 
 def test_price_benches_refuse_a_configuration_on_the_reference_s_own_function(monkeypatch):

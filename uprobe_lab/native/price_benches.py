@@ -44,6 +44,11 @@ median ratios (:func:`row_rel_err`). Each row says whether that error is within 
 (``reached``). While some row is not, more interleaved rounds are run, up to :data:`MAX_ROUNDS_FACTOR`
 times as many (the budget is a floor, not a cap); a row still above ``rel_tol`` then says it could not,
 and a calibration refuses it (:mod:`.calibrate`).
+
+What the reference leaves: rows of paths that are not an int3 trap move between processes by more than one
+process states (benchmarks/price_processes.py). Sharing a run's rounds out over three processes, with the
+processes' spread in each row's error, was tried and did not make two runs agree more often
+(docs/performance.md, "Three processes per run").
 """
 from __future__ import annotations
 
@@ -246,7 +251,7 @@ def measure_price_rows(configs=PRICE_CONFIGS, rel_tol: float = REL_TOL, budget_s
     """Measure each (bench, consumers) configuration here; one row each.
 
     Rows: bench, consumers, arch, kernel (``uname -r``), mops (the reference's typical rate times the
-    median of the intervals' rates over the reference's next to them, :func:`level_rows`), rel_err (of
+    median of the intervals' rates over the reference's next to them, ``ratio``: :func:`level_rows`), rel_err (of
     that median), intervals, calls_per_interval, reached (rel_err <= rel_tol), optimized, level_sd (the
     sd of the reference's round medians over its typical rate, one per configuration and round: how much the
     whole machine's speed moved over the run, which the rows no longer show and a calibration adds back to
@@ -290,7 +295,7 @@ def measure_price_rows(configs=PRICE_CONFIGS, rel_tol: float = REL_TOL, budget_s
     for cfg, st in states.items():
         mops, err = levelled[cfg]
         out.append({"bench": cfg[0], "consumers": cfg[1], "arch": arch, "kernel": kernel_release(),
-                    "mops": mops, "rel_err": err, "intervals": sum(map(len, st["rounds"])),
+                    "mops": mops, "ratio": mops / scale, "rel_err": err, "intervals": sum(map(len, st["rounds"])),
                     "calls_per_interval": st["calls"], "reached": err <= rel_tol,
                     "optimized": st.get("optimized"), "level_sd": level_sd, "rounds": rnd + 1})
     return out
@@ -350,11 +355,16 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m uprobe_lab.native.price_benches")
     parser.add_argument("--budget", type=float, default=6.0, help="seconds per configuration")
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="interleaved rounds the budget is spread over")
     parser.add_argument("--rel-tol", type=float, default=REL_TOL,
                         help="relative error each row should reach (more rounds run until it does, or twice the budget)")
+    parser.add_argument("--configs", help="bench:consumers,... to measure (default: every price configuration)")
     args = parser.parse_args(argv)
+    configs = PRICE_CONFIGS
+    if args.configs:
+        configs = [(b, int(c)) for b, _, c in (item.partition(":") for item in args.configs.split(","))]
     try:
-        rows = measure_price_rows(budget_s=args.budget, rel_tol=args.rel_tol)
+        rows = measure_price_rows(configs, budget_s=args.budget, rel_tol=args.rel_tol, rounds=args.rounds)
     except NativeUnavailable as err:
         print(err, file=sys.stderr)
         return 2
