@@ -1,11 +1,11 @@
 """Do price-bench rows move between processes by more than each process states? Figures, not assertions.
 
-    python benchmarks/price_processes.py [--processes 6] [--rounds 8] [--round-seconds 0.25]
+    python benchmarks/price_processes.py [--processes 6] [--rounds 8] [--round-seconds 0.25] [--configs b:k,...]
 
 Runs :func:`uprobe_lab.native.price_benches.measure_price_rows` in fresh processes one after the other
-(``python -m uprobe_lab.native.price_benches``), each on the same few configurations, and prints per
-configuration each process's ratio over the reference with the error it stated, then the sd of those
-ratios between processes next to the median stated error. The ratio is what a row's error is about: the
+(``python -m uprobe_lab.native.price_benches``), each on the same few configurations. It prints a line per
+process (each configuration's ratio over the reference, with the error the process stated), then a line per
+configuration: the sd of its ratios between processes next to the median stated error. The ratio is what a row's error is about: the
 reference's own rate, which moves with the whole machine, is left out of it.
 Needs root on Linux (native probes).
 """
@@ -44,6 +44,10 @@ def main() -> int:
         runs.append(json.loads(proc.stdout))
         print(f"process {i + 1}: " + ", ".join(f"{r['bench']} x{r['consumers']} {r['ratio']:.4g} "
                                                f"+-{100 * r['rel_err']:.1f}%" for r in runs[-1]), flush=True)
+    if any([(r["bench"], r["consumers"]) for r in run] != [(r["bench"], r["consumers"]) for r in runs[0]]
+           for run in runs):
+        print("the processes measured different configurations (a 32-bit row left out in some?)", file=sys.stderr)
+        return 1
     for rows in zip(*runs):
         ratios = [r["ratio"] for r in rows]
         print(f"{rows[0]['bench']:>15} x{rows[0]['consumers']}: between processes sd "

@@ -45,8 +45,9 @@ median ratios (:func:`row_rel_err`). Each row says whether that error is within 
 times as many (the budget is a floor, not a cap); a row still above ``rel_tol`` then says it could not,
 and a calibration refuses it (:mod:`.calibrate`).
 
-What the reference leaves: rows of paths that are not an int3 trap move between processes by more than one
-process states (benchmarks/price_processes.py). Sharing a run's rounds out over three processes, with the
+What the reference leaves: from one process to the next, the optimised nop5, syscall-count, usermode-count and
+uretprobe-nop rows move by 1.05-2.6 times the error a process states, uprobe-nop (the reference's own path) by
+0.15-0.22% (benchmarks/price_processes.py). Sharing a run's rounds out over three processes, with the
 processes' spread in each row's error, was tried and did not make two runs agree more often
 (docs/performance.md, "Three processes per run").
 """
@@ -362,7 +363,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     configs = PRICE_CONFIGS
     if args.configs:
-        configs = [(b, int(c)) for b, _, c in (item.partition(":") for item in args.configs.split(","))]
+        configs = []
+        for item in args.configs.split(","):
+            bench, _, consumers = item.partition(":")
+            if not consumers.isdigit():
+                parser.error(f"--configs takes bench:consumers items (uprobe-nop:1,syscall-count:0), got {item!r}")
+            configs.append((bench, int(consumers)))
     try:
         rows = measure_price_rows(configs, budget_s=args.budget, rel_tol=args.rel_tol, rounds=args.rounds)
     except NativeUnavailable as err:
