@@ -85,9 +85,13 @@ int main(int argc, char **argv)
 	producer_t loop = (producer_t)(lab_image + producer_off);
 	const void *target = lab_image + target_off;
 
-	cpu_set_t set; /* one CPU, like the bench's -a and the lab */
+	cpu_set_t allowed, set; /* the first CPU it may run on, as the bench's -a and the lab pin */
+	int cpu = 0;
+	sched_getaffinity(0, sizeof(allowed), &allowed);
+	while (cpu < CPU_SETSIZE - 1 && !CPU_ISSET(cpu, &allowed))
+		cpu++;
 	CPU_ZERO(&set);
-	CPU_SET(sched_getcpu(), &set);
+	CPU_SET(cpu, &set);
 	sched_setaffinity(0, sizeof(set), &set);
 
 	char path[4096];

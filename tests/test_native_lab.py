@@ -570,6 +570,18 @@ def test_price_benches_measure_each_event_kind_here():
     assert perf_fds() == before  # every probe detached
 
 
+def test_native_runs_pin_to_the_first_allowed_cpu_as_the_bench_does_and_restore_the_mask(monkeypatch):
+    """bench.c's next_cpu() gives its one producer CPU 0 when no list is given: the lowest CPU the process may
+    use, whichever it is running on; the old mask comes back after the block, even when it raises."""
+    masks = [{2, 5, 7}]
+    monkeypatch.setattr(native_bench.os, "sched_getaffinity", lambda pid: set(masks[-1]))
+    monkeypatch.setattr(native_bench.os, "sched_setaffinity", lambda pid, cpus: masks.append(set(cpus)))
+    with pytest.raises(RuntimeError), native_bench.pinned_to_one_cpu():
+        assert masks[-1] == {2}
+        raise RuntimeError
+    assert masks == [{2, 5, 7}, {2}, {2, 5, 7}]
+
+
 @pytest.mark.parametrize("noisy, rounds_run", [(False, 8), (True, 16)])
 def test_price_benches_run_more_rounds_until_every_row_reaches_its_error(monkeypatch, noisy, rounds_run):
     """Rows that reach rel_tol in the first 8 rounds stop there. A row whose intervals alternate 0.5 and 1.5

@@ -11,7 +11,6 @@ and sample standard deviation of the per-interval rates in M calls/s, as in the 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import statistics
 import time
@@ -47,13 +46,14 @@ def available_benches(program) -> list[str]:
 
 @contextlib.contextmanager
 def pinned_to_one_cpu():
-    """Pin to the CPU we are on (the bench's -a) for the block; restore the old mask on the way out."""
+    """Pin to the first CPU this process may run on for the block, and restore the old mask on the way out.
+
+    That is CPU 0 when nothing restricts the process: the kernel bench's ``-a`` pins its one producer there
+    (tools/testing/selftests/bpf/bench.c, ``next_cpu()`` counts up from 0 when no CPU list is given). Every
+    run then measures the same CPU, where pinning to the CPU a process happened to start on did not."""
     try:
         old = os.sched_getaffinity(0)
-        cpu = ctypes.CDLL(None).sched_getcpu()
-        if cpu < 0 or cpu not in old:
-            cpu = min(old)
-        os.sched_setaffinity(0, {cpu})
+        os.sched_setaffinity(0, {min(old)})
     except (OSError, AttributeError):
         old = None
     try:
