@@ -75,5 +75,5 @@ def test_chapter_03_shows_its_patch_stages_only_outside_lecture_mode(lecture, mo
     tables = sum("text/html" in o.get("data", {}) and "a CPU entering the site decodes" in o["data"]["text/html"] for o in outputs)
     if lecture:  # the stage widgets reveal them one by one
         assert STAGE.findall(printed) == [] and tables == 0, printed
-    else:  # two 6.18 stages, the 7.3 undo's seven, and both stage tables
+    else:  # two 6.18 stages, the 7.2 undo's seven, and both stage tables
         assert len(STAGE.findall(printed)) == 9 and tables == 2, printed

@@ -4,7 +4,7 @@ Sources: libbpf/usdt usdt.h - c9865d1 (2026-02-09) emitted ".byte 0x90, 0x0f, 0x
 nop5 */", b0144b0 (2026-05-06) reverted it ("Currently kernel implementation of this optimization can
 corrupt red zone and corrupt application"), 9018f82 (2026-07-02) emits ".byte 0x90, 0x66, 0x2e, 0x0f, 0x1f,
 0x84, 0x00, 0x00, 0x00, 0x00, 0x00 /* nop, nop10 */"; the note is type 3, owner "stapsdt", desc = pc, address
-of _.stapsdt.base, semaphore, then provider, name and args as C strings. The 7.3 selftest
+of _.stapsdt.base, semaphore, then provider, name and args as C strings. The 7.2 selftest
 tools/testing/selftests/bpf/prog_tests/usdt.c (analogdevicesinc/linux 06dfa707bad1): nop1_nop10_combo[11] =
 { 0x90, 0x66, 0x2e, 0x0f, 0x1f, 0x84, 0, 0, 0, 0, 0 }; a usdt_2 probe becomes "lea -0x80(%rsp), %rsp; call"
 at addr_2 + 1 ({ 0x48, 0x8d, 0x64, 0x24, 0x80, 0xe8 }) with the nop left at addr_2; the page-crossing
@@ -45,11 +45,11 @@ def test_long_nop_crossing_a_page():
 
 
 @pytest.mark.parametrize("code,ret,libbpf,offset", [
-    (COMBO_NOP10, -EPROTO, LIBBPF_NOP10, 1),  # 7.3 with its libbpf: the nop10
-    (COMBO_NOP10, -ENXIO, LIBBPF_NOP10, 0),  # 6.18 kernel, 7.3 libbpf: ENXIO is not EPROTO, stay on the nop
+    (COMBO_NOP10, -EPROTO, LIBBPF_NOP10, 1),  # 7.2 with its libbpf: the nop10
+    (COMBO_NOP10, -ENXIO, LIBBPF_NOP10, 0),  # 6.18 kernel, 7.2 libbpf: ENXIO is not EPROTO, stay on the nop
     (COMBO_NOP5, -ENXIO, LIBBPF_NOP5, 1),  # 6.18 with its libbpf: the nop5
-    (COMBO_NOP5, -EPROTO, LIBBPF_NOP5, 0),  # 7.3 kernel, 6.18 libbpf
-    (COMBO_NOP5, -EPROTO, LIBBPF_NOP10, 0),  # not the combo 7.3's libbpf knows
+    (COMBO_NOP5, -EPROTO, LIBBPF_NOP5, 0),  # 7.2 kernel, 6.18 libbpf
+    (COMBO_NOP5, -EPROTO, LIBBPF_NOP10, 0),  # not the combo 7.2's libbpf knows
     (COMBO_NOP10, -ENOSYS, LIBBPF_NOP10, 0),  # no uprobe syscall at all
     (b"\x90\xc3", -EPROTO, LIBBPF_NOP10, 0),
 ])
@@ -62,7 +62,7 @@ def test_libbpf_keeps_a_page_crossing_nop10_on_the_nop():
     assert offset == 0 and "crosses a page" in why
 
 
-@pytest.mark.parametrize("kernel,expected", [("6.16", -ENOSYS), ("6.18", -ENXIO), ("7.3", -EPROTO)])
+@pytest.mark.parametrize("kernel,expected", [("6.16", -ENOSYS), ("6.18", -ENXIO), ("7.2", -EPROTO)])
 def test_feature_probe_runs_in_the_emulated_kernel(kernel, expected):
     proc = make_process("x86_64", kernel)
     ret = proc.call("uprobe_syscall_probe")
@@ -70,7 +70,7 @@ def test_feature_probe_runs_in_the_emulated_kernel(kernel, expected):
 
 
 def test_attach_on_73_probes_the_nop10_and_optimises_it_like_the_selftest():
-    proc = make_process("x86_64", "7.3")
+    proc = make_process("x86_64", "7.2")
     consumer = CountingConsumer()
     uprobe, offset, _ = attach_usdt(proc, "usdt_nop10", consumer)
     addr = proc.program.resolve("usdt_nop10")
@@ -86,24 +86,24 @@ def test_mismatched_libbpf_and_kernel_stay_on_the_nop():
     proc = make_process("x86_64", "6.18")
     uprobe, offset, why = attach_usdt(proc, "usdt_nop10", CountingConsumer(), LIBBPF_NOP10)
     assert offset == 0 and "-ENXIO" in why  # a nop10 probe would be refused by 6.18
-    proc = make_process("x86_64", "7.3")
+    proc = make_process("x86_64", "7.2")
     _, offset, _ = attach_usdt(proc, "usdt_nop5", CountingConsumer(), LIBBPF_NOP5)
     assert offset == 0
 
 
 def test_usdt_events_per_hit_by_kernel():
     table = {(b, k): events_per_hit(b, kernel=k) for b in ("usdt-nop", "usdt-nop5", "usdt-nop10", "usdt-nop10-pagecross")
-             for k in ("6.16", "6.18", "7.3")}
+             for k in ("6.16", "6.18", "7.2")}
     cost = {key: (e.get("exceptions", 0), e.get("syscalls", 0)) for key, e in table.items()}
     int3, call = (1, 0), (0, 1)
     assert cost == {
-        ("usdt-nop", "6.16"): int3, ("usdt-nop", "6.18"): int3, ("usdt-nop", "7.3"): int3,
-        ("usdt-nop5", "6.16"): int3, ("usdt-nop5", "6.18"): call, ("usdt-nop5", "7.3"): int3,
-        ("usdt-nop10", "6.16"): int3, ("usdt-nop10", "6.18"): int3, ("usdt-nop10", "7.3"): call,
+        ("usdt-nop", "6.16"): int3, ("usdt-nop", "6.18"): int3, ("usdt-nop", "7.2"): int3,
+        ("usdt-nop5", "6.16"): int3, ("usdt-nop5", "6.18"): call, ("usdt-nop5", "7.2"): int3,
+        ("usdt-nop10", "6.16"): int3, ("usdt-nop10", "6.18"): int3, ("usdt-nop10", "7.2"): call,
         ("usdt-nop10-pagecross", "6.16"): int3, ("usdt-nop10-pagecross", "6.18"): int3,
-        ("usdt-nop10-pagecross", "7.3"): int3,
+        ("usdt-nop10-pagecross", "7.2"): int3,
     }
-    assert usdt_events("usdt-nop10", "7.3")["offset"] == 1 and usdt_events("usdt-nop10", "6.18")["offset"] == 0
+    assert usdt_events("usdt-nop10", "7.2")["offset"] == 1 and usdt_events("usdt-nop10", "6.18")["offset"] == 0
 
 
 # --- the ELF notes -------------------------------------------------------------------------------
@@ -156,24 +156,24 @@ def test_read_errors_are_clear(tmp_path):
 def test_cost_table_of_the_demo_elf(tmp_path):
     table = usdt_cost_table(write_demo_elf(tmp_path / "usdt_demo"))
     row = {r["usdt"]: r for r in table.to_dict("records")}
-    assert row["uprobe_lab:nop10"]["7.3 probe"] == "+1" and row["uprobe_lab:nop10"]["7.3 per hit"] == "0 exc + 1 sys"
+    assert row["uprobe_lab:nop10"]["7.2 probe"] == "+1" and row["uprobe_lab:nop10"]["7.2 per hit"] == "0 exc + 1 sys"
     assert row["uprobe_lab:nop10"]["6.18 per hit"] == "1 exc + 0 sys"
-    assert row["uprobe_lab:nop5"]["6.18 per hit"] == "0 exc + 1 sys" and row["uprobe_lab:nop5"]["7.3 per hit"] == "1 exc + 0 sys"
-    assert row["uprobe_lab:nop10_pagecross"]["7.3 probe"] == "+0"
+    assert row["uprobe_lab:nop5"]["6.18 per hit"] == "0 exc + 1 sys" and row["uprobe_lab:nop5"]["7.2 per hit"] == "1 exc + 0 sys"
+    assert row["uprobe_lab:nop10_pagecross"]["7.2 probe"] == "+0"
 
 
 def test_libbpf_choices_per_kernel():
     """Worked out by hand from usdt.h's has_nop_combo()/probe_uprobe_syscall(): 6.16 has no syscall 336 (ENOSYS),
     so both libbpfs probe the nop; 6.18 answers ENXIO, which only the 6.18 tree's libbpf wants, and only on its
-    nop,nop5 combo; 7.3 answers EPROTO, which only the 7.3 tree's libbpf wants, and only on nop,nop10."""
+    nop,nop5 combo; 7.2 answers EPROTO, which only the 7.2 tree's libbpf wants, and only on nop,nop10."""
     from uprobe_lab.views.nop5 import libbpf_choices
     table = libbpf_choices().set_index("kernel")
     assert list(table["syscall 336 off the trampoline"]) == ["-ENOSYS", "-ENXIO", "-EPROTO"]
-    six18, seven3 = "libbpf of the 6.18 tree", "libbpf of the 7.3 tree"
+    six18, seven2 = "libbpf of the 6.18 tree", "libbpf of the 7.2 tree"
     assert table.loc["6.16"].drop("syscall 336 off the trampoline").eq("+0").all()
     assert table.loc["6.18", f"{six18}: nop,nop5"] == "+1"
     assert table.loc["6.18", f"{six18}: nop,nop10"] == "+0"
-    assert table.loc["6.18", f"{seven3}: nop,nop10"] == "+0"
-    assert table.loc["7.3", f"{seven3}: nop,nop10"] == "+1"
-    assert table.loc["7.3", f"{seven3}: nop,nop5"] == "+0"
-    assert table.loc["7.3", f"{six18}: nop,nop5"] == "+0"
+    assert table.loc["6.18", f"{seven2}: nop,nop10"] == "+0"
+    assert table.loc["7.2", f"{seven2}: nop,nop10"] == "+1"
+    assert table.loc["7.2", f"{seven2}: nop,nop5"] == "+0"
+    assert table.loc["7.2", f"{six18}: nop,nop5"] == "+0"

@@ -323,6 +323,10 @@ def cmd_verify(args) -> int:
     from .native import NativeUnavailable
     from .verify import verify
 
+    if args.kernels:  # Debian's x86-64 kernels under QEMU: the version questions, not instruction forms
+        from .verify.x86_kernels import run_referee
+
+        return run_referee([] if args.kernels == "all" else args.kernels.split(","), args.record, args.json)
     options = {"sample": args.sample, "seed": args.seed, "classes": args.classes, "sweeps": not args.no_sweeps,
                "kernel": args.kernel, **({"probe": args.probe} if args.probe else {})}
     if args.arch == "arm64":  # Debian's arm64 kernel under QEMU: its own case list, its own kernel
@@ -407,7 +411,10 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--kernel-package", help="arm64: the Debian image package to boot (default: bookworm's newest 6.1), "
                    "e.g. linux-image-6.12.117+deb13-arm64")
     v.add_argument("--kernel-deb", help="arm64: a linux-image (or linux-binary) .deb already downloaded")
-    v.add_argument("--record", help="arm64: also write the judged run as JSON to this file")
+    v.add_argument("--kernels", nargs="?", const="all", metavar="LINES",
+                   help="x86-64: boot Debian's kernels of these lines under QEMU (comma-separated, e.g. 6.1,7.2; "
+                        "default: every line of verify.x86_boot.KERNEL_LINES) and compare what each does with the lab's rules")
+    v.add_argument("--record", help="arm64, --kernels: also write the run as JSON to this file")
     v.add_argument("--json", action="store_true")
     v.set_defaults(func=cmd_verify)
     return parser

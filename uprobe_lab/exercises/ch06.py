@@ -41,8 +41,8 @@ import uprobe_lab as ul
 from uprobe_lab.kernel import modelled_kernel
 kernel = modelled_kernel(platform.release())
 answer = ul.events_per_hit("uprobe-nop5", "x86_64", kernel).get("exceptions", 0)""",
-    explanation="On 6.18 to 7.2 the probed nop5 becomes a call into `[uprobes-trampoline]` after its first hit: "
-                "no exception at all (the table above shows `optimized` for it when measured here). 7.3 optimises "
+    explanation="On 6.18 to 7.1 the probed nop5 becomes a call into `[uprobes-trampoline]` after its first hit: "
+                "no exception at all (the table above shows `optimized` for it when measured here). 7.2 optimises "
                 "only the nop10, so its nop5 costs one int3 per hit, emulated - as on 6.16 and 6.17; before 6.16 "
                 "the nop5 is stepped out of line: two exceptions.",
     expected=lambda: events_per_hit("uprobe-nop5", "x86_64", host_model_kernel()).get("exceptions", 0),

@@ -32,7 +32,7 @@ WARMUP_MIN = 1_000  # the first hit on a nop5 is where 6.18 optimises it
 
 
 # The native table: the 6.18 bench's names (bench_spec gives each one's target and probe kind), with
-# the pagecross pair last, the order of the recorded example. The 7.3 and USDT benches (EXTRA_BENCH_NAMES)
+# the pagecross pair last, the order of the recorded example. The 7.2 and USDT benches (EXTRA_BENCH_NAMES)
 # run when asked for by name: the recording predates them.
 BENCH_NAMES = tuple(sorted((n for n in bench_names() if "nop10" not in n and not n.startswith("usdt-")),
                            key=lambda n: n.endswith("-pagecross")))

@@ -46,7 +46,7 @@ def native_table_prices(arch: str) -> frozenset[str]:
             try:
                 counts = model.price_counts(model.events_for(bench, arch, kernel))
             except LabError:
-                continue  # a probe that kernel refuses (a nop10 before 7.3)
+                continue  # a probe that kernel refuses (a nop10 before 7.2)
             counted.update(p for p, c in zip(model.PRICE_NAMES, counts) if c)
     return frozenset(counted)
 

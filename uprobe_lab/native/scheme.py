@@ -4,12 +4,12 @@ Distribution kernels carry backports and odd version strings, so the lab asks th
 questions on its own bench bytes, in this process:
 
 1. syscall 336 from ordinary text (libbpf's probe_uprobe_syscall): -ENOSYS means no uprobe syscall
-   (before 6.18), -ENXIO is 6.18's sys_uprobe, -EPROTO is 7.3's;
+   (before 6.18), -ENXIO is 6.18's sys_uprobe, -EPROTO is 7.2's;
 2. a uprobe on ``uprobe_target_nop5``, hit twice: did the nop5 become ``call [uprobes-trampoline]``
    (6.18's scheme)?
 3. a uprobe on ``uprobe_target_nop10``: refused at attach (errno 524, the kernel's ENOTSUPP: 0x2e is
    a CS prefix, refused by is_prefix_bad), or, hit twice, did it become
-   ``lea -0x80(%rsp),%rsp; call [uprobes-trampoline]`` (7.3's scheme)?
+   ``lea -0x80(%rsp),%rsp; call [uprobes-trampoline]`` (7.2's scheme)?
 
 Every probe is detached before the next question and on any way out.
 """
@@ -46,7 +46,7 @@ def classify(syscall_336: int, nop5_rewritten: bool, nop10_rewritten: bool, nop1
     """(modelled kernel or None, sentence) for the answers to the three questions."""
     said = f"syscall 336 off the trampoline gives {describe_syscall_result(syscall_336)}"
     if syscall_336 == -EPROTO and nop10_rewritten and not nop5_rewritten:
-        return "7.3", f"7.3's scheme: a probed nop10 becomes lea -0x80(%rsp),%rsp; call; a nop5 stays int3; {said}"
+        return "7.2", f"7.2's scheme: a probed nop10 becomes lea -0x80(%rsp),%rsp; call; a nop5 stays int3; {said}"
     if syscall_336 == -ENXIO and nop5_rewritten and nop10_refused:
         return "6.18", f"6.18's scheme: a probed nop5 becomes a call; a nop10 is refused at attach; {said}"
     if syscall_336 == -ENOSYS and not (nop5_rewritten or nop10_rewritten):

@@ -1,7 +1,8 @@
 """Fetch a Debian arm64 kernel with apt, and boot it under qemu-system-aarch64 with the referee's guest.
 
 The kernel package is only downloaded (``apt-get download`` against a private apt state under
-``~/.cache/uprobe_lab/apt-arm64``, so the host's own apt configuration is left alone) and unpacked
+``~/.cache/uprobe_lab/apt-<arch>``, so the host's own apt configuration is left alone; the x86-64
+referee of :mod:`.x86_boot` fetches its amd64 kernels the same way) and unpacked
 with ``dpkg-deb``; nothing is installed. Debian builds everything the referee needs into the image
 (PL011 console, initramfs, tmpfs, perf events, uprobes, the ``uprobe`` PMU). QEMU runs in TCG mode:
 its speed says nothing about a real machine, so the referee judges behaviour only.
@@ -22,7 +23,7 @@ from ..errors import LabError
 CACHE = Path(os.environ.get("UPROBE_LAB_CACHE", Path.home() / ".cache" / "uprobe_lab"))
 KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 SUITES = [("debian", "bookworm"), ("debian-security", "bookworm-security"), ("debian", "bookworm-backports"),
-          ("debian", "trixie"), ("debian", "trixie-backports")]
+          ("debian", "trixie"), ("debian", "trixie-backports"), ("debian", "sid"), ("debian", "experimental")]
 QEMU = "qemu-system-aarch64"
 
 
@@ -30,20 +31,20 @@ class RefereeUnavailable(LabError):
     """QEMU, apt or the kernel package cannot be had here; the message says which and how to get it."""
 
 
-def _apt_dir() -> Path:
-    return CACHE / "apt-arm64"
+def _apt_dir(arch: str = "arm64") -> Path:
+    return CACHE / f"apt-{arch}"
 
 
-def _apt_options() -> list[str]:
-    d = _apt_dir()
+def apt_options(arch: str = "arm64") -> list[str]:
+    d = _apt_dir(arch)
     return ["-o", f"Dir::Etc::SourceList={d / 'sources.list'}", "-o", "Dir::Etc::SourceParts=-",
             "-o", "Dir::Etc::Preferences=-", "-o", f"Dir::Etc::PreferencesParts={d / 'preferences.d'}",
             "-o", f"Dir::State::Lists={d / 'lists'}", "-o", f"Dir::State::Status={d / 'dpkg-status'}",
-            "-o", f"Dir::Cache={d / 'cache'}", "-o", "APT::Architecture=arm64", "-o", "APT::Architectures::=arm64",
+            "-o", f"Dir::Cache={d / 'cache'}", "-o", f"APT::Architecture={arch}", "-o", f"APT::Architectures::={arch}",
             "-o", "Acquire::Languages=none", "-o", "APT::Sandbox::User=root"]
 
 
-def _run(cmd: list[str], what: str, timeout: int = 600) -> str:
+def run_tool(cmd: list[str], what: str, timeout: int = 600) -> str:
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except FileNotFoundError:
@@ -53,9 +54,9 @@ def _run(cmd: list[str], what: str, timeout: int = 600) -> str:
     return out.stdout
 
 
-def apt_update(max_age_s: int = 24 * 3600) -> None:
-    """Fetch the arm64 package indexes of SUITES into the private apt state (once a day at most)."""
-    d = _apt_dir()
+def apt_update(max_age_s: int = 24 * 3600, arch: str = "arm64") -> None:
+    """Fetch the ``arch`` package indexes of SUITES into the private apt state (once a day at most)."""
+    d = _apt_dir(arch)
     stamp = d / "updated"
     if stamp.exists() and time.time() - stamp.stat().st_mtime < max_age_s:
         return
@@ -65,9 +66,9 @@ def apt_update(max_age_s: int = 24 * 3600) -> None:
         (d / sub).mkdir(parents=True, exist_ok=True)
     (d / "dpkg-status").touch()
     (d / "sources.list").write_text("".join(
-        f"deb [arch=arm64 signed-by={KEYRING}] http://deb.debian.org/{archive} {suite} main\n"
+        f"deb [arch={arch} signed-by={KEYRING}] http://deb.debian.org/{archive} {suite} main\n"
         for archive, suite in SUITES))
-    _run(["apt-get", *_apt_options(), "-qq", "update"], "apt-get update of the arm64 indexes")
+    run_tool(["apt-get", *apt_options(arch), "-qq", "update"], f"apt-get update of the {arch} indexes")
     stamp.touch()
 
 
@@ -76,25 +77,26 @@ def fetch_kernel(package: str | None = None) -> tuple[Path, str]:
     apt_update()
     if package is None:
         package = _default_package()
-    deb = _download(package)
-    if package.startswith("linux-image-") and not _has_vmlinuz(deb):
+    deb = download(package)
+    if package.startswith("linux-image-") and not has_vmlinuz(deb):
         # from 6.19 Debian's image package is a stub: the kernel itself is in linux-binary-<flavour>
-        deb = _download("linux-binary-" + package[len("linux-image-"):])
+        deb = download("linux-binary-" + package[len("linux-image-"):])
     return unpack_deb(deb)
 
 
-def _has_vmlinuz(deb: Path) -> bool:
-    return "vmlinuz" in _run(["dpkg-deb", "-c", str(deb)], f"listing {deb.name}")
+def has_vmlinuz(deb: Path) -> bool:
+    return "vmlinuz" in run_tool(["dpkg-deb", "-c", str(deb)], f"listing {deb.name}")
 
 
-def _download(package: str) -> Path:
+def download(package: str, arch: str = "arm64") -> Path:
+    """The .deb of ``package`` for ``arch``, downloaded once into the cache (apt_update first)."""
     debs = CACHE / "debs"
     debs.mkdir(parents=True, exist_ok=True)
-    have = sorted(debs.glob(f"{package}_*_arm64.deb"))
+    have = sorted(debs.glob(f"{package}_*_{arch}.deb"))
     if not have:
-        _run(["sh", "-c", f"cd {debs} && apt-get {' '.join(_apt_options())} -qq download {package}"],
+        run_tool(["sh", "-c", f"cd {debs} && apt-get {' '.join(apt_options(arch))} -qq download {package}"],
              f"apt-get download {package}")
-        have = sorted(debs.glob(f"{package}_*_arm64.deb"))
+        have = sorted(debs.glob(f"{package}_*_{arch}.deb"))
     if not have:
         raise RefereeUnavailable(f"apt-get download {package} left no .deb in {debs}")
     return have[-1]
@@ -108,7 +110,7 @@ def unpack_deb(deb: Path) -> tuple[Path, str]:
     image = CACHE / "kernels" / deb.stem / "vmlinuz"
     if not image.exists():
         with tempfile.TemporaryDirectory() as tmp:
-            _run(["sh", "-c", f"dpkg-deb --fsys-tarfile '{deb}' | tar -x -C {tmp} --wildcards '*vmlinuz*'"],
+            run_tool(["sh", "-c", f"dpkg-deb --fsys-tarfile '{deb}' | tar -x -C {tmp} --wildcards '*vmlinuz*'"],
                  f"unpacking {deb.name} (it must hold /boot/vmlinuz-* or /usr/lib/modules/*/vmlinuz)")
             found = [p for p in Path(tmp).rglob("vmlinuz*") if p.is_file()]
             if not found:
@@ -119,7 +121,7 @@ def unpack_deb(deb: Path) -> tuple[Path, str]:
 
 
 def _default_package() -> str:
-    text = _run(["apt-cache", *_apt_options(), "show", "linux-image-arm64"], "apt-cache show")
+    text = run_tool(["apt-cache", *apt_options(), "show", "linux-image-arm64"], "apt-cache show")
     for block in text.split("\n\n"):
         m = re.search(r"^Depends:.*?(linux-image-6\.1\.0-[0-9]+-arm64)\b", block, re.M)
         if m:
@@ -135,26 +137,35 @@ class BootResult:
     console: str
 
 
+def run_qemu(command, initramfs: bytes, what: str, timeout: int) -> tuple[str, str, int, float]:
+    """Run QEMU (``command(initrd_path)`` gives its argv) with this initramfs until the guest powers off:
+    (console text, stderr, exit status, seconds); a LabError with the console's tail if it overruns."""
+    with tempfile.TemporaryDirectory() as tmp:
+        initrd = Path(tmp, "initramfs.cpio")
+        initrd.write_bytes(initramfs)
+        start = time.monotonic()
+        try:
+            out = subprocess.run(command(initrd), capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired as err:
+            raise LabError(f"the {what} did not finish within {timeout} s; its console ended with: "
+                           f"{(err.stdout or b'')[-600:].decode(errors='replace')}") from None
+        seconds = time.monotonic() - start
+    return (out.stdout.decode(errors="replace").replace("\r", ""), out.stderr.decode(errors="replace"), out.returncode,
+            seconds)
+
+
 def boot(image: Path, initramfs: bytes, timeout: int = 600, cpu: str = "max,pauth-impdef=on") -> BootResult:
     """Boot the kernel with this initramfs; the guest's output lines between BEGIN and END."""
     if shutil.which(QEMU) is None:
         raise RefereeUnavailable(f"{QEMU} is not installed: apt-get install qemu-system-arm")
-    with tempfile.TemporaryDirectory() as tmp:
-        initrd = Path(tmp, "initramfs.cpio")
-        initrd.write_bytes(initramfs)
-        cmd = [QEMU, "-M", "virt", "-cpu", cpu, "-m", "512", "-nographic", "-nic", "none", "-no-reboot", "-kernel", str(image),
-               "-initrd", str(initrd), "-append", "console=ttyAMA0 rdinit=/init quiet loglevel=1 panic=-1"]
-        start = time.monotonic()
-        try:
-            out = subprocess.run(cmd, capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired as err:
-            raise LabError(f"the arm64 guest did not finish within {timeout} s; its console ended with: "
-                           f"{(err.stdout or b'')[-600:].decode(errors='replace')}") from None
-        seconds = time.monotonic() - start
-    console = out.stdout.decode(errors="replace").replace("\r", "")
+    console, stderr, status, seconds = run_qemu(
+        lambda initrd: [QEMU, "-M", "virt", "-cpu", cpu, "-m", "512", "-nographic", "-nic", "none", "-no-reboot",
+                        "-kernel", str(image), "-initrd", str(initrd),
+                        "-append", "console=ttyAMA0 rdinit=/init quiet loglevel=1 panic=-1"],
+        initramfs, "arm64 guest", timeout)
     if "UPROBE_LAB_REFEREE END" not in console:
-        raise LabError(f"the arm64 guest stopped early (qemu exit {out.returncode}); console tail: {console[-1500:]}"
-                       f"{out.stderr.decode(errors='replace')[-400:]}")
+        raise LabError(f"the arm64 guest stopped early (qemu exit {status}); console tail: {console[-1500:]}"
+                       f"{stderr[-400:]}")
     body = console.split("UPROBE_LAB_REFEREE BEGIN\n", 1)[1].split("UPROBE_LAB_REFEREE END", 1)[0]
     release = body.split("\0", 1)[0].strip()
     return BootResult(release, re.findall(r"R ([0-9a-f]+)\n", body), seconds, console)
