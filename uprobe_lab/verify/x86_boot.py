@@ -4,7 +4,8 @@ The kernels are downloaded as :mod:`.arm64_boot` downloads its arm64 one (a priv
 installed) and only the kernel image and the modules the guest needs are unpacked. The guest's root is
 this machine's own ``/``, shared read-only over 9p (virtio), so the guest runs the lab, its Python and
 its packages exactly as they are here; an initramfs of busybox and the 9p modules mounts it, puts
-/proc, /sys, /dev and a tmpfs /tmp over it, and runs one command there. QEMU runs in TCG mode (a
+/proc, /sys, /dev and a tmpfs /dev/shm (the guest's TMPDIR: this machine's /tmp, where a clone may
+live, stays visible) over it, and runs one command there. QEMU runs in TCG mode (a
 hypervisor whose guests must be paravirtualised, such as kvm-pvm, cannot boot a stock kernel), so the
 guest's speed says nothing about a real machine: the referee judges behaviour only.
 """
@@ -47,9 +48,9 @@ for m in $(cat /mods/order); do insmod /mods/$m || echo "insmod $m failed"; done
 mkdir -p /host
 mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose host /host || echo "the 9p root did not mount"
 mount -t proc proc /host/proc; mount -t sysfs sys /host/sys; mount -t devtmpfs dev /host/dev
-mount -t tmpfs tmp /host/tmp
+mkdir -p /host/dev/shm; mount -t tmpfs shm /host/dev/shm
 echo {BEGIN}
-chroot /host /bin/sh -c "cd \\"$(cat /cwd)\\" && $(cat /cmd)"
+chroot /host /bin/sh -c "export TMPDIR=/dev/shm; cd \\"$(cat /cwd)\\" && $(cat /cmd)"
 echo "{END} $?"
 poweroff -f
 """
