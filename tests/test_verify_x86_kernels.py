@@ -165,6 +165,7 @@ def test_summary_names_each_kernels_sites_and_answers(recorded):
     by_line = {line: table.iloc[i] for i, line in enumerate(recorded)}
     assert by_line["6.1"]["nop5 site"] == "int3, stepped in [uprobes]" and by_line["6.1"]["return trampoline"] == "int3"
     assert by_line["6.16"]["nop5 site"] == "int3, emulated" and by_line["6.12"]["return trampoline"] == "syscall 335"
+    assert by_line["6.18"]["return trampoline"] == "syscall 335, int3 after the ret"
     assert by_line["6.18"]["nop5 site"] == "call [uprobes-trampoline]+0x0" and by_line["6.18"]["syscall 336"] == "-ENXIO"
     assert by_line["7.2"]["nop10 site"] == "lea -0x80(%rsp),%rsp; call [uprobes-trampoline]"
     assert by_line["7.3"]["syscall 336"] == "-EPROTO" and by_line["6.1"]["nop10 site"] == "refused"

@@ -164,6 +164,16 @@ def _site(snap: dict, rewritten: bool = False) -> str:
     return "int3, " + ("stepped in [uprobes]" if any(m["name"] == "[uprobes]" for m in snap["mappings"]) else "emulated")
 
 
+def _return_trampoline(code: str) -> str:
+    """The uretprobe's return trampoline (hex) in words: an int3 (before 6.11), or syscall 335 (mov $0x14f,
+    %rax; syscall), with the int3 after its ret that 6.18 added."""
+    if code.startswith("cc"):
+        return "int3"
+    if "48c7c04f010000" in code:
+        return "syscall 335" + (", int3 after the ret" if code.endswith("c3cc") else "")
+    return code
+
+
 def summary(reports: list[dict]) -> pd.DataFrame:
     """One row per kernel: what it did to each probe site after the hits, syscall 336's answer, the
     uretprobe's return trampoline, and how many of its answers agree with the lab."""
@@ -178,7 +188,7 @@ def summary(reports: list[dict]) -> pd.DataFrame:
                      "nop5 site": _site(snaps["uprobe-nop5"]),
                      "nop10 site": _site(snaps["uprobe-nop10"], r["scheme"]["nop10_rewritten"]),
                      "syscall 336": describe_syscall_result(r["scheme"]["syscall_336"]),
-                     "return trampoline": "int3" if ret.startswith("cc") else "syscall 335" if "c04f01" in ret else ret,
+                     "return trampoline": _return_trampoline(ret),
                      "agree with the lab": f"{int(verdicts['same'].sum())}/{len(verdicts)}"})
     return pd.DataFrame(rows)
 
