@@ -80,7 +80,7 @@ def emulator_snapshot(bench: str = "uprobe-nop5", kernel: str = EMULATED_KERNEL,
 
 # --- the host's side ----------------------------------------------------------------------------
 
-def _snapshot_here(bench: str, hits: int) -> dict:
+def snapshot_here(bench: str, hits: int) -> dict:
     """In this process: map the bench bytes, attach the probe, hit it, snapshot, detach."""
     spec = _probed(bench)
     with NativeCode() as nc:
@@ -101,7 +101,7 @@ def host_bench_snapshot(bench: str = "uprobe-nop5", hits: int = DEFAULT_HITS, fr
     _probed(bench)
     check_native_support()
     if not fresh:
-        return _snapshot_here(bench, hits)
+        return snapshot_here(bench, hits)
     package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = {**os.environ,
            "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     bench = argv[0] if argv else "uprobe-nop5"
     hits = int(argv[1]) if len(argv) > 1 else DEFAULT_HITS
-    print(json.dumps(_snapshot_here(bench, hits)))
+    print(json.dumps(snapshot_here(bench, hits)))
     return 0
 
 

@@ -43,7 +43,7 @@ RECORDING = Path(__file__).resolve().parent.parent / "data" / "x86_kernels_refer
 
 def _snapshot_in_child(bench: str) -> dict:
     """The bench's host snapshot taken in a forked child, so no earlier probe's mappings show."""
-    from ..native.compare import _snapshot_here
+    from ..native.compare import snapshot_here
     from ..uprobes import ENOTSUPP
 
     r, w = os.pipe()
@@ -51,7 +51,7 @@ def _snapshot_in_child(bench: str) -> dict:
     if pid == 0:  # the child: snapshot, write it, leave without running the parent's cleanup
         os.close(r)
         try:
-            snap = _snapshot_here(bench, HITS)
+            snap = snapshot_here(bench, HITS)
         except OSError as err:
             snap = {"bench": bench, "refused": REFUSED if err.errno == ENOTSUPP else f"errno {err.errno}: {err}"}
         except Exception as err:  # noqa: BLE001 - reported to the parent, which raises it
