@@ -126,6 +126,13 @@ def usdt_probe_offset(code: bytes, site_addr: int, syscall_ret: int, libbpf: Lib
     return 1, f"{shape} combo and the uprobe syscall: probe the long nop at +1"
 
 
+def emulated_syscall_336(proc) -> int:
+    """Run the program's ``uprobe_syscall_probe`` (syscall 336 from ordinary text) in an emulated process:
+    -errno or >= 0, as the modelled kernel answers it (native.scheme.uprobe_syscall_result asks the host)."""
+    ret = proc.call("uprobe_syscall_probe")
+    return ret - (1 << 64) if ret >= 1 << 63 else ret
+
+
 def attach_usdt(proc, symbol: str, consumer, libbpf: Libbpf | None = None):
     """libbpf's USDT attach in an emulated process: feature probe, site check, uprobe at +0 or +1.
 
@@ -133,8 +140,7 @@ def attach_usdt(proc, symbol: str, consumer, libbpf: Libbpf | None = None):
     (syscall 336 from ordinary text), so the answer is whatever the modelled kernel returns.
     """
     libbpf = libbpf or in_tree_libbpf(proc.kernel)
-    ret = proc.call("uprobe_syscall_probe")
-    ret = ret - (1 << 64) if ret >= 1 << 63 else ret
+    ret = emulated_syscall_336(proc)
     site = proc.program.resolve(symbol)
     offset, why = usdt_probe_offset(proc.read(site, len(libbpf.combo)), site, ret, libbpf)
     return uprobe_register(proc, symbol, consumer, offset), offset, why

@@ -42,7 +42,8 @@ RECORDING = Path(__file__).resolve().parent.parent / "data" / "x86_kernels_refer
 # --- in the guest ---------------------------------------------------------------------------------
 
 def _snapshot_in_child(bench: str) -> dict:
-    """The bench's host snapshot taken in a forked child, so no earlier probe's mappings show."""
+    """The bench's host snapshot taken in a forked child, so no earlier probe's mappings show
+    (compare.host_bench_snapshot starts a new Python instead: some 10 s each under TCG)."""
     from ..native.compare import snapshot_here
     from ..uprobes import ENOTSUPP
 
@@ -75,8 +76,8 @@ def guest_report() -> dict:
     from ..native.support import check_native_support
 
     check_native_support()
-    # snapshots first: a child inherits the parent's [uprobes-trampoline], which detect_scheme's nop5
-    # and nop10 probes would create
+    # snapshots first: from 7.2 a forked child inherits the parent's [uprobes-trampoline] (seen on the 7.3
+    # guest), which detect_scheme's nop10 probe would create
     snapshots = {b: _snapshot_in_child(b) for b in BENCHES}
     return {"release": os.uname().release, "scheme": detect_scheme().as_dict(), "snapshots": snapshots}
 
@@ -101,12 +102,6 @@ def lab_rules(report: dict):
     return kernel_for_release(report["release"], report["package_version"])
 
 
-def _lab_syscall_336(rules) -> int:
-    from ..arches import make_process
-
-    return make_process("x86_64", rules).call("uprobe_syscall_probe") - (1 << 64)
-
-
 def _lab_snapshot(bench: str, rules) -> dict:
     from ..native.compare import emulator_snapshot
     from ..uprobes import UnprobeableInstruction
@@ -119,10 +114,13 @@ def _lab_snapshot(bench: str, rules) -> dict:
 
 def judge(report: dict) -> pd.DataFrame:
     """Rows (line, bench, what, kernel, lab, same) of one guest report against the lab's rules for it."""
+    from ..arches import make_process
     from ..native.compare import compare
+    from ..usdt import emulated_syscall_336
 
     rules = lab_rules(report)
-    rows = [("scheme", "syscall 336 off the trampoline", report["scheme"]["syscall_336"], _lab_syscall_336(rules))]
+    rows = [("scheme", "syscall 336 off the trampoline", report["scheme"]["syscall_336"],
+             emulated_syscall_336(make_process("x86_64", rules)))]
     for bench, host in report["snapshots"].items():
         lab = _lab_snapshot(bench, rules)
         if "refused" in host or "refused" in lab:

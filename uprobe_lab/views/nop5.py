@@ -15,7 +15,7 @@ from ..bench import events_table as bench_events_table
 from ..kernel import get_kernel
 from ..uprobes import CountingConsumer, UprobeConsumer, uprobe_register, uprobe_unregister
 from ..sites import LEA_INSN_SIZE, LEA_RSP_MINUS_0X80, call_target
-from ..usdt import LIBBPFS, USDT_SHAPES, describe_syscall_result, usdt_probe_offset
+from ..usdt import LIBBPFS, USDT_SHAPES, describe_syscall_result, emulated_syscall_336, usdt_probe_offset
 from ..x86 import optimize
 from ..x86.constants import __NR_uprobe
 from ..x86.redzone_programs import check_transparency, make_redzone_process, site_of
@@ -123,7 +123,7 @@ def libbpf_choices(kernels=("6.16", "6.18", "7.2"), shapes=("nop,nop5", "nop,nop
     """Per kernel: what its syscall 336 feature probe returns, and where each libbpf puts a USDT probe (+0 or +1)."""
     rows = []
     for k in kernels:
-        ret = make_process("x86_64", k).call("uprobe_syscall_probe") - (1 << 64)  # -errno, as the u64 rax
+        ret = emulated_syscall_336(make_process("x86_64", k))
         row = {"kernel": k, "syscall 336 off the trampoline": describe_syscall_result(ret)}
         for lib in LIBBPFS:
             for shape in shapes:
