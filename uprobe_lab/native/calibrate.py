@@ -31,7 +31,7 @@ from ..kernel import modelled_kernel
 from ..model import fit as fitmod
 from ..process import LabError
 
-PREDICT_KERNELS = ("6.10", "6.11", "6.16", "6.18")
+PREDICT_KERNELS = ("6.10", "6.11", "6.16", "6.18", "7.2")
 PROFILE_NAME = "this-machine"
 REL_TOL = 0.05
 
@@ -154,6 +154,13 @@ def predict_kernels(profile: model.Profile, rows: list[dict], kernels=PREDICT_KE
         out[f"{k} change low"] = [round(r * math.exp(-fitmod.Z80 * sd), 4) for r, sd in ch]
         out[f"{k} change high"] = [round(r * math.exp(fitmod.Z80 * sd), 4) for r, sd in ch]
     return out
+
+
+def predict_benches(profile: model.Profile, benches, kernel: str) -> pd.DataFrame:
+    """Benches this machine cannot run, predicted for ``kernel`` with their 80% intervals: bench, kernel, mops,
+    low, high (a 6.18 kernel refuses a probe on the nop10 that 7.2 optimises; the profile still prices it)."""
+    rows = [(b, kernel, *(round(x, 3) for x in profile.interval(b, kernel))) for b in benches]
+    return pd.DataFrame(rows, columns=["bench", "kernel", "mops", "low", "high"])
 
 
 def kernel_columns(pred: pd.DataFrame) -> list[str]:
