@@ -8,8 +8,10 @@ from __future__ import annotations
 import contextlib
 import glob
 import json
+import math
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -377,6 +379,47 @@ def test_each_interval_is_levelled_by_the_reference_timed_next_to_it():
     assert mops == pytest.approx(2.8125) and err == pytest.approx(0.4330127 / 3 / 3 ** 0.5)
 
 
+def test_two_speed_states_are_told_apart_from_one_spread_out():
+    """30 reference intervals at 1.0 and 20 at 1.32: Lloyd's iteration starts on the two values themselves
+    (the 10% and 90% quantiles), so the split is midway in log, sqrt(1.32). One state spread by +-3% is one
+    state; a slower state in 4 of 50 intervals (8%) is too rare to keep, and 9 intervals too few to judge."""
+    from uprobe_lab.native import price_benches as pb
+    assert pb.slower_state([1.0] * 30 + [1.32] * 20) == pytest.approx(1.32 ** 0.5)
+    assert pb.slower_state([0.97 + 0.06 * i / 49 for i in range(50)]) is None
+    assert pb.slower_state([1.0] * 4 + [1.32] * 46) is None
+    assert pb.slower_state([1.0] * 5 + [1.32] * 4) is None
+
+
+def test_only_intervals_the_machine_spent_in_its_slower_state_level_a_row_when_there_are_two():
+    """The reference is slower below 1.15. B's rounds: the first interval has no reference before it; the
+    second ran fast (its reference 1.3); the third, 3.3 against a slow 1.0, started after a fast reference
+    and reads 3.3 where B runs at 3 in the slower state (3 / 1.0); the fourth sits between two slow
+    references. So one ratio of 3 per round: B is 3 times the slower state's reference level, 1.0, error 0.
+    C never met the slower state: its figure stays, with an infinite error, which a calibration refuses."""
+    from uprobe_lab.native import price_benches as pb
+    rounds = {"B": [[3, 3.3, 3.3, 3], [3, 3.3, 3.3, 3]], "C": [[2.6, 2.6]]}
+    refs = {"B": [[1.0, 1.3, 1.0, 1.0], [1.0, 1.3, 1.0, 1.0]], "C": [[1.3, 1.3]]}
+    scale, levels = pb.reference_levels(refs, threshold=1.15)
+    assert scale == 1.0 and levels == [1.0, 1.0]  # C's round has no slower interval: no level
+    rows = pb.level_rows(rounds, refs, scale, threshold=1.15)
+    assert rows["B"] == pytest.approx((3.0, 0.0))
+    assert rows["C"] == (2.0, math.inf)
+    # both states kept: ratios 3, 2.538, 3.3, 3 per round, median 3; the scale is the mean round median,
+    # (1.0 + 1.0 + 1.3) / 3 of the three rounds' (1.0, 1.0, 1.3)
+    scale_all, _ = pb.reference_levels(refs)
+    assert scale_all == pytest.approx(1.1)
+    assert pb.level_rows(rounds, refs, scale_all)["B"][0] == pytest.approx(3.3)
+
+
+def test_the_calibration_says_which_speed_state_its_figures_are():
+    two = [{"machine_states": 2, "state_share": 0.6, "fast_over_slow": 1.32}]
+    assert "two speeds, 1.32 times apart" in calibrate.machine_state_note(two) and "(60% of" in calibrate.machine_state_note(two)
+    assert "one speed" in calibrate.machine_state_note([{"machine_states": 1, "state_share": 1.0, "fast_over_slow": None}])
+    rec = model.load_host_recording()["rows"]  # recorded before the rows said
+    with pytest.warns(UserWarning):
+        assert "do not say" in calibrate.calibrate(rec, rel_tol=1.0).state_note
+
+
 def test_a_wild_interval_does_not_blow_up_a_row_s_error():
     """One interval whose thread clock stalled reads as a huge rate; the sd behind the median's error is
     1.4826 * MAD: ten rates of 0.99, one of 1.0, nine of 1.01 and one of 1e6 have median 1.0 and MAD 0.01."""
@@ -580,6 +623,8 @@ def test_price_benches_measure_each_event_kind_here():
     rows = {(r["bench"], r["consumers"]): r for r in price_benches.measure_price_rows(configs, budget_s=0.4)}
     for r in rows.values():
         assert r["mops"] > 0 and r["rel_err"] > 0 and r["intervals"] >= 2 * price_benches.ROUNDS
+        assert r["machine_states"] in (1, 2) and 0 < r["state_share"] <= 1
+        assert (r["fast_over_slow"] is None) == (r["machine_states"] == 1)
     assert rows[("uprobe-nop", 8)]["mops"] < rows[("uprobe-nop", 1)]["mops"]
     if modelled_kernel(os.uname().release) == "6.18":
         assert rows[("uprobe-nop5", 1)]["optimized"] is True
@@ -650,8 +695,9 @@ def test_price_benches_command_measures_the_configurations_and_rounds_it_is_give
 
 def test_price_rows_ratio_is_over_the_reference_whatever_the_machine_s_level(monkeypatch):
     """Rounds alternate between the machine at one speed (configuration 1 M/s, reference 2 M/s) and at twice
-    it (2 and 4): every interval's ratio is 0.5, so the row's ratio is 0.5 with no error; its mops is that ratio
-    times the reference's typical rate, the mean of its round medians, (2 + 4) / 2 = 3: 1.5 M/s."""
+    it (2 and 4): every interval's ratio is 0.5, so the row's ratio is 0.5 with no error. Two states, half the
+    reference's intervals each, 4 / 2 = 2 apart: its mops is that ratio times the reference's typical rate in
+    the slower state, 2: 1.0 M/s (with both states kept it would be the mean round median's, (2 + 4) / 2 = 3)."""
     from uprobe_lab.native import price_benches as pb
 
     monkeypatch.setattr(pb, "check_native_support", lambda: "x86_64")
@@ -667,8 +713,10 @@ def test_price_rows_ratio_is_over_the_reference_whatever_the_machine_s_level(mon
 
     monkeypatch.setattr(pb, "_round", fake_round)
     (row,) = pb.measure_price_rows([("uprobe-nop", 1)], budget_s=0.01)
-    assert row["ratio"] == pytest.approx(0.5) and row["mops"] == pytest.approx(1.5)
+    assert row["ratio"] == pytest.approx(0.5) and row["mops"] == pytest.approx(1.0)
     assert row["rel_err"] == 0 and row["rounds"] == pb.ROUNDS
+    assert (row["machine_states"], row["state_share"], row["fast_over_slow"]) == (2, 0.5, 2.0)
+    assert row["level_sd"] == pytest.approx(statistics.stdev([2 / 3, 4 / 3] * (pb.ROUNDS // 2)))  # both states
 
 
 def test_price_benches_refuse_a_configuration_on_the_reference_s_own_function(monkeypatch):

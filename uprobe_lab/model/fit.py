@@ -90,6 +90,7 @@ class Profile:
     virtualised: bool = False  # for a host profile: measured under a hypervisor
     dropped: list = field(default_factory=list)  # rows a calibration left out as too noisy
     level_sd: float = 0.0  # relative sd of the whole machine's speed over a native run (price_benches)
+    state_note: str = ""  # a native run's speed states and which one its figures are (price_benches)
     measured: pd.DataFrame | None = field(default=None, repr=False)  # a calibration's rows, noisy ones too
 
     @property

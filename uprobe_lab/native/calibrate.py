@@ -76,6 +76,18 @@ def measured_frame(rows: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(out, columns=["arch", "kernel", "release", "bench", "consumers", "mops", "stddev", "rel_err"])
 
 
+def machine_state_note(rows: list[dict]) -> str:
+    """What the price rows say of the machine's speed states (:func:`.price_benches.slower_state`), in a sentence."""
+    r = next((r for r in rows if "machine_states" in r), None)
+    if r is None:
+        return "these rows do not say which speed states their run saw (recorded before the price benches told them apart)"
+    if r["machine_states"] == 1:
+        return "the machine kept one speed over the run: every interval counts"
+    return (f"the machine ran at two speeds, {r['fast_over_slow']:.2f} times apart: the figures are the slower state's "
+            f"({100 * r['state_share']:.0f}% of the reference's intervals), since how long each state lasts changes "
+            "from run to run more than their speeds do")
+
+
 VM_STEP_NOTE = ("; expected on a virtual machine, as these rows' is: its hypervisor intercepts the single "
                 "step's #DB (benchmarks/single_step_trap.py)")
 
@@ -112,6 +124,7 @@ def calibrate(rows: list[dict], cpu: str = "this machine", rel_tol: float = REL_
     prof.dropped = dropped
     prof.measured = offered
     prof.level_sd = max((float(r.get("level_sd", 0.0)) for r in rows), default=0.0)
+    prof.state_note = machine_state_note(rows)
     if virtualised:  # say which of the warning's causes it is, where the lab knows
         prof.warnings = [w + VM_STEP_NOTE if w.startswith("xol_step ") else w for w in prof.warnings]
     free = [p for p in fitmod.unpinned(prof) if p in native_table_prices(arch)]

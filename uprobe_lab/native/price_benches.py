@@ -28,16 +28,23 @@ CPU clock (``CLOCK_THREAD_CPUTIME_ID``: user and kernel time of this thread, so 
 ran on the shared CPU is not counted; what they leave in the caches still is) in short intervals
 (about :data:`INTERVAL_NS`) over :data:`ROUNDS` interleaved rounds that together spend the time budget.
 On a virtual CPU the whole machine's speed also moves: on a busy shared host it flips between a fast and
-a slow state (1.24-1.35 times slower on the lab's VM) several times a second, and every path slows together
+a slow state (1.27-1.39 times apart on the lab's VM) several times a second, and every path slows
 (benchmarks/reference_level.py). A state lasts tens of milliseconds to seconds, so rounds of
 different configurations, made one after the other, catch it at different moments. Each measured interval is
 therefore followed by one of a *reference*: a uprobe with one BPF consumer on :data:`REFERENCE_TARGETS`,
 a ``nop; ret`` no configuration probes, attached for the whole run. An interval's rate over the reference's
 next to it keeps what is particular to the configuration and loses the machine's state of that moment
-(:func:`level_rows`); the figure is the median of these ratios times the reference's typical rate over the
-run (the mean of its round medians). How far the reference's round medians (one per configuration and
-round) spread about that rate is reported as ``level_sd``, and a calibration puts it back into every predicted figure's interval (a later
-run may find the machine in another state); a predicted speedup, a ratio within one run, does not carry it.
+(:func:`level_rows`), as far as the path slows with the reference's int3 path. The syscall paths slow less
+(syscall-count's ratio is 0.92 times as high in the fast state as in the slow one), so over both states
+their ratio follows the share of the run each state got, which changes from run to run. Where the reference
+shows two states (:func:`slower_state`), only the intervals the machine spent in the slower one count (the
+reference intervals on both sides below the split, :func:`_kept`); otherwise all do. The figure is the
+median of these ratios times the reference's typical rate in the state kept (the mean of its round
+medians there). How far the reference's round medians of both states (one per configuration and round)
+spread about their mean is reported as ``level_sd``, and a calibration puts it back into every predicted
+figure's interval (a later run may find the machine in another state, or the state itself moved); a
+predicted speedup, a ratio within one run, does not carry it. Rows say what was found (``machine_states``,
+``state_share``, ``fast_over_slow``).
 A row's error is the larger of the median ratio's relative error (1.2533 * sd / sqrt(n) / median, the
 large-sample error of a median, sd from the median absolute deviation) and the spread of the rounds'
 median ratios (:func:`row_rel_err`). Each row says whether that error is within ``rel_tol``
@@ -45,9 +52,9 @@ median ratios (:func:`row_rel_err`). Each row says whether that error is within 
 times as many (the budget is a floor, not a cap); a row still above ``rel_tol`` then says it could not,
 and a calibration refuses it (:mod:`.calibrate`).
 
-What the reference leaves: from one process to the next, the optimised nop5, syscall-count, usermode-count and
-uretprobe-nop rows move by 1.05-2.6 times the error a process states, uprobe-nop (the reference's own path) by
-0.15-0.22% (benchmarks/price_processes.py). Sharing a run's rounds out over three processes, with the
+What the reference leaves, before the slower state was kept alone: from one process to the next, the optimised
+nop5, syscall-count, usermode-count and uretprobe-nop rows moved by 1.05-2.6 times the error a process states,
+uprobe-nop (the reference's own path) by 0.15-0.22% (benchmarks/price_processes.py). Sharing a run's rounds out over three processes, with the
 processes' spread in each row's error, was tried and did not make two runs agree more often
 (docs/performance.md, "Three processes per run").
 """
@@ -56,6 +63,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -91,6 +99,8 @@ ROUNDS = 8
 MAX_ROUNDS_FACTOR = 2  # a run spends at most this many times its budget reaching rel_tol
 # A `nop; ret` that no configuration probes (the bench's usdt_1 body: a USDT site that is one nop).
 REFERENCE_TARGETS = {"x86_64": "usdt_nop"}
+STATE_GAP = 1.15  # two speed states when their centres are this many times apart (the lab's VM: 1.27-1.39)
+MIN_STATE_SHARE = 0.10  # ... and the slower state holds at least this share of the reference's intervals
 
 
 def robust_sd(values: list[float]) -> float:
@@ -117,25 +127,72 @@ def row_rel_err(rates: list[float], round_medians: list[float]) -> float:
     return err
 
 
-def reference_levels(round_refs: dict) -> tuple[float, list[float]]:
+def slower_state(refs: list[float]) -> float | None:
+    """The reference rate below which an interval caught the machine in the slower of two speed states, or
+    None when the run showed one state.
+
+    Two means on the log rates (Lloyd's iteration from the 10% and 90% quantiles); two states when their
+    centres are at least :data:`STATE_GAP` apart and the slower holds at least :data:`MIN_STATE_SHARE` of
+    the intervals. One state spread out normally splits into halves whose centres are 1.6 sd apart, so a
+    machine whose reference moves by a few percent is read as one."""
+    x = sorted(math.log(r) for r in refs if r > 0)
+    if len(x) < 10:
+        return None
+    lo, hi = x[len(x) // 10], x[9 * len(x) // 10]
+    for _ in range(100):
+        thr = (lo + hi) / 2
+        below, above = [v for v in x if v < thr], [v for v in x if v >= thr]
+        if not below or not above:
+            return None
+        centres = statistics.fmean(below), statistics.fmean(above)
+        if centres == (lo, hi):
+            break
+        lo, hi = centres
+    if hi - lo < math.log(STATE_GAP) or len(below) < MIN_STATE_SHARE * len(x):
+        return None
+    return math.exp((lo + hi) / 2)
+
+
+def _kept(rates: list[float], refs: list[float], threshold: float | None) -> list[tuple[float, float]]:
+    """The (rate, reference) pairs of a round whose interval the machine spent in its slower state: the
+    reference intervals on both sides of it (the previous pair's and its own) are below ``threshold``. Its
+    own reference alone would also keep an interval run fast and followed by a slow reference, whose
+    ratio reads 1.3 times too high, while dropping the opposite case: a bias, not just noise."""
+    if threshold is None:
+        return list(zip(rates, refs, strict=True))
+    return [(x, ref) for i, (x, ref) in enumerate(zip(rates, refs, strict=True))
+            if i > 0 and refs[i - 1] < threshold and ref < threshold]
+
+
+def reference_levels(round_refs: dict, threshold: float | None = None) -> tuple[float, list[float]]:
     """(the reference's typical rate over the run, the level of every configuration's every round against it).
 
-    ``round_refs`` maps each configuration to its rounds' reference rates. The typical rate is the mean of
-    the reference's round medians (a mean, not a median: the machine's two states make the medians
-    bimodal, and a median would jump from one state to the other with the share of rounds each got); a
-    round's level is its median over that rate."""
-    meds = [statistics.median(r) for rounds in round_refs.values() for r in rounds]
+    ``round_refs`` maps each configuration to its rounds' reference rates; with a ``threshold``
+    (:func:`slower_state`) only the intervals below it count. The typical rate is the mean of the
+    reference's round medians (a mean, not a median: where both states are kept, they make the medians
+    bimodal, and a median would jump from one to the other with the share of rounds each got); a round's
+    level is its median over that rate."""
+    meds = [statistics.median(kept) for rounds in round_refs.values() for r in rounds
+            if (kept := [ref for ref in r if threshold is None or ref < threshold])]
     scale = statistics.fmean(meds)
     return scale, [m / scale for m in meds]
 
 
-def level_rows(round_rates: dict, round_refs: dict, scale: float) -> dict:
+def level_rows(round_rates: dict, round_refs: dict, scale: float, threshold: float | None = None) -> dict:
     """Per configuration: (``scale`` times the median of its intervals' rates over the reference interval
-    timed next to each, that median's rel_err). The machine's state cancels out of each ratio."""
+    timed next to each, that median's rel_err). The machine's state cancels out of each ratio, as far as
+    the path slows with the reference's; with a ``threshold`` only the intervals whose reference found the
+    machine in its slower state count. A configuration with fewer than two such intervals keeps them all,
+    with an infinite error: a calibration leaves it out as too noisy."""
     out = {}
     for cfg, rounds in round_rates.items():
-        ratios = [[x / ref for x, ref in zip(r, refs, strict=True)] for r, refs in zip(rounds, round_refs[cfg], strict=True)]
+        pairs = [_kept(r, refs, threshold) for r, refs in zip(rounds, round_refs[cfg], strict=True)]
+        ratios = [[x / ref for x, ref in p] for p in pairs if p]
         flat = [x for r in ratios for x in r]
+        if len(flat) < 2:
+            flat = [x / ref for r, refs in zip(rounds, round_refs[cfg]) for x, ref in zip(r, refs)]
+            out[cfg] = (scale * statistics.median(flat), math.inf)
+            continue
         out[cfg] = (scale * statistics.median(flat), row_rel_err(flat, [statistics.median(r) for r in ratios]))
     return out
 
@@ -287,18 +344,27 @@ def measure_price_rows(configs=PRICE_CONFIGS, rel_tol: float = REL_TOL, budget_s
                     progress(f"{cfg[0]} x{cfg[1]} round {rnd + 1}")
             if rnd + 1 >= rounds:
                 round_refs = {cfg: st["refs"] for cfg, st in states.items()}
-                scale, levels = reference_levels(round_refs)
-                levelled = level_rows({cfg: st["rounds"] for cfg, st in states.items()}, round_refs, scale)
+                all_refs = [x for rounds in round_refs.values() for r in rounds for x in r]
+                threshold = slower_state(all_refs)
+                scale, _ = reference_levels(round_refs, threshold)
+                levelled = level_rows({cfg: st["rounds"] for cfg, st in states.items()}, round_refs, scale, threshold)
+                levels = reference_levels(round_refs)[1]  # the machine's whole movement, both states
                 if all(err <= rel_tol for _, err in levelled.values()):
                     break
     level_sd = statistics.stdev(levels) if len(levels) > 1 else 0.0
+    states_seen = {"machine_states": 1, "state_share": 1.0, "fast_over_slow": None}
+    if threshold is not None:
+        slow = [x for x in all_refs if x < threshold]
+        fast = [x for x in all_refs if x >= threshold]
+        states_seen = {"machine_states": 2, "state_share": len(slow) / len(all_refs),
+                       "fast_over_slow": statistics.median(fast) / statistics.median(slow)}
     out = []
     for cfg, st in states.items():
         mops, err = levelled[cfg]
         out.append({"bench": cfg[0], "consumers": cfg[1], "arch": arch, "kernel": kernel_release(),
                     "mops": mops, "ratio": mops / scale, "rel_err": err, "intervals": sum(map(len, st["rounds"])),
                     "calls_per_interval": st["calls"], "reached": err <= rel_tol,
-                    "optimized": st.get("optimized"), "level_sd": level_sd, "rounds": rnd + 1})
+                    "optimized": st.get("optimized"), "level_sd": level_sd, "rounds": rnd + 1, **states_seen})
     return out
 
 
