@@ -181,8 +181,8 @@ def reference_levels(round_refs: dict, threshold: float | None = None) -> tuple[
 def level_rows(round_rates: dict, round_refs: dict, scale: float, threshold: float | None = None) -> dict:
     """Per configuration: (``scale`` times the median of its intervals' rates over the reference interval
     timed next to each, that median's rel_err). The machine's state cancels out of each ratio, as far as
-    the path slows with the reference's; with a ``threshold`` only the intervals whose reference found the
-    machine in its slower state count. A configuration with fewer than two such intervals keeps them all,
+    the path slows with the reference's; with a ``threshold`` only the intervals the machine spent in its
+    slower state count (:func:`_kept`). A configuration with fewer than two such intervals keeps them all,
     with an infinite error: a calibration leaves it out as too noisy."""
     out = {}
     for cfg, rounds in round_rates.items():
