@@ -418,6 +418,11 @@ def test_the_calibration_says_which_speed_state_its_figures_are():
     rec = model.load_host_recording()["rows"]  # recorded before the rows said
     with pytest.warns(UserWarning):
         assert "do not say" in calibrate.calibrate(rec, rel_tol=1.0).state_note
+    # a row that met the slower state fewer than twice has no error to give: the refusal says why
+    unmet = [dict(r, rel_err=math.inf) if r["bench"] == "uprobe-nop-compat" else r for r in rec]
+    with pytest.raises(model.LabError, match=r"uprobe-nop-compat x1 \(no error: fewer than two intervals in the "
+                                             r"machine's slower state\)"):
+        calibrate.calibrate(unmet, rel_tol=1.0)
 
 
 def test_a_wild_interval_does_not_blow_up_a_row_s_error():

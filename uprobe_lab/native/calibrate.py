@@ -109,7 +109,9 @@ def calibrate(rows: list[dict], cpu: str = "this machine", rel_tol: float = REL_
     if len(arches) != 1:
         raise LabError(f"native rows must be from one architecture, got {arches}")
     noisy = measured[measured["rel_err"] > rel_tol]
-    dropped = [f"{r.bench} x{r.consumers} ({100 * r.rel_err:.1f}%)" for r in noisy.itertuples()]
+    dropped = [f"{r.bench} x{r.consumers} ({100 * r.rel_err:.1f}%)" if math.isfinite(r.rel_err) else
+               f"{r.bench} x{r.consumers} (no error: fewer than two intervals in the machine's slower state)"
+               for r in noisy.itertuples()]
     if dropped and not drop_noisy:
         raise LabError(f"refusing to calibrate on rows noisier than {100 * rel_tol:.0f}%: {', '.join(dropped)}; "
                        "measure again with a longer budget (more intervals) or on a quieter machine, or drop those rows")
