@@ -190,7 +190,7 @@ def level_rows(round_rates: dict, round_refs: dict, scale: float, threshold: flo
         ratios = [[x / ref for x, ref in p] for p in pairs if p]
         flat = [x for r in ratios for x in r]
         if len(flat) < 2:
-            flat = [x / ref for r, refs in zip(rounds, round_refs[cfg]) for x, ref in zip(r, refs)]
+            flat = [x / ref for r, refs in zip(rounds, round_refs[cfg]) for x, ref in _kept(r, refs, None)]
             out[cfg] = (scale * statistics.median(flat), math.inf)
             continue
         out[cfg] = (scale * statistics.median(flat), row_rel_err(flat, [statistics.median(r) for r in ratios]))
