@@ -14,6 +14,7 @@ Needs root on Linux (native probes).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 from pathlib import Path
@@ -50,10 +51,13 @@ def main() -> int:
     args = parser.parse_args()
     arch = check_native_support()
     states = {cfg: {} for cfg in CONFIGS}
-    with pinned_to_one_cpu(), NativeCode(arch) as nc, pb.reference_probe(nc) as reference:
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(pinned_to_one_cpu())
+        reference = stack.enter_context(pb.reference_probe(stack.enter_context(NativeCode(arch))))
+        rigs = {cfg: stack.enter_context(pb.attached_config(arch, *cfg, states[cfg])) for cfg in CONFIGS}
         for _ in range(args.rounds):
             for cfg in CONFIGS:
-                pb._round(nc, *cfg, args.round_seconds, states[cfg], reference)
+                pb._round(rigs[cfg], *cfg, args.round_seconds, states[cfg], reference)
     scale, levels = pb.reference_levels({cfg: st["refs"] for cfg, st in states.items()})
     refs = [y for st in states.values() for r in st["refs"] for y in r]
     print(f"reference: typical {scale:.3f} M/s, round levels {min(levels):.2f}..{max(levels):.2f} "

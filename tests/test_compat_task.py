@@ -152,6 +152,7 @@ def test_price_benches_leave_the_compat_rows_out_where_32_bit_programs_cannot_ru
     monkeypatch.setattr(pb, "compat_reason", lambda: "no IA32 emulation")
     monkeypatch.setattr(pb, "pinned_to_one_cpu", contextlib.nullcontext)
     monkeypatch.setattr(pb, "NativeCode", lambda arch: contextlib.nullcontext())
+    monkeypatch.setattr(pb, "attached_config", lambda arch, bench, consumers, state: contextlib.nullcontext())
     monkeypatch.setattr(pb, "reference_probe", lambda nc: contextlib.nullcontext(lambda: 1.0))
 
     def fake_round(nc, bench, consumers, budget_s, state, reference):

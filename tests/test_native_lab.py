@@ -659,6 +659,7 @@ def test_price_benches_run_more_rounds_until_every_row_reaches_its_error(monkeyp
     monkeypatch.setattr(pb, "check_native_support", lambda: "x86_64")
     monkeypatch.setattr(pb, "pinned_to_one_cpu", contextlib.nullcontext)
     monkeypatch.setattr(pb, "NativeCode", lambda arch: contextlib.nullcontext())
+    monkeypatch.setattr(pb, "attached_config", lambda arch, bench, consumers, state: contextlib.nullcontext())
     monkeypatch.setattr(pb, "reference_probe", lambda nc: contextlib.nullcontext(lambda: 1.0))
 
     def fake_round(nc, bench, consumers, budget_s, state, reference):
@@ -673,6 +674,99 @@ def test_price_benches_run_more_rounds_until_every_row_reaches_its_error(monkeyp
     assert {r["rounds"] for r in rows} == {rounds_run}
     assert [r["reached"] for r in rows] == [not noisy, True, True]
     assert rows[0]["intervals"] == 2 * rounds_run
+
+
+class _FakeCode:
+    """A NativeCode stand-in: its own file per copy, every call counted."""
+
+    made: list = []
+
+    def __init__(self, arch):
+        self.path, self.runs = f"/copy{len(self.made)}", 0
+        self.made.append(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.closed = True
+
+    def addr(self, name):
+        return 0x1000
+
+    def offset(self, name):
+        return 0x10
+
+    def run(self, addr, n):
+        self.runs += n
+
+    def read(self, name):
+        return b"\x90"
+
+
+@pytest.mark.parametrize("stop", [None, KeyboardInterrupt])
+def test_price_benches_attach_each_configuration_once_on_its_own_copy_and_always_detach(monkeypatch, stop):
+    """Three rounds of uprobe-nop x1, uprobe-nop x2 and uretprobe-nop x1 open 1 + 2 + 1 events, once, not once a
+    round; each configuration probes its own copy of the code (uprobe-nop and uretprobe-nop share a function),
+    and the reference has one more. Every event is closed at the end, and also when Ctrl-C stops a round."""
+    from uprobe_lab.native import price_benches as pb
+
+    events = []
+
+    class FakeEvent:
+        def __init__(self, path, offset, retprobe=False):
+            self.path, self.retprobe, self.fd, self.open = path, retprobe, len(events), True
+            events.append(self)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.open = False
+
+    class FakeCounter:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+        def attach(self, fd):
+            pass
+
+        def count(self):  # every call sees many more runs than the last: the check in _round passes
+            self.runs = getattr(self, "runs", 0) + 10**6
+            return self.runs
+
+    _FakeCode.made = []
+    monkeypatch.setattr(pb, "check_native_support", lambda: "x86_64")
+    monkeypatch.setattr(pb, "pinned_to_one_cpu", contextlib.nullcontext)
+    monkeypatch.setattr(pb, "NativeCode", _FakeCode)
+    monkeypatch.setattr(pb, "UprobeEvent", FakeEvent)
+    monkeypatch.setattr(pb, "BpfCounter", FakeCounter)
+    monkeypatch.setattr(pb, "reference_probe", lambda nc: contextlib.nullcontext(lambda: 1.0))
+    monkeypatch.setattr(pb, "calls_uprobe_trampoline", lambda code, addr, maps: False)
+    monkeypatch.setattr(pb, "parse_maps", lambda: [])
+    monkeypatch.setattr(pb, "_interval_calls", lambda nc, addr: 7)
+    monkeypatch.setattr(pb, "_time_intervals", lambda nc, addr, calls, n, reference, state: (
+        state["rounds"][-1].extend([1.0] * n), state["refs"][-1].extend([1.0] * n)))
+    rounds_run = []
+
+    def on_round(*args):
+        rounds_run.append(args[1:3])
+        if stop and len(rounds_run) == 5:
+            raise stop
+        return real_round(*args)
+
+    real_round = pb._round
+    monkeypatch.setattr(pb, "_round", on_round)
+    configs = [("uprobe-nop", 1), ("uprobe-nop", 2), ("uretprobe-nop", 1)]
+    with pytest.raises(stop) if stop else contextlib.nullcontext():
+        pb.measure_price_rows(configs, budget_s=0.0, rounds=3, rel_tol=1.0)
+    assert len(rounds_run) == (5 if stop else 9)
+    assert [(e.path, e.retprobe) for e in events] == [("/copy1", False), ("/copy2", False), ("/copy2", False),
+                                                      ("/copy3", True)]  # /copy0 is the reference's
+    assert not any(e.open for e in events) and all(c.closed for c in _FakeCode.made)
 
 
 def test_price_benches_command_measures_the_configurations_and_rounds_it_is_given(monkeypatch, capsys):
@@ -708,6 +802,7 @@ def test_price_rows_ratio_is_over_the_reference_whatever_the_machine_s_level(mon
     monkeypatch.setattr(pb, "check_native_support", lambda: "x86_64")
     monkeypatch.setattr(pb, "pinned_to_one_cpu", contextlib.nullcontext)
     monkeypatch.setattr(pb, "NativeCode", lambda arch: contextlib.nullcontext())
+    monkeypatch.setattr(pb, "attached_config", lambda arch, bench, consumers, state: contextlib.nullcontext())
     monkeypatch.setattr(pb, "reference_probe", lambda nc: contextlib.nullcontext(None))
 
     def fake_round(nc, bench, consumers, budget_s, state, reference):

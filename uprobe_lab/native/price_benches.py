@@ -27,6 +27,8 @@ Noise: the process is pinned to one CPU and warmed up; each configuration is tim
 CPU clock (``CLOCK_THREAD_CPUTIME_ID``: user and kernel time of this thread, so time other processes
 ran on the shared CPU is not counted; what they leave in the caches still is) in short intervals
 (about :data:`INTERVAL_NS`) over :data:`ROUNDS` interleaved rounds that together spend the time budget.
+Each configuration's probes are attached once, for the whole run, on a copy of the bench code of its own
+(:func:`attached_config`): detaching a perf uprobe waits for the kernel, about 0.1 s a probe.
 On a virtual CPU the whole machine's speed also moves: on a busy shared host it flips between a fast and
 a slow state (1.27-1.39 times apart on the lab's VM) several times a second, and every path slows
 (benchmarks/reference_level.py). A state lasts tens of milliseconds to seconds, so rounds of
@@ -69,7 +71,7 @@ import subprocess
 import sys
 import time
 import warnings
-from typing import Callable
+from typing import Callable, Iterator, NamedTuple
 
 from ..bench import COMPAT_BENCHES, bench_spec
 from ..model import load_host_recording
@@ -256,33 +258,58 @@ def _new_round(state: dict) -> None:
     state.setdefault("refs", []).append([])
 
 
-def _round(nc: NativeCode, bench: str, consumers: int, budget_s: float, state: dict,
-           reference: Callable[[], float]) -> None:
-    """One round of one configuration: attach ``consumers`` events, warm up, time at least two intervals
-    (each followed by the reference's), then more until the round's share of the budget is spent."""
-    spec = bench_spec(bench, nc.arch)
-    addr = nc.addr(spec.target)
+class Rig(NamedTuple):
+    """One configuration's code and probes, attached for the whole run (:func:`attached_config`)."""
+
+    nc: NativeCode
+    addr: int
+    counter: BpfCounter | None
+
+
+@contextlib.contextmanager
+def attached_config(arch: str, bench: str, consumers: int, state: dict) -> Iterator[Rig]:
+    """Attach ``consumers`` events (one BPF consumer each) for one configuration for the whole block, on a
+    copy of the bench code of its own: configurations probing the same function (the consumer scan,
+    uprobe-nop and uretprobe-nop) then add nothing to each other's hits. Warms it up (the first hit on a
+    nop5 is where 6.18 optimises it) and sizes its intervals.
+
+    Attaching once, not in every round, is for time: closing a perf uprobe event waits for the kernel to
+    unregister it (about 0.1 s each on the lab's VM, one close after another), which per-round attaching
+    paid for every consumer of every round. Probes are detached on every way out of the block."""
+    spec = bench_spec(bench, arch)
     with contextlib.ExitStack() as stack:
+        nc = stack.enter_context(NativeCode(arch))
+        addr = nc.addr(spec.target)
         counter = stack.enter_context(BpfCounter()) if spec.probe else None
-        events = [stack.enter_context(UprobeEvent(nc.path, nc.offset(spec.target),
-                                                  retprobe=spec.probe == "uretprobe"))
-                  for _ in range(consumers if spec.probe else 0)]
-        for e in events:
-            counter.attach(e.fd)
-        nc.run(addr, 2000)  # warm-up: the first hit on a nop5 is where 6.18 optimises it
+        for _ in range(consumers if spec.probe else 0):
+            event = stack.enter_context(UprobeEvent(nc.path, nc.offset(spec.target),
+                                                    retprobe=spec.probe == "uretprobe"))
+            counter.attach(event.fd)
+        nc.run(addr, 2000)
         if spec.probe:
             state["optimized"] = calls_uprobe_trampoline(nc.read(spec.target), addr, parse_maps())
-        calls = state.setdefault("calls", _interval_calls(nc, addr))
-        before = counter.count() if counter else 0
-        deadline = time.monotonic() + budget_s
-        _new_round(state)
-        _time_intervals(nc, addr, calls, 2, reference, state)  # a round's median needs at least two
-        while time.monotonic() < deadline:  # the whole budget: a round's median steadies, not just its error bar
-            _time_intervals(nc, addr, calls, 3, reference, state)
-        timed = len(state["rounds"][-1])
-        if counter and counter.count() - before < timed * calls * consumers:  # every program ran on every hit
-            raise RuntimeError(f"{bench} x{consumers}: the BPF consumers counted {counter.count() - before} runs, "
-                               f"fewer than {timed * calls * consumers}")
+        state["calls"] = _interval_calls(nc, addr)
+        yield Rig(nc, addr, counter)
+
+
+def _round(rig: Rig, bench: str, consumers: int, budget_s: float, state: dict,
+           reference: Callable[[], float]) -> None:
+    """One round of one configuration: warm up, time at least two intervals (each followed by the
+    reference's), then more until the round's share of the budget is spent; every consumer must have
+    run on every timed call."""
+    nc, addr, counter = rig
+    nc.run(addr, 2000)  # the other configurations ran since: caches and predictors back on this one
+    calls = state["calls"]
+    before = counter.count() if counter else 0
+    deadline = time.monotonic() + budget_s
+    _new_round(state)
+    _time_intervals(nc, addr, calls, 2, reference, state)  # a round's median needs at least two
+    while time.monotonic() < deadline:  # the whole budget: a round's median steadies, not just its error bar
+        _time_intervals(nc, addr, calls, 3, reference, state)
+    timed = len(state["rounds"][-1])
+    if counter and counter.count() - before < timed * calls * consumers:
+        raise RuntimeError(f"{bench} x{consumers}: the BPF consumers counted {counter.count() - before} runs, "
+                           f"fewer than {timed * calls * consumers}")
 
 
 def _compat_round(bench: str, budget_s: float, state: dict, reference: Callable[[], float]) -> None:
@@ -333,13 +360,17 @@ def measure_price_rows(configs=PRICE_CONFIGS, rel_tol: float = REL_TOL, budget_s
     if clash:
         raise LabError(f"{', '.join(clash)} probe the reference's own function {ref_target}")
     states = {cfg: {} for cfg in configs}
-    with pinned_to_one_cpu(), NativeCode(arch) as nc, reference_probe(nc) as reference:
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(pinned_to_one_cpu())
+        reference = stack.enter_context(reference_probe(stack.enter_context(NativeCode(arch))))
+        rigs = {cfg: stack.enter_context(attached_config(arch, *cfg, states[cfg]))
+                for cfg in configs if cfg[0] not in COMPAT_BENCHES}
         for rnd in range(MAX_ROUNDS_FACTOR * rounds):
             for cfg in configs:
-                if cfg[0] in COMPAT_BENCHES:
-                    _compat_round(cfg[0], budget_s / rounds, states[cfg], reference)
+                if cfg in rigs:
+                    _round(rigs[cfg], *cfg, budget_s / rounds, states[cfg], reference)
                 else:
-                    _round(nc, *cfg, budget_s / rounds, states[cfg], reference)
+                    _compat_round(cfg[0], budget_s / rounds, states[cfg], reference)
                 if progress:
                     progress(f"{cfg[0]} x{cfg[1]} round {rnd + 1}")
             if rnd + 1 >= rounds:
