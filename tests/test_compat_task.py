@@ -131,6 +131,21 @@ def test_a_compat_run_leaves_no_process_probe_or_file_behind():
 
 
 @native
+def test_a_compat_bench_attaches_once_counts_each_run_s_hits_and_leaves_nothing_behind():
+    """Three runs under one CompatBench: one perf event for all of them (on the file, for every process),
+    each run's hits its own calls, and on the way out no process, probe or file is left."""
+    before, fds, dirs = set(os.listdir("/proc")), _perf_fds(), _my_scratch_dirs()
+    with compat.CompatBench(700, "peek", "uretprobe") as bench:
+        runs = [bench.run() for _ in range(3)]
+        assert _perf_fds() == fds + 1
+    assert [r.hits for r in runs] == [700] * 3
+    assert {r.ret_mapping for r in runs} == {"[uprobes]"}
+    left = [p for p in set(os.listdir("/proc")) - before
+            if p.isdigit() and os.path.exists(f"/proc/{p}/comm") and open(f"/proc/{p}/comm").read().strip() == "compat_bench"]
+    assert left == [] and _perf_fds() == fds and _my_scratch_dirs() == dirs
+
+
+@native
 def test_this_host_runs_32_bit_programs():
     assert compat.compat_reason() is None
 

@@ -134,44 +134,75 @@ class CompatRun:
         return self.calls * 1e3 / max(self.loop_ns, 1)
 
 
+class CompatBench:
+    """``with CompatBench(calls, func, probe) as bench: bench.run()``: the i386 program written once and
+    its uprobe or uretprobe (``probe``, with a BPF consumer) on ``func`` attached once, for the whole
+    block; each :meth:`run` is one process. The probe sits on the file for every process (perf's
+    pid -1, bound to one CPU this process may use: the uprobe then fires in every task mapping the file,
+    and its BPF program counts each hit whichever CPU the task is on), so a run pays no attach and no
+    detach, which waits for the kernel (about 0.1 s). The probe, every process and the scratch file are
+    released on every way out, Ctrl-C included."""
+
+    def __init__(self, calls: int, func: str = "target", probe: str | None = None):
+        if probe not in (None, "uprobe", "uretprobe"):
+            raise ValueError(f"probe is None, 'uprobe' or 'uretprobe', got {probe!r}")
+        self.program = compat_program(calls, func)
+        self.calls, self.func, self.probe = calls, func, probe
+        self._stack = contextlib.ExitStack()
+        self._counter = None
+        self.path = ""
+
+    def __enter__(self) -> "CompatBench":
+        try:
+            d = self._stack.enter_context(scratch_dir())
+            self.path = os.path.join(d, "compat_bench")
+            with open(self.path, "wb") as f:
+                f.write(self.program.image)
+            os.chmod(self.path, 0o700)
+            if self.probe:
+                self._counter = self._stack.enter_context(BpfCounter())
+                event = self._stack.enter_context(UprobeEvent(
+                    self.path, self.program.offset(self.func), retprobe=self.probe == "uretprobe",
+                    pid=-1, cpu=min(os.sched_getaffinity(0))))
+                self._counter.attach(event.fd)
+        except BaseException:
+            self._stack.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stack.close()
+
+    def run(self) -> CompatRun:
+        """Run the program once and return what it reported, with the probe hits it took."""
+        before = self._counter.count() if self._counter else 0
+        with contextlib.ExitStack() as stack:
+            try:
+                proc = subprocess.Popen([self.path], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            except OSError as err:
+                raise NativeUnavailable(f"cannot run a 32-bit program here: {EXEC_FAILED} ({err.strerror})") from None
+            stack.callback(_reap, proc)
+            proc.stdin.write(b"g")
+            proc.stdin.flush()
+            report = proc.stdout.read(REPORT_BYTES)
+            if len(report) < REPORT_BYTES:
+                raise RuntimeError(f"the 32-bit program stopped early (exit status {proc.wait()})")
+            byte = proc.stdout.read(1) if self.func == "peek" else b""  # target stores no address: nothing to read
+            s0, n0, s1, n1, ret = struct.unpack("<IIIII", report)
+            with open(f"/proc/{proc.pid}/maps") as f:
+                where = mapping_at(parse_maps(f.read()), ret) if ret else None
+            hits = self._counter.count() - before if self._counter else 0
+            proc.stdin.write(b"x")
+            proc.stdin.flush()
+        return CompatRun(self.calls, (s1 - s0) * 1_000_000_000 + n1 - n0, ret, byte[0] if byte else None,
+                         where.name if where else "", hits)
+
+
 def run_compat(calls: int, func: str = "target", probe: str | None = None) -> CompatRun:
     """Run the i386 program once, with a uprobe or uretprobe (``probe``) on ``func`` carrying a BPF
-    consumer, and return what it reported. The probe, the process and the scratch file are released
-    on every way out, Ctrl-C included."""
-    if probe not in (None, "uprobe", "uretprobe"):
-        raise ValueError(f"probe is None, 'uprobe' or 'uretprobe', got {probe!r}")
-    prog = compat_program(calls, func)
-    with contextlib.ExitStack() as stack:
-        d = stack.enter_context(scratch_dir())
-        path = os.path.join(d, "compat_bench")
-        with open(path, "wb") as f:
-            f.write(prog.image)
-        os.chmod(path, 0o700)
-        try:
-            proc = subprocess.Popen([path], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        except OSError as err:
-            raise NativeUnavailable(f"cannot run a 32-bit program here: {EXEC_FAILED} ({err.strerror})") from None
-        stack.callback(_reap, proc)
-        counter = None
-        if probe:
-            counter = stack.enter_context(BpfCounter())
-            event = stack.enter_context(UprobeEvent(path, prog.offset(func), retprobe=probe == "uretprobe",
-                                                    pid=proc.pid))
-            counter.attach(event.fd)
-        proc.stdin.write(b"g")
-        proc.stdin.flush()
-        report = proc.stdout.read(REPORT_BYTES)
-        if len(report) < REPORT_BYTES:
-            raise RuntimeError(f"the 32-bit program stopped early (exit status {proc.wait()})")
-        byte = proc.stdout.read(1) if func == "peek" else b""  # target stores no address: nothing to read
-        s0, n0, s1, n1, ret = struct.unpack("<IIIII", report)
-        with open(f"/proc/{proc.pid}/maps") as f:
-            where = mapping_at(parse_maps(f.read()), ret) if ret else None
-        hits = counter.count() if counter else 0
-        proc.stdin.write(b"x")
-        proc.stdin.flush()
-        return CompatRun(calls, (s1 - s0) * 1_000_000_000 + n1 - n0, ret, byte[0] if byte else None,
-                         where.name if where else "", hits)
+    consumer, and return what it reported (one :meth:`CompatBench.run`)."""
+    with CompatBench(calls, func, probe) as bench:
+        return bench.run()
 
 
 def compat_reason() -> str | None:

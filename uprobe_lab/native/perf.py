@@ -188,15 +188,17 @@ def perf_event_open(attr: PerfEventAttr, pid: int = 0, cpu: int = -1, group_fd: 
     return fd
 
 
-def open_uprobe(path: str, offset: int, retprobe: bool = False, *, disabled: bool = False, pid: int = 0) -> int:
-    """Attach a uprobe to process ``pid`` (0: this one; any cpu) and return its fd.
+def open_uprobe(path: str, offset: int, retprobe: bool = False, *, disabled: bool = False, pid: int = 0,
+                cpu: int = -1) -> int:
+    """Attach a uprobe to process ``pid`` (0: this one; -1: every process, which needs a ``cpu``) on ``cpu``
+    (-1: any) and return its fd.
 
     EACCES/EPERM become NativeUnavailable; other errors stay OSError with the errno.
     """
     path_buf = ctypes.create_string_buffer(os.fsencode(path))
     attr = uprobe_attr(path_buf, offset, retprobe, disabled=disabled)
     try:
-        return perf_event_open(attr, pid=pid)
+        return perf_event_open(attr, pid=pid, cpu=cpu)
     except OSError as err:
         if err.errno in (errno.EACCES, errno.EPERM):
             raise permission_denied(err) from None
@@ -234,18 +236,19 @@ class UprobeEvent:
     probe, so the site's original bytes are back when ``__exit__`` returns.
     """
 
-    def __init__(self, path: str, offset: int, retprobe: bool = False, pid: int = 0):
+    def __init__(self, path: str, offset: int, retprobe: bool = False, pid: int = 0, cpu: int = -1):
         self.path = os.fspath(path)
         self.offset = offset
         self.retprobe = retprobe
-        self.pid = pid  # 0: this process; another process's pid probes only that one
+        self.pid = pid  # 0: this process; another process's pid probes only that one; -1 every process
+        self.cpu = cpu  # -1: any; pid -1 needs one
         self.fd: int | None = None
 
     def open(self) -> "UprobeEvent":
         if self.fd is not None:
             raise RuntimeError("UprobeEvent is already open")
         with sigint_deferred():  # no Ctrl-C between the probe's registration and storing its fd
-            self.fd = open_uprobe(self.path, self.offset, self.retprobe, pid=self.pid)
+            self.fd = open_uprobe(self.path, self.offset, self.retprobe, pid=self.pid, cpu=self.cpu)
         return self
 
     def close(self) -> None:

@@ -81,7 +81,7 @@ from .bench import pinned_to_one_cpu
 from .bpf import BpfCounter
 from .calibrate import REL_TOL as CALIBRATION_REL_TOL, calibrate
 from .code import NativeCode
-from .compat import compat_reason, run_compat
+from .compat import CompatBench, compat_reason, run_compat
 from .errors import NativeUnavailable
 from .support import check_native_support
 from .example import native_reason
@@ -312,19 +312,27 @@ def _round(rig: Rig, bench: str, consumers: int, budget_s: float, state: dict,
                            f"fewer than {timed * calls * consumers}")
 
 
-def _compat_round(bench: str, budget_s: float, state: dict, reference: Callable[[], float]) -> None:
-    """One round of a 32-bit task's bench (:mod:`.compat`): whole runs of the i386 program, each timed
-    on its own thread CPU clock, with its probe's hits checked and followed by a reference interval,
-    until the round's share is spent."""
+@contextlib.contextmanager
+def attached_compat(bench: str, state: dict) -> Iterator[CompatBench]:
+    """A 32-bit task's bench (:mod:`.compat`) for the whole block: its run sized from a short one (which
+    also warms the file's page cache), then its program and probe set up once (:class:`.compat.CompatBench`)."""
     probe = COMPAT_BENCHES[bench]
-    if "calls" not in state:  # size a run from a short one (which also warms the file's page cache)
-        first = run_compat(2000, "target", probe)
-        state["calls"] = max(1000, int(COMPAT_RUN_NS * first.calls / max(first.loop_ns, 1)))
+    first = run_compat(2000, "target", probe)
+    state["calls"] = max(1000, int(COMPAT_RUN_NS * first.calls / max(first.loop_ns, 1)))
+    with CompatBench(state["calls"], "target", probe) as compat_bench:
+        yield compat_bench
+
+
+def _compat_round(compat_bench: CompatBench, bench: str, budget_s: float, state: dict,
+                  reference: Callable[[], float]) -> None:
+    """One round of a 32-bit task's bench: whole runs of the i386 program, each timed on its own thread CPU
+    clock, with its probe's hits checked and followed by a reference interval, until the round's share is
+    spent."""
     calls = state["calls"]
     deadline = time.monotonic() + budget_s
     _new_round(state)
     while len(state["rounds"][-1]) < 2 or time.monotonic() < deadline:
-        run = run_compat(calls, "target", probe)
+        run = compat_bench.run()
         if run.hits < calls:
             raise RuntimeError(f"{bench}: the BPF consumer counted {run.hits} hits, fewer than {calls} calls")
         state["rounds"][-1].append(run.mops)
@@ -363,14 +371,14 @@ def measure_price_rows(configs=PRICE_CONFIGS, rel_tol: float = REL_TOL, budget_s
     with contextlib.ExitStack() as stack:
         stack.enter_context(pinned_to_one_cpu())
         reference = stack.enter_context(reference_probe(stack.enter_context(NativeCode(arch))))
-        rigs = {cfg: stack.enter_context(attached_config(arch, *cfg, states[cfg]))
-                for cfg in configs if cfg[0] not in COMPAT_BENCHES}
+        rigs = {cfg: stack.enter_context(attached_compat(cfg[0], states[cfg]) if cfg[0] in COMPAT_BENCHES
+                                         else attached_config(arch, *cfg, states[cfg])) for cfg in configs}
         for rnd in range(MAX_ROUNDS_FACTOR * rounds):
             for cfg in configs:
-                if cfg in rigs:
-                    _round(rigs[cfg], *cfg, budget_s / rounds, states[cfg], reference)
+                if cfg[0] in COMPAT_BENCHES:
+                    _compat_round(rigs[cfg], cfg[0], budget_s / rounds, states[cfg], reference)
                 else:
-                    _compat_round(cfg[0], budget_s / rounds, states[cfg], reference)
+                    _round(rigs[cfg], *cfg, budget_s / rounds, states[cfg], reference)
                 if progress:
                     progress(f"{cfg[0]} x{cfg[1]} round {rnd + 1}")
             if rnd + 1 >= rounds:
