@@ -1,5 +1,16 @@
 """Fixtures shared by the test files."""
+import signal
+
 import pytest
+
+
+def pytest_configure(config):
+    """The Ctrl-C tests need Python's own SIGINT handler. A shell without job control starts a background
+    job with SIGINT ignored (POSIX), and Python keeps an ignored SIGINT ignored: the suite's Ctrl-C tests
+    would then skip or fail, and the stress test would wait for an interrupt that can never arrive. Put
+    Python's handler back before collection (``needs_sigint`` is decided there)."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture

@@ -49,3 +49,15 @@ def test_a_lost_ctrl_c_fails_the_stress_run_instead_of_hanging_it(monkeypatch):
 @pytest.mark.parametrize("name, make, target", list(notebook_steppers()), ids=lambda v: v if isinstance(v, str) else "")
 def test_reset_after_every_step_then_run_to_end(name, make, target):
     assert reset_stress(name, make, target) >= 3  # at least the trap and the step after it, plus k = 0
+
+
+def test_a_stress_run_where_sigint_is_ignored_is_refused_instead_of_hanging(monkeypatch):
+    """With SIGINT ignored (a background job of a shell without job control) no Ctrl-C can stop a run:
+    the stress run says so and the way out before it starts one."""
+    import signal
+
+    from uprobe_lab.errors import LabError
+
+    monkeypatch.setattr(stress.signal, "getsignal", lambda signum: signal.SIG_IGN)
+    with pytest.raises(LabError, match="SIGINT is not Python's own.*default_int_handler"):
+        interrupt_stress(1, 0.01)

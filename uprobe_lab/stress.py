@@ -20,6 +20,7 @@ import time
 
 from .arches import make_process
 from .bench import bench_names, bench_process
+from .errors import LabError
 from .kernel import KERNELS
 from .uprobes import CountingConsumer, UnprobeableInstruction, uprobe_register
 from .x86.uretprobe_programs import make_uretprobe_process
@@ -116,6 +117,11 @@ class StressedBench:
 
 def interrupt_stress(trials: int, max_delay: float, seed: int = 15) -> dict:
     """``trials`` interrupts, cycling over every (arch, kernel, bench) whose probe the kernel accepts."""
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        raise LabError("SIGINT is not Python's own here (ignored, as a shell without job control starts a "
+                       "background job, or replaced), so no Ctrl-C could stop a run and the stress run would "
+                       "never end: run it in the foreground, or call "
+                       "signal.signal(signal.SIGINT, signal.default_int_handler) first")
     rng = random.Random(seed)
     combos = [(a, k, n) for a in ARCHES for k in KERNELS for n in bench_names(a)]
     benches, refused = {}, set()
