@@ -91,6 +91,7 @@ class Profile:
     dropped: list = field(default_factory=list)  # rows a calibration left out as too noisy
     level_sd: float = 0.0  # relative sd of the whole machine's speed over a native run (price_benches)
     state_note: str = ""  # a native run's speed states and which one its figures are (price_benches)
+    fit_note: str = ""  # a calibration's model error and the rows furthest from its fit (calibrate)
     measured: pd.DataFrame | None = field(default=None, repr=False)  # a calibration's rows, noisy ones too
 
     @property
@@ -194,6 +195,17 @@ def fit_profile(rows: pd.DataFrame, arch: str, prior: Prior, name: str = "fitted
     prof = Profile(name, cpu, arch, mean, cov, sigma, rows.reset_index(drop=True), prior)
     prof.warnings = implausible(prof, counted=(x != 0).any(axis=0))
     return prof
+
+
+def misfits(prof: Profile) -> list[tuple[str, float]]:
+    """The fit rows as (``bench xN``, residual), furthest from the fitted prices first. A residual is the
+    row's time minus the model's, over the row's time: positive where the row ran slower than the model
+    has it. Where a few rows lead this list by far, they are what ``sigma_model`` (every interval's row
+    error) is made of: rows the model's events do not describe on this CPU, not noise."""
+    x, y, _ = design(prof.fit_rows, prof.arch)
+    resid = y - x @ prof.mean
+    labels = [f"{r.bench} x{int(getattr(r, 'consumers', 1) or 1)}" for r in prof.fit_rows.itertuples(index=False)]
+    return sorted(zip(labels, map(float, resid)), key=lambda lr: -abs(lr[1]))
 
 
 def implausible(prof: Profile, counted) -> list[str]:

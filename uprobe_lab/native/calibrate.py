@@ -88,6 +88,16 @@ def machine_state_note(rows: list[dict]) -> str:
             "from run to run more than their speeds do")
 
 
+def model_error_note(prof: model.Profile, shown: int = 3) -> str:
+    """The model's own error on a calibration's rows (``sigma_model``, which every predicted interval carries)
+    and the rows furthest from the fit (:func:`..model.fit.misfits`), in a sentence."""
+    worst = ", ".join(f"{label} {100 * abs(r):.1f}% {'slower' if r > 0 else 'faster'}"
+                      for label, r in fitmod.misfits(prof)[:shown])
+    return (f"the model's own error on these rows is {100 * prof.sigma_model:.1f}% (at least "
+            f"{100 * fitmod.ROW_SIGMA_FLOOR:.0f}%), in every interval below; furthest from the fitted prices "
+            f"(the row's time against the model's): {worst}")
+
+
 VM_STEP_NOTE = ("; expected on a virtual machine, as these rows' is: its hypervisor intercepts the single "
                 "step's #DB (benchmarks/single_step_trap.py)")
 
@@ -127,6 +137,7 @@ def calibrate(rows: list[dict], cpu: str = "this machine", rel_tol: float = REL_
     prof.measured = offered
     prof.level_sd = max((float(r.get("level_sd", 0.0)) for r in rows), default=0.0)
     prof.state_note = machine_state_note(rows)
+    prof.fit_note = model_error_note(prof)
     if virtualised:  # say which of the warning's causes it is, where the lab knows
         prof.warnings = [w + VM_STEP_NOTE if w.startswith("xol_step ") else w for w in prof.warnings]
     free = [p for p in fitmod.unpinned(prof) if p in native_table_prices(arch)]
