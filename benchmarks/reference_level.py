@@ -14,7 +14,6 @@ Needs root on Linux (native probes).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import statistics
 import sys
 from pathlib import Path
@@ -22,8 +21,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from uprobe_lab.native import price_benches as pb  # noqa: E402
-from uprobe_lab.native.bench import pinned_to_one_cpu  # noqa: E402
-from uprobe_lab.native.code import NativeCode  # noqa: E402
 from uprobe_lab.native.support import check_native_support  # noqa: E402
 
 CONFIGS = [("uprobe-nop", 1), ("uprobe-nop5", 1), ("syscall-count", 0), ("uprobe-ret", 1), ("uretprobe-nop", 1)]
@@ -51,10 +48,7 @@ def main() -> int:
     args = parser.parse_args()
     arch = check_native_support()
     states = {cfg: {} for cfg in CONFIGS}
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(pinned_to_one_cpu())
-        reference = stack.enter_context(pb.reference_probe(stack.enter_context(NativeCode(arch))))
-        rigs = {cfg: stack.enter_context(pb.attached_config(arch, *cfg, states[cfg])) for cfg in CONFIGS}
+    with pb.attached_run(arch, CONFIGS, states) as (reference, rigs):
         for _ in range(args.rounds):
             for cfg in CONFIGS:
                 pb._round(rigs[cfg], *cfg, args.round_seconds, states[cfg], reference)

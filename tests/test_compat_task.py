@@ -146,6 +146,21 @@ def test_a_compat_bench_attaches_once_counts_each_run_s_hits_and_leaves_nothing_
 
 
 @native
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to run the task on another one")
+def test_a_compat_bench_s_probe_bound_to_one_cpu_counts_a_task_on_another():
+    """CompatBench's event is perf's pid -1 on one CPU; the host says its BPF program still counts every hit
+    of a 32-bit task pinned to another CPU (the price benches' children run wherever they are put)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    try:
+        os.sched_setaffinity(0, {cpus[0]})  # the event binds to the lowest CPU this process may use
+        with compat.CompatBench(3000, "target", "uprobe") as bench:
+            os.sched_setaffinity(0, {cpus[1]})  # the child inherits this
+            assert [bench.run().hits for _ in range(2)] == [3000, 3000]
+    finally:
+        os.sched_setaffinity(0, set(cpus))
+
+
+@native
 def test_this_host_runs_32_bit_programs():
     assert compat.compat_reason() is None
 

@@ -314,8 +314,9 @@ def _round(rig: Rig, bench: str, consumers: int, budget_s: float, state: dict,
 
 @contextlib.contextmanager
 def attached_compat(bench: str, state: dict) -> Iterator[CompatBench]:
-    """A 32-bit task's bench (:mod:`.compat`) for the whole block: its run sized from a short one (which
-    also warms the file's page cache), then its program and probe set up once (:class:`.compat.CompatBench`)."""
+    """A 32-bit task's bench (:mod:`.compat`) for the whole block: its run sized from a short probed run
+    (a program of its own: the call count is built into the program), then its program and probe set up
+    once (:class:`.compat.CompatBench`)."""
     probe = COMPAT_BENCHES[bench]
     first = run_compat(2000, "target", probe)
     state["calls"] = max(1000, int(COMPAT_RUN_NS * first.calls / max(first.loop_ns, 1)))
@@ -337,6 +338,19 @@ def _compat_round(compat_bench: CompatBench, bench: str, budget_s: float, state:
             raise RuntimeError(f"{bench}: the BPF consumer counted {run.hits} hits, fewer than {calls} calls")
         state["rounds"][-1].append(run.mops)
         state["refs"][-1].append(reference())
+
+
+@contextlib.contextmanager
+def attached_run(arch: str, configs, states: dict) -> Iterator[tuple[Callable[[], float], dict]]:
+    """For the block: this thread pinned to one CPU, the reference attached (:func:`reference_probe`) and
+    every configuration set up once (:func:`attached_config`, :func:`attached_compat`); yields (the
+    reference's one-interval function, {configuration: what its rounds run on}). All detached on the way out."""
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(pinned_to_one_cpu())
+        reference = stack.enter_context(reference_probe(stack.enter_context(NativeCode(arch))))
+        rigs = {cfg: stack.enter_context(attached_compat(cfg[0], states[cfg]) if cfg[0] in COMPAT_BENCHES
+                                         else attached_config(arch, *cfg, states[cfg])) for cfg in configs}
+        yield reference, rigs
 
 
 def measure_price_rows(configs=PRICE_CONFIGS, rel_tol: float = REL_TOL, budget_s: float = 6.0,
@@ -368,11 +382,7 @@ def measure_price_rows(configs=PRICE_CONFIGS, rel_tol: float = REL_TOL, budget_s
     if clash:
         raise LabError(f"{', '.join(clash)} probe the reference's own function {ref_target}")
     states = {cfg: {} for cfg in configs}
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(pinned_to_one_cpu())
-        reference = stack.enter_context(reference_probe(stack.enter_context(NativeCode(arch))))
-        rigs = {cfg: stack.enter_context(attached_compat(cfg[0], states[cfg]) if cfg[0] in COMPAT_BENCHES
-                                         else attached_config(arch, *cfg, states[cfg])) for cfg in configs}
+    with attached_run(arch, configs, states) as (reference, rigs):
         for rnd in range(MAX_ROUNDS_FACTOR * rounds):
             for cfg in configs:
                 if cfg[0] in COMPAT_BENCHES:
