@@ -24,6 +24,10 @@ class KernelVersion:
     # on perf/urgent (peterz/queue, 2026-07-02) for 7.2; Debian's 7.2.6 and 7.2.13 have it and 6.18.15
     # has not (verify/x86_kernels.py, data/x86_kernels_referee.json)
     optimize_nop10: bool = False
+    # 7.2 d9a48e77f6fe "uprobes/x86: Allow to copy uprobe trampolines on fork" (same series and queue): a
+    # forked child keeps the [uprobes-trampoline] pages its copied text calls; 6.18 maps them VM_DONTCOPY,
+    # so a child calling an optimised site calls an unmapped page (this 6.18 host: SIGSEGV)
+    copy_uprobe_trampolines_on_fork: bool = False
     # 6.19 8a5c6cbfe4a3 "x86/insn,uprobes,alternative: Unify insn_is_nop()" (tip perf/core Oct 2025,
     # merged for 6.19 with perf-core-2025-12-01): branch_setup_xol_ops emulates what insn_is_nop()
     # recognises (NOP but not PAUSE or REX.B NOP, NOPL, native-size mov %reg,%reg, lea 0(%reg),%reg,
@@ -62,7 +66,8 @@ KERNELS = {
     "6.11": KernelVersion("6.11", True, False, False, False, ip_change_skips_insn=False, arm64_simulate_nop=False),
     "6.16": KernelVersion("6.16", True, True, False, False, ip_change_skips_insn=False),
     "6.18": KernelVersion("6.18", True, True, True, True),
-    "7.2": KernelVersion("7.2", True, True, False, True, optimize_nop10=True, insn_is_nop=True),
+    "7.2": KernelVersion("7.2", True, True, False, True, optimize_nop10=True, insn_is_nop=True,
+                         copy_uprobe_trampolines_on_fork=True),
 }
 # Not modelled: 6.13 dd1a7567784e "uprobes: SRCU-protect uretprobe lifetime (with timeout)" made each return
 # instance dearer (SRCU lock/unlock, a mod_timer, kfree_rcu) and 6.14 8622e45b5da1 reuses them; the events per

@@ -23,7 +23,7 @@ from .sites import Mapping, mapping_at
 from .stepper import Stepper
 from .trace import Trace
 from .interrupt import close_retired, deliver, retire_on_collect, sigint_stops
-from .uprobes import MmUprobes, UprobeTask, uprobe_abort_xol
+from .uprobes import MmUprobes, UprobeTask, uprobe_abort_xol, uprobe_dup_mmap
 DEFAULT_MAX_INSNS = 10_000_000  # every run is guarded: no emulation can spin forever
 RUN_SLICE = 2_000_000  # instructions per emu_start: Ctrl-C is acted on between two (well under 1 s)
 
@@ -230,7 +230,8 @@ class EmulatedProcess:
         return self.reg_read(self.SP)
 
     # --- memory ---
-    def map(self, name: str, start: int, size: int, perms: str = "r-xp", data: bytes = b"") -> Mapping:
+    def map(self, name: str, start: int, size: int, perms: str = "r-xp", data: bytes = b"",
+            dontcopy: bool = False) -> Mapping:
         if start % PAGE_SIZE or size % PAGE_SIZE or size <= 0:
             raise LabError(f"mapping {name!r} must be page aligned: start={start:#x} size={size:#x}")
         for m in self.mappings:
@@ -244,7 +245,7 @@ class EmulatedProcess:
         if data:
             self.uc.mem_write(start, bytes(data))
         self.uc.mem_protect(start, size, prot or UC_PROT_READ)
-        mapping = Mapping(start, start + size, perms, name)
+        mapping = Mapping(start, start + size, perms, name, dontcopy=dontcopy)
         self.mappings.append(mapping)
         self.mappings.sort(key=lambda m: m.start)
         return mapping
@@ -430,6 +431,51 @@ class EmulatedProcess:
             self._unfinished = False
         if interrupt.pending:
             deliver(interrupt)
+
+    # --- fork ---
+    def fork_options(self) -> dict:
+        """The constructor's options that made this process (the arch subclass adds its own), for fork."""
+        return {"record": self.trace.record}
+
+    def fork(self) -> "EmulatedProcess":
+        """A child as fork() makes it: twin of dup_mm() and dup_mmap() in kernel/fork.c.
+
+        Every mapping is copied, byte for byte as it is now (text with its int3s and optimised calls
+        included), except those mapped VM_DONTCOPY: ``[uprobes]`` always, and x86's
+        ``[uprobes-trampoline]`` before 7.2. The registers are the parent's; ``uprobe_dup_mmap`` gives
+        the child the parent's probes. The child has its own trace and starts with no return instances.
+
+        What the lab leaves out: the fork syscall itself (call ``fork()`` between two calls, not from
+        inside one, so no return instance is pending and ``uprobe_copy_process`` has nothing to copy),
+        copy-on-write (each side gets its own copy at once; a shared mapping is copied too), and the
+        kernel's later reach from one process to the other: in the kernel a probe is on the file, so
+        registering or removing one reaches every process mapping it; here each keeps its own probes,
+        with the same consumer objects, from the fork on.
+        """
+        if self._running:
+            raise LabError("fork() is called between two calls of the process, not from a consumer, filter or "
+                           "syscall handler running inside one")
+        if self.signal:
+            raise ProcessKilled(f"the process died of {self.signal} ({self.signal_reason}): a dead process does not fork")
+        if self._unfinished:
+            self.abandon_run()
+        child = type(self)(self.kernel, **self.fork_options())
+        for m in self.mappings:
+            if m.dontcopy:
+                continue
+            data = self.read_page(m.start, m.end - m.start)
+            if child.find_mapping(m.name) == m:  # what every new process maps itself ([stack])
+                child.write(m.start, data)
+            else:
+                child.map(m.name, m.start, m.end - m.start, m.perms, data)
+        child.program = self.program
+        child.syscalls = dict(self.syscalls)
+        regs, theirs = self.regs(), child.regs()
+        for name, value in regs.as_dict().items():
+            theirs.set(name, value)
+        theirs.flush()
+        uprobe_dup_mmap(self, child)
+        return child
 
     # --- calls, for notebooks and tests ---
     def prepare_call(self, target, *args: int) -> tuple[int, int]:

@@ -28,6 +28,7 @@ class Mapping:
     perms: str  # e.g. "r-xp"
     name: str
     offset: int = 0  # file offset (0 for the emulator's anonymous and special mappings)
+    dontcopy: bool = False  # VM_DONTCOPY: a forked child does not get this mapping (dup_mmap skips it)
 
     def __contains__(self, addr: int) -> bool:
         return self.start <= addr < self.end
@@ -58,3 +59,20 @@ def calls_uprobe_trampoline(site: bytes, site_addr: int, maps) -> bool:
     target = call_target(site, site_addr)
     mapping = mapping_at(maps, target) if target is not None else None
     return mapping is not None and mapping.name == UPROBES_TRAMPOLINE
+
+
+def site_state(site: bytes, site_addr: int, maps) -> str:
+    """An x86 probe site in words, without addresses: ``int3``, ``call [uprobes-trampoline]`` (7.2:
+    ``lea; call [uprobes-trampoline]``), ``call into an unmapped page`` (a forked child's
+    optimised site on 6.18), or the bytes (pass ten: enough for a nop10)."""
+    lea = site[:LEA_INSN_SIZE] == LEA_RSP_MINUS_0X80
+    call, call_addr = (site[LEA_INSN_SIZE:], site_addr + LEA_INSN_SIZE) if lea else (site, site_addr)
+    target = call_target(call, call_addr)
+    if target is not None:
+        mapping = mapping_at(maps, target)
+        where = mapping.name if mapping is not None and mapping.name in SPECIAL_MAPPINGS else (
+            "into an unmapped page" if mapping is None else "another mapping")
+        return ("lea; " if lea else "") + f"call {where}"
+    if site[:1] == b"\xcc":
+        return "int3"
+    return site.hex()

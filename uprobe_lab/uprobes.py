@@ -254,6 +254,23 @@ def unapply_uprobe(proc, uprobe: Uprobe) -> None:
     proc.mm.recalc = True
 
 
+def uprobe_dup_mmap(oldproc, newproc) -> None:
+    """At fork (dup_mmap), after the mappings are copied: twin of uprobe_dup_mmap().
+
+    The kernel only marks the child's mm (MMF_HAS_UPROBES, and MMF_RECALC_UPROBES so that a lookup
+    miss checks again): its probes are the file's, and the copied text already holds their int3s and
+    optimised calls. The lab keys probes per process, so the child gets its own copy of each, with
+    the same analysed instruction and consumers and the breakpoint as the copied text has it. The
+    trampoline pages it keeps are those its copy of the mappings holds (7.2: all; 6.18: none).
+    """
+    old, new = oldproc.mm, newproc.mm
+    if old.has_uprobes:
+        new.has_uprobes = new.recalc = True
+    new.probes = {vaddr: Uprobe(vaddr, p.auprobe, list(p.consumers), p.symbol, p.applied)
+                  for vaddr, p in old.probes.items()}
+    new.tramps = [t for t in old.tramps if newproc.mapping_at(t) is not None]
+
+
 def filter_chain(proc, uprobe: Uprobe) -> bool:
     return any(c.filter is None or c.filter(proc) for c in uprobe.consumers)
 
@@ -270,8 +287,8 @@ def get_xol_area(proc) -> XolArea:
         page = bytearray(PAGE_SIZE)
         tramp = arch.arch_uretprobe_trampoline(proc)
         page[: len(tramp)] = tramp
-        # VM_EXEC|VM_MAYEXEC: execute-only, as /proc/PID/maps shows it ("--xp")
-        proc.map(UPROBES, vaddr, PAGE_SIZE, "--xp", bytes(page))
+        # VM_EXEC|VM_MAYEXEC: execute-only, as /proc/PID/maps shows it ("--xp"); VM_DONTCOPY: not forked
+        proc.map(UPROBES, vaddr, PAGE_SIZE, "--xp", bytes(page), dontcopy=True)
         area = XolArea(vaddr, arch.UPROBE_XOL_SLOT_BYTES, [True] + [False] * (slots - 1))
         proc.mm.xol_area = area
     return area

@@ -85,6 +85,10 @@ class Arm64Process(EmulatedProcess):
     def stp(self) -> str:
         return self.arch_ops.stp
 
+    def fork_options(self) -> dict:
+        return {**super().fork_options(), "count_insns": self.count_insns, "stp": self.stp,
+                "stp_store": self.stp_store, "mte": self.arch_ops.mte, "sp_alignment_check": self.sp_alignment_check}
+
     # --- hardware -> kernel entries ---
     def _on_insn(self, uc, address, size, user_data):
         if self.single_step:

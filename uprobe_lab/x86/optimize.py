@@ -23,12 +23,15 @@ and leaves ``e8 rel32`` in bytes 5..9: a thread already past the lea must still 
 Each write and each sync is counted (``text_patches``, ``cpu_syncs``) and kept, with what a CPU
 entering the site at that moment would decode, in ``patch_log(proc)``.
 
+A forked child (``EmulatedProcess.fork``) inherits the rewritten site with the text, but 6.18 maps the
+trampoline VM_DONTCOPY, so the child's call goes to an unmapped page (SIGSEGV, as the host shows); 7.2
+(d9a48e77f6fe "uprobes/x86: Allow to copy uprobe trampolines on fork") copies it.
+
 Also here, clearly apart from the merged forms: ``sys_uprobe_sigill``, the RFC/v1 behaviour for a
 caller outside the trampoline (SIGILL instead of 6.18's -ENXIO / 7.2's -EPROTO).
 
 What the lab leaves out: shadow stacks (shstk_pop/shstk_push), the mmap lock and its speculative
-lookup, seccomp, the ``.mremap`` hook, compat tasks, fork (7.2 copies trampolines into the child),
-the write verification callback (verify_insn) and the page-cache write path of ``uprobe_write``
+lookup, seccomp, the ``.mremap`` hook, compat tasks, the write verification callback (verify_insn) and the page-cache write path of ``uprobe_write``
 (the lab writes the text directly and counts the write).
 """
 from __future__ import annotations
@@ -135,7 +138,8 @@ def get_uprobe_trampoline(proc, vaddr: int) -> int | None:
     tramp = find_nearest_trampoline(proc, vaddr)
     if tramp is None:
         return None
-    proc.map(TRAMP_NAME, tramp, PAGE_SIZE, "r-xp", uprobe_trampoline_code(proc.kernel.optimize_nop10))
+    proc.map(TRAMP_NAME, tramp, PAGE_SIZE, "r-xp", uprobe_trampoline_code(proc.kernel.optimize_nop10),
+             dontcopy=not proc.kernel.copy_uprobe_trampolines_on_fork)  # 6.18: VM_DONTCOPY|VM_IO
     proc.mm.tramps.insert(0, tramp)
     return tramp
 

@@ -75,6 +75,7 @@ class X86Process(EmulatedProcess):
         # True: the kernel treats this as a 32-bit task, whose uretprobes return through an int3 on every
         # version (the code the lab runs stays 64-bit; see arch_uretprobe_trampoline)
         self.compat_task = compat_task
+        self.count_insns = count_insns
         self.syscalls.update(syscalls.syscall_table(self.kernel))
         self.map("[stack]", STACK_TOP - STACK_SIZE, STACK_SIZE, "rw-p")
         self._syscall_tf_ip = None  # a syscall executed with TF set: where its (delayed) step trap is due
@@ -84,6 +85,10 @@ class X86Process(EmulatedProcess):
         self.uc.hook_add(UC_HOOK_INSN, self._on_syscall, None, 1, 0, X.UC_X86_INS_SYSCALL)
         if count_insns:
             self.uc.hook_add(UC_HOOK_CODE, self._on_insn)
+
+    def fork_options(self) -> dict:
+        return {**super().fork_options(), "count_insns": self.count_insns,
+                "uretprobe_saves_regs": self.uretprobe_saves_regs, "compat_task": self.compat_task}
 
     # --- hardware -> kernel entries ---
     def _on_insn(self, uc, address, size, user_data):
