@@ -170,6 +170,24 @@ def test_summary_names_each_kernels_sites_and_answers(recorded):
     assert by_line["7.2"]["nop10 site"] == "lea -0x80(%rsp),%rsp; call [uprobes-trampoline]"
     assert by_line["7.3"]["syscall 336"] == "-EPROTO" and by_line["6.1"]["nop10 site"] == "refused"
     assert all(a.split("/")[0] == a.split("/")[1] for a in table["agree with the lab"])
+    fork = table["forked child at the optimised site"]
+    assert [fork[i] for i in range(len(table))] == ["no site optimised"] * 3 + [
+        "SIGSEGV, its site: call into an unmapped page"] + ["exit 0, its site: lea; call [uprobes-trampoline]"] * 2
+
+
+def test_a_forked_child_keeps_no_xol_area_and_on_618_no_trampoline(recorded):
+    # __create_xol_area() maps [uprobes] VM_DONTCOPY on every line; 6.18's create_uprobe_trampoline() maps
+    # [uprobes-trampoline] VM_DONTCOPY too, and 7.2's d9a48e77f6fe lets fork copy it
+    for line, r in recorded.items():
+        ret = r["fork"]["uprobe_target_ret"]
+        assert (ret["child maps"], ret["child"], ret["child hits"], ret["child maps after"]) == (
+            "none", "exit 0", 2, UPROBES), line
+    nop5 = recorded["6.18"]["fork"]["uprobe_target_nop5"]
+    assert (nop5["parent maps"], nop5["child maps"], nop5["child"], nop5["child hits"]) == (TRAMPOLINE, "none",
+                                                                                            "SIGSEGV", 0)
+    for line in ("7.2", "7.3"):
+        nop10 = recorded[line]["fork"]["uprobe_target_nop10"]
+        assert (nop10["child maps"], nop10["child"], nop10["child hits"]) == (TRAMPOLINE, "exit 0", 2), line
 
 
 def test_verify_kernels_command_judges_what_the_referee_returns(recorded, monkeypatch, tmp_path, capsys):
@@ -181,7 +199,7 @@ def test_verify_kernels_command_judges_what_the_referee_returns(recorded, monkey
     assert main(["verify", "--kernels", "6.18", "--record", str(out)]) == 0
     assert asked == [("6.18",)]
     text = capsys.readouterr().out
-    assert "6.18.15+deb13-amd64" in text and "25 of 25 answers agree across 1 kernels" in text
+    assert "6.18.15+deb13-amd64" in text and "42 of 42 answers agree across 1 kernels" in text
     assert K.load_recording(out) == [recorded["6.18"]]
     # an answer the lab does not share: exit status 2 and the row that differs
     wrong = {**recorded["6.18"], "scheme": {**recorded["6.18"]["scheme"], "syscall_336": -71}}

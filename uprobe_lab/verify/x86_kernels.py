@@ -8,7 +8,9 @@ is booted under QEMU (:mod:`.x86_boot`) and, inside, the lab's own native code a
   is a probed nop5 rewritten into a call, is a nop10 refused or rewritten into ``lea; call``;
 * for each bench of :data:`BENCHES`, in a fresh process, what :func:`uprobe_lab.native.compare` snapshots
   after a hundred hits: the probe site's bytes, the ``[uprobes]`` and ``[uprobes-trampoline]`` mappings,
-  their trampolines' bytes and the used XOL slots; or that the kernel refused the probe at attach.
+  their trampolines' bytes and the used XOL slots; or that the kernel refused the probe at attach;
+* what a forked child inherits from a probed process (:mod:`uprobe_lab.native.fork`): its copy of the
+  probe site, its uprobe mappings, and whether calling the site kills it (6.18's optimised nop5) or hits.
 
 :func:`judge` sets those answers beside the emulator's for the rules
 :func:`uprobe_lab.kernel.kernel_for_release` gives that release. The emulator's speed and the guest's are
@@ -72,6 +74,7 @@ def _snapshot_in_child(bench: str) -> dict:
 
 def guest_report() -> dict:
     """What this kernel does (run inside the guest, as root): release, scheme answers, snapshots."""
+    from ..native.fork import fork_report_here
     from ..native.scheme import detect_scheme
     from ..native.support import check_native_support
 
@@ -79,7 +82,9 @@ def guest_report() -> dict:
     # snapshots first: from 7.2 a forked child inherits the parent's [uprobes-trampoline] (seen on the 7.3
     # guest), which detect_scheme's nop10 probe would create
     snapshots = {b: _snapshot_in_child(b) for b in BENCHES}
-    return {"release": os.uname().release, "scheme": detect_scheme().as_dict(), "snapshots": snapshots}
+    fork = fork_report_here()  # each site in a forked child of this process, which holds no probe yet
+    return {"release": os.uname().release, "scheme": detect_scheme().as_dict(), "snapshots": snapshots,
+            "fork": fork}
 
 
 # --- on this machine ------------------------------------------------------------------------------
@@ -116,6 +121,7 @@ def judge(report: dict) -> pd.DataFrame:
     """Rows (line, bench, what, kernel, lab, same) of one guest report against the lab's rules for it."""
     from ..arches import make_process
     from ..native.compare import compare
+    from ..native.fork import compare_fork, emulated_fork_report
     from ..usdt import emulated_syscall_336
 
     rules = lab_rules(report)
@@ -129,6 +135,8 @@ def judge(report: dict) -> pd.DataFrame:
         for r in compare(host, lab).itertuples(index=False):
             if r.what not in ("kernel", "probe site bytes"):  # addresses differ; "probe site" compares the form
                 rows.append((bench, r.what, r.host, r.emulator))
+    for r in compare_fork(report["fork"], emulated_fork_report(rules)).itertuples(index=False):
+        rows.append((f"fork, {r.site}", r.what, r.kernel, r.lab))
     out = pd.DataFrame(rows, columns=["bench", "what", "kernel", "lab"])
     out["same"] = [str(k) == str(v) for k, v in zip(out["kernel"], out["lab"])]
     out.insert(0, "line", report["line"])
@@ -172,6 +180,14 @@ def _return_trampoline(code: str) -> str:
     return code
 
 
+def _forked_child(fork: dict) -> str:
+    """What a child forked after the optimisation does at the optimised site, or that none was optimised."""
+    for answers in fork.values():
+        if answers.get("parent site", "").endswith("call [uprobes-trampoline]"):
+            return f"{answers['child']}, its site: {answers['child site']}"
+    return "no site optimised"
+
+
 def summary(reports: list[dict]) -> pd.DataFrame:
     """One row per kernel: what it did to each probe site after the hits, syscall 336's answer, the
     uretprobe's return trampoline, and how many of its answers agree with the lab."""
@@ -187,6 +203,7 @@ def summary(reports: list[dict]) -> pd.DataFrame:
                      "nop10 site": _site(snaps["uprobe-nop10"], r["scheme"]["nop10_rewritten"]),
                      "syscall 336": describe_syscall_result(r["scheme"]["syscall_336"]),
                      "return trampoline": _return_trampoline(ret),
+                     "forked child at the optimised site": _forked_child(r["fork"]),
                      "agree with the lab": f"{int(verdicts['same'].sum())}/{len(verdicts)}"})
     return pd.DataFrame(rows)
 
