@@ -121,3 +121,29 @@ answer = ("uretprobe-nop5", "6.18", {k: bill.get(k, 0) for k in ("exceptions", "
     judge=bench_bill(("exceptions", "syscalls"), NOP5_BENCHES, "a nop5 bench"),
     why=lambda lab: "The emulator ran the bench to its steady state on that kernel.",
 )
+
+
+def _child_fates() -> dict[str, str]:
+    """The fate of a child forked after the optimisation, calling the optimised site once: per kernel."""
+    from ..native.fork import emulated_fork_report
+
+    return {k: emulated_fork_report(k)[site]["child"]
+            for k, site in (("6.18", "uprobe_target_nop5"), ("7.2", "uprobe_target_nop10"))}
+
+
+exercise(
+    id="03.6", kind="predict", title="A child forked after the optimisation",
+    question="A process hits its probe twice, so the site is optimised (6.18: the nop5; 7.2: the nop10), then "
+             "forks. The child calls the site. Does the child live? Answer per kernel with `\"exit 0\"` or the "
+             "signal that kills it: `{\"6.18\": ..., \"7.2\": ...}`.",
+    hint="fork() copies the text pages with the call in them. Does it copy the page the call goes to? Look "
+         "for VM_DONTCOPY where each kernel maps `[uprobes-trampoline]`.",
+    solution="""from uprobe_lab.native.fork import emulated_fork_report
+answer = {"6.18": emulated_fork_report("6.18")["uprobe_target_nop5"]["child"],
+          "7.2": emulated_fork_report("7.2")["uprobe_target_nop10"]["child"]}""",
+    explanation="6.18 maps the trampoline VM_DONTCOPY, so the child's copy of the site calls an unmapped page: "
+                "SIGSEGV. 7.2 copies the trampoline on fork and the child's call is a probe hit.",
+    expected=_child_fates,
+    judge=j.per_item(str, j.value(), lambda k, v: f"the child's fate is {v}"),
+    why=lambda e: "The emulator forked after two hits and called the child's copy of the site.",
+)

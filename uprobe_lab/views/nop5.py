@@ -220,3 +220,28 @@ def stack_at_sys_uprobe(kernel="6.18") -> pd.DataFrame:
         rows.insert(4, {"address": f"{captured['sp'] + 32:#x}..", "offset from sp": "+0x20..+0x9f",
                         "value": "(untouched)", "what": "the probed code's red zone: 0x80 bytes the lea stepped over"})
     return pd.DataFrame(rows)
+
+
+def fork_table(kernels=("6.18", "7.2"), host: bool = True) -> pd.DataFrame:
+    """A child forked after its parent's probes were hit (uprobe_lab.native.fork), one row per kernel and
+    accepted site: the emulator on each of ``kernels``, then this host's kernel when it can run probes (a
+    row saying why not, when it cannot)."""
+    from ..native import NativeUnavailable
+    from ..native.fork import emulated_fork_report, host_fork_report
+    from ..native.host import kernel_release
+
+    reports = [(f"lab {k}", emulated_fork_report(k)) for k in kernels]
+    if host:
+        try:
+            reports.append((f"this host ({kernel_release()})", host_fork_report()))
+        except (NativeUnavailable, RuntimeError) as err:
+            return pd.concat([_fork_rows(reports), pd.DataFrame([{"who": "this host", "site": f"not asked: {err}"}])],
+                             ignore_index=True).fillna("")
+    return _fork_rows(reports)
+
+
+def _fork_rows(reports) -> pd.DataFrame:
+    rows = [{"who": who, "site": site.removeprefix("uprobe_target_"),
+             **{k: v for k, v in answers.items() if k != "attach"}}
+            for who, report in reports for site, answers in report.items() if answers.get("attach") == "accepted"]
+    return pd.DataFrame(rows)
