@@ -9,12 +9,13 @@ uprobe on one target; syscall-count; usermode-count; uprobe-ret; a shared vs a p
 which is free on a 64-bit kernel without HIGHMEM; the two wakes' common work is priced apart as
 ``futex_wake``, which no published bench pays; ``uretprobe-nop-compat`` next to ``uprobe-nop-compat``, a
 32-bit task's probes, whose uretprobes still return through an int3: the 6.10 return path on this kernel),
-and fitted (:func:`host_profile`) into that host's price list with its posterior covariance. Two
+and fitted (:func:`host_profile`) into that host's price list with its posterior covariance. Three
 recordings are bundled, each made on the machine it describes: ``uprobe_lab/data/host_prices_6.18.json``
-(an Intel Xeon VM; the one a notebook falls back to where it cannot measure) and
+(an Intel Xeon VM; the one a notebook falls back to where it cannot measure),
 ``host_prices_6.18_amd_epyc.json`` (an AMD EPYC VM, recorded by an earlier version of the benches: before
 the 32-bit task's rows, and with rounds not yet levelled, so its rows state errors about ten times
-smaller; every fit floors a row's error at 2% anyway).
+smaller; every fit floors a row's error at 2% anyway) and ``host_prices_6.18_xeon_b.json`` (another kind
+of Intel Xeon VM, where a probe hit costs less than half as much, by the benches as they now are).
 
 A published CPU's prior (:func:`carried_prior`) is that host posterior scaled by ``s``, the median over
 the CPU's fit rows of (published ns per hit) / (host model's ns per hit for the same bench and kernel):
@@ -52,7 +53,7 @@ from .prices import PRICE_NAMES, events_for, fixed_ns, modelled_kernel, price_co
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 HOST_PRICES_PATH = DATA / "host_prices_6.18.json"
-HOST_RECORDING_PATHS = (HOST_PRICES_PATH, DATA / "host_prices_6.18_amd_epyc.json")
+HOST_RECORDING_PATHS = (HOST_PRICES_PATH, DATA / "host_prices_6.18_amd_epyc.json", DATA / "host_prices_6.18_xeon_b.json")
 TRANSFER_LOG_SD = 0.4
 CROSS_ARCH_LOG_SD = 0.4
 NOT_CARRIED_VIRTUALISED = {"xol_step": "not carried: this host is virtualised and the hypervisor intercepts "

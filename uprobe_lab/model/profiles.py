@@ -98,11 +98,13 @@ def moved_heldout(rows: pd.DataFrame) -> list[tuple]:
 
 @functools.lru_cache(maxsize=None)
 def recorded_hosts() -> tuple[tuple[pd.DataFrame, bool, str], ...]:
-    """The bundled host recordings, each as (rows, virtualised, cpu model)."""
+    """The bundled host recordings, each as (rows, virtualised, label): the label is the CPU model and the
+    kernel build, since two machines may share a CPU model."""
     out = []
     for path in HOST_RECORDING_PATHS:
         rec = load_host_recording(path)
-        out.append((host_frame(rec["rows"]), bool(rec["host"].get("virtualized")), rec["host"]["cpu_model"]))
+        label = f"{rec['host']['cpu_model']}, {rec['host']['kernel']}"
+        out.append((host_frame(rec["rows"]), bool(rec["host"].get("virtualized")), label))
     return tuple(out)
 
 
