@@ -329,23 +329,25 @@ def test_a_price_only_a_dropped_row_pinned_stays_at_its_carried_prior():
     assert lo <= measured <= hi
 
 
-def test_a_virtual_machine_keeps_the_recordings_single_step_price_when_uprobe_ret_is_left_out():
+def test_a_virtual_machine_borrows_the_recordings_single_step_price_when_uprobe_ret_is_left_out():
     """uprobe-ret is the only row that pins xol_step. Left out as noisy on a virtual machine, the step takes the
-    recordings' price (virtual machines too: their hypervisor intercepts #DB as this one's does) and the
-    dropped row's own figure lies inside its predicted interval; on bare metal that price is not carried, so
-    the step is unpinned and the calibration says so."""
+    recordings' price (they are virtual machines too: their hypervisors intercept #DB as this one's does), with
+    the spread of their disagreement: 6.3, 7.9 and 15.0 us on the three recording VMs, so wide once carried that
+    the calibration still says the step is not pinned, and the dropped row's own figure lies inside its predicted
+    interval. On bare metal that price is not carried at all: the step's prior is the uninformative one."""
     rec = model.load_host_recording()
     rows = [dict(r, rel_err=0.3) if r["bench"] == "uprobe-ret" else dict(r) for r in rec["rows"]]
     i = model.PRICE_NAMES.index("xol_step")
     with pytest.warns(UserWarning, match="uprobe-ret x1"):
         vm = calibrate.calibrate(rows, drop_noisy=True, virtualised=True)
-    assert "xol_step" not in fitmod.unpinned(vm) and vm.prior.mean[i] > 1000
+    assert vm.prior.carried[i] and vm.prior.mean[i] > 5000
+    assert all(label in vm.prior.source["xol_step"] for _, _, label in model.profiles.recorded_hosts())
     measured = next(r["mops"] for r in rec["rows"] if r["bench"] == "uprobe-ret")
     _, lo, hi = vm.interval("uprobe-ret", "6.18")
-    assert lo <= measured <= hi and hi < 2 * measured
+    assert lo <= measured <= hi
     with pytest.warns(UserWarning, match="not pinned by these rows.*xol_step"):
         metal = calibrate.calibrate(rows, drop_noisy=True, virtualised=False)
-    assert "xol_step" in fitmod.unpinned(metal)
+    assert "xol_step" in fitmod.unpinned(metal) and not metal.prior.carried[i]
 
 
 def test_a_run_s_speed_spread_widens_every_interval_by_its_share():

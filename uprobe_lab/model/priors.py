@@ -31,12 +31,13 @@ Not carried (uninformative prior instead, said in the profile's report):
 * prices of host rows a held-out row of the target's tables tests (the protocol in :mod:`uprobe_lab.model`;
   :func:`host_rows_excluded`): they are fitted without those rows, so what only they pinned is unpinned;
 * ``xol_step`` when the host is virtualised and the target is not: on the recording VMs a uprobe-ret hit
-  costs 8-9 us against 0.7-0.9 us for an int3 uprobe-nop, and outside uprobes a trap-flag #DB costs
+  costs 8-16 us against 0.4-0.9 us for an int3 uprobe-nop (dearest on the VM that is fastest at the
+  rest, so the step is no multiple of the CPU's speed), and outside uprobes a trap-flag #DB costs
   3.8-5.1 us more than an int3's #BP (``benchmarks/single_step_trap.py``, two runs on an Intel Xeon VM
   of the kind ``data/host_prices_6.18.json`` was recorded on; docs/performance.md): a cost of the
   hypervisor, which a CPU running natively does not pay. A virtual machine calibrated in chapter 06 is
-  likely to pay it too, so there it is carried (with its spread; a measured uprobe-ret
-  row outweighs it).
+  likely to pay it too, so there it is carried (with its spread, which the recordings' disagreement makes
+  about as wide as no prior; a measured uprobe-ret row outweighs it).
 """
 from __future__ import annotations
 
