@@ -15,8 +15,6 @@ Run as ``python -m uprobe_lab.native.compare BENCH [HITS]`` it prints the host s
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from typing import TYPE_CHECKING
 
@@ -28,6 +26,7 @@ from ..sites import SPECIAL_MAPPINGS, UPROBES, UPROBES_TRAMPOLINE, call_target, 
 from ..uprobes import CountingConsumer, uprobe_register
 from ..kernel import modelled_kernel
 from .code import NativeCode
+from .fresh import in_new_python
 from .host import host_snapshot, trampoline_report
 from .perf import UprobeEvent
 from .support import check_native_support
@@ -104,14 +103,7 @@ def host_bench_snapshot(bench: str = "uprobe-nop5", hits: int = DEFAULT_HITS, fr
     check_native_support()
     if not fresh:
         return snapshot_here(bench, hits)
-    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = {**os.environ,
-           "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
-    out = subprocess.run([sys.executable, "-m", __name__, bench, str(hits)], capture_output=True, text=True,
-                         env=env, timeout=120)
-    if out.returncode != 0:
-        raise RuntimeError(f"host snapshot of {bench} failed in the child process:\n{out.stderr.strip()}")
-    return json.loads(out.stdout)
+    return in_new_python(__name__, [bench, str(hits)], f"host snapshot of {bench}")
 
 
 # --- side by side -------------------------------------------------------------------------------

@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 from typing import TYPE_CHECKING
 
@@ -34,6 +33,7 @@ from ..errors import ProcessKilled
 from ..sites import SPECIAL_MAPPINGS, site_state
 from ..uprobes import ENOTSUPP, CountingConsumer, UnprobeableInstruction, uprobe_register
 from .code import NativeCode
+from .fresh import in_forked_child, in_new_python
 from .host import parse_maps, read_mem
 from .perf import UprobeEvent
 from .support import check_native_support
@@ -91,29 +91,7 @@ def fork_report_here(hits: int = HITS) -> dict:
     """{site: answers} of this host's kernel. Each site is asked in a forked child of this process, which
     must hold no uprobe mapping (a 7.2 kernel hands ``[uprobes-trampoline]`` down to a child)."""
     check_native_support()
-    return {name: _in_child(_host_site, name, hits) for name in FORK_SITES}
-
-
-def _in_child(ask, *args) -> dict:
-    """``ask(*args)`` run in a forked child; its answer (a dict) comes back as JSON on a pipe."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(r)
-            answer = ask(*args)
-        except BaseException as err:  # noqa: BLE001 - said to the parent, which raises it
-            answer = {"error": repr(err)}
-        os.write(w, (json.dumps(answer) + "\n").encode())
-        os._exit(0)
-    os.close(w)
-    with os.fdopen(r) as f:
-        text = f.read()
-    os.waitpid(pid, 0)
-    answer = json.loads(text) if text else {"error": "it died before it answered"}
-    if "error" in answer:
-        raise RuntimeError(f"asking the host in a forked child failed: {answer['error']}")
-    return answer
+    return {name: in_forked_child(f"the fork question on {name}", _host_site, name, hits) for name in FORK_SITES}
 
 
 def _host_site(name: str, hits: int) -> dict:
@@ -175,14 +153,7 @@ def _fork_and_call(nc: NativeCode, site: int, hits: int) -> tuple[list[dict], in
 def host_fork_report(hits: int = HITS) -> dict:
     """This host's answers, asked in a new Python process (NativeUnavailable if native probes cannot run)."""
     check_native_support()
-    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = {**os.environ,
-           "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
-    out = subprocess.run([sys.executable, "-m", __name__, str(hits)], capture_output=True, text=True, env=env,
-                         timeout=120)
-    if out.returncode != 0:
-        raise RuntimeError(f"the host's fork report failed in the child process:\n{out.stderr.strip()}")
-    return json.loads(out.stdout)
+    return in_new_python(__name__, [str(hits)], "the host's fork report")
 
 
 # --- side by side -------------------------------------------------------------------------------

@@ -46,30 +46,19 @@ RECORDING = Path(__file__).resolve().parent.parent / "data" / "x86_kernels_refer
 def _snapshot_in_child(bench: str) -> dict:
     """The bench's host snapshot taken in a forked child, so no earlier probe's mappings show
     (compare.host_bench_snapshot starts a new Python instead: some 10 s each under TCG)."""
+    from ..native.fresh import in_forked_child
+
+    return in_forked_child(f"the guest's snapshot of {bench}", _snapshot_or_refusal, bench)
+
+
+def _snapshot_or_refusal(bench: str) -> dict:
     from ..native.compare import snapshot_here
     from ..uprobes import ENOTSUPP
 
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: snapshot, write it, leave without running the parent's cleanup
-        os.close(r)
-        try:
-            snap = snapshot_here(bench, HITS)
-        except OSError as err:
-            snap = {"bench": bench, "refused": REFUSED if err.errno == ENOTSUPP else f"errno {err.errno}: {err}"}
-        except Exception as err:  # noqa: BLE001 - reported to the parent, which raises it
-            snap = {"bench": bench, "error": f"{type(err).__name__}: {err}"}
-        with os.fdopen(w, "w") as f:
-            json.dump(snap, f)
-        os._exit(0)
-    os.close(w)
-    with os.fdopen(r) as f:
-        text = f.read()
-    os.waitpid(pid, 0)
-    snap = json.loads(text)
-    if "error" in snap:
-        raise LabError(f"the guest's snapshot of {bench} failed: {snap['error']}")
-    return snap
+    try:
+        return snapshot_here(bench, HITS)
+    except OSError as err:
+        return {"bench": bench, "refused": REFUSED if err.errno == ENOTSUPP else f"errno {err.errno}: {err}"}
 
 
 def guest_report() -> dict:
