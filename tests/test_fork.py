@@ -161,3 +161,14 @@ def test_fork_report_per_kernel(kernel, fates):
         assert report[name]["child"] == fate
         assert report[name]["child hits"] == (0 if fate == "SIGSEGV" else 2)
         assert report[name]["child maps"] == ("[uprobes-trampoline]" if (kernel, name) == ("7.2", NOP10) else "none")
+
+
+def test_fork_table_shows_each_kernels_accepted_sites():
+    from uprobe_lab.views.nop5 import fork_table
+
+    table = fork_table(host=False).set_index(["who", "site"])
+    assert list(table.index) == [("lab 6.18", "nop5"), ("lab 6.18", "ret"), ("lab 7.2", "nop5"), ("lab 7.2", "nop10"),
+                                 ("lab 7.2", "ret")]  # 6.18 refuses the nop10 at attach
+    assert table.loc[("lab 6.18", "nop5"), "child"] == "SIGSEGV"
+    assert table.loc[("lab 6.18", "nop5"), "child site"] == "call into an unmapped page"
+    assert table.loc[("lab 7.2", "nop10"), "child maps"] == "[uprobes-trampoline]"
