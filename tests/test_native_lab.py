@@ -304,13 +304,44 @@ def test_the_single_step_prior_follows_where_the_rows_were_measured(monkeypatch)
     seen = []
     real = price_benches.calibrate
     monkeypatch.setattr(price_benches, "calibrate", lambda rows, **kw: seen.append(kw["virtualised"]) or real(rows, **kw))
-    monkeypatch.setattr(price_benches, "host_description", lambda: {"virtualized": False})
+    monkeypatch.setattr(price_benches, "host_description",
+                        lambda: {"virtualized": False, "cpu_model": "a bare-metal CPU", "kernel": "6.18.0"})
     for source in (price_benches.MEASURED_HERE, "RECORDED (the bundled one; not measured here: no root)"):
         monkeypatch.setattr(price_benches, "price_rows_or_recorded", lambda budget_s: (rec["rows"], source))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             price_benches.calibrated_or_recorded()
     assert seen == [False, True]
+
+
+def test_a_recording_of_the_machine_being_calibrated_stays_out_of_its_prior(monkeypatch):
+    """Rows measured on a machine a bundled recording was made on would count twice, as prior and as data:
+    that recording leaves the prior and the others stay; with no other recording there is no prior to give. A machine is its CPU model and kernel build, so an
+    AMD VM on the kernel build of the second Intel recording (fc-v1045, as one was) leaves nothing out."""
+    from uprobe_lab.native import price_benches
+    rec = model.load_host_recording()
+    labels = [label for *_, label in model.profiles.recorded_hosts()]
+    mine = model.profiles.machine_label(rec["host"])
+    assert mine == "Intel(R) Xeon(R) Processor, 6.18.44-fc-v669" and mine in labels
+    seen = []
+    real = price_benches.calibrate
+    monkeypatch.setattr(price_benches, "calibrate", lambda rows, **kw: seen.append(real(rows, **kw)) or seen[-1])
+    monkeypatch.setattr(price_benches, "price_rows_or_recorded",
+                        lambda budget_s: (rec["rows"], price_benches.MEASURED_HERE))
+    amd_on_v1045 = {"cpu_model": "AMD EPYC", "kernel": "6.18.44-fc-v1045", "virtualized": True}
+    for host in (rec["host"], amd_on_v1045):
+        monkeypatch.setattr(price_benches, "host_description", lambda host=host: host)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            price_benches.calibrated_or_recorded()
+    here, other = seen
+    assert here.recordings_left_out == [mine] and sorted(here.scales) == sorted(set(labels) - {mine})
+    assert all(mine not in src for src in here.prior.source.values())
+    assert other.recordings_left_out == [] and sorted(other.scales) == sorted(labels)
+    only_mine = model.profiles.recorded_hosts()[:1]
+    monkeypatch.setattr(model.profiles, "recorded_hosts", lambda: only_mine)
+    with pytest.raises(model.LabError, match="every host recording is of Intel.*fc-v669, the machine being fitted"):
+        model.profiles.fit_with_carried_prior(here.fit_rows, "x86_64", [], "this-machine", "x", machine=mine)
 
 
 def test_a_price_only_a_dropped_row_pinned_stays_at_its_carried_prior():

@@ -87,6 +87,7 @@ class Profile:
     warnings: list = field(default_factory=list)
     scales: dict = field(default_factory=dict)  # per host recording: how much slower this CPU is (prior's factor)
     host_excluded: list = field(default_factory=list)  # host rows left out of the prior (protocol rule 2)
+    recordings_left_out: list = field(default_factory=list)  # recordings of the fitted machine itself, not in its prior
     virtualised: bool = False  # for a host profile: measured under a hypervisor
     dropped: list = field(default_factory=list)  # rows a calibration left out as too noisy
     level_sd: float = 0.0  # relative sd of the whole machine's speed over a native run (price_benches)

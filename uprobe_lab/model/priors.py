@@ -25,6 +25,9 @@ price for the change of CPU, and :data:`CROSS_ARCH_LOG_SD` (another 40%, in quad
 architecture is not the host's. Both are stated assumptions, fixed before any held-out comparison.
 Each recording is carried so; the prior is their equal mixture matched to one Gaussian
 (:func:`mixed_prior`): the recordings' disagreement is a measured spread of the ratios between machines.
+A machine calibrated in chapter 06 that is itself one of the recordings' machines (same CPU model and
+kernel build) gets a prior without that recording, so its rows do not count twice
+(:func:`uprobe_lab.model.profiles.fit_with_carried_prior`).
 
 Not carried (uninformative prior instead, said in the profile's report):
 

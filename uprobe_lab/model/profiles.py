@@ -96,25 +96,35 @@ def moved_heldout(rows: pd.DataFrame) -> list[tuple]:
     return out
 
 
+def machine_label(host: dict) -> str:
+    """A machine as the recordings name it: CPU model and kernel build (two kinds of VM share a CPU model,
+    and two CPU models a kernel build: an Intel and an AMD VM both ran 6.18.44-fc-v1045)."""
+    return f"{host['cpu_model']}, {host['kernel']}"
+
+
 @functools.lru_cache(maxsize=None)
 def recorded_hosts() -> tuple[tuple[pd.DataFrame, bool, str], ...]:
-    """The bundled host recordings, each as (rows, virtualised, label): the label is the CPU model and the
-    kernel build, since two machines may share a CPU model."""
+    """The bundled host recordings, each as (rows, virtualised, :func:`machine_label`)."""
     out = []
     for path in HOST_RECORDING_PATHS:
         rec = load_host_recording(path)
-        label = f"{rec['host']['cpu_model']}, {rec['host']['kernel']}"
-        out.append((host_frame(rec["rows"]), bool(rec["host"].get("virtualized")), label))
+        out.append((host_frame(rec["rows"]), bool(rec["host"].get("virtualized")), machine_label(rec["host"])))
     return tuple(out)
 
 
 def fit_with_carried_prior(fit_rows: pd.DataFrame, arch: str, moved: list[tuple], name: str, cpu: str,
-                           target_virtualised: bool = False) -> Profile:
+                           target_virtualised: bool = False, machine: str = "") -> Profile:
     """A profile on ``fit_rows`` whose prior mixes the host recordings' prices, each fitted without the host
     rows ``moved`` tests (:func:`.priors.mixed_prior`), one part per recording (:func:`recorded_hosts`).
-    ``target_virtualised``: the fitted machine runs under a hypervisor (:func:`.priors.carried_prior`)."""
+    ``target_virtualised``: the fitted machine runs under a hypervisor (:func:`.priors.carried_prior`).
+    ``machine``: the :func:`machine_label` of the machine ``fit_rows`` were measured on; a recording of that
+    machine is left out of the prior, since its rows would count twice, once as prior and once as data
+    (``profile.recordings_left_out`` names it)."""
+    hosts = [h for h in recorded_hosts() if h[2] != machine]
+    if not hosts:
+        raise LabError(f"every host recording is of {machine}, the machine being fitted: no prior is left")
     parts, labels, scales, excluded_names = [], [], {}, set()
-    for host_rows, virtualised, label in recorded_hosts():
+    for host_rows, virtualised, label in hosts:
         excluded = host_rows_excluded(host_rows, moved)
         hp = host_profile(host_rows, exclude=excluded, virtualised=virtualised)
         prior, scales[label] = carried_prior(hp, fit_rows, arch, target_virtualised)
@@ -125,6 +135,7 @@ def fit_with_carried_prior(fit_rows: pd.DataFrame, arch: str, moved: list[tuple]
     prof = fit_profile(fit_rows[cols], arch, mixed_prior(parts, labels), name, cpu)
     prof.scales = scales
     prof.host_excluded = sorted(excluded_names)
+    prof.recordings_left_out = [label for *_, label in recorded_hosts() if label == machine]
     return prof
 
 

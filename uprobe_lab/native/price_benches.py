@@ -75,6 +75,7 @@ from typing import Callable, Iterator, NamedTuple
 
 from ..bench import COMPAT_BENCHES, bench_spec
 from ..model import load_host_recording
+from ..model.profiles import machine_label
 from ..process import LabError
 from ..sites import calls_uprobe_trampoline
 from .bench import pinned_to_one_cpu
@@ -458,10 +459,12 @@ def calibrated_or_recorded(cpu: str = "this machine", budget_s: float = 0.6) -> 
     rec = load_host_recording()
     recorded_vm = bool(rec["host"].get("virtualized"))
     try:
-        here_vm = host_description()["virtualized"] if source == MEASURED_HERE else recorded_vm
-        return calibrate(rows, cpu=cpu, drop_noisy=True, virtualised=here_vm), source
+        here = host_description() if source == MEASURED_HERE else rec["host"]
+        return calibrate(rows, cpu=cpu, drop_noisy=True, virtualised=bool(here["virtualized"]),
+                         machine=machine_label(here)), source
     except LabError as err:
-        profile = calibrate(rec["rows"], cpu=rec["host"]["cpu_model"], drop_noisy=True, virtualised=recorded_vm)
+        profile = calibrate(rec["rows"], cpu=rec["host"]["cpu_model"], drop_noisy=True, virtualised=recorded_vm,
+                            machine=machine_label(rec["host"]))
         return profile, f"RECORDED ({rec['label']}): the rows {source} could not be calibrated: {err}"
 
 
