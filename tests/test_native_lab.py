@@ -793,7 +793,7 @@ def test_price_benches_attach_each_configuration_once_on_its_own_copy_and_always
     monkeypatch.setattr(pb, "check_native_support", lambda: "x86_64")
     monkeypatch.setattr(pb, "pinned_to_one_cpu", contextlib.nullcontext)
     monkeypatch.setattr(pb, "NativeCode", _FakeCode)
-    monkeypatch.setattr(pb, "UprobeEvent", FakeEvent)
+    monkeypatch.setattr(pb, "bench_trigger_event", FakeEvent)
     monkeypatch.setattr(pb, "BpfCounter", FakeCounter)
     monkeypatch.setattr(pb, "reference_probe", lambda nc: contextlib.nullcontext(lambda: 1.0))
     monkeypatch.setattr(pb, "calls_uprobe_trampoline", lambda code, addr, maps: False)
@@ -919,7 +919,7 @@ def test_a_reference_whose_consumer_missed_hits_fails_the_run(monkeypatch):
             pass
 
     monkeypatch.setattr(pb, "BpfCounter", Silent)
-    monkeypatch.setattr(pb, "UprobeEvent", lambda path, offset: Silent())
+    monkeypatch.setattr(pb, "bench_trigger_event", lambda path, offset: Silent())
     monkeypatch.setattr(pb, "_interval_calls", lambda nc, addr: 50)
     with pytest.raises(RuntimeError, match="reference's BPF consumer counted 0 runs, fewer than its 100"):
         with pb.reference_probe(Code()) as reference:
@@ -933,3 +933,12 @@ def test_the_native_table_counts_no_page_pin_and_no_futex_wake():
     assert calibrate.native_table_prices("x86_64") == {"user_insn", "exception", "syscall", "handler", "xol_step",
                                                        "return_instance", "uaccess"}
     assert "pin_map" not in calibrate.native_table_prices("arm64")  # the STP patch was never merged
+
+
+def test_bench_events_are_opened_as_the_kernel_bench_opens_its_own():
+    """bench_trigger.c attaches with pid -1 (every task), which libbpf opens on one CPU: the lab's bench
+    events are the same kind, on the CPU its benches pin to, and are not opened until used."""
+    from uprobe_lab.native import perf
+    ev = perf.bench_trigger_event("/bench", 0x40, retprobe=True)
+    assert (ev.path, ev.offset, ev.retprobe, ev.pid, ev.cpu, ev.fd) == (
+        "/bench", 0x40, True, -1, min(os.sched_getaffinity(0)), None)

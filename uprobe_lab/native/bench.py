@@ -2,8 +2,9 @@
 
 Same method as tools/testing/selftests/bpf/bench: a producer calls the target in a tight loop
 while a probe counts hits. Here the loop is the lab's ``producer_loop`` (native code); the probe is a
-perf uprobe event running the bench's kind of BPF program (:mod:`.bpf`: one atomic add to a map
-counter), so a hit costs what it costs in the published rows. Each bench attaches, warms up,
+perf uprobe event, opened for every task as the bench opens its own (:func:`.perf.bench_trigger_event`),
+running the bench's kind of BPF program (:mod:`.bpf`: one atomic add to a map counter), so a hit costs what
+it costs in the published rows. Each bench attaches, warms up,
 then times ``repeats`` intervals of ``iterations`` calls; ``mops`` and ``stddev`` are the mean
 and sample standard deviation of the per-interval rates in M calls/s, as in the bench's
 "Summary: hits X ± Y M/s" line.
@@ -22,7 +23,7 @@ from ..usdt import LIBBPFS, has_uprobe_syscall, usdt_probe_offset
 from .bpf import BpfCounter
 from .code import MAX_CALLS, NativeCode
 from .host import kernel_release, parse_maps
-from .perf import UprobeEvent
+from .perf import bench_trigger_event
 from .scheme import ENOTSUPP, uprobe_syscall_result
 from .support import check_native_support
 
@@ -102,7 +103,7 @@ def run_bench(nc: NativeCode, name: str, iterations: int = DEFAULT_ITERATIONS, r
         offset, why = usdt_offset(nc, bench.target) if bench.probe == "usdt" else (0, None)
         if why:
             row["usdt_probe"] = f"+{offset}: {why}"
-        ev = UprobeEvent(nc.path, nc.offset(bench.target) + offset, retprobe=bench.probe == "uretprobe")
+        ev = bench_trigger_event(nc.path, nc.offset(bench.target) + offset, retprobe=bench.probe == "uretprobe")
         try:
             ev.open()
         except OSError as err:

@@ -33,7 +33,7 @@ from .code import scratch_dir
 from ..sites import mapping_at
 from .errors import NativeUnavailable
 from .host import parse_maps
-from .perf import UprobeEvent
+from .perf import bench_trigger_event
 
 BASE = 0x08048000
 DATA = 0x0804A000  # one page of zeroed data, apart from the code page the probe writes into
@@ -136,18 +136,20 @@ class CompatRun:
 
 class CompatBench:
     """``with CompatBench(calls, func, probe) as bench: bench.run()``: the i386 program written once and
-    its uprobe or uretprobe (``probe``, with a BPF consumer) on ``func`` attached once, for the whole
-    block; each :meth:`run` is one process. The probe sits on the file for every process (perf's
-    pid -1, bound to one CPU this process may use: the uprobe then fires in every task mapping the file,
-    and its BPF program counts each hit whichever CPU the task is on), so a run pays no attach and no
+    its uprobe or uretprobe (``probe``, on ``consumers`` perf events with a BPF consumer each) on ``func``
+    attached once, for the whole block; each :meth:`run` is one process. The probe sits on the file for every
+    process (:func:`.perf.bench_trigger_event`, as the kernel bench attaches: the uprobe then fires in every
+    task mapping the file, and its BPF program counts each hit whichever CPU the task is on), so a run pays no attach and no
     detach, which waits for the kernel (about 0.1 s). The probe, every process and the scratch file are
     released on every way out, Ctrl-C included."""
 
-    def __init__(self, calls: int, func: str = "target", probe: str | None = None):
+    def __init__(self, calls: int, func: str = "target", probe: str | None = None, consumers: int = 1):
         if probe not in (None, "uprobe", "uretprobe"):
             raise ValueError(f"probe is None, 'uprobe' or 'uretprobe', got {probe!r}")
+        if consumers < 1:
+            raise ValueError(f"consumers must be >= 1, got {consumers}")
         self.program = compat_program(calls, func)
-        self.calls, self.func, self.probe = calls, func, probe
+        self.calls, self.func, self.probe, self.consumers = calls, func, probe, consumers
         self._stack = contextlib.ExitStack()
         self._counter = None
         self.path = ""
@@ -161,10 +163,10 @@ class CompatBench:
             os.chmod(self.path, 0o700)
             if self.probe:
                 self._counter = self._stack.enter_context(BpfCounter())
-                event = self._stack.enter_context(UprobeEvent(
-                    self.path, self.program.offset(self.func), retprobe=self.probe == "uretprobe",
-                    pid=-1, cpu=min(os.sched_getaffinity(0))))
-                self._counter.attach(event.fd)
+                for _ in range(self.consumers):  # one perf event each, as the 64-bit consumer scan has
+                    event = self._stack.enter_context(bench_trigger_event(
+                        self.path, self.program.offset(self.func), retprobe=self.probe == "uretprobe"))
+                    self._counter.attach(event.fd)
         except BaseException:
             self._stack.close()
             raise

@@ -294,3 +294,19 @@ class UprobeEvent:
         kind = "uretprobe" if self.retprobe else "uprobe"
         state = f"fd {self.fd}" if self.fd is not None else "closed"
         return f"<UprobeEvent {kind} {self.path}:{self.offset:#x} {state}>"
+
+
+def bench_trigger_event(path: str, offset: int, retprobe: bool = False) -> UprobeEvent:
+    """A uprobe event opened as the kernel bench opens its own: tools/testing/selftests/bpf/benchs/bench_trigger.c
+    attaches with libbpf's ``bpf_program__attach_uprobe(prog, retprobe, -1 /* all PIDs */, ...)``, and
+    libbpf's ``perf_event_open_probe`` opens pid -1 on CPU 0. Here the CPU is the first this process may
+    run on, the one :func:`.bench.pinned_to_one_cpu` pins to (CPU 0 when nothing restricts it). The BPF
+    consumer runs on every hit whichever CPU takes it; only this process maps the lab's bench file.
+
+    Why it matters: for an event of one task (pid 0), every hit runs ``uprobe_perf_filter``
+    (kernel/trace/trace_uprobe.c) under the filter's rwlock, per consumer; an event of every task sets
+    ``nr_systemwide``, which that function checks first, locklessly, and returns. On a 2-core AMD EPYC VM
+    the per-task form cost 15-57 ns more per consumer per hit, over seven runs of the
+    consumer scan both ways (13-59% of a consumer's price; benchmarks/consumer_scans.py)."""
+    return UprobeEvent(path, offset, retprobe=retprobe, pid=-1, cpu=min(os.sched_getaffinity(0)))
+

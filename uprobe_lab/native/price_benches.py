@@ -28,7 +28,9 @@ CPU clock (``CLOCK_THREAD_CPUTIME_ID``: user and kernel time of this thread, so 
 ran on the shared CPU is not counted; what they leave in the caches still is) in short intervals
 (about :data:`INTERVAL_NS`) over :data:`ROUNDS` interleaved rounds that together spend the time budget.
 Each configuration's probes are attached once, for the whole run, on a copy of the bench code of its own
-(:func:`attached_config`): detaching a perf uprobe waits for the kernel, about 0.1 s a probe.
+(:func:`attached_config`): detaching a perf uprobe waits for the kernel, about 0.1 s a probe. Every event is
+opened as the kernel bench opens its own, for every task (:func:`.perf.bench_trigger_event`): an event of
+this task alone would add a lock per consumer to every hit.
 On a virtual CPU the whole machine's speed also moves: on a busy shared host it flips between a fast and
 a slow state (1.27-1.39 times apart on the lab's VM) several times a second, and every path slows
 (benchmarks/reference_level.py). A state lasts tens of milliseconds to seconds, so rounds of
@@ -87,7 +89,7 @@ from .errors import NativeUnavailable
 from .support import check_native_support
 from .example import native_reason
 from .host import host_description, kernel_release, parse_maps
-from .perf import UprobeEvent
+from .perf import bench_trigger_event
 
 CONSUMER_COUNTS = (1, 2, 4, 8)
 # (bench, consumers) in measuring order: the consumer scan first, then one row per other event kind.
@@ -238,7 +240,7 @@ def reference_probe(nc: NativeCode):
     must have run on every timed call, as a configuration's must (:func:`_round`)."""
     target = reference_target(nc.arch)
     addr = nc.addr(target)
-    with BpfCounter() as counter, UprobeEvent(nc.path, nc.offset(target)) as event:
+    with BpfCounter() as counter, bench_trigger_event(nc.path, nc.offset(target)) as event:
         counter.attach(event.fd)
         nc.run(addr, 2000)
         calls = _interval_calls(nc, addr)
@@ -283,8 +285,8 @@ def attached_config(arch: str, bench: str, consumers: int, state: dict) -> Itera
         addr = nc.addr(spec.target)
         counter = stack.enter_context(BpfCounter()) if spec.probe else None
         for _ in range(consumers if spec.probe else 0):
-            event = stack.enter_context(UprobeEvent(nc.path, nc.offset(spec.target),
-                                                    retprobe=spec.probe == "uretprobe"))
+            event = stack.enter_context(bench_trigger_event(nc.path, nc.offset(spec.target),
+                                                            retprobe=spec.probe == "uretprobe"))
             counter.attach(event.fd)
         nc.run(addr, 2000)
         if spec.probe:
@@ -314,14 +316,14 @@ def _round(rig: Rig, bench: str, consumers: int, budget_s: float, state: dict,
 
 
 @contextlib.contextmanager
-def attached_compat(bench: str, state: dict) -> Iterator[CompatBench]:
+def attached_compat(bench: str, consumers: int, state: dict) -> Iterator[CompatBench]:
     """A 32-bit task's bench (:mod:`.compat`) for the whole block: its run sized from a short probed run
-    (a program of its own: the call count is built into the program), then its program and probe set up
-    once (:class:`.compat.CompatBench`)."""
+    (a program of its own: the call count is built into the program), then its program and ``consumers``
+    probes set up once (:class:`.compat.CompatBench`)."""
     probe = COMPAT_BENCHES[bench]
     first = run_compat(2000, "target", probe)
     state["calls"] = max(1000, int(COMPAT_RUN_NS * first.calls / max(first.loop_ns, 1)))
-    with CompatBench(state["calls"], "target", probe) as compat_bench:
+    with CompatBench(state["calls"], "target", probe, consumers=consumers) as compat_bench:
         yield compat_bench
 
 
@@ -335,8 +337,9 @@ def _compat_round(compat_bench: CompatBench, bench: str, budget_s: float, state:
     _new_round(state)
     while len(state["rounds"][-1]) < 2 or time.monotonic() < deadline:
         run = compat_bench.run()
-        if run.hits < calls:
-            raise RuntimeError(f"{bench}: the BPF consumer counted {run.hits} hits, fewer than {calls} calls")
+        if run.hits < calls * compat_bench.consumers:
+            raise RuntimeError(f"{bench} x{compat_bench.consumers}: the BPF consumers counted {run.hits} runs, "
+                               f"fewer than {calls * compat_bench.consumers}")
         state["rounds"][-1].append(run.mops)
         state["refs"][-1].append(reference())
 
@@ -349,7 +352,7 @@ def attached_run(arch: str, configs, states: dict) -> Iterator[tuple[Callable[[]
     with contextlib.ExitStack() as stack:
         stack.enter_context(pinned_to_one_cpu())
         reference = stack.enter_context(reference_probe(stack.enter_context(NativeCode(arch))))
-        rigs = {cfg: stack.enter_context(attached_compat(cfg[0], states[cfg]) if cfg[0] in COMPAT_BENCHES
+        rigs = {cfg: stack.enter_context(attached_compat(*cfg, states[cfg]) if cfg[0] in COMPAT_BENCHES
                                          else attached_config(arch, *cfg, states[cfg])) for cfg in configs}
         yield reference, rigs
 
