@@ -3,8 +3,11 @@
 The C program (generated and compiled in a temp dir, never committed) carries the lab's whole
 bench image in its own .text, page aligned, so the probed instruction, the producer loop and even
 the page offsets are byte-for-byte the lab's. It probes itself through perf_event_open on
-/proc/self/exe, times the same intervals and prints M/s. This script runs it and the lab's
-``run_native_benches`` alternately and prints the lab/C throughput ratio (expected within 10%).
+/proc/self/exe with an event of every task on its pinned CPU (as bench_trigger.c's libbpf attach and the lab
+open theirs), hands the event the lab's BPF consumer (a program of :class:`uprobe_lab.native.bpf.BpfCounter`,
+inherited as a file descriptor: the same consumer, whose map counts the C program's hits), times the same
+intervals and prints M/s. This script runs it and the lab's ``run_native_benches`` alternately and prints
+the lab/C throughput ratio (expected within 10%).
 
     python benchmarks/native_vs_c.py [--bench uprobe-nop] [--iterations N] [--repeats R] [--rounds K]
 
@@ -26,6 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from uprobe_lab.bench import bench_spec  # noqa: E402
 from uprobe_lab.native import NativeUnavailable, check_native_support, run_native_benches  # noqa: E402
 from uprobe_lab.native.arch import load_bench_program  # noqa: E402
+from uprobe_lab.native.bpf import BpfCounter  # noqa: E402
 from uprobe_lab.native.bench import BENCH_NAMES  # noqa: E402
 from uprobe_lab.native.perf import retprobe_bit, uprobe_pmu_type  # noqa: E402
 
@@ -38,6 +42,7 @@ C_MAIN = r"""
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -74,10 +79,12 @@ static double now_ns(void)
 
 int main(int argc, char **argv)
 {
-	if (argc != 8) {
-		fprintf(stderr, "usage: %s pmu_type retbit producer_off target_off retprobe iterations repeats\n", argv[0]);
+	if (argc != 9) {
+		fprintf(stderr, "usage: %s pmu_type retbit producer_off target_off retprobe iterations repeats bpf_prog_fd\n",
+			argv[0]);
 		return 2;
 	}
+	int prog_fd = atoi(argv[8]);
 	int pmu_type = atoi(argv[1]), retbit = atoi(argv[2]), retprobe = atoi(argv[5]);
 	long producer_off = atol(argv[3]), target_off = atol(argv[4]);
 	uint64_t n = strtoull(argv[6], NULL, 0);
@@ -107,14 +114,20 @@ int main(int argc, char **argv)
 	attr.config = retprobe ? 1ULL << retbit : 0;
 	attr.config1 = (uint64_t)(unsigned long)path; /* uprobe_path */
 	attr.config2 = off;                            /* probe_offset */
-	int fd = syscall(__NR_perf_event_open, &attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
+	/* every task, on the pinned CPU: as bench_trigger.c's libbpf attach and the lab open theirs */
+	int fd = syscall(__NR_perf_event_open, &attr, -1, cpu, -1, PERF_FLAG_FD_CLOEXEC);
 	if (fd < 0) {
 		perror("perf_event_open");
 		return 1;
 	}
-	uint64_t c0, c1;
+	if (ioctl(fd, PERF_EVENT_IOC_SET_BPF, prog_fd) < 0) {
+		perror("PERF_EVENT_IOC_SET_BPF");
+		return 1;
+	}
 	loop(n / 10 > 1000 ? n / 10 : 1000, target); /* warm-up; a nop5 is optimised on its first hit */
-	if (read(fd, &c0, 8) != 8)
+	printf("warm\n");
+	fflush(stdout);
+	if (getchar() != 'g') /* the parent reads the consumer's count between warm-up and timing */
 		return 1;
 	double sum = 0, sq = 0;
 	for (int r = 0; r < repeats; r++) {
@@ -124,11 +137,9 @@ int main(int argc, char **argv)
 		sum += mops;
 		sq += mops * mops;
 	}
-	if (read(fd, &c1, 8) != 8)
-		return 1;
 	double mean = sum / repeats;
 	double sd = repeats > 1 ? sqrt((sq - repeats * mean * mean) / (repeats - 1)) : 0;
-	printf("%.6f %.6f %llu\n", mean, sd, (unsigned long long)(c1 - c0));
+	printf("%.6f %.6f\n", mean, sd);
 	close(fd);
 	return 0;
 }
@@ -153,12 +164,22 @@ def build(tmp: str) -> tuple[str, object]:
 
 
 def run_c(exe: str, program, bench: str, iterations: int, repeats: int) -> tuple[float, float, int]:
+    """(mean M/s, stddev, consumer runs over the timed intervals) of one run of the C program."""
     b = bench_spec(bench)
     off = lambda name: program.resolve(name) - program.base  # noqa: E731
-    args = [exe, str(uprobe_pmu_type()), str(retprobe_bit()), str(off("producer_loop")), str(off(b.target)),
-            "1" if b.probe == "uretprobe" else "0", str(iterations), str(repeats)]
-    out = subprocess.run(args, check=True, capture_output=True, text=True).stdout.split()
-    return float(out[0]), float(out[1]), int(out[2])
+    with BpfCounter() as counter:
+        args = [exe, str(uprobe_pmu_type()), str(retprobe_bit()), str(off("producer_loop")), str(off(b.target)),
+                "1" if b.probe == "uretprobe" else "0", str(iterations), str(repeats), str(counter.prog_fd)]
+        with subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              pass_fds=(counter.prog_fd,)) as proc:
+            if proc.stdout.readline().strip() != "warm":
+                raise RuntimeError(f"the C program stopped before timing (exit status {proc.wait()})")
+            before = counter.count()
+            out, _ = proc.communicate("g")
+            if proc.returncode:
+                raise RuntimeError(f"the C program failed (exit status {proc.returncode})")
+        mean, sd = map(float, out.split())
+        return mean, sd, counter.count() - before
 
 
 def main() -> int:
