@@ -34,6 +34,7 @@ from uprobe_lab.native import price_benches  # noqa: E402
 from uprobe_lab.native.bench import pinned_to_one_cpu  # noqa: E402
 from uprobe_lab.native.bpf import BpfCounter  # noqa: E402
 from uprobe_lab.native.code import NativeCode  # noqa: E402
+from uprobe_lab.native.compat import compat_reason  # noqa: E402
 from uprobe_lab.native.perf import UprobeEvent  # noqa: E402
 from uprobe_lab.native.support import check_native_support  # noqa: E402
 
@@ -79,6 +80,9 @@ def event_forms(rounds: int = 20) -> dict:
 
 def tasks(budget_s: float = 2.0) -> dict:
     """{task: ns per hit by consumer count}: the price benches' rows of both tasks' scans."""
+    why = compat_reason()
+    if why:
+        raise SystemExit(f"no 32-bit task to compare with: {why}")
     rows = price_benches.measure_price_rows(configs=[(b, k) for k in CONSUMERS for b in TASKS.values()],
                                             budget_s=budget_s)
     mops = {(r["bench"], r["consumers"]): r["mops"] for r in rows}

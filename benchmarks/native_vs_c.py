@@ -172,6 +172,7 @@ def run_c(exe: str, program, bench: str, iterations: int, repeats: int) -> tuple
                 "1" if b.probe == "uretprobe" else "0", str(iterations), str(repeats), str(counter.prog_fd)]
         with subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                               pass_fds=(counter.prog_fd,)) as proc:
+            # readline then communicate is safe: the program writes nothing between "warm" and reading 'g'
             if proc.stdout.readline().strip() != "warm":
                 raise RuntimeError(f"the C program stopped before timing (exit status {proc.wait()})")
             before = counter.count()

@@ -52,6 +52,8 @@ def test_bad_program_arguments_are_refused():
         compat.compat_program(5, "main")
     with pytest.raises(ValueError, match="probe is None"):
         compat.run_compat(5, "target", "kprobe")
+    with pytest.raises(ValueError, match="consumers must be >= 1, got 0"):
+        compat.CompatBench(5, "target", "uprobe", consumers=0)
 
 
 @pytest.mark.parametrize("kernel", ["6.10", "6.11", "6.16", "6.18", "7.2"])
@@ -143,6 +145,17 @@ def test_a_compat_bench_attaches_once_counts_each_run_s_hits_and_leaves_nothing_
     left = [p for p in set(os.listdir("/proc")) - before
             if p.isdigit() and os.path.exists(f"/proc/{p}/comm") and open(f"/proc/{p}/comm").read().strip() == "compat_bench"]
     assert left == [] and _perf_fds() == fds and _my_scratch_dirs() == dirs
+
+
+@native
+def test_a_compat_bench_with_three_consumers_runs_each_on_every_hit():
+    """The 32-bit side of the consumer scan: three perf events on one site, each with the BPF program, so the
+    shared counter gains three runs per call, and all three events are closed on the way out."""
+    fds = _perf_fds()
+    with compat.CompatBench(700, "target", "uprobe", consumers=3) as bench:
+        assert _perf_fds() == fds + 3
+        assert [bench.run().hits for _ in range(2)] == [2100, 2100]
+    assert _perf_fds() == fds
 
 
 @native

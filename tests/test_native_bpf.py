@@ -10,7 +10,7 @@ from uprobe_lab.bench import bench_spec
 from uprobe_lab.native import NativeUnavailable
 from uprobe_lab.native.bpf import BpfCounter, counter_program, insn
 from uprobe_lab.native.code import NativeCode
-from uprobe_lab.native.perf import UprobeEvent
+from uprobe_lab.native.perf import UprobeEvent, bench_trigger_event
 from native_support import native, require_bpf
 
 
@@ -33,14 +33,17 @@ def test_insn_packs_fields_little_endian():
 
 @native
 @pytest.mark.parametrize("consumers", [1, 3])
-def test_each_bpf_consumer_runs_on_every_hit(consumers):
+@pytest.mark.parametrize("every_task", [False, True], ids=["one task", "every task"])
+def test_each_bpf_consumer_runs_on_every_hit(consumers, every_task):
     """n perf uprobe events on one site, each with the program: the shared counter gains n per call, and
-    the perf events themselves count nothing (the program returns 0, so no perf sample is written).
+    the perf events themselves count nothing (the program returns 0, so no perf sample is written). The
+    same for events of this task and for the benches' events of every task on one CPU.
     Skipped only where bpf(2) itself refuses this process: a program the kernel rejects is a failure."""
     require_bpf()
+    open_event = bench_trigger_event if every_task else UprobeEvent
     with BpfCounter() as counter, NativeCode() as nc, contextlib.ExitStack() as stack:
         spec = bench_spec("uprobe-nop", nc.arch)
-        events = [stack.enter_context(UprobeEvent(nc.path, nc.offset(spec.target))) for _ in range(consumers)]
+        events = [stack.enter_context(open_event(nc.path, nc.offset(spec.target))) for _ in range(consumers)]
         for e in events:
             counter.attach(e.fd)
         nc.run(nc.addr(spec.target), 500)

@@ -937,8 +937,27 @@ def test_the_native_table_counts_no_page_pin_and_no_futex_wake():
 
 def test_bench_events_are_opened_as_the_kernel_bench_opens_its_own():
     """bench_trigger.c attaches with pid -1 (every task), which libbpf opens on one CPU: the lab's bench
-    events are the same kind, on the CPU its benches pin to, and are not opened until used."""
+    events are the same kind, made inside the benches' pinning on the one CPU it leaves, and are not opened
+    until used."""
     from uprobe_lab.native import perf
-    ev = perf.bench_trigger_event("/bench", 0x40, retprobe=True)
-    assert (ev.path, ev.offset, ev.retprobe, ev.pid, ev.cpu, ev.fd) == (
-        "/bench", 0x40, True, -1, min(os.sched_getaffinity(0)), None)
+    from uprobe_lab.native.bench import pinned_to_one_cpu
+    with pinned_to_one_cpu():
+        ev = perf.bench_trigger_event("/bench", 0x40, retprobe=True)
+        assert {ev.cpu} == os.sched_getaffinity(0)
+    assert (ev.path, ev.offset, ev.retprobe, ev.pid, ev.fd) == ("/bench", 0x40, True, -1, None)
+
+
+def test_a_32_bit_configuration_s_consumer_count_reaches_its_bench(monkeypatch):
+    """("uprobe-nop-compat", 4) is the 32-bit side of a consumer scan: attached_run sets its bench up with
+    four consumers, as (bench, 4) sets up four events for a 64-bit configuration."""
+    from uprobe_lab.native import price_benches as pb
+    seen = []
+    monkeypatch.setattr(pb, "pinned_to_one_cpu", contextlib.nullcontext)
+    monkeypatch.setattr(pb, "NativeCode", _FakeCode)
+    monkeypatch.setattr(pb, "reference_probe", lambda nc: contextlib.nullcontext(lambda: 1.0))
+    monkeypatch.setattr(pb, "attached_compat", lambda bench, consumers, state: (
+        seen.append((bench, consumers)), contextlib.nullcontext("bench"))[1])
+    configs = [("uprobe-nop-compat", 1), ("uprobe-nop-compat", 4)]
+    with pb.attached_run("x86_64", configs, {cfg: {} for cfg in configs}) as (_, rigs):
+        assert rigs == {cfg: "bench" for cfg in configs}
+    assert seen == configs

@@ -97,8 +97,9 @@ def moved_heldout(rows: pd.DataFrame) -> list[tuple]:
 
 
 def machine_label(host: dict) -> str:
-    """A machine as the recordings name it: CPU model and kernel build (two kinds of VM share a CPU model,
-    and two CPU models a kernel build: an Intel and an AMD VM both ran 6.18.44-fc-v1045)."""
+    """A machine as the recordings name it: CPU model and kernel release (``uname -r``, which names the
+    build on the lab's VMs). Two kinds of VM share a CPU model, and two CPU models a release: an Intel and an
+    AMD VM both ran 6.18.44-fc-v1045."""
     return f"{host['cpu_model']}, {host['kernel']}"
 
 

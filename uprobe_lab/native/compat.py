@@ -120,7 +120,8 @@ def compat_program(calls: int, func: str = "target") -> CompatProgram:
 @dataclass
 class CompatRun:
     """What one run of the program reported: calls, thread CPU ns spent in the loop, the return address
-    ``peek`` last saw (0 when it was not called), the byte there, the mapping holding it, probe hits."""
+    ``peek`` last saw (0 when it was not called), the byte there, the mapping holding it, and ``hits``: its
+    consumers' runs (calls x consumers)."""
 
     calls: int
     loop_ns: int
@@ -176,7 +177,7 @@ class CompatBench:
         self._stack.close()
 
     def run(self) -> CompatRun:
-        """Run the program once and return what it reported, with the probe hits it took."""
+        """Run the program once and return what it reported, with the consumers' runs its hits took."""
         before = self._counter.count() if self._counter else 0
         with contextlib.ExitStack() as stack:
             try:

@@ -300,8 +300,9 @@ def bench_trigger_event(path: str, offset: int, retprobe: bool = False) -> Uprob
     """A uprobe event opened as the kernel bench opens its own: tools/testing/selftests/bpf/benchs/bench_trigger.c
     attaches with libbpf's ``bpf_program__attach_uprobe(prog, retprobe, -1 /* all PIDs */, ...)``, and
     libbpf's ``perf_event_open_probe`` opens pid -1 on CPU 0. Here the CPU is the first this process may
-    run on, the one :func:`.bench.pinned_to_one_cpu` pins to (CPU 0 when nothing restricts it). The BPF
-    consumer runs on every hit whichever CPU takes it; only this process maps the lab's bench file.
+    run on when the event is made: inside :func:`.bench.pinned_to_one_cpu`, the one it pins to (CPU 0 when
+    nothing restricts it). The BPF consumer runs on every hit whichever CPU takes it (``__uprobe_perf_func``
+    runs the program before it looks at the CPU's events); only the bench's own processes map its file.
 
     Why it matters: for an event of one task (pid 0), every hit runs ``uprobe_perf_filter``
     (kernel/trace/trace_uprobe.c) under the filter's rwlock, per consumer; an event of every task sets
@@ -309,4 +310,3 @@ def bench_trigger_event(path: str, offset: int, retprobe: bool = False) -> Uprob
     the per-task form cost 15-57 ns more per consumer per hit, over seven runs of the
     consumer scan both ways (13-59% of a consumer's price; benchmarks/consumer_scans.py)."""
     return UprobeEvent(path, offset, retprobe=retprobe, pid=-1, cpu=min(os.sched_getaffinity(0)))
-
