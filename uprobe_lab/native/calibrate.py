@@ -116,8 +116,8 @@ def calibrate(rows: list[dict], cpu: str = "this machine", rel_tol: float = REL_
     (a noisy ``uprobe-ret`` left out then leaves the step at the recordings' price, not unpinned).
     ``machine``: the rows' machine as :func:`uprobe_lab.model.profiles.machine_label` names it; a bundled
     recording of that same machine stays out of the prior: its rows would count twice, as prior and as data
-    (counting them twice narrows the predicted intervals' median half-width on the rows of
-    ``host_prices_6.18_xeon_b.json`` from 4.2% to 3.8%; on the other two recordings' rows it moves it by less
+    (counting them twice narrowed the predicted intervals' median half-width on the rows of the first
+    ``host_prices_6.18_xeon_b.json`` from 4.2% to 3.8%; on the other two recordings' rows it moved it by less
     than 0.1%)."""
     measured = offered = measured_frame(rows)
     arches = sorted(set(measured["arch"]))
