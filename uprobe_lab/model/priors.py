@@ -12,15 +12,13 @@ which is free on a 64-bit kernel without HIGHMEM; the two wakes' common work is 
 and fitted (:func:`host_profile`) into that host's price list with its posterior covariance. Three
 recordings are bundled, each made on the machine it describes: ``uprobe_lab/data/host_prices_6.18.json``
 (an Intel Xeon VM; the one a notebook falls back to where it cannot measure),
-``host_prices_6.18_amd_epyc.json`` (an AMD EPYC VM, recorded by an earlier version of the benches: before
-the 32-bit task's rows, and with rounds not yet levelled, so its rows state errors about ten times
-smaller; every fit floors a row's error at 2% anyway) and ``host_prices_6.18_xeon_b.json`` (another kind
-of Intel Xeon VM, with AMX and kernel build fc-v1045, by the benches as they now are). The first two
-recordings' 64-bit rows (and the first one's 32-bit rows) were made with perf events of one task, whose
-every hit takes a lock per consumer that the kernel bench's events of every task skip
-(:func:`uprobe_lab.native.perf.bench_trigger_event`, which the benches now use, and with which the xeon_b
-recording was made again for v7): their ``handler`` includes
-it, 15-57 ns on top of a consumer's 95-123 ns on an AMD EPYC VM.
+``host_prices_6.18_amd_epyc.json`` (an AMD EPYC VM, family 25 and kernel build fc-v1098) and
+``host_prices_6.18_xeon_b.json`` (another kind of Intel Xeon VM, with AMX and kernel build fc-v1045), the
+last two by the benches as they now are. The first recording's rows were made with perf events of one task,
+whose every hit takes a lock per consumer that the kernel bench's events of every task skip
+(:func:`uprobe_lab.native.perf.bench_trigger_event`, which the benches now use, and with which the other two
+were made again for v7 and v8): its ``handler`` includes it, 15-57 ns on top of a consumer's 95-123 ns on
+an AMD EPYC VM.
 
 A published CPU's prior (:func:`carried_prior`) is that host posterior scaled by ``s``, the median over
 the CPU's fit rows of (published ns per hit) / (host model's ns per hit for the same bench and kernel):
