@@ -12,8 +12,9 @@ side: the slope is a consumer run, the intercept the trap, the uprobe lookup and
   ``nr_systemwide``, which that function checks first, without the lock. Timed directly, 5 intervals a
   configuration a round.
 * ``tasks``: a 64-bit task (``uprobe-nop``) against a 32-bit one (``uprobe-nop-compat``), by the price
-  benches' levelled rows (:func:`uprobe_lab.native.price_benches.measure_price_rows`). The model gives both
-  the same events, so their difference is what a compat price would have to carry.
+  benches' levelled rows (:func:`uprobe_lab.native.price_benches.measure_price_rows`). The emulator gives both
+  the same events; their difference in the intercept is what the model's ``compat_exception`` carries
+  (docs/model.md, v9).
 
 Figures, not assertions. Needs root on x86-64 Linux (``tasks``: with 32-bit programs allowed).
 """

@@ -14,7 +14,8 @@ from uprobe_lab.model import fit as fitmod
 from uprobe_lab.model import priors, profiles
 
 # A stated price list (ns), used wherever a value is worked out by hand below.
-STATED = {"user_insn": 1.0, "exception": 200.0, "syscall": 100.0, "handler": 50.0, "xol_step": 300.0,
+STATED = {"user_insn": 1.0, "exception": 200.0, "compat_exception": 150.0, "syscall": 100.0, "handler": 50.0,
+          "xol_step": 300.0,
           "return_instance": 20.0, "uaccess": 30.0, "pin_map": 150.0, "futex_wake": 80.0}
 
 
@@ -42,6 +43,21 @@ def test_uprobe_nop_by_hand():
     ns = 5 * 1.0 + 200 + 2 * 50 + 5
     assert ev["user_insns"] == 5
     assert stated_profile().predict("uprobe-nop", "6.11") == pytest.approx(1000 / ns)
+
+
+def test_a_32_bit_tasks_traps_by_hand():
+    """The host's 32-bit task benches: the emulator counts a 64-bit task's events, and the model prices their
+    traps as compat_exception. uprobe-nop-compat: one 32-bit trap, a lookup, a consumer, the nop emulated, 5
+    user instructions. uretprobe-nop-compat returns through the int3 trampoline on every kernel: a second
+    32-bit trap, a return instance pushed and popped, two copies (read and hijack the return address)
+    and the trampoline's int3 as the sixth user instruction."""
+    prof = stated_profile()
+    assert prof.predict("uprobe-nop-compat", "6.18") == pytest.approx(1000 / (5 * 1.0 + 150 + 2 * 50 + 5))
+    ret = model.events_for("uretprobe-nop-compat", "x86_64", "6.18")
+    assert "exceptions" not in ret and ret["compat_exceptions"] == 2
+    assert prof.predict("uretprobe-nop-compat", "6.18") == pytest.approx(
+        1000 / (6 * 1.0 + 2 * 150 + 2 * 50 + 2 * 20 + 2 * 30 + 5))
+    assert model.events_for("uprobe-nop", "x86_64", "6.18")["exceptions"] == 1
 
 
 def test_optimised_nop5_by_hand():
@@ -99,7 +115,8 @@ def test_breakdown_by_hand():
     13 user instructions, one exception, one syscall, two handler runs, two return instances, four copies,
     and the 5 ns of fixed-price events; the parts add up to the time the model predicts."""
     parts = model.breakdown(STATED, model.events_for("uretprobe-nop", "x86_64", "6.11"))
-    assert parts == {"user_insn": 13.0, "exception": 200.0, "syscall": 100.0, "handler": 100.0, "xol_step": 0.0,
+    assert parts == {"user_insn": 13.0, "exception": 200.0, "compat_exception": 0.0, "syscall": 100.0,
+                     "handler": 100.0, "xol_step": 0.0,
                      "return_instance": 40.0, "uaccess": 120.0, "pin_map": 0.0, "futex_wake": 0.0, "fixed": 5.0}
     assert sum(parts.values()) == pytest.approx(1000 / stated_profile().predict("uretprobe-nop", "6.11"))
 
@@ -167,7 +184,8 @@ def test_fit_recovers_a_stated_price_list():
     truth = stated_profile()
     rows = [(b, k, c) for b in ("usermode-count", "syscall-count", "uprobe-push", "uprobe-ret", "uretprobe-nop")
             for k in ("6.10", "6.11") for c in (1,)] + [("uprobe-nop", "6.18", c) for c in (1, 2, 4, 8)]
-    rows += [("uprobe-nop5", "6.18", 1), ("futex-wake-private", "6.18", 0), ("futex-wake-shared", "6.18", 0)]
+    rows += [("uprobe-nop5", "6.18", 1), ("futex-wake-private", "6.18", 0), ("futex-wake-shared", "6.18", 0),
+             ("uprobe-nop-compat", "6.18", 1)]
     df = pd.DataFrame([{"bench": b, "kernel": k, "consumers": c, "mops": truth.interval(b, k, consumers=c)[0]}
                        for b, k, c in rows])
     n = len(model.PRICE_NAMES)
@@ -603,7 +621,7 @@ def test_the_figures_the_model_doc_states_are_what_the_evaluation_gives(repro):
     (median, coverage, widest), then the unmoved rows' (median, coverage)."""
     import re
 
-    line = model.__doc__.split("The current one, v8:")[1].split(" (v7's")[0].replace("80% intervals", "intervals")
+    line = model.__doc__.split("The current one, v9:")[1].split(" (v8's")[0].replace("80% intervals", "intervals")
     stated = [float(x) for x in re.findall(r"\d+(?:\.\d+)?", line)]
     h, a = model.headline(repro), model.headline(model.per_table_alone())
     got = [round(h["moved_median_abs_err_pct"], 1), round(100 * h["moved_coverage"]),
@@ -611,3 +629,15 @@ def test_the_figures_the_model_doc_states_are_what_the_evaluation_gives(repro):
            round(a["moved_median_abs_err_pct"], 1), round(100 * a["moved_coverage"]), round(a["moved_max_half_width_pct"], 1),
            round(h["unmoved_median_abs_err_pct"], 1), round(100 * h["unmoved_coverage"])]
     assert stated == got
+
+
+def test_every_recordings_host_fit_leaves_each_row_within_3_percent():
+    """The reason for v9, asked of the bundled rows: with a 32-bit task's trap priced apart, each recording's
+    own fit leaves every row within 3%. Priced as a 64-bit trap, the AMD EPYC recording's two 32-bit rows
+    sit 19% and 10% below the fit (its 32-bit trap is a third cheaper), so this fails."""
+    for host_rows, virt, label in profiles.recorded_hosts():
+        hp = priors.host_profile(host_rows, virtualised=virt)
+        prices = dict(zip(model.PRICE_NAMES, hp.mean))
+        for r in host_rows.itertuples(index=False):
+            ns = model.hit_ns(prices, model.events_for(r.bench, "x86_64", r.kernel, r.consumers))
+            assert (1000 / r.mops) / ns == pytest.approx(1, abs=0.03), (label, r.bench, r.consumers)

@@ -157,7 +157,7 @@ def parts(outside):
 def test_the_figures_the_model_doc_states_for_rule_8_are_what_the_evaluation_gives(outside):
     """The module doc's rule-8 line, in order: all moved rows (count, median error, coverage, median and
     widest half-width), then the x86 ones (count, median, coverage, widest), then the arm64 ones."""
-    line = model.__doc__.split("On the tables outside the seeds (rule 8), v8:")[1].split(" (v7:")[0]
+    line = model.__doc__.split("On the tables outside the seeds (rule 8), v9:")[1].split(" (v8:")[0]
     want = re.fullmatch(
         r"\s*(?P<n>\d+) moved rows, (?P<med>[\d.]+)% median \|error\|, (?P<cov>\d+)% inside,\s+half-width median "
         r"(?P<half>[\d.]+)%, widest \+-(?P<wide>[\d.]+)%; the (?P<nx>\d+) x86 ones (?P<medx>[\d.]+)%, (?P<covx>\d+)% "

@@ -35,7 +35,8 @@ UNINFORMATIVE_SD_NS = 1e4  # a prior this wide leaves a price to the data (or un
 
 # Sanity bounds (ns), not priors: what one event can plausibly cost on a 1-5 GHz CPU running natively.
 # A fitted price outside them is reported (Profile.warnings), never clipped.
-PLAUSIBLE_NS = {"user_insn": (0.05, 5.0), "exception": (30.0, 3000.0), "syscall": (20.0, 2000.0),
+PLAUSIBLE_NS = {"user_insn": (0.05, 5.0), "exception": (30.0, 3000.0), "compat_exception": (30.0, 3000.0),
+                "syscall": (20.0, 2000.0),
                 "handler": (1.0, 1000.0), "xol_step": (10.0, 3000.0), "return_instance": (1.0, 1000.0),
                 "uaccess": (1.0, 500.0), "pin_map": (10.0, 5000.0), "futex_wake": (5.0, 2000.0)}
 

@@ -8,7 +8,9 @@ uprobe on one target; syscall-count; usermode-count; uprobe-ret; a shared vs a p
 ``pin_map``: get_user_pages_fast + put_page, what the arm64 STP patch pays per page besides a kmap,
 which is free on a 64-bit kernel without HIGHMEM; the two wakes' common work is priced apart as
 ``futex_wake``, which no published bench pays; ``uretprobe-nop-compat`` next to ``uprobe-nop-compat``, a
-32-bit task's probes, whose uretprobes still return through an int3: the 6.10 return path on this kernel),
+32-bit task's probes, whose uretprobes still return through an int3: the 6.10 return path on this kernel;
+their traps are priced as ``compat_exception``, which no published bench pays either, so what the pair
+carries to a published CPU is what the return path adds),
 and fitted (:func:`host_profile`) into that host's price list with its posterior covariance. Three
 recordings are bundled, each made on the machine it describes: ``uprobe_lab/data/host_prices_6.18.json``
 (an Intel Xeon VM; the one a notebook falls back to where it cannot measure),
