@@ -6,8 +6,8 @@ On a 6.11+ x86-64 kernel a 64-bit task returns from a uretprobe through the sysc
 32-bit task still through an int3 (arch_uretprobe_trampoline). The price benches measure a uprobe and a
 uretprobe on a ``nop; ret`` target in both tasks, each with a BPF consumer, in interleaved rounds, each
 interval levelled by the reference probe timed next to it (uprobe_lab.native.price_benches); uprobe_lab.native.compat.return_paths turns them into the
-return path's cost (uretprobe minus uprobe) per task, and the two tasks' uprobes are compared (the model
-gives them the same events). Figures, not assertions; needs root.
+return path's cost (uretprobe minus uprobe) per task, and the two tasks' uprobes are compared (the emulator
+gives them the same events; the model prices a 32-bit task's trap apart, as ``compat_exception``, since v9). Figures, not assertions; needs root.
 """
 from __future__ import annotations
 
@@ -42,11 +42,11 @@ def main() -> int:
     syscall, int3 = table["return path ns"]
     print(f"\nthe return path, int3 / syscall: {int3 / syscall:.2f}; uretprobe-nop, 64-bit / 32-bit task throughput: "
           f"{table['uretprobe ns'].iloc[1] / table['uretprobe ns'].iloc[0]:.2f}")
-    # the model gives both tasks' uprobe-nop the same events: does the 32-bit task's entry cost the same?
+    # the emulator gives both tasks' uprobe-nop the same events: does the 32-bit task's entry cost the same?
     by = {r["bench"]: r for r in rows}
     a, b = by["uprobe-nop-compat"], by["uprobe-nop"]
     print(f"uprobe-nop, 32-bit / 64-bit task time per hit: {b['mops'] / a['mops']:.3f} "
-          f"+- {math.hypot(a['rel_err'], b['rel_err']):.3f} (equal events in the model)")
+          f"+- {math.hypot(a['rel_err'], b['rel_err']):.3f} (equal emulator events)")
     return 0
 
 

@@ -446,8 +446,8 @@ def test_only_intervals_the_machine_spent_in_its_slower_state_level_a_row_when_t
 
 def test_the_calibration_names_the_rows_its_model_error_comes_from():
     """The recording fits within a few percent. Make its uprobe-push row 1.4 times as fast (a hit 29% shorter
-    than its events say, where the consumer scan and the other int3 rows pin every price it pays) and that row
-    leads the misfits, as faster; the model's own error, which every interval carries, grows, and the note
+    than its events say, where the other rows pin every price it pays) and that row leads the misfits, as
+    faster; the model's own error, which every interval carries, grows, and the note
     says both."""
     rows = model.load_host_recording()["rows"]
     with pytest.warns(UserWarning):

@@ -2,8 +2,8 @@
 
 An emulator cannot time a kernel, but it counts exactly what each hit costs. A *profile* is one CPU's
 price list (ns per priced event, :mod:`.prices`) as a posterior with a covariance (:mod:`.fit`), so every
-predicted figure carries an interval. Priors come from native measurements on the lab's hosts (two
-recordings, two machines), carried to the published CPUs as ratios with their spread (:mod:`.priors`). The modules:
+predicted figure carries an interval. Priors come from native measurements on the lab's hosts (three
+recordings, three machines), carried to the published CPUs as ratios with their spread (:mod:`.priors`). The modules:
 
 ``prices``        priced kinds, per-hit counts from the emulator, release strings -> modelled kernels
 ``fit``           the Gaussian posterior (Bayesian linear regression) and predictive intervals

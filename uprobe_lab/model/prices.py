@@ -79,7 +79,8 @@ def kernel_setup(arch: str, kernel: str) -> tuple[str, dict]:
 def _events(bench: str, arch: str, kernel: str, options: tuple) -> tuple:
     name = BENCH_ALIASES.get(bench, bench)
     ev = _bench.events_per_hit(name, arch, kernel, **dict(options))
-    if dict(_bench.bench_spec(name, arch).options).get("compat_task") and "exceptions" in ev:
+    process_options = {**dict(_bench.bench_spec(name, arch).options), **dict(options)}  # as bench_process merges them
+    if process_options.get("compat_task") and "exceptions" in ev:
         ev["compat_exceptions"] = ev.pop("exceptions")  # priced apart: see the module doc
     return tuple(sorted(ev.items()))
 
@@ -91,8 +92,10 @@ def clear_cache() -> None:
 
 def events_for(bench: str, arch: str = "x86_64", kernel: str = "6.18", consumers: int = 1,
                **options) -> dict[str, float]:
-    """Steady-state events per hit, from the emulator (cached). ``kernel`` may be an arm64 STP label or a
-    release string. ``consumers`` > 1: that many consumers on the probe (each runs on every hit)."""
+    """Steady-state events per hit, from the emulator (cached), as the model prices them: a 32-bit task's
+    traps are counted as ``compat_exceptions`` instead of ``exceptions`` (the module doc says why). ``kernel``
+    may be an arm64 STP label or a release string. ``consumers`` > 1: that many consumers on the probe (each
+    runs on every hit)."""
     version, extra = kernel_setup(arch, kernel)
     extra.update(options)
     ev = dict(_events(bench, arch, version, tuple(sorted(extra.items()))))
