@@ -641,8 +641,5 @@ def test_every_recordings_host_fit_leaves_each_row_within_2_percent():
     own fit leaves every row within 2%. Priced as a 64-bit trap, the AMD EPYC recording's two 32-bit rows
     sit 19% and 10% below the fit (its 32-bit trap is a third cheaper), so this fails."""
     for host_rows, virt, label in profiles.recorded_hosts():
-        hp = priors.host_profile(host_rows, virtualised=virt)
-        prices = dict(zip(model.PRICE_NAMES, hp.mean))
-        for r in host_rows.itertuples(index=False):
-            ns = model.hit_ns(prices, model.events_for(r.bench, "x86_64", r.kernel, r.consumers))
-            assert (1000 / r.mops) / ns == pytest.approx(1, abs=0.02), (label, r.bench, r.consumers)
+        worst = fitmod.misfits(priors.host_profile(host_rows, virtualised=virt))[0]
+        assert abs(worst[1]) < 0.02, (label, worst)
