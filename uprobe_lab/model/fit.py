@@ -32,6 +32,7 @@ from .prices import PRICE_NAMES, PRICES, events_for, fixed_ns, price_counts
 ROW_SIGMA_FLOOR = 0.02
 Z80 = 1.2815515655446004  # the standard normal's 90% quantile: a central 80% interval
 UNINFORMATIVE_SD_NS = 1e4  # a prior this wide leaves a price to the data (or unpinned, and says so)
+PRIOR_ONLY_SD = 0.9  # rows that leave a price's sd at this share of its prior's added under a quarter of its precision
 
 # Sanity bounds (ns), not priors: what one event can plausibly cost on a 1-5 GHz CPU running natively.
 # A fitted price outside them is reported (Profile.warnings), never clipped.
@@ -226,3 +227,11 @@ def implausible(prof: Profile, counted) -> list[str]:
 def unpinned(prof: Profile) -> list[str]:
     """Prices neither the rows nor the prior pin (posterior sd still near UNINFORMATIVE_SD_NS)."""
     return [p for p, s in prof.price_sd.items() if s > 0.5 * UNINFORMATIVE_SD_NS]
+
+
+def prior_only(prof: Profile) -> list[str]:
+    """Prices an informative prior sets and the rows barely touch: posterior sd at least
+    :data:`PRIOR_ONLY_SD` of the prior's (the rows added less than a quarter of the prior's precision).
+    What such a price says, the prior said; :func:`unpinned` lists those whose prior says nothing either."""
+    prior_sd = dict(zip(PRICE_NAMES, prof.prior.sd()))
+    return [p for p, s in prof.price_sd.items() if s >= PRIOR_ONLY_SD * prior_sd[p] and s <= 0.5 * UNINFORMATIVE_SD_NS]

@@ -13,7 +13,8 @@ across (as for the published CPUs, :mod:`uprobe_lab.model.priors`: ratios, +-40%
 recordings' spread). With the consumer
 scan among the rows the data separate the trap from the handler themselves and outweigh it; the prior
 matters when a noisy row is left out: a price only that row pinned stays at the recordings' ratio with
-its spread. Under an uninformative prior it was set by whatever combination of the remaining rows
+its spread, and the calibration says so (a warning naming the price and the rows left out; ``prior alone``
+in :func:`prices_table`). Under an uninformative prior it was set by whatever combination of the remaining rows
 happened to touch it (on a busy VM, leaving usermode-count out fitted user_insn at -35 ns and predicted
 usermode-count at 0.8 M/s against 400 measured).
 """
@@ -100,6 +101,19 @@ def model_error_note(prof: model.Profile, shown: int = 3) -> str:
 
 VM_STEP_NOTE = ("; expected on a virtual machine, as these rows' is: its hypervisor intercepts the single "
                 "step's #DB (benchmarks/single_step_trap.py)")
+VM_CARRIED_STEP_NOTE = ("; on a virtual machine the step's price is its hypervisor's #DB intercept, which the "
+                        "recorded machines' hypervisors need not share")
+
+
+def prior_only_note(prof: model.Profile, prices: list[str], dropped: list[str], virtualised: bool) -> str:
+    """A warning naming the prices the rows left to the carried prior (:func:`..model.fit.prior_only`),
+    with what that prior says and, when rows were left out as noisy, which ones."""
+    report = prof.report().set_index("price")
+    told = ", ".join(f"{p} {report.loc[p, 'ns']:.0f} +- {report.loc[p, 'sd']:.0f} ns" for p in prices)
+    why = "no row kept here pins them" + (f" (left out as too noisy: {', '.join(dropped)})" if dropped else "")
+    note = (f"set by the prior alone, carried from the recorded machines: {told}; {why}; every prediction that "
+            "counts them stands on that prior, not on this machine")
+    return note + (VM_CARRIED_STEP_NOTE if virtualised and "xol_step" in prices else "")
 
 
 def calibrate(rows: list[dict], cpu: str = "this machine", rel_tol: float = REL_TOL,
@@ -146,6 +160,9 @@ def calibrate(rows: list[dict], cpu: str = "this machine", rel_tol: float = REL_
     prof.fit_note = model_error_note(prof)
     if virtualised:  # say which of the warning's causes it is, where the lab knows
         prof.warnings = [w + VM_STEP_NOTE if w.startswith("xol_step ") else w for w in prof.warnings]
+    carried = [p for p in fitmod.prior_only(prof) if p in native_table_prices(arch)]
+    if carried:
+        prof.warnings.append(prior_only_note(prof, carried, dropped, virtualised))
     free = [p for p in fitmod.unpinned(prof) if p in native_table_prices(arch)]
     if free:
         prof.warnings.append(f"not pinned by these rows (predictions that count them are not meaningful): "
@@ -159,8 +176,9 @@ def prices_table(profile: model.Profile) -> pd.DataFrame:
     """The calibrated prices (mean and sd) next to their prior and the plausible range, with a warning column."""
     rep = profile.report()
     rep["plausible_ns"] = [f"{lo:g}..{hi:g}" for lo, hi in (model.PLAUSIBLE_NS[p] for p in rep["price"])]
-    rep["warning"] = ["outside plausible range" if any(w.startswith(p + " ") for w in profile.warnings) else ""
-                      for p in rep["price"]]
+    carried = set(fitmod.prior_only(profile))
+    rep["warning"] = ["outside plausible range" if any(w.startswith(p + " ") for w in profile.warnings)
+                      else "prior alone" if p in carried else "" for p in rep["price"]]
     for col in ("ns", "sd", "prior_ns", "prior_sd"):
         rep[col] = rep[col].round(2)
     return rep[["price", "ns", "sd", "prior_ns", "prior_sd", "plausible_ns", "warning", "prior_from"]]

@@ -52,9 +52,10 @@ predicted speedup, a ratio within one run, does not carry it. Rows say what was 
 A row's error is the larger of the median ratio's relative error (1.2533 * sd / sqrt(n) / median, the
 large-sample error of a median, sd from the median absolute deviation) and the spread of the rounds'
 median ratios (:func:`row_rel_err`). Each row says whether that error is within ``rel_tol``
-(``reached``). While some row is not, more interleaved rounds are run, up to :data:`MAX_ROUNDS_FACTOR`
-times as many (the budget is a floor, not a cap); a row still above ``rel_tol`` then says it could not,
-and a calibration refuses it (:mod:`.calibrate`).
+(``reached``). While some row is not, further rounds of the rows still above it run, up to
+:data:`MAX_ROUNDS_FACTOR` times as many in all (the budget is a floor, not a cap): the rows that reached
+their error are not timed again, so the extra time goes to the rows that need it. A row still above
+``rel_tol`` then says it could not, and a calibration refuses it (:mod:`.calibrate`).
 
 What the reference leaves, before the slower state was kept alone: from one process to the next, the optimised
 nop5, syscall-count, usermode-count and uretprobe-nop rows moved by 1.05-2.6 times the error a process states,
@@ -101,7 +102,7 @@ COMPAT_RUN_NS = 10_000_000  # a 32-bit run's loop: long enough that its process 
 INTERVAL_NS = 2_000_000  # ~2 ms per timed interval
 REL_TOL = 0.02
 ROUNDS = 8
-MAX_ROUNDS_FACTOR = 2  # a run spends at most this many times its budget reaching rel_tol
+MAX_ROUNDS_FACTOR = 4  # a row gets at most this many times its rounds reaching rel_tol
 # A `nop; ret` that no configuration probes (the bench's usdt_1 body: a USDT site that is one nop).
 REFERENCE_TARGETS = {"x86_64": "usdt_nop"}
 STATE_GAP = 1.15  # two speed states when their centres are this many times apart (the lab's VM: 1.27-1.39)
@@ -369,7 +370,8 @@ def measure_price_rows(configs=PRICE_CONFIGS, rel_tol: float = REL_TOL, budget_s
     its predicted figures), rounds (how many were run).
     ``budget_s`` is the time per configuration, its reference intervals included, spread over ``rounds``
     interleaved rounds; while some row's error is above ``rel_tol``, further rounds of the same length
-    run, up to ``MAX_ROUNDS_FACTOR * rounds`` in all. Probes are always detached.
+    run for the rows still above it, up to ``MAX_ROUNDS_FACTOR * rounds`` in all (a row's ``rounds`` says
+    how many it got). Probes are always detached.
     """
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
@@ -387,8 +389,9 @@ def measure_price_rows(configs=PRICE_CONFIGS, rel_tol: float = REL_TOL, budget_s
         raise LabError(f"{', '.join(clash)} probe the reference's own function {ref_target}")
     states = {cfg: {} for cfg in configs}
     with attached_run(arch, configs, states) as (reference, rigs):
+        pending = list(configs)
         for rnd in range(MAX_ROUNDS_FACTOR * rounds):
-            for cfg in configs:
+            for cfg in pending:
                 if cfg[0] in COMPAT_BENCHES:
                     _compat_round(rigs[cfg], cfg[0], budget_s / rounds, states[cfg], reference)
                 else:
@@ -402,7 +405,8 @@ def measure_price_rows(configs=PRICE_CONFIGS, rel_tol: float = REL_TOL, budget_s
                 scale, _ = reference_levels(round_refs, threshold)
                 levelled = level_rows({cfg: st["rounds"] for cfg, st in states.items()}, round_refs, scale, threshold)
                 levels = reference_levels(round_refs)[1]  # the machine's whole movement, both states
-                if all(err <= rel_tol for _, err in levelled.values()):
+                pending = [cfg for cfg in configs if levelled[cfg][1] > rel_tol]
+                if not pending:
                     break
     level_sd = statistics.stdev(levels) if len(levels) > 1 else 0.0
     states_seen = {"machine_states": 1, "state_share": 1.0, "fast_over_slow": None}
@@ -417,7 +421,8 @@ def measure_price_rows(configs=PRICE_CONFIGS, rel_tol: float = REL_TOL, budget_s
         out.append({"bench": cfg[0], "consumers": cfg[1], "arch": arch, "kernel": kernel_release(),
                     "mops": mops, "ratio": mops / scale, "rel_err": err, "intervals": sum(map(len, st["rounds"])),
                     "calls_per_interval": st["calls"], "reached": err <= rel_tol,
-                    "optimized": st.get("optimized"), "level_sd": level_sd, "rounds": rnd + 1, **states_seen})
+                    "optimized": st.get("optimized"), "level_sd": level_sd, "rounds": len(st["rounds"]),
+                    **states_seen})
     return out
 
 
@@ -479,7 +484,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=float, default=6.0, help="seconds per configuration")
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="interleaved rounds the budget is spread over")
     parser.add_argument("--rel-tol", type=float, default=REL_TOL,
-                        help="relative error each row should reach (more rounds run until it does, or twice the budget)")
+                        help="relative error each row should reach (rows short of it get more rounds, up to four times as many)")
     parser.add_argument("--configs", help="bench:consumers,... to measure (default: every price configuration)")
     args = parser.parse_args(argv)
     configs = PRICE_CONFIGS
