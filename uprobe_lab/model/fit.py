@@ -32,6 +32,9 @@ from .prices import PRICE_NAMES, PRICES, events_for, fixed_ns, price_counts
 ROW_SIGMA_FLOOR = 0.02
 Z80 = 1.2815515655446004  # the standard normal's 90% quantile: a central 80% interval
 UNINFORMATIVE_SD_NS = 1e4  # a prior this wide leaves a price to the data (or unpinned, and says so)
+# A calibrated machine's figure is its prices times its level in the run that measured them; the figure
+# another run shows is times that run's level: their ratio's variance is twice one level's.
+LEVEL_DRAWS = 2
 PRIOR_ONLY_SD = 0.9  # rows that leave a price's sd at this share of its prior's added under a quarter of its precision
 
 # Sanity bounds (ns), not priors: what one event can plausibly cost on a 1-5 GHz CPU running natively.
@@ -105,12 +108,14 @@ class Profile:
     def price_sd(self) -> dict:
         return {p: float(v) for p, v in zip(PRICE_NAMES, np.sqrt(np.diag(self.cov)))}
 
-    def hit_interval(self, events: dict, level_z: float = Z80) -> tuple[float, float]:
+    def hit_interval(self, events: dict) -> tuple[float, float]:
         """(mean ns per hit, predictive sd in ns) for a bench with these events: the prices' posterior
-        variance, the model's own error and, for a calibrated machine, its speed's spread over the run."""
+        variance, the model's own error and, for a calibrated machine, its speed's spread, twice: the
+        machine's level in the run the prices came from and in the run whose figure the prediction is for
+        are two draws (:data:`LEVEL_DRAWS`)."""
         c = price_counts(events)
         t = float(c @ self.mean) + fixed_ns(events)
-        var = float(c @ self.cov @ c) + (self.sigma_model * t) ** 2 + (self.level_sd * t) ** 2
+        var = float(c @ self.cov @ c) + (self.sigma_model * t) ** 2 + LEVEL_DRAWS * (self.level_sd * t) ** 2
         return t, math.sqrt(max(var, 0.0))
 
     def interval(self, bench: str, kernel: str, consumers: int = 1, **options) -> tuple[float, float, float]:

@@ -125,7 +125,8 @@ def calibrate(rows: list[dict], cpu: str = "this machine", rel_tol: float = REL_
     with a UserWarning that names them (``profile.dropped``; ``profile.measured`` keeps every row offered,
     as :func:`measured_frame` reads it). The rows' ``level_sd`` (how much the whole
     machine's speed moved over the run that measured them) becomes ``profile.level_sd``, which every
-    predicted figure's interval includes (a predicted speedup's does not: both its times come from one run). ``virtualised``: the rows come from a virtual machine, whose
+    predicted figure's interval includes twice, for the run that measured the prices and the run whose
+    figure is predicted (a predicted speedup's does not: both its times come from one run). ``virtualised``: the rows come from a virtual machine, whose
     hypervisor intercepts the single step's #DB as the recordings' did, so their ``xol_step`` is carried
     (a noisy ``uprobe-ret`` left out then leaves the step at the recordings' price, not unpinned).
     ``machine``: the rows' machine as :func:`uprobe_lab.model.profiles.machine_label` names it; a bundled

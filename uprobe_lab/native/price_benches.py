@@ -46,7 +46,8 @@ reference intervals on both sides below the split, :func:`_kept`); otherwise all
 median of these ratios times the reference's typical rate in the state kept (the mean of its round
 medians there). How far the reference's round medians of both states (one per configuration and round)
 spread about their mean is reported as ``level_sd``, and a calibration puts it back into every predicted
-figure's interval (a later run may find the machine in another state, or the state itself moved); a
+figure's interval, twice (this run's level and a later run's are two draws: a later run may find the machine
+in another state, or the state itself moved); a
 predicted speedup, a ratio within one run, does not carry it. Rows say what was found (``machine_states``,
 ``state_share``, ``fast_over_slow``).
 A row's error is the larger of the median ratio's relative error (1.2533 * sd / sqrt(n) / median, the
