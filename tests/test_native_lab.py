@@ -407,6 +407,9 @@ def test_a_price_the_kept_rows_leave_to_the_prior_is_named_with_the_rows_left_ou
         warnings.simplefilter("ignore")
         metal = calibrate.calibrate(rows, drop_noisy=True, virtualised=False, machine=amd)
     assert not any("prior alone" in w for w in metal.warnings) and "xol_step" in fitmod.unpinned(metal)
+    bench_table = calibrate.calibrate(EXAMPLE["benches"])  # leaves prices no native bench counts to the prior
+    assert {"pin_map", "futex_wake"} <= set(fitmod.prior_only(bench_table))
+    assert "prior alone" not in set(calibrate.prices_table(bench_table)["warning"])  # as calibrate() warns of none
 
 
 def test_a_run_s_speed_spread_widens_every_interval_by_its_share():
@@ -730,12 +733,9 @@ def test_native_runs_pin_to_the_first_allowed_cpu_as_the_bench_does_and_restore_
     assert masks == [{2, 5, 7}, {2}, {2, 5, 7}]
 
 
-@pytest.mark.parametrize("noisy, rounds_run", [(False, [8, 8, 8]), (True, [32, 8, 8])])
-def test_price_benches_run_more_rounds_until_every_row_reaches_its_error(monkeypatch, noisy, rounds_run):
-    """Rows that reach rel_tol in the first 8 rounds stop there. A row whose intervals alternate 0.5 and 1.5
-    (median 1, robust sd 0.74: error 1.2533 * 0.74 / sqrt(64) = 12% after 32 rounds of two) never reaches
-    2%: it alone gets more rounds, up to four times as many, and says it did not reach its error; the rows
-    that reached theirs are not timed again."""
+def _price_benches_without_probes(monkeypatch):
+    """The price benches' module with nothing attached or pinned and a reference that always reads 1: a test
+    gives its own ``_round``."""
     from uprobe_lab.native import price_benches as pb
 
     monkeypatch.setattr(pb, "check_native_support", lambda: "x86_64")
@@ -743,6 +743,16 @@ def test_price_benches_run_more_rounds_until_every_row_reaches_its_error(monkeyp
     monkeypatch.setattr(pb, "NativeCode", lambda arch: contextlib.nullcontext())
     monkeypatch.setattr(pb, "attached_config", lambda arch, bench, consumers, state: contextlib.nullcontext())
     monkeypatch.setattr(pb, "reference_probe", lambda nc: contextlib.nullcontext(lambda: 1.0))
+    return pb
+
+
+@pytest.mark.parametrize("noisy, rounds_run", [(False, [8, 8, 8]), (True, [32, 8, 8])])
+def test_price_benches_run_more_rounds_until_every_row_reaches_its_error(monkeypatch, noisy, rounds_run):
+    """Rows that reach rel_tol in the first 8 rounds stop there. A row whose intervals alternate 0.5 and 1.5
+    (median 1, robust sd 0.74: error 1.2533 * 0.74 / sqrt(64) = 12% after 32 rounds of two) never reaches
+    2%: it alone gets more rounds, up to four times as many, and says it did not reach its error; the rows
+    that reached theirs are not timed again."""
+    pb = _price_benches_without_probes(monkeypatch)
 
     def fake_round(nc, bench, consumers, budget_s, state, reference):
         rates = [0.5, 1.5] if noisy and bench == "uprobe-nop" else [1.0, 1.0]
@@ -756,6 +766,30 @@ def test_price_benches_run_more_rounds_until_every_row_reaches_its_error(monkeyp
     assert [r["rounds"] for r in rows] == rounds_run
     assert [r["reached"] for r in rows] == [not noisy, True, True]
     assert [r["intervals"] for r in rows] == [2 * n for n in rounds_run]
+
+
+def test_a_row_pushed_back_above_its_error_gets_rounds_again_up_to_its_own_limit(monkeypatch):
+    """The rows are levelled again after every round, so a row that reached its error can be pushed back above
+    it by the reference intervals of later rounds (the fake levelling does so to B once A, which never reaches
+    its error, has 30 rounds). B then gets rounds again, alone once A stops at 4 x 8, until it too has 32."""
+    pb = _price_benches_without_probes(monkeypatch)
+
+    def fake_round(nc, bench, consumers, budget_s, state, reference):
+        state.setdefault("rounds", []).append([1.0, 1.0])
+        state.setdefault("refs", []).append([1.0, 1.0])
+        state["calls"] = 1
+
+    a, b, c = ("uprobe-nop", 1), ("syscall-count", 0), ("usermode-count", 0)
+
+    def fake_levelling(round_rates, round_refs, scale, threshold=None):
+        b_err = 0.5 if len(round_rates[a]) >= 30 else 0.0
+        return {a: (1.0, 0.5), b: (1.0, b_err), c: (1.0, 0.0)}
+
+    monkeypatch.setattr(pb, "_round", fake_round)
+    monkeypatch.setattr(pb, "level_rows", fake_levelling)
+    rows = pb.measure_price_rows([a, b, c], budget_s=0.01, rel_tol=0.02)
+    assert [r["rounds"] for r in rows] == [32, 32, 8]
+    assert [r["reached"] for r in rows] == [False, False, True]
 
 
 class _FakeCode:

@@ -24,7 +24,7 @@ def _recorded_mops(bench: str) -> float:
 def implausible_price() -> str:
     """The calibrated price the recorded run's profile warns about (outside its plausible range)."""
     table = calibrate.prices_table(calibrate.calibrate(example.load_example()["benches"]))
-    warned = table[table["warning"] != ""]["price"]
+    warned = table[table["warning"] == "outside plausible range"]["price"]
     if len(warned) != 1:
         raise LabError(f"the recorded run should leave exactly one price implausible, not {list(warned)}")
     return warned.iloc[0]
@@ -76,7 +76,7 @@ exercise(
     hint="Look at the `warning` column; a virtual machine makes some traps far dearer.",
     solution="""from uprobe_lab.native import calibrate, example
 table = calibrate.prices_table(calibrate.calibrate(example.load_example()["benches"]))
-answer = table[table["warning"] != ""]["price"].iloc[0]""",
+answer = table[table["warning"] == "outside plausible range"]["price"].iloc[0]""",
     explanation="On the recording's VM, a single-step out of line (`uprobe-ret`) costs several microseconds, "
                 "far above what one event costs natively: the trap flag's #DB is intercepted by the hypervisor. "
                 "A bench with two "

@@ -14,7 +14,8 @@ The model is linear in the prices, so the fit is Bayesian linear regression, in 
   ``cov = (X' W X + S0^-1)^-1``, ``mean = cov (X' W y + S0^-1 m0)``.
 
 A prediction's interval is the posterior predictive one: the variance of ``counts . prices`` under
-the posterior covariance plus the row error ``(sigma_model t)^2``, a two-sided 80% interval at
+the posterior covariance plus the row error ``(sigma_model t)^2`` and, for a machine calibrated on native
+rows, its level's spread between runs, twice (``LEVEL_DRAWS * (level_sd t)^2``), a two-sided 80% interval at
 +- 1.2816 sd in time, turned into M/s (so it is not symmetric in M/s).
 """
 from __future__ import annotations

@@ -177,7 +177,7 @@ def prices_table(profile: model.Profile) -> pd.DataFrame:
     """The calibrated prices (mean and sd) next to their prior and the plausible range, with a warning column."""
     rep = profile.report()
     rep["plausible_ns"] = [f"{lo:g}..{hi:g}" for lo, hi in (model.PLAUSIBLE_NS[p] for p in rep["price"])]
-    carried = set(fitmod.prior_only(profile))
+    carried = set(fitmod.prior_only(profile)) & native_table_prices(profile.arch)  # as calibrate() warns of
     rep["warning"] = ["outside plausible range" if any(w.startswith(p + " ") for w in profile.warnings)
                       else "prior alone" if p in carried else "" for p in rep["price"]]
     for col in ("ns", "sd", "prior_ns", "prior_sd"):

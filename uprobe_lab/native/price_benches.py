@@ -55,8 +55,10 @@ large-sample error of a median, sd from the median absolute deviation) and the s
 median ratios (:func:`row_rel_err`). Each row says whether that error is within ``rel_tol``
 (``reached``). While some row is not, further rounds of the rows still above it run, up to
 :data:`MAX_ROUNDS_FACTOR` times as many in all (the budget is a floor, not a cap): the rows that reached
-their error are not timed again, so the extra time goes to the rows that need it. A row still above
-``rel_tol`` then says it could not, and a calibration refuses it (:mod:`.calibrate`).
+their error are not timed again, so the extra time goes to the rows that need it. The rows are levelled
+again after every round (the reference's new intervals move the state split and the typical rate), so a row
+that had reached its error can be pushed back above it, and then gets rounds again, up to its own limit.
+A row still above ``rel_tol`` then says it could not, and a calibration refuses it (:mod:`.calibrate`).
 
 What the reference leaves, before the slower state was kept alone: from one process to the next, the optimised
 nop5, syscall-count, usermode-count and uretprobe-nop rows moved by 1.05-2.6 times the error a process states,
@@ -389,26 +391,25 @@ def measure_price_rows(configs=PRICE_CONFIGS, rel_tol: float = REL_TOL, budget_s
     if clash:
         raise LabError(f"{', '.join(clash)} probe the reference's own function {ref_target}")
     states = {cfg: {} for cfg in configs}
+    cap = MAX_ROUNDS_FACTOR * rounds  # each row's own: one that later rounds' levelling pushes back above still gets rounds
     with attached_run(arch, configs, states) as (reference, rigs):
         pending = list(configs)
-        for rnd in range(MAX_ROUNDS_FACTOR * rounds):
+        while pending:
             for cfg in pending:
                 if cfg[0] in COMPAT_BENCHES:
                     _compat_round(rigs[cfg], cfg[0], budget_s / rounds, states[cfg], reference)
                 else:
                     _round(rigs[cfg], *cfg, budget_s / rounds, states[cfg], reference)
                 if progress:
-                    progress(f"{cfg[0]} x{cfg[1]} round {rnd + 1}")
-            if rnd + 1 >= rounds:
+                    progress(f"{cfg[0]} x{cfg[1]} round {len(states[cfg]['rounds'])}")
+            if min(len(st["rounds"]) for st in states.values()) >= rounds:
                 round_refs = {cfg: st["refs"] for cfg, st in states.items()}
-                all_refs = [x for rounds in round_refs.values() for r in rounds for x in r]
+                all_refs = [x for cfg_rounds in round_refs.values() for r in cfg_rounds for x in r]
                 threshold = slower_state(all_refs)
                 scale, _ = reference_levels(round_refs, threshold)
                 levelled = level_rows({cfg: st["rounds"] for cfg, st in states.items()}, round_refs, scale, threshold)
                 levels = reference_levels(round_refs)[1]  # the machine's whole movement, both states
-                pending = [cfg for cfg in configs if levelled[cfg][1] > rel_tol]
-                if not pending:
-                    break
+                pending = [cfg for cfg in configs if levelled[cfg][1] > rel_tol and len(states[cfg]["rounds"]) < cap]
     level_sd = statistics.stdev(levels) if len(levels) > 1 else 0.0
     states_seen = {"machine_states": 1, "state_share": 1.0, "fast_over_slow": None}
     if threshold is not None:
@@ -485,7 +486,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=float, default=6.0, help="seconds per configuration")
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="interleaved rounds the budget is spread over")
     parser.add_argument("--rel-tol", type=float, default=REL_TOL,
-                        help="relative error each row should reach (rows short of it get more rounds, up to four times as many)")
+                        help=f"relative error each row should reach (rows short of it get more rounds, up to "
+                             f"{MAX_ROUNDS_FACTOR} times as many)")
     parser.add_argument("--configs", help="bench:consumers,... to measure (default: every price configuration)")
     args = parser.parse_args(argv)
     configs = PRICE_CONFIGS
