@@ -240,4 +240,5 @@ def prior_only(prof: Profile) -> list[str]:
     :data:`PRIOR_ONLY_SD` of the prior's (the rows added less than a quarter of the prior's precision).
     What such a price says, the prior said; :func:`unpinned` lists those whose prior says nothing either."""
     prior_sd = dict(zip(PRICE_NAMES, prof.prior.sd()))
-    return [p for p, s in prof.price_sd.items() if s >= PRIOR_ONLY_SD * prior_sd[p] and s <= 0.5 * UNINFORMATIVE_SD_NS]
+    free = unpinned(prof)
+    return [p for p, s in prof.price_sd.items() if s >= PRIOR_ONLY_SD * prior_sd[p] and p not in free]

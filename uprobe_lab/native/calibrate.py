@@ -105,6 +105,12 @@ VM_CARRIED_STEP_NOTE = ("; on a virtual machine the step's price is its hypervis
                         "recorded machines' hypervisors need not share")
 
 
+def left_to_prior(prof: model.Profile) -> list[str]:
+    """The prices some native-table bench counts that the rows left to the carried prior
+    (:func:`..model.fit.prior_only`): what a calibration warns of and :func:`prices_table` marks."""
+    return [p for p in fitmod.prior_only(prof) if p in native_table_prices(prof.arch)]
+
+
 def prior_only_note(prof: model.Profile, prices: list[str], dropped: list[str], virtualised: bool) -> str:
     """A warning naming the prices the rows left to the carried prior (:func:`..model.fit.prior_only`),
     with what that prior says and, when rows were left out as noisy, which ones."""
@@ -161,7 +167,7 @@ def calibrate(rows: list[dict], cpu: str = "this machine", rel_tol: float = REL_
     prof.fit_note = model_error_note(prof)
     if virtualised:  # say which of the warning's causes it is, where the lab knows
         prof.warnings = [w + VM_STEP_NOTE if w.startswith("xol_step ") else w for w in prof.warnings]
-    carried = [p for p in fitmod.prior_only(prof) if p in native_table_prices(arch)]
+    carried = left_to_prior(prof)
     if carried:
         prof.warnings.append(prior_only_note(prof, carried, dropped, virtualised))
     free = [p for p in fitmod.unpinned(prof) if p in native_table_prices(arch)]
@@ -177,7 +183,7 @@ def prices_table(profile: model.Profile) -> pd.DataFrame:
     """The calibrated prices (mean and sd) next to their prior and the plausible range, with a warning column."""
     rep = profile.report()
     rep["plausible_ns"] = [f"{lo:g}..{hi:g}" for lo, hi in (model.PLAUSIBLE_NS[p] for p in rep["price"])]
-    carried = set(fitmod.prior_only(profile)) & native_table_prices(profile.arch)  # as calibrate() warns of
+    carried = left_to_prior(profile)
     rep["warning"] = ["outside plausible range" if any(w.startswith(p + " ") for w in profile.warnings)
                       else "prior alone" if p in carried else "" for p in rep["price"]]
     for col in ("ns", "sd", "prior_ns", "prior_sd"):
