@@ -15,8 +15,14 @@ import shutil
 import subprocess
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no referee can boot here, but the module still imports for the notebooks
+    fcntl = None
 
 from ..errors import LabError
 
@@ -42,6 +48,17 @@ def apt_options(arch: str = "arm64") -> list[str]:
             "-o", f"Dir::State::Lists={d / 'lists'}", "-o", f"Dir::State::Status={d / 'dpkg-status'}",
             "-o", f"Dir::Cache={d / 'cache'}", "-o", f"APT::Architecture={arch}", "-o", f"APT::Architectures::={arch}",
             "-o", "Acquire::Languages=none", "-o", "APT::Sandbox::User=root"]
+
+
+@contextmanager
+def cache_lock():
+    """Hold the cache for one fetch at a time: referees booting side by side (the test suite runs its kernel
+    boots in parallel) share the private apt state, the downloaded packages and the unpacked kernels."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / "fetch.lock", "w") as lock:
+        if fcntl is not None:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def run_tool(cmd: list[str], what: str, timeout: int = 600) -> str:
@@ -74,14 +91,15 @@ def apt_update(max_age_s: int = 24 * 3600, arch: str = "arm64") -> None:
 
 def fetch_kernel(package: str | None = None) -> tuple[Path, str]:
     """(path of the unpacked vmlinuz, package version) for an image package, default: bookworm's 6.1."""
-    apt_update()
-    if package is None:
-        package = _default_package()
-    deb = download(package)
-    if package.startswith("linux-image-") and not has_vmlinuz(deb):
-        # from 6.19 Debian's image package is a stub: the kernel itself is in linux-binary-<flavour>
-        deb = download("linux-binary-" + package[len("linux-image-"):])
-    return unpack_deb(deb)
+    with cache_lock():
+        apt_update()
+        if package is None:
+            package = _default_package()
+        deb = download(package)
+        if package.startswith("linux-image-") and not has_vmlinuz(deb):
+            # from 6.19 Debian's image package is a stub: the kernel itself is in linux-binary-<flavour>
+            deb = download("linux-binary-" + package[len("linux-image-"):])
+        return unpack_deb(deb)
 
 
 def has_vmlinuz(deb: Path) -> bool:

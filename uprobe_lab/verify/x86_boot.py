@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import LabError
-from .arm64_boot import (CACHE, RefereeUnavailable, apt_options, apt_update, download, has_vmlinuz, run_qemu,
-                         run_tool)
+from .arm64_boot import (CACHE, RefereeUnavailable, apt_options, apt_update, cache_lock, download, has_vmlinuz,
+                         run_qemu, run_tool)
 from .arm64_guest import cpio_newc
 
 QEMU = "qemu-system-x86_64"
@@ -84,6 +84,11 @@ def _unpack(deb: Path, into: Path, patterns: list[str]) -> None:
 
 def fetch_kernel(line: str) -> Kernel:
     """Download (once) and unpack the newest kernel of ``line``: its vmlinuz and the guest's modules."""
+    with cache_lock():
+        return _fetch_kernel(line)
+
+
+def _fetch_kernel(line: str) -> Kernel:
     package = newest_package(line)
     debs = [download(package, ARCH)]
     if not has_vmlinuz(debs[0]):  # from 6.19 the image package is a stub over these three

@@ -2,7 +2,8 @@
 the lab claims of it.
 
 This machine runs one kernel; the lab models five versions. Here each line of :data:`.x86_boot.KERNEL_LINES`
-is booted under QEMU (:mod:`.x86_boot`) and, inside, the lab's own native code answers (:func:`guest_report`):
+is booted under QEMU (:mod:`.x86_boot`) and, inside, the lab's own native code answers
+(:func:`.x86_guest.guest_report`):
 
 * the three questions of :func:`uprobe_lab.native.scheme.detect_scheme`: syscall 336 off the trampoline,
   is a probed nop5 rewritten into a call, is a nop10 refused or rewritten into ``lea; call``;
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -33,47 +33,9 @@ import pandas as pd
 
 from ..errors import LabError
 from ..kernel import kernel_for_release
+from .x86_guest import HITS, REFUSED
 
-BENCHES = ("uprobe-nop", "uprobe-ret", "uprobe-nop5", "uretprobe-nop", "uprobe-nop10", "uprobe-nop5-pagecross",
-           "uprobe-nop10-pagecross")
-HITS = 100
-REFUSED = "refused at attach: errno 524 (ENOTSUPP)"
 RECORDING = Path(__file__).resolve().parent.parent / "data" / "x86_kernels_referee.json"
-
-
-# --- in the guest ---------------------------------------------------------------------------------
-
-def _snapshot_in_child(bench: str) -> dict:
-    """The bench's host snapshot taken in a forked child, so no earlier probe's mappings show
-    (compare.host_bench_snapshot starts a new Python instead: some 10 s each under TCG)."""
-    from ..native.fresh import in_forked_child
-
-    return in_forked_child(f"the guest's snapshot of {bench}", _snapshot_or_refusal, bench)
-
-
-def _snapshot_or_refusal(bench: str) -> dict:
-    from ..native.compare import snapshot_here
-    from ..uprobes import ENOTSUPP
-
-    try:
-        return snapshot_here(bench, HITS)
-    except OSError as err:
-        return {"bench": bench, "refused": REFUSED if err.errno == ENOTSUPP else f"errno {err.errno}: {err}"}
-
-
-def guest_report() -> dict:
-    """What this kernel does (run inside the guest, as root): release, scheme answers, snapshots."""
-    from ..native.fork import fork_report_here
-    from ..native.scheme import detect_scheme
-    from ..native.support import check_native_support
-
-    check_native_support()
-    # snapshots first: from 7.2 a forked child inherits the parent's [uprobes-trampoline] (seen on the 7.3
-    # guest), which detect_scheme's nop10 probe would create
-    snapshots = {b: _snapshot_in_child(b) for b in BENCHES}
-    fork = fork_report_here()  # each site in a forked child of this process, which holds no probe yet
-    return {"release": os.uname().release, "scheme": detect_scheme().as_dict(), "snapshots": snapshots,
-            "fork": fork}
 
 
 # --- on this machine ------------------------------------------------------------------------------
@@ -84,7 +46,7 @@ def boot_and_report(line: str, timeout: int = 900) -> dict:
 
     kernel = fetch_kernel(line)
     root = str(Path(__file__).resolve().parents[2])
-    run = run_in_guest(kernel, f"{sys.executable} -m uprobe_lab.verify.x86_kernels --guest", root, timeout)
+    run = run_in_guest(kernel, f"{sys.executable} -m uprobe_lab.verify.x86_guest", root, timeout)
     lines = [ln for ln in run.output.splitlines() if ln.startswith("{")]
     if run.status or not lines:
         raise LabError(f"the {line} guest's report failed (exit {run.status}):\n{run.output[-1500:]}")
@@ -228,13 +190,9 @@ def run_referee(lines: list[str], record: str | Path | None = None, as_json: boo
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--guest", action="store_true", help="inside the guest: print this kernel's report as JSON")
     ap.add_argument("--lines", default="", help="kernel lines to boot, comma-separated (default: all)")
     ap.add_argument("--record", type=Path, help="write the reports here (as data/x86_kernels_referee.json)")
     args = ap.parse_args(argv)
-    if args.guest:
-        print(json.dumps(guest_report()))
-        return 0
     return run_referee(list(filter(None, args.lines.split(","))), args.record)
 
 
