@@ -592,6 +592,7 @@ def test_a_slower_shared_path_never_speeds_up_a_prediction():
     assert dearer_int3.loc["uprobe-nop5", "predicted_mops"] > base.loc["uprobe-nop5", "predicted_mops"]
 
 
+@pytest.mark.slow
 def test_cli_reproduce_reports_the_headline(tmp_path, capsys):
     assert cli.main(["reproduce", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out

@@ -338,6 +338,7 @@ def table():
 
 
 @native
+@pytest.mark.xdist_group("native-table")  # one native table for the three
 def test_table_shape(table):
     assert list(table) == list(bench.BENCH_NAMES)
     for r in table.values():
@@ -347,12 +348,14 @@ def test_table_shape(table):
 
 
 @native
+@pytest.mark.xdist_group("native-table")  # one native table for the three
 def test_every_call_is_a_hit(table):
     for r in table.values():
         assert r["hits"] == ITER * REP, r["bench"]
 
 
 @native
+@pytest.mark.xdist_group("native-table")  # one native table for the three
 def test_optimized_flags(table):
     assert table["usermode-count"]["optimized"] is None and table["syscall-count"]["optimized"] is None
     for name in ("uprobe-nop", "uprobe-push", "uprobe-ret", "uretprobe-nop", "uretprobe-push", "uretprobe-ret"):

@@ -25,7 +25,8 @@ from uprobe_lab.verify.x86 import host_action, host_rules, lab_kernel_for
 from uprobe_lab.verify.x86_host import HostPool
 from uprobe_lab.x86.analyze import analyze_hex
 
-pytestmark = [native, pytest.mark.skipif(os.uname().machine != "x86_64", reason="x86-64 instructions")]
+pytestmark = [native, pytest.mark.skipif(os.uname().machine != "x86_64", reason="x86-64 instructions"),
+              pytest.mark.xdist_group("native-analyze")]  # one worker asks the host once for every row
 
 COLUMN = {"6.10": 2, "6.11": 2, "6.16": 3, "6.18": 3}  # the lab kernels test_classification checks per column
 FLAGS = 0x202  # IF and the always-one bit: the referee's plain start flags

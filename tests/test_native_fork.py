@@ -14,6 +14,9 @@ from uprobe_lab.native.fork import FORK_SITES, compare_fork, emulated_fork_repor
 from uprobe_lab.native.scheme import detect_scheme
 
 
+pytestmark = pytest.mark.xdist_group("native-fork")  # one worker asks the host once
+
+
 @pytest.fixture(scope="module")
 def host_answers():
     return host_fork_report()

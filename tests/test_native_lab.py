@@ -18,7 +18,6 @@ import time
 import warnings
 from pathlib import Path
 
-import nbformat
 import pandas as pd
 import pytest
 from matplotlib.figure import Figure
@@ -31,6 +30,7 @@ from uprobe_lab.native import bench as native_bench
 from uprobe_lab.views import native as views
 from kernel_bytes import URETPROBE_TRAMPOLINE, UPROBE_TRAMPOLINE
 from native_support import Uname, native, perf_fds, skip_or_fail
+from notebook_runs import code_outputs, executed
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
@@ -92,16 +92,11 @@ def test_recorded_path_when_native_unavailable(monkeypatch):
     assert len(run.benches) == len(native_bench.BENCH_NAMES)
 
 
-def test_notebook_06_recorded_path(monkeypatch):
+@pytest.mark.notebooks
+@pytest.mark.xdist_group("notebooks")
+def test_notebook_06_recorded_path():
     """What a reader without root sees: the notebook runs and says it shows a recording."""
-    from nbclient import NotebookClient
-
-    monkeypatch.setenv(example.ENV, "recorded")
-    monkeypatch.setenv("PYTHONPATH", ENV["PYTHONPATH"])
-    path = REPO / "notebooks" / "06_your_machine.ipynb"
-    nb = nbformat.read(path, as_version=4)
-    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
-    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    text = "".join(o.get("text", "") for o in code_outputs(executed("06_your_machine.ipynb", recorded=True)))
     assert "RECORDED EXAMPLE" in text and "UPROBE_LAB_NATIVE=recorded" in text
     assert "mov rax, 0x150" in text and "mov rax, 0x14f" in text
 
@@ -700,6 +695,7 @@ def test_kernel_change_table_and_picker(monkeypatch):
 # ------------------------------------------------------------------------------------------------
 # the price benches (this host)
 # ------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 @native
 def test_price_benches_measure_each_event_kind_here():
     """A short run on this host: every configuration has its rate, an error and its interval count; more

@@ -1,7 +1,11 @@
 """What a learner installs: environment.yml (conda, Binder) gives everything ./lab gives, and the licence is shipped."""
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -44,3 +48,24 @@ def test_licence_file_is_the_gpl_2_that_pyproject_names():
     text = (REPO / "LICENSE").read_text()
     assert "GNU GENERAL PUBLIC LICENSE" in text and "Version 2, June 1991" in text
     assert "END OF TERMS AND CONDITIONS" in text  # the full text, not a pointer to it
+
+
+@pytest.mark.slow
+def test_parallel_runs_keep_a_group_on_one_worker(tmp_path):
+    """./lab test relies on --dist loadgroup: tests sharing a kernel boot or notebook runs must share a
+    worker, or each worker repeats the boot. Some pytest releases silently break it (pytest-xdist 1386)."""
+    (tmp_path / "test_grouped.py").write_text(
+        "import os, pytest\n"
+        "@pytest.mark.xdist_group('shared')\n"
+        "@pytest.mark.parametrize('i', range(4))\n"
+        "def test_grouped(i):\n"
+        "    open(f'worker_{i}', 'w').write(os.environ['PYTEST_XDIST_WORKER'])\n"
+        "@pytest.mark.parametrize('i', range(8))\n"
+        "def test_free(i):\n"
+        "    pass\n")
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2",
+                          "--dist", "loadgroup", "test_grouped.py"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    workers = {(tmp_path / f"worker_{i}").read_text() for i in range(4)}
+    assert len(workers) == 1, f"the group ran on {sorted(workers)}"

@@ -2,11 +2,10 @@
 import re
 from pathlib import Path
 
-import nbformat
 import pytest
-from nbclient import NotebookClient
 
 import uprobe_lab as ul
+from notebook_runs import code_outputs, executed
 from uprobe_lab import presenter
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,25 +38,19 @@ def test_lab_lecture_sets_the_switch():
     assert f"{presenter.ENV}=1 exec" in lecture and "voila" in lecture
 
 
-def _executed_outputs(name: str, lecture: bool, monkeypatch) -> list[dict]:
-    """Run a chapter as ./lab lecture (lecture=True) or headless would, and return its code cells' outputs."""
-    if lecture:
-        monkeypatch.setenv(presenter.ENV, "1")
-    else:
-        monkeypatch.delenv(presenter.ENV, raising=False)
-    path = REPO / "notebooks" / name
-    nb = nbformat.read(path, as_version=4)
-    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
-    return [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
-
-
 def _printed(outputs: list[dict]) -> str:
     return "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
 
 
-@pytest.mark.parametrize("lecture", [False, True], ids=["headless", "lecture"])
-def test_chapter_01_prints_its_walks_only_outside_lecture_mode(lecture, monkeypatch):
-    printed = _printed(_executed_outputs("01_breakpoint_uprobes.ipynb", lecture, monkeypatch))
+# a chapter run as ./lab lecture (lecture=True) or headless; the headless runs are test_notebooks.py's
+in_a_chapter = pytest.mark.parametrize("lecture", [False, True], ids=["headless", "lecture"])
+
+
+@pytest.mark.notebooks
+@pytest.mark.xdist_group("notebooks")
+@in_a_chapter
+def test_chapter_01_prints_its_walks_only_outside_lecture_mode(lecture):
+    printed = _printed(code_outputs(executed("01_breakpoint_uprobes.ipynb", lecture=lecture)))
     walks, finished = WALK.findall(printed), printed.count("(finished)")
     if lecture:
         assert walks == [] and finished == 0, printed
@@ -68,9 +61,11 @@ def test_chapter_01_prints_its_walks_only_outside_lecture_mode(lecture, monkeypa
 STAGE = re.compile(r"^stage \d+/\d+ ", re.M)  # how PatchRun.text() starts a patch stage
 
 
-@pytest.mark.parametrize("lecture", [False, True], ids=["headless", "lecture"])
-def test_chapter_03_shows_its_patch_stages_only_outside_lecture_mode(lecture, monkeypatch):
-    outputs = _executed_outputs("03_nop5_optimization.ipynb", lecture, monkeypatch)
+@pytest.mark.notebooks
+@pytest.mark.xdist_group("notebooks")
+@in_a_chapter
+def test_chapter_03_shows_its_patch_stages_only_outside_lecture_mode(lecture):
+    outputs = code_outputs(executed("03_nop5_optimization.ipynb", lecture=lecture))
     printed = _printed(outputs)
     tables = sum("text/html" in o.get("data", {}) and "a CPU entering the site decodes" in o["data"]["text/html"] for o in outputs)
     if lecture:  # the stage widgets reveal them one by one

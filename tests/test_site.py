@@ -6,6 +6,7 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
+from notebook_runs import executed
 from uprobe_lab import site
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,11 +36,12 @@ def _parse(path: Path) -> _Links:
 @pytest.fixture(scope="module")
 def html(tmp_path_factory):
     pytest.importorskip("jupyter_book", reason="jupyter-book is not installed (pip install -e '.[site]')")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("UPROBE_LAB_NATIVE", "recorded")  # chapter 06 from its recording: the site, not the host, is tested
-        return site.build(tmp_path_factory.mktemp("site") / "book")
+    # the chapters as test_notebooks.py ran them (on this host, chapter 06 measures it), not run again
+    return site.build(tmp_path_factory.mktemp("site") / "book", run=lambda path: executed(path.name))
 
 
+@pytest.mark.site
+@pytest.mark.xdist_group("notebooks")
 def test_every_chapter_and_reference_page_is_built(html):
     for stem in CHAPTERS:
         assert (html / "notebooks" / f"{stem}.html").exists(), stem
@@ -47,6 +49,8 @@ def test_every_chapter_and_reference_page_is_built(html):
         assert (html / page).exists(), page
 
 
+@pytest.mark.site
+@pytest.mark.xdist_group("notebooks")
 def test_chapters_carry_their_outputs_and_charts(html):
     import nbformat
 
@@ -63,6 +67,8 @@ def test_chapters_carry_their_outputs_and_charts(html):
         assert charts[stem] >= 1, f"{stem}: no chart on the page"
 
 
+@pytest.mark.site
+@pytest.mark.xdist_group("notebooks")
 def test_no_broken_internal_links(html):
     broken = []
     # the theme's own templates under _static are Jinja sources, not pages

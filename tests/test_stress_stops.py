@@ -16,6 +16,7 @@ from uprobe_lab.kernel import KERNELS
 from uprobe_lab.stress import ARCHES, interrupt_stress, notebook_steppers, reset_stress
 
 
+@pytest.mark.slow
 def test_interrupts_at_random_moments_leave_every_process_exact():
     counts = interrupt_stress(200, 0.02)
     every = sum(len(bench.bench_names(a)) for a in ARCHES) * len(KERNELS)

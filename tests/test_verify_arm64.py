@@ -189,12 +189,16 @@ def referee_report():
         pytest.skip(f"no arm64 kernel to boot: {err}")
 
 
+@pytest.mark.qemu
+@pytest.mark.xdist_group("arm64-referee")  # one boot for both
 def test_real_kernel_agrees_with_the_lab_on_every_form(referee_report):
     done, total = referee_report.agreement
     assert total >= 300
     assert done == total, "\n" + referee_report.text()
 
 
+@pytest.mark.qemu
+@pytest.mark.xdist_group("arm64-referee")  # one boot for both
 def test_real_kernel_shows_the_brk_and_xol_bytes_and_the_bug(referee_report):
     by_word = {j.case.word: j for j in referee_report.judged}
     assert by_word[0x1CFFFFE1].kernel_effect == {"v1": "a00020d4" + "00" * 12}  # the FP literal bug

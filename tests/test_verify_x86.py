@@ -148,6 +148,7 @@ def test_a_6_19_host_is_judged_by_its_release_rules(monkeypatch, tmp_path):
     assert analyze_hex("f390", get_kernel("6.18"))["action"] == "emulate"
 
 
+@pytest.mark.slow
 @x86_host
 def test_sample_agrees_with_the_host():
     report = verify("x86_64", sample=80, seed=20261130, sweeps=False)  # every class, ~10 s
@@ -156,6 +157,7 @@ def test_sample_agrees_with_the_host():
     assert not report.disagreements, report.format()
 
 
+@pytest.mark.slow
 @x86_bpf
 def test_a_uprobe_multi_batch_gives_the_host_answers_a_perf_uprobe_gives():
     from uprobe_lab.verify.x86 import host_action
@@ -172,6 +174,7 @@ def test_a_uprobe_multi_batch_gives_the_host_answers_a_perf_uprobe_gives():
     assert answers["bpf"][24][0] == "emulate" and answers["bpf"][25][0] == "reject"  # vzeroupper, vpxor
 
 
+@pytest.mark.slow
 @x86_bpf
 def test_bpf_sample_agrees_with_the_lab():
     report = verify("x86_64", sample=150, seed=424242, sweeps=False, probe="bpf")
@@ -207,6 +210,7 @@ FAULTING = {bytes.fromhex("ff259a2b0000"): H.SITE, CALL_NONCANONICAL: H.SITE,
 ORDINARY = [bytes.fromhex(h) for h in ("90", "4801d8", "ff1424", "c3", "48ffc1", "6690")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("probe", ["perf", "bpf"])
 @x86_host
 def test_every_case_of_a_run_gets_a_report_one_child_at_a_time(tmp_path, probe, request):

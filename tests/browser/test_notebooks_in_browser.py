@@ -28,7 +28,8 @@ import pytest
 
 from uprobe_lab import exercises, presenter
 
-pytestmark = pytest.mark.browser
+# one worker for them all in a parallel run: they share one JupyterLab server and one Chromium
+pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("browser")]
 
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
