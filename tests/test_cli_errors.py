@@ -48,9 +48,21 @@ def files(tmp_path):
     ("quoting.csv", HEADER + '"x86_64,6.10,uprobe-nop,1\nx86_64,"6.10\n', ("line 2", "stray quote")),
     ("nocolumns.csv", "a,b\n1,2\n", ("lacks the column(s) arch, kernel, bench, mops",)),
     ("header-only.csv", HEADER, ("no rows",)),
+    ("huge.csv", HEADER + "x86_64,6.10,uprobe-nop,1e308\n", ("line 2", "'1e308'", "at most 100000")),
+    ("twice.csv", "arch,kernel,bench,mops,mops\nx86_64,6.10,uprobe-nop,3.0,0.5\n",
+     ("the column mops appears 2 times (columns 4, 5)", "delete all but")),
 ])
 def test_predict_refuses_bad_measured_files(capsys, files, name, body, words):
     fails_cleanly(capsys, ["predict", "--measured", files(name, body), "--to", "6.11"], "--measured", *words)
+
+
+@pytest.mark.parametrize("extra, words", [
+    ("x86_64,6.10,uprobe-nop,0.001\n", ("uprobe-nop on 6.10 disagree", "0.001 and 3 M/s", "keep the right row")),
+    ("x86_64,6.11,uprobe-nop,0.3\n", ("uprobe-nop disagree", "carried to 6.11", "0.3 and 3 M/s")),
+])
+def test_predict_refuses_rows_of_one_bench_that_disagree(capsys, files, extra, words):
+    fails_cleanly(capsys, ["predict", "--measured", files("two.csv", HEADER + GOOD_ROWS + extra), "--to", "6.11"],
+                  *words)
 
 
 def test_predict_refuses_a_binary_file_and_a_directory(capsys, files, tmp_path):
@@ -68,6 +80,29 @@ def test_predict_out_must_be_a_writable_file(capsys, files, tmp_path):
     # /proc accepts no new files, not even from root
     fails_cleanly(capsys, ["predict", "--measured", measured, "--to", "6.11", "--out", "/proc/predicted.csv"],
                   "--out /proc/predicted.csv", "give a path you can write")
+
+
+def test_predict_on_a_million_rows_stays_small(tmp_path):
+    """A million repeats of the five good rows: the same figures as the rows once, under 500 MB peak RSS
+    (the fit once built an n x n matrix: 3.2 GB for 20k rows)."""
+    import subprocess
+    import sys
+
+    once, many = tmp_path / "once.csv", tmp_path / "many.csv"
+    once.write_text(HEADER + GOOD_ROWS)
+    many.write_text(HEADER + GOOD_ROWS * 200_000)
+    script = ("import resource, sys; from uprobe_lab import cli; rc = cli.main(sys.argv[1:]); "
+              "print('maxrss', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr); sys.exit(rc)")
+    figures = {}
+    for path in (once, many):
+        out = subprocess.run([sys.executable, "-c", script, "predict", "--measured", str(path), "--to", "6.11"],
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        figures[path.name] = [float(v) for line in out.stdout.splitlines()[1:] for v in line.split(",")[1:]]
+        rss_kb = int(out.stderr.split("maxrss ")[1].split()[0])
+    assert rss_kb < 500 * 1024
+    assert len(figures["many.csv"]) == 5 * 3
+    assert figures["many.csv"] == pytest.approx(figures["once.csv"], rel=1e-4)
 
 
 def test_predict_still_writes_good_input(capsys, files, tmp_path):
@@ -165,6 +200,7 @@ def test_predict_reads_the_native_benchs_json(tmp_path, capsys):
     ('{"rows": []}', ["a JSON list of bench rows"]),
     ('[{"bench": "uprobe-nop", "mode": "native", "arch": "x86_64", "kernel": "6.18", "mops": 1.5, "stddev": "x"}]',
      ["is not a number"]),
+    ("[" * 100_000 + "]" * 100_000, ["nests too deep"]),
 ])
 def test_predict_refuses_json_that_is_not_native_rows(tmp_path, capsys, text, words):
     path = tmp_path / "bad.json"

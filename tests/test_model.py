@@ -546,6 +546,56 @@ def test_a_rate_that_is_not_positive_is_refused_by_name(rate):
         model.predict_from_measured(m, "6.18")
 
 
+def test_a_rate_no_cpu_runs_is_refused_not_inverted():
+    m = table_003()
+    m.loc[m["bench"] == "uprobe-push", "mops"] = 1e308  # once: LinAlgError, a singular matrix
+    with pytest.raises(model.LabError, match="uprobe-push has mops 1e\\+308.* at most 100000"):
+        model.predict_from_measured(m, "6.18")
+
+
+def test_repeats_of_one_measurement_are_its_mean_and_conflicts_are_refused():
+    """Rows of one bench on one kernel are repeats: fitted and carried as their mean (3.0 and 3.06 predict
+    as 3.03 does), with their spread as the error where it exceeds the rows' own; a bench measured on two
+    kernels is predicted from both. Rows a factor beyond CONFLICT_RATIO apart are refused."""
+    m = table_003()
+    nop = m[m["bench"] == "uprobe-nop"].iloc[0]
+    mean = predict(m.assign(mops=np.where(m["bench"] == "uprobe-nop", 3.03, m["mops"])), "6.18")
+    pair = pd.concat([m.assign(mops=np.where(m["bench"] == "uprobe-nop", 3.0, m["mops"])),
+                      nop.to_frame().T.assign(mops=3.06)], ignore_index=True)
+    got = predict(pair, "6.18")
+    assert len(got) == len(m)
+    assert got.loc["uprobe-nop", "predicted_mops"] == pytest.approx(mean.loc["uprobe-nop", "predicted_mops"], rel=1e-3)
+    combined = model.text.repeats_combined(pair.assign(rel_err=0.001))
+    row = combined[combined["bench"] == "uprobe-nop"].iloc[0]
+    assert row["mops"] == pytest.approx(3.03) and row["rel_err"] == pytest.approx(np.std([3.0, 3.06], ddof=1) / 3.03 / 2 ** 0.5)
+    # the same bench measured on 6.11 and (as the model carries it) 6.18: one figure, from both
+    both = pd.concat([m, nop.to_frame().T.assign(kernel="6.18", mops=float(predict(m, "6.18").loc["uprobe-nop", "predicted_mops"]))],
+                     ignore_index=True)
+    assert predict(both, "6.18").loc["uprobe-nop", "predicted_mops"] == pytest.approx(
+        predict(m, "6.18").loc["uprobe-nop", "predicted_mops"], rel=1e-6)
+    with pytest.raises(model.LabError, match=r"uprobe-nop on 6.11 disagree: 0.001 and 3.056"):
+        predict(pd.concat([m, nop.to_frame().T.assign(mops=0.001)], ignore_index=True), "6.18")
+    with pytest.raises(model.LabError, match=r"uprobe-nop disagree: carried to 6.18"):
+        predict(pd.concat([m, nop.to_frame().T.assign(kernel="6.18", mops=1.0)], ignore_index=True), "6.18")
+
+
+def test_the_fit_holds_no_matrix_as_wide_as_its_rows():
+    """5000 rows fitted in a few MB: the effective number of parameters is summed row by row (an n x n
+    matrix of them would be 200 MB)."""
+    import tracemalloc
+
+    rows = pd.concat([table_003()] * 500, ignore_index=True)
+    small = fitmod.fit_profile(table_003(), "x86_64", fitmod.Prior.uninformative())
+    tracemalloc.start()
+    try:
+        prof = fitmod.fit_profile(rows, "x86_64", fitmod.Prior.uninformative())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 20e6
+    assert prof.mean == pytest.approx(small.mean, rel=1e-3)  # repeats: the same prices, the prior weighing less
+
+
 def test_a_slower_bench_is_predicted_slower_and_an_unchanged_path_keeps_its_figure():
     """Each bench's prediction moves with its own input (the same sign, about the same factor); a bench
     whose events do not change between the kernels keeps its measured figure whatever the others do; a

@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import os
 import platform
 import sys
@@ -26,7 +25,6 @@ def _progress(total: int, enabled: bool):
 
 
 MAX_ITERATIONS = 1 << 64  # the producer loop counts in one 64-bit register
-MIN_MOPS = 0.001  # 1000 calls/s: a measured rate below this is a unit mistake, not a uprobe
 
 
 def output_dir(path: str) -> Path:
@@ -69,6 +67,8 @@ def native_json_rows(path: str, text: str, shape: str):
         rows = json.loads(text)
     except json.JSONDecodeError as err:
         raise LabError(f"--measured {path} is not well-formed JSON ({err}); give {shape}") from None
+    except RecursionError:  # the parser recurses once per bracket: bench --json nests three deep
+        raise LabError(f"--measured {path}: its JSON nests too deep to be bench rows; give {shape}") from None
     if isinstance(rows, dict) and "benches" in rows:
         rows = rows["benches"]
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
@@ -96,10 +96,13 @@ def read_measured(path: str):
     good file looks like."""
     import pandas as pd
 
+    from .model.text import MAX_MOPS, MIN_MOPS
+
     shape = ("a CSV with the columns arch, kernel, bench, mops (a header line, then one row per bench measured on "
              "your machine), or the output of bench --mode native --json")
     if os.path.isdir(path):
         raise LabError(f"--measured {path} is a directory; give {shape}")
+    header = []  # a CSV's column names as written (JSON rows have no header)
     try:
         with open(path, "rb") as f:
             head = f.read(4096)
@@ -110,6 +113,7 @@ def read_measured(path: str):
                 table = native_json_rows(path, f.read(), shape)
         else:
             table = pd.read_csv(path, dtype=str, keep_default_na=False)
+            header = list(pd.read_csv(path, dtype=str, header=None, nrows=1, keep_default_na=False).iloc[0])
     except FileNotFoundError:
         raise LabError(f"--measured {path}: no such file; give the path of {shape}") from None
     except OSError as err:
@@ -120,6 +124,11 @@ def read_measured(path: str):
         raise LabError(f"--measured {path} is empty; give {shape}") from None
     except pd.errors.ParserError as err:
         raise LabError(f"--measured {path} is not a well-formed CSV ({str(err).strip()}); give {shape}") from None
+    twice = [c for c in dict.fromkeys(header) if header.count(c) > 1] 
+    if twice:  # pandas would rename the second to "mops.1" and read only the first
+        where = [str(i + 1) for i, c in enumerate(header) if c == twice[0]]
+        raise LabError(f"--measured {path}: the column {twice[0]} appears {len(where)} times (columns "
+                       f"{', '.join(where)}); delete all but the one you mean")
     missing = [c for c in ("arch", "kernel", "bench", "mops") if c not in table.columns]
     if missing:
         raise LabError(f"--measured {path} lacks the column(s) {', '.join(missing)}; give {shape}")
@@ -131,10 +140,12 @@ def read_measured(path: str):
             raise LabError(f"--measured {path}: line {blank[0] + 2} has no {column} (a stray quote or a "
                            f"missing field?); give {shape}")
     mops = pd.to_numeric(table["mops"], errors="coerce")
-    for i, (text, value) in enumerate(zip(table["mops"], mops)):
-        if not (math.isfinite(value) and value >= MIN_MOPS):
-            raise LabError(f"--measured {path}: line {i + 2} has mops {text!r}; mops is a measured rate in "
-                           f"millions of calls per second, a number of at least {MIN_MOPS}")
+    bad = ~(mops.between(MIN_MOPS, MAX_MOPS))  # NaN too
+    if bad.any():
+        i = int(bad.to_numpy().argmax())
+        raise LabError(f"--measured {path}: line {i + 2} has mops {table['mops'].iloc[i]!r}; mops is a measured "
+                       f"rate in millions of calls per second, a number of at least {MIN_MOPS} and at most "
+                       f"{MAX_MOPS:g}")
     return table.assign(mops=mops)
 
 

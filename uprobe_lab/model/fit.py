@@ -196,7 +196,8 @@ def fit_profile(rows: pd.DataFrame, arch: str, prior: Prior, name: str = "fitted
     sd = np.sqrt(ROW_SIGMA_FLOOR ** 2 + err ** 2)
     mean, cov = posterior(x, y, sd, prior)
     resid = y - x @ mean
-    p_eff = float(np.trace((x / sd[:, None] ** 2) @ cov @ x.T))
+    # trace(X W cov X') summed row by row: the n x n matrix itself would grow with the square of the rows
+    p_eff = float(np.sum(((x / sd[:, None] ** 2) @ cov) * x))
     sigma = max(ROW_SIGMA_FLOOR, math.sqrt(float(resid @ resid) / max(len(y) - p_eff, 1.0)))
     if sigma > ROW_SIGMA_FLOOR:
         sd = np.sqrt(sigma ** 2 + err ** 2)

@@ -65,6 +65,33 @@ def model_table(names=None, arch: str = "x86_64", kernel=None, cpu: str | None =
     return out
 
 
+# Bounds on a measured rate (M/s): below MIN_MOPS is a unit mistake, not a uprobe (1000 calls/s); above
+# MAX_MOPS no CPU runs even the plain loop (1e11 calls/s), and the fit's times per hit underflow toward 0.
+MIN_MOPS = 0.001
+MAX_MOPS = 1e5
+# Rows of one bench that differ by more than this factor (carried to the target kernel) are not repeats of one
+# measurement: run-to-run spread on the lab's hosts is a few percent, a unit slip or another machine is not.
+CONFLICT_RATIO = 1.5
+
+
+def repeats_combined(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per (bench, kernel): the mean rate of its repeats, and as its error the larger of the rows'
+    own (root mean square: listing a figure twice does not make it more exact) and the standard error of
+    the mean their spread shows. Refuses repeats that differ by more than CONFLICT_RATIO."""
+    groups = rows.groupby(["bench", "kernel"], sort=False)
+    table = groups.agg(mops=("mops", "mean"), low=("mops", "min"), high=("mops", "max"), n=("mops", "size"),
+                       sd=("mops", "std"), err2=("rel_err", lambda e: float((e ** 2).mean())))
+    wide = table[table["high"] > CONFLICT_RATIO * table["low"]]
+    if len(wide):
+        (bench, kernel), r = wide.index[0], wide.iloc[0]
+        raise LabError(f"the measured rows for {bench} on {kernel} disagree: {r['low']:g} and {r['high']:g} M/s "
+                       f"(a factor of {r['high'] / r['low']:.3g}); repeats of one measurement differ by a few "
+                       "percent - keep the right row, and give another machine's rows in a file of their own")
+    spread = (table["sd"].fillna(0.0) / table["mops"] / np.sqrt(table["n"])).to_numpy()
+    table["rel_err"] = np.maximum(np.sqrt(table["err2"].to_numpy()), spread)
+    return table.reset_index()[["bench", "kernel", "mops", "rel_err"]]
+
+
 def predict_from_measured(measured: pd.DataFrame, to_kernel: str) -> pd.DataFrame:
     """Fit a profile on an unseen machine's measurements (columns arch, kernel, bench, mops; optional
     rel_err; kernel may be a release such as 6.14.2) and predict the same benches on ``to_kernel``.
@@ -73,6 +100,11 @@ def predict_from_measured(measured: pd.DataFrame, to_kernel: str) -> pd.DataFram
     two kernels (a bench whose events do not change keeps its figure; one that gets slower in the input
     never gets faster in the output). A row without ``rel_err`` is taken to be good to 2%. The 80% interval combines the ratio's posterior uncertainty, the
     model error (for benches whose events change) and the row's own error.
+
+    Several rows of one bench on one kernel are repeats, fitted and carried as their mean
+    (:func:`repeats_combined`); a bench measured on several kernels is predicted from each, and the
+    figures are combined weighted by their intervals. Rows of one bench that disagree by more than
+    CONFLICT_RATIO are refused, not averaged.
 
     Returns bench, predicted_mops, low_80, high_80; ``.attrs["warnings"]`` names what the calibration
     lacked (each also issued as a UserWarning). Refuses tables with no probe row, several arches, or a
@@ -87,15 +119,16 @@ def predict_from_measured(measured: pd.DataFrame, to_kernel: str) -> pd.DataFram
     kernel_setup(arch, str(to_kernel))  # refuse an unknown target before fitting
     rows = measured.assign(kernel=measured["kernel"].astype(str),
                            mops=pd.to_numeric(measured["mops"], errors="coerce").astype(float))
-    bad = rows[~(np.isfinite(rows["mops"]) & (rows["mops"] > 0))]
-    if len(bad):  # a zero or negative rate would fit negative prices and predict nonsense
-        r = bad.iloc[0]
-        raise LabError(f"measured row {r['bench']} has mops {measured.loc[bad.index[0], 'mops']!r}; mops is a "
-                       "measured rate in millions of calls per second, a positive number")
-    if "rel_err" not in rows:  # a figure without its error is taken to be good to the model's floor (2%)
-        rows["rel_err"] = ROW_SIGMA_FLOOR
-    rows["rel_err"] = rows["rel_err"].fillna(ROW_SIGMA_FLOOR)
-    for k in rows["kernel"]:
+    bad = rows[~(np.isfinite(rows["mops"]) & (rows["mops"] > 0) & (rows["mops"] <= MAX_MOPS))]
+    if len(bad):  # a zero or negative rate would fit negative prices, a huge one times that underflow
+        r, given = bad.iloc[0], measured.loc[bad.index[0], "mops"]
+        given = repr(given) if isinstance(given, str) else given  # 'fast', but 1e+308, not np.float64(1e+308)
+        raise LabError(f"measured row {r['bench']} has mops {given}; mops is a "
+                       f"measured rate in millions of calls per second, a positive number of at most {MAX_MOPS:g}")
+    rel_err = pd.to_numeric(rows["rel_err"], errors="coerce") if "rel_err" in rows else np.nan
+    # a figure without its error is taken to be good to the model's floor (2%)
+    rows = repeats_combined(rows.assign(rel_err=rel_err).fillna({"rel_err": ROW_SIGMA_FLOOR}))
+    for k in rows["kernel"].unique():
         kernel_setup(arch, k)
     notes = [f"no {b} row: {what} is set by the prior carried from the host recordings"
              for b, what in NEEDED_ROWS.items() if b not in set(rows["bench"])]
@@ -104,12 +137,22 @@ def predict_from_measured(measured: pd.DataFrame, to_kernel: str) -> pd.DataFram
     for n in notes:
         warnings.warn(n, stacklevel=2)
     out = []
-    for r in rows.drop_duplicates("bench").itertuples(index=False):
-        speedup, log_sd = prof.change(r.bench, r.kernel, str(to_kernel))
-        mops = float(r.mops) * speedup
-        half = Z80 * math.hypot(log_sd, float(r.rel_err))
-        out.append({"bench": r.bench, "predicted_mops": mops, "low_80": mops * math.exp(-half),
-                    "high_80": mops * math.exp(half)})
+    for bench, group in rows.groupby("bench", sort=False):
+        logs, halves = [], []
+        for r in group.itertuples(index=False):
+            speedup, log_sd = prof.change(bench, r.kernel, str(to_kernel))
+            logs.append(math.log(float(r.mops) * speedup))
+            halves.append(Z80 * math.hypot(log_sd, float(r.rel_err)))
+        if max(logs) - min(logs) > math.log(CONFLICT_RATIO):
+            raise LabError(f"the measured rows for {bench} disagree: carried to {to_kernel} they give "
+                           f"{math.exp(min(logs)):.4g} and {math.exp(max(logs)):.4g} M/s; keep the right rows, and "
+                           "give another machine's rows in a file of their own")
+        weights = np.array(halves) ** -2.0
+        log_mops = float(np.dot(weights, logs) / weights.sum())
+        # the parts share the fitted prices, so their errors are not independent: no narrower than the best
+        half = min(halves)
+        out.append({"bench": bench, "predicted_mops": math.exp(log_mops), "low_80": math.exp(log_mops - half),
+                    "high_80": math.exp(log_mops + half)})
     result = pd.DataFrame(out, columns=["bench", "predicted_mops", "low_80", "high_80"])
     result.attrs["warnings"] = notes
     return result
