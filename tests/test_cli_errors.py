@@ -114,12 +114,19 @@ def test_predict_still_writes_good_input(capsys, files, tmp_path):
 
 # --- reproduce --out ----------------------------------------------------------------------------
 
-def test_reproduce_out_must_be_a_directory_it_can_make(capsys, files, tmp_path):
+def test_reproduce_out_must_be_a_directory_it_can_make(capsys, files, tmp_path, monkeypatch):
     a_file = files("a-file", "x")
     fails_cleanly(capsys, ["reproduce", "--out", a_file], "is a file, not a directory")
     fails_cleanly(capsys, ["reproduce", "--out", os.path.join(a_file, "charts")], "cannot make the directory",
                   "Not a directory")
     fails_cleanly(capsys, ["reproduce", "--out", "/proc/charts"], "cannot make the directory")
+    monkeypatch.chdir(tmp_path)  # where an empty --out once wrote the charts
+    fails_cleanly(capsys, ["reproduce", "--out", ""], "--out is empty", "e.g. --out charts")
+
+
+def test_predict_out_may_not_be_empty(capsys, files):
+    fails_cleanly(capsys, ["predict", "--measured", files("good.csv", HEADER + GOOD_ROWS), "--to", "6.11",
+                           "--out", ""], "--out is empty", "drop --out")
 
 
 # --- bench --------------------------------------------------------------------------------------
@@ -134,6 +141,28 @@ def test_bench_stp_is_an_arm64_option(capsys):
 def test_bench_iterations_must_fit_the_loop_register(capsys, iterations):
     fails_cleanly(capsys, ["bench", "uprobe-nop", "--iterations", iterations], "2**64-1", iterations)
     fails_cleanly(capsys, ["bench", "--mode", "native", "uprobe-nop", "--iterations", iterations], "2**64-1")
+
+
+@pytest.mark.parametrize("mode, words", [("native", ["this machine's own CPU"]), ("emulated", ["counts events"])])
+def test_bench_cpu_is_a_model_setting(capsys, mode, words):
+    fails_cleanly(capsys, ["bench", "--mode", mode, "--cpu", "amd", "uprobe-nop"],
+                  "--cpu is a --mode model setting", f"--mode {mode}", "add --mode model", *words)
+
+
+def test_verify_sample_is_not_negative(capsys):
+    fails_cleanly(capsys, ["verify", "--sample", "-1"], "--sample -1", "0 or more")
+    fails_cleanly(capsys, ["verify", "--arch", "arm64", "--sample", "-1"], "--sample -1")
+
+
+def test_analyze_names_bytes_cut_short_and_bytes_that_are_no_instruction(capsys):
+    """00 is the first byte of add %al,(%rax): the kernel would read the rest from the page, so the
+    answer needs them. 0f04 decodes as nothing however it goes on: the kernel refuses it (-ENOEXEC)."""
+    fails_cleanly(capsys, ["analyze", "00"], "00 is only the start of an instruction", "add byte ptr [rax], al",
+                  "e.g. 0000")
+    fails_cleanly(capsys, ["analyze", "0f1f"], "nop dword ptr [rax]", "give all of its bytes")
+    assert cli.main(["analyze", "0f04"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("0f04 (no instruction): reject\n") and "None" not in out
 
 
 def test_bench_native_refuses_a_foreign_arch(capsys):

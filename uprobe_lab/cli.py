@@ -29,6 +29,8 @@ MAX_ITERATIONS = 1 << 64  # the producer loop counts in one 64-bit register
 
 def output_dir(path: str) -> Path:
     """``--out`` for reproduce: a directory that exists or can be made, and that can be written."""
+    if not path.strip():  # Path("") is ".": the charts would land wherever the command was run
+        raise LabError("--out is empty; give a directory (new or existing), e.g. --out charts")
     out = Path(path)
     if out.exists() and not out.is_dir():
         raise LabError(f"--out {path} is a file, not a directory; give a directory (new or existing), e.g. --out charts")
@@ -44,6 +46,8 @@ def output_dir(path: str) -> Path:
 
 def output_file(path: str) -> Path:
     """``--out`` for a CSV: checked before the work, so a typo does not waste a run."""
+    if not path.strip():
+        raise LabError("--out is empty; give a file name, e.g. --out predicted.csv, or drop --out to print the table")
     out = Path(path)
     if out.is_dir():
         raise LabError(f"--out {path} is a directory; give a file name, e.g. --out {out / 'predicted.csv'}")
@@ -159,6 +163,10 @@ def cmd_bench(args) -> int:
                        f"got {args.iterations}")
     options = {"stp": args.stp} if args.stp else {}
     kernel = args.kernel or DEFAULT_KERNEL
+    if args.cpu and args.mode != "model":
+        runs = "this machine's own CPU" if args.mode == "native" else "the emulator, which counts events, not time"
+        raise LabError(f"--cpu is a --mode model setting (the CPU profile whose prices the model uses); --mode "
+                       f"{args.mode} runs {runs}: drop --cpu, or add --mode model")
     if args.stp and args.mode != "native" and (args.arch or "x86_64") != "arm64":
         raise LabError("--stp is an arm64 setting (how a probed stp x29, x30 runs); add --arch arm64 or drop --stp")
     if args.mode == "emulated":
@@ -243,7 +251,9 @@ def cmd_analyze(args) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        print(f"{result['mnemonic']} {result['op_str']}  ({result['length']} bytes): {result['action']}")
+        what = (f"{result['mnemonic']} {result['op_str']}  ({result['length']} bytes)" if result["mnemonic"]
+                else f"{args.insn} (no instruction)")
+        print(f"{what}: {result['action']}")
         print(f"  {result['reason']}")
     return 0
 
@@ -306,7 +316,7 @@ def cmd_predict(args) -> int:
     """Fit a profile on an unseen machine's measurements and predict another kernel."""
     from . import model
 
-    out = output_file(args.out) if args.out else None
+    out = output_file(args.out) if args.out is not None else None
     measured = read_measured(args.measured)
     with warnings.catch_warnings(record=True):  # printed below, once each
         warnings.simplefilter("always")
@@ -338,6 +348,8 @@ def cmd_verify(args) -> int:
         from .verify.x86_kernels import run_referee
 
         return run_referee([] if args.kernels == "all" else args.kernels.split(","), args.record, args.json)
+    if args.sample < 0:
+        raise LabError(f"--sample {args.sample}: the number of random instructions is 0 or more, e.g. --sample 300")
     options = {"sample": args.sample, "seed": args.seed, "classes": args.classes, "sweeps": not args.no_sweeps,
                "kernel": args.kernel, **({"probe": args.probe} if args.probe else {})}
     if args.arch == "arm64":  # Debian's arm64 kernel under QEMU: its own case list, its own kernel

@@ -20,6 +20,8 @@ def analyze_hex(hexbytes: str, kernel: KernelVersion, vaddr: int = 0x400000, **_
     except UnprobeableInstruction as err:
         decoded = list(X86_64_DISASM.disasm(raw, vaddr, 1))
         first = decoded[0] if decoded else None
+        if first is None:
+            cut_short(raw, vaddr)
         return {"mnemonic": first.mnemonic if first else None, "op_str": first.op_str if first else None,
                 "length": first.size if first else None, "action": "reject", "reason": str(err)}
     d = auprobe.decoded
@@ -28,6 +30,17 @@ def analyze_hex(hexbytes: str, kernel: KernelVersion, vaddr: int = 0x400000, **_
                             f"({d.mnemonic} {d.op_str}); pass one instruction")
     return {"mnemonic": d.mnemonic, "op_str": d.op_str, "length": d.length, "action": auprobe.action,
             "reason": auprobe.reason}
+
+
+def cut_short(raw: bytes, vaddr: int) -> None:
+    """A LabError if ``raw`` is the start of a longer instruction (the kernel would read the bytes after it
+    from the page): a few fillers after it, and the first that makes one instruction of it is the example."""
+    for filler in (0x00, 0xE1, 0xF1):  # modrm/sib bytes, and VEX payloads that decode
+        whole = next(X86_64_DISASM.disasm(raw + bytes([filler]) * 15, vaddr, 1), None)
+        if whole is not None and whole.size > len(raw):
+            raise LabError(f"{raw.hex()} is only the start of an instruction (followed by "
+                           f"{bytes(whole.bytes[len(raw):]).hex()} it is {whole.mnemonic} {whole.op_str}, "
+                           f"{whole.size} bytes); give all of its bytes, e.g. {bytes(whole.bytes).hex()}")
 
 
 def analyze_table(hexes, kernel=None):
