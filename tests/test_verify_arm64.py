@@ -174,6 +174,15 @@ def test_lab_refuses_brk5_with_enotsupp_and_delivers_xol_faults_at_the_probe():
     assert probed.sig_pc == L.slot_base(0) + L.P
 
 
+def test_an_alignment_fault_in_the_xol_slot_is_delivered_at_the_probe():
+    """ldeora w30, w19, [x7] with x7 = 7: the atomic's alignment fault, stepped out of line, reaches the
+    task at the probed address, as on Debian's 6.1 (seed 2 of the random sample found the lab reporting
+    it inside [uprobes])."""
+    verdict, effect, probed = _lab_verdicts(0xB8BE20F3, "6.1.0-57-arm64")
+    assert verdict == "stepped" and probed.sig and effect == {}
+    assert probed.sig_pc == L.slot_base(0) + L.P
+
+
 # --- a real kernel ---------------------------------------------------------------------------
 
 @pytest.fixture(scope="session")

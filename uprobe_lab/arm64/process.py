@@ -109,8 +109,10 @@ class Arm64Process(EmulatedProcess):
             pc = self.pc
             uprobe_abort_xol(self)  # undefined in the XOL slot: the signal arrives at the probed address
             self.force_sig("SIGILL", f"undefined instruction at {pc:#x}")
-        else:
-            self.force_sig("SIGSEGV", f"unexpected exception {intno} at {self.pc:#x}")
+        else:  # e.g. an alignment fault (an atomic at an odd address): from the XOL slot, too, the kernel
+            pc = self.pc  # delivers the signal at the probed address (the arm64 referee shows it)
+            uprobe_abort_xol(self)
+            self.force_sig("SIGSEGV", f"unexpected exception {intno} at {pc:#x}")
 
     # --- conveniences for notebooks and tests ---
     def prepare_call(self, target, *args: int) -> tuple[int, int]:
