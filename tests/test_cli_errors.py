@@ -154,6 +154,26 @@ def test_verify_sample_is_not_negative(capsys):
     fails_cleanly(capsys, ["verify", "--arch", "arm64", "--sample", "-1"], "--sample -1")
 
 
+def test_verify_arm64_runs_the_sample_it_is_given(capsys, monkeypatch):
+    """--sample and --seed reach the arm64 referee (they were dropped: its case list was fixed); unset, it
+    runs its sweep alone while x86 keeps 3000. x86-only settings are refused by name."""
+    import uprobe_lab.verify as verify_mod
+
+    class Report:
+        def format(self):
+            return "ok"
+
+    seen = []
+    monkeypatch.setattr(verify_mod, "verify", lambda arch, progress=None, **options: seen.append((arch, options)) or Report())
+    assert cli.main(["verify", "--arch", "arm64", "--sample", "300", "--seed", "5"]) == 0
+    assert cli.main(["verify", "--arch", "arm64"]) == 0
+    assert [(o["sample"], o["seed"]) for _, o in seen] == [(300, 5), (0, 1)]
+    assert cli.main(["verify"]) == 0 and seen[-1][1]["sample"] == 3000
+    capsys.readouterr()
+    fails_cleanly(capsys, ["verify", "--arch", "arm64", "--classes", "VEX", "--no-sweeps"],
+                  "--classes, --no-sweeps: x86 settings", "drop them")
+
+
 def test_analyze_names_bytes_cut_short_and_bytes_that_are_no_instruction(capsys):
     """00 is the first byte of add %al,(%rax): the kernel would read the rest from the page, so the
     answer needs them. 0f04 decodes as nothing however it goes on: the kernel refuses it (-ENOEXEC)."""

@@ -348,12 +348,19 @@ def cmd_verify(args) -> int:
         from .verify.x86_kernels import run_referee
 
         return run_referee([] if args.kernels == "all" else args.kernels.split(","), args.record, args.json)
-    if args.sample < 0:
+    if args.sample is not None and args.sample < 0:
         raise LabError(f"--sample {args.sample}: the number of random instructions is 0 or more, e.g. --sample 300")
-    options = {"sample": args.sample, "seed": args.seed, "classes": args.classes, "sweeps": not args.no_sweeps,
-               "kernel": args.kernel, **({"probe": args.probe} if args.probe else {})}
-    if args.arch == "arm64":  # Debian's arm64 kernel under QEMU: its own case list, its own kernel
-        options = {"package": args.kernel_package, "deb": args.kernel_deb, "record": args.record}
+    if args.arch == "arm64":  # Debian's arm64 kernel under QEMU: its sweep, random words after it, its own kernel
+        x86_only = [flag for flag, value in (("--classes", args.classes), ("--no-sweeps", args.no_sweeps),
+                                             ("--probe", args.probe)) if value]
+        if x86_only:
+            raise LabError(f"{', '.join(x86_only)}: x86 settings; the arm64 referee runs its sweep of the decode "
+                           "classes and --sample random words (from --seed): drop them")
+        options = {"package": args.kernel_package, "deb": args.kernel_deb, "record": args.record,
+                   "sample": args.sample or 0, "seed": args.seed}
+    else:
+        options = {"sample": 3000 if args.sample is None else args.sample, "seed": args.seed, "classes": args.classes,
+                   "sweeps": not args.no_sweeps, "kernel": args.kernel, **({"probe": args.probe} if args.probe else {})}
     with _verify_progress(args.json) as progress:
         try:
             report = verify(args.arch, progress=progress, **options)
@@ -421,7 +428,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("verify", help="the host kernel as referee: instructions under real uprobes vs the lab")
     v.add_argument("--arch", default="x86_64", choices=["x86_64", "arm64"])
-    v.add_argument("--sample", type=int, default=3000, help="random instructions (default 3000)")
+    v.add_argument("--sample", type=int, help="random instructions (x86: default 3000; arm64: after the fixed sweep, "
+                   "a third each any word, the load/store group and the branch group, default 0)")
     v.add_argument("--seed", type=int, default=1)
     v.add_argument("--classes", nargs="+", metavar="CLASS",
                    help="x86: 1-byte 0f prefixed VEX EVEX RIP-relative branches nops syscall (default: all)")

@@ -1,7 +1,7 @@
 """``python -m uprobe_lab verify --arch arm64``: a real arm64 kernel (Debian's, under QEMU) as referee.
 
 Builds the cases file, /init and the initramfs (uprobe_lab.verify.arm64_guest), boots the kernel
-once (arm64_boot), runs every case in the lab with the lab's rules for that kernel release
+once (arm64_boot), runs every case (the fixed sweep, then ``sample`` random words from ``seed``) in the lab with the lab's rules for that kernel release
 (kernel.kernel_for_release), and judges each case (arm64_judge). TCG timing says nothing about
 real hardware: only behaviour is judged. The unmerged STP simulation is not in any kernel, so the
 referee checks the upstream behaviour only (stp is stepped out of line); the STP chapter's
@@ -55,6 +55,8 @@ class Report:
     boot_seconds: float
     lab_seconds: float
     judged: list
+    sample: int = 0  # random words after the sweep
+    seed: int | None = None
 
     @property
     def agreement(self) -> tuple[int, int]:
@@ -76,7 +78,8 @@ class Report:
         ok, n = self.agreement
         lines = [f"arm64 referee: {self.package} (uname -r {self.release}) under qemu-system-aarch64 TCG, "
                  f"lab rules for {self.lab_kernel}",
-                 f"agreement (verdict and effect): {ok}/{n} forms ({100 * ok / n:.1f}%); "
+                 f"agreement (verdict and effect): {ok}/{n} forms ({100 * ok / n:.1f}%)"
+                 + (f", {self.sample} of them random words from seed {self.seed}" if self.sample else "") + "; "
                  f"boot+run {self.boot_seconds:.1f} s, lab {self.lab_seconds:.1f} s "
                  "(TCG time says nothing about real hardware: behaviour only)"]
         rows = self.table()
@@ -105,6 +108,7 @@ class Report:
     def to_json(self) -> dict:
         return {"package": self.package, "release": self.release, "lab_kernel": self.lab_kernel,
                 "boot_seconds": round(self.boot_seconds, 1), "agreement": list(self.agreement),
+                "sample": self.sample, "seed": self.seed,
                 "table": self.table(),
                 "cases": [{"word": f"{j.case.word:08x}", "text": j.case.text(), "class": j.case.cls,
                            "kernel": j.kernel_verdict, "lab": j.lab_verdict, "agree": j.agree,
@@ -124,10 +128,14 @@ def lab_judge(cases, kernel_pairs, lab_kernel, progress=None) -> list[J.Judged]:
 
 
 def verify_arm64(package: str | None = None, deb: str | None = None, cases=None, timeout: int = 600,
-                 record: str | None = None, progress=None) -> Report:
-    """Boot one Debian arm64 kernel (an image package name, or a downloaded .deb) and judge the lab;
-    ``record``: also save the judged run as JSON there. (``progress(done, total)`` follows the lab's runs.)"""
-    cases = cases if cases is not None else C.all_cases()
+                 record: str | None = None, progress=None, sample: int = 0, seed: int = 1) -> Report:
+    """Boot one Debian arm64 kernel (an image package name, or a downloaded .deb) and judge the lab on the
+    sweep and ``sample`` random words from ``seed`` (:func:`.arm64_cases.random_cases`); ``record``: also
+    save the judged run as JSON there. (``progress(done, total)`` follows the lab's runs.)"""
+    if not 0 <= sample <= C.MAX_SAMPLE:
+        raise LabError(f"sample {sample}: the arm64 referee runs 0 to {C.MAX_SAMPLE} random words in one boot "
+                       "(each runs twice under TCG); for more, run several seeds")
+    cases = (cases if cases is not None else C.all_cases()) + C.random_cases(sample, seed)
     if deb:
         image, version = B.unpack_deb(Path(deb))
         package = Path(deb).name
@@ -138,7 +146,8 @@ def verify_arm64(package: str | None = None, deb: str | None = None, cases=None,
     lab_kernel = kernel_for_release(boot.release, version)
     start = time.monotonic()
     judged = lab_judge(cases, kernel_runs(boot.lines, len(cases)), lab_kernel, progress)
-    report = Report(package, boot.release, lab_kernel.name, boot.seconds, time.monotonic() - start, judged)
+    report = Report(package, boot.release, lab_kernel.name, boot.seconds, time.monotonic() - start, judged, sample,
+                    seed if sample else None)
     if record:
         save_recording(report, Path(record))
     return report

@@ -2,7 +2,8 @@
 
 No cross compiler: /init is a few hundred hand-encoded instructions making raw syscalls. It mounts
 proc and sysfs, reads the ``uprobe`` PMU's type, and for every case, twice (unprobed, probed):
-forks; the child maps the cases file at ``CODE``, attaches the case's probes with
+resets the shared page; forks; the child maps its case's page of the cases file (only that page,
+as the lab does: a literal load or branch that leaves it faults on both sides), attaches the case's probes with
 ``perf_event_open`` (uprobe PMU, pid 0, the errno is kept), reads the probed word back, and jumps
 to the case. The case's pad stores the registers into the shared record and branches to
 ``FINISH``, where the child looks for ``[uprobes]`` in /proc/self/maps and reads the XOL area's
@@ -45,7 +46,7 @@ def _data_layout():
     for name, s in STRINGS.items():
         where[name] = DATA + off
         off += (len(s) + 15) & ~15
-    for name, size in (("attr", PERF_ATTR_SIZE), ("template", L.REC_SIZE), ("status", 16), ("typebuf", 32),
+    for name, size in (("attr", PERF_ATTR_SIZE), ("template", L.PAGE), ("status", 16), ("typebuf", 32),
                        ("uname", 400), ("sigaction", 32), ("altstack", 24), ("sigstack", 0x4000), ("line", 2 * L.REC_SIZE + 16), ("maps", 0x10000)):
         off = (off + 15) & ~15
         where[name] = DATA + off
@@ -114,8 +115,9 @@ def build_init() -> bytes:
     g.label("mode_loop")
     g.mov(2, ADDR["template"]), g.mov(1, 0)
     g.label("copy")
-    g(enc.ldr_x_reg(3, 2, 1), enc.str_x_reg(3, 23, 1), asm.add_imm(1, 1, 8), asm.cmp_imm(1, L.REC_SIZE))
-    asm.bcond_to(g.a, "lo", "copy")
+    # the whole page, not just the record: a case's store beyond the record must not reach the next case
+    g(enc.ldr_x_reg(3, 2, 1), enc.str_x_reg(3, 23, 1), asm.add_imm(1, 1, 8), asm.cmp_imm(1, L.PAGE - 8))
+    asm.bcond_to(g.a, "ls", "copy")
     g.syscall("clone", SIGCHLD, 0, 0, 0, 0)
     asm.cbz_to(g.a, 0, "child")
     g(asm.mov_reg(25, 0))
@@ -145,8 +147,8 @@ def build_init() -> bytes:
 
     g.label("child")
     g.syscall("openat", AT_FDCWD, ADDR["cases"], 0)
-    g(asm.mov_reg(4, 0), asm.ldr_imm(1, 26, 8))  # tab header: size of the cases file
-    g.syscall("mmap", L.CODE, None, 5, MAP_PRIVATE_FIXED, None, 0)
+    g(asm.mov_reg(4, 0), asm.ldr_imm(0, 21, 0), asm.ldr_imm(5, 21, 56))  # the case's address and file offset
+    g.syscall("mmap", None, L.SLOT, 5, MAP_PRIVATE_FIXED, None, None)
     g.syscall("sigaltstack", ADDR["altstack"], 0)
     for sig in CAUGHT:
         g.syscall("rt_sigaction", sig, ADDR["sigaction"], 0, 8)
@@ -229,9 +231,7 @@ def _data_page() -> bytes:
     data[ADDR["sigaction"] - DATA: ADDR["sigaction"] - DATA + len(act)] = act
     stack = struct.pack("<QiiQ", ADDR["sigstack"], 0, 0, 0x4000)
     data[ADDR["altstack"] - DATA: ADDR["altstack"] - DATA + len(stack)] = stack
-    template = bytearray(L.REC_SIZE)
-    template[L.REC["scratch"]:] = L.scratch_init()
-    data[ADDR["template"] - DATA: ADDR["template"] - DATA + L.REC_SIZE] = template
+    data[ADDR["template"] - DATA: ADDR["template"] - DATA + L.PAGE] = L.shared_page()
     return bytes(data)
 
 
@@ -251,13 +251,14 @@ def _elf(code: bytes, data: bytes) -> bytes:
 
 
 def build_tab(cases, probe_offsets) -> bytes:
-    """cases.tab: [n, cases file size] then per case: entry, n probes, (offset, retprobe) x2, probed addr."""
+    """cases.tab: [n, cases file size] then per case: entry, n probes, (offset, retprobe) x2, probed addr,
+    the file offset of its page."""
     head = struct.pack("<QQ", len(cases), len(cases) * L.SLOT).ljust(TAB_HEADER, b"\0")
     rows = []
     for i, probes in enumerate(probe_offsets):
         base = L.slot_base(i)
         (o0, r0), (o1, r1) = (list(probes) + [(0, 0)] * 2)[:2]
-        rows.append(struct.pack("<QQQQQQQ", base, len(probes), o0, r0, o1, r1, L.CODE + o0).ljust(DESC_SIZE, b"\0"))
+        rows.append(struct.pack("<QQQQQQQQ", base, len(probes), o0, r0, o1, r1, L.CODE + o0, base - L.CODE))
     return head + b"".join(rows)
 
 

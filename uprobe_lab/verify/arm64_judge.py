@@ -81,9 +81,7 @@ def lab_run(case: C.Case, index: int, kernel, probed: bool) -> Run:
     proc = RefereeProcess(kernel)
     base = L.slot_base(index)
     proc.map("/cases", base, L.SLOT, "r-xp", L.slot_code(base, case.word, C.regs_for(case, base), case.nzcv))
-    template = bytearray(PAGE)
-    template[L.REC["scratch"]: L.REC["scratch"] + L.SCRATCH_SIZE] = L.scratch_init()
-    proc.map("[shared]", L.SHARED, PAGE, "rw-s", bytes(template))
+    proc.map("[shared]", L.SHARED, PAGE, "rw-s", L.shared_page())
     run = Run({})
     if probed:
         target = base + (L.F if case.kind == "uretprobe" else L.P)

@@ -23,7 +23,7 @@ from ..arm64 import asm
 from . import arm64_enc as enc
 
 CODE = 0x10000000
-SLOT = 0x1000
+PAGE = SLOT = 0x1000
 P = 0x100
 F = 0x140
 PADS = {"back": 0x200, "fall": 0x300, "fwd": 0x400}
@@ -65,6 +65,13 @@ V1 = bytes(range(0x10, 0x20))
 
 def scratch_init() -> bytes:
     return bytes((i * 7 + 3) & 0xFF for i in range(SCRATCH_SIZE))
+
+
+def shared_page() -> bytes:
+    """The shared page as each run starts it: zeros, and the scratch buffer's pattern."""
+    page = bytearray(PAGE)
+    page[REC["scratch"]: REC["scratch"] + SCRATCH_SIZE] = scratch_init()
+    return bytes(page)
 
 
 def literal_pool() -> bytes:
