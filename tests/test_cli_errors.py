@@ -82,6 +82,7 @@ def test_predict_out_must_be_a_writable_file(capsys, files, tmp_path):
                   "--out /proc/predicted.csv", "give a path you can write")
 
 
+@pytest.mark.slow
 def test_predict_on_a_million_rows_stays_small(tmp_path):
     """A million repeats of the five good rows: the same figures as the rows once, under 500 MB peak RSS
     (the fit once built an n x n matrix: 3.2 GB for 20k rows)."""
