@@ -19,10 +19,14 @@ NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 
 
-@functools.cache
 def executed(name: str, lecture: bool = False, recorded: bool = False):
     """``name`` run top to bottom as headless Run All (or as ./lab lecture, or with chapter 06 reading its
     recording instead of this host: UPROBE_LAB_NATIVE=recorded); raises LabError on a cell's error."""
+    return _executed(name, lecture, recorded)  # one cache key however the caller spells the arguments
+
+
+@functools.cache
+def _executed(name: str, lecture: bool, recorded: bool):
     wanted = {presenter.ENV: "1" if lecture else None, example.ENV: "recorded" if recorded else None}
     saved = {key: os.environ.get(key) for key in wanted}
     try:
