@@ -17,6 +17,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from uprobe_lab.bench import bench_process  # noqa: E402
+from uprobe_lab.process import MAX_INSNS  # noqa: E402
 from uprobe_lab.stress import ctrl_c_once_running, interrupt_stress, notebook_steppers, reset_stress  # noqa: E402
 
 STOP_CASES = [(a, n) for a in ("x86_64", "arm64") for n in ("uprobe-ret", "uretprobe-nop", "syscall-count",
@@ -31,7 +32,7 @@ def emulated_stop_seconds(arch: str, name: str, rounds: int) -> list[float]:
         done, sent = threading.Event(), []
         thread = ctrl_c_once_running(done, sent)
         try:
-            proc.call("producer_loop", 10 ** 9, target, max_insns=10 ** 12)
+            proc.call("producer_loop", 10 ** 9, target, max_insns=MAX_INSNS)
         except KeyboardInterrupt:
             out.append(time.perf_counter() - sent[0])
         finally:

@@ -212,9 +212,9 @@ def test_bad_input_errors():
         uprobe_register(proc, 0x1000, CountingConsumer())
     with pytest.raises(UnprobeableInstruction, match="int3"):
         uprobe_register(proc, proc.program.resolve("uprobe_target_nop") + 2, CountingConsumer())  # padding
-    with pytest.raises(LabError, match="positive"):
+    with pytest.raises(LabError, match="from 1 to 1_000_000 on the emulator"):
         run_bench("uprobe-nop", iterations=0)
-    with pytest.raises(LabError, match="positive"):
+    with pytest.raises(LabError, match="max_insns must be an int from 1 to"):
         proc.run(proc.program.base, 0, max_insns=0)
     with pytest.raises(LabError, match="unknown bench"):
         run_bench("uprobe-bogus")

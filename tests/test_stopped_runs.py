@@ -20,6 +20,7 @@ import pytest
 
 import uprobe_lab as ul
 from uprobe_lab import bench, interrupt
+from uprobe_lab.process import MAX_INSNS
 from uprobe_lab.stress import HANG_GUARD_S, ctrl_c_once_running, in_a_run
 from uprobe_lab.x86.constants import X86_EFLAGS_TF
 
@@ -115,7 +116,7 @@ def test_ctrl_c_stops_a_run_cleanly_and_the_next_call_is_exact(arch, name, hang_
     thread = ctrl_c_once_running(done)
     try:
         with pytest.raises(KeyboardInterrupt):
-            proc.call("producer_loop", 10 ** 9, target, max_insns=10 ** 12)
+            proc.call("producer_loop", 10 ** 9, target, max_insns=MAX_INSNS)
     finally:
         done.set()
         thread.join()
@@ -163,7 +164,8 @@ runpy.run_module("uprobe_lab", run_name="__main__", alter_sys=True)
 
 @pytest.mark.parametrize("name", ["syscall-count", "uprobe-ret"])
 def test_cli_exits_130_on_ctrl_c(name):
-    child = subprocess.Popen([sys.executable, "-c", ANNOUNCED_CLI, "bench", name, "--iterations", str(10 ** 9)],
+    child = subprocess.Popen([sys.executable, "-c", ANNOUNCED_CLI, "bench", name, "--iterations",
+                              str(bench.MAX_ITERATIONS)],
                              env={**os.environ, "PYTHONPATH": REPO}, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     guard = threading.Timer(HANG_GUARD_S, child.kill)
@@ -289,3 +291,68 @@ def test_notebook_01_ret_widget_step_reset_run_to_end_then_back():
     assert not box.stepper().done and proc.signal is None
     end_b.click()
     assert box.stepper().done and box.stepper().steps[-1].signal is None
+
+
+@pytest.mark.parametrize("arch", ["x86_64", "arm64"])
+def test_a_refused_nested_call_leaves_the_outer_call_exact(arch):
+    """The refusal comes before the nested call touches a register: a handler that swallows it does not
+    cut the outer run short."""
+    proc = ul.new_process(arch)
+    refused = []
+
+    def swallowing(regs):
+        try:
+            proc.call("uprobe_target_nop", 1, 2)
+        except ul.LabError as err:
+            refused.append(str(err))
+        return 0
+
+    ul.attach(proc, "uprobe_target_push", ul.UprobeConsumer(handler=swallowing))
+    proc.call("producer_loop", 5, proc.program.resolve("uprobe_target_push"))
+    assert len(refused) == 5 and "already running" in refused[0]
+    with pytest.raises(ul.LabError, match="already running"):
+        ul.attach(proc, "uprobe_target_ret", ul.UprobeConsumer(handler=lambda regs: proc.stepper("producer_loop")))
+        proc.call("uprobe_target_ret")
+
+
+def test_a_second_thread_is_refused_and_the_first_call_stays_exact():
+    proc = ul.new_process()
+    counter = ul.CountingConsumer()
+    inside, release = threading.Event(), threading.Event()
+
+    def slow(regs):
+        inside.set()
+        release.wait(10)  # hold the first thread inside its run while the second one tries
+        return 0
+
+    ul.attach(proc, "uprobe_target_nop", ul.UprobeConsumer(handler=slow))
+    ul.attach(proc, "uprobe_target_nop", counter)
+    first = threading.Thread(target=proc.call, args=("producer_loop", 50, proc.program.resolve("uprobe_target_nop")))
+    first.start()
+    assert inside.wait(10)
+    with pytest.raises(ul.LabError, match="another thread is calling this process"):
+        proc.call("uprobe_target_nop")
+    with pytest.raises(ul.LabError, match="another thread is calling this process"):
+        proc.stepper("uprobe_target_nop")
+    release.set()
+    first.join(10)
+    assert not first.is_alive() and counter.hits == 50 and proc.signal is None
+
+
+@pytest.mark.parametrize("budget", [0, 2**64, 10**9 + 1, 1.5, True])
+def test_a_run_budget_outside_its_range_is_refused(budget):
+    proc = ul.new_process()
+    with pytest.raises(ul.LabError, match="max_insns must be an int from 1 to 1_000_000_000"):
+        proc.call("uprobe_target_nop", max_insns=budget)
+    assert proc.call("producer_loop", 3, proc.program.resolve("uprobe_target_nop")) is not None  # still usable
+
+
+@pytest.mark.parametrize("iterations", [0, 2**54, 10**6 + 1, None, "5", True])
+def test_an_emulated_bench_refuses_iterations_it_cannot_finish(iterations):
+    with pytest.raises(ul.LabError, match="iterations must be an int from 1 to 1_000_000 on the emulator"):
+        ul.run_bench("uprobe-nop", iterations=iterations)
+
+
+def test_an_emulated_bench_is_named_by_a_string():
+    with pytest.raises(ul.LabError, match="named by a string such as 'uprobe-nop', got None"):
+        ul.run_bench(None)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from .arches import make_process
 from .kernel import get_kernel
+from .process import MAX_INSNS
 from .errors import LabError
 from .trace import EVENT_KINDS, per_hit
 from .uprobes import CountingConsumer, UnprobeableInstruction, uprobe_register
@@ -35,6 +36,8 @@ USDT_TARGETS = {  # x86-64 only, like the kernel bench's usdt benches
 
 
 DEFAULT_ITERATIONS = 20_000  # emulated calls per bench: enough for steady-state counts
+INSNS_PER_ITERATION = 1000  # a run's budget per loop iteration: the loop and a hit's kernel model take far fewer
+MAX_ITERATIONS = MAX_INSNS // INSNS_PER_ITERATION
 
 # Not the kernel bench's: syscall loops the price benches use to price one page pin (bench_names leaves them out).
 PRICE_ONLY_BENCHES = {"futex-wake-private": "futex_wake_private", "futex-wake-shared": "futex_wake_shared"}
@@ -166,8 +169,11 @@ def events_table(benches, arch: str = "x86_64", kernels=(None,), kinds=None, **o
 
 def run_bench(name: str, arch: str = "x86_64", kernel=None, iterations: int = DEFAULT_ITERATIONS, **options) -> dict:
     """One bench on the emulator: {bench, arch, mode, kernel, iterations, hits, events_per_hit, hits_per_s}."""
-    if iterations <= 0:
-        raise LabError(f"iterations must be positive, got {iterations}")
+    if not isinstance(name, str):
+        raise LabError(f"the bench is named by a string such as 'uprobe-nop', got {name!r}")
+    if isinstance(iterations, bool) or not isinstance(iterations, int) or not 1 <= iterations <= MAX_ITERATIONS:
+        raise LabError(f"iterations must be an int from 1 to {MAX_ITERATIONS:_} on the emulator (a million "
+                       f"hits take it 5-30 s), got {iterations!r}; for more, measure natively (--mode native)")
     kernel = get_kernel(kernel)
     try:
         events = events_per_hit(name, arch, kernel, **options)
@@ -177,7 +183,7 @@ def run_bench(name: str, arch: str = "x86_64", kernel=None, iterations: int = DE
     proc.call("producer_loop", 16, target)  # warm-up
     start_hits = consumer.hits if consumer else 0
     t0 = time.perf_counter()
-    proc.call("producer_loop", iterations, target, max_insns=iterations * 1000)
+    proc.call("producer_loop", iterations, target, max_insns=iterations * INSNS_PER_ITERATION)
     elapsed = time.perf_counter() - t0
     hits = consumer.hits - start_hits if consumer else iterations
     result = {"bench": name, "arch": arch, "mode": "emulated", "kernel": kernel.name,

@@ -9,6 +9,8 @@ kernel entry; ``regs()``, a copy to read or change), mappings (``map``, shown li
 from __future__ import annotations
 
 import ctypes
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable
 
@@ -25,6 +27,7 @@ from .trace import Trace
 from .interrupt import close_retired, deliver, retire_on_collect, sigint_stops
 from .uprobes import MmUprobes, UprobeTask, uprobe_abort_xol, uprobe_dup_mmap
 DEFAULT_MAX_INSNS = 10_000_000  # every run is guarded: no emulation can spin forever
+MAX_INSNS = 1_000_000_000  # the largest budget a run takes: tens of seconds of emulation at the fastest
 RUN_SLICE = 2_000_000  # instructions per emu_start: Ctrl-C is acted on between two (well under 1 s)
 
 
@@ -177,6 +180,7 @@ class EmulatedProcess:
     def __init__(self, kernel: str | KernelVersion | None = None, record: bool = False):
         self._kernel = get_kernel(kernel)
         self._running = False  # inside run(): Unicorn is busy
+        self._owner = threading.RLock()  # held by the thread calling or running the process
         self._unfinished = False  # the last run stopped before its end (budget, Ctrl-C, an error)
         self.trace = Trace(record=record)
         close_retired()
@@ -375,14 +379,30 @@ class EmulatedProcess:
         Ctrl-C stops the run at the end of the kernel entry under way, leaves the process usable
         and raises KeyboardInterrupt here. The CPU runs in slices of ``RUN_SLICE`` instructions, so
         Ctrl-C is seen even in code that never enters the kernel model."""
-        if not isinstance(max_insns, int) or max_insns <= 0:
-            raise LabError(f"max_insns must be a positive int, got {max_insns!r}")
+        if isinstance(max_insns, bool) or not isinstance(max_insns, int) or not 0 < max_insns <= MAX_INSNS:
+            raise LabError(f"max_insns must be an int from 1 to {MAX_INSNS:_}, got {max_insns!r}")
         if self.signal:
             raise ProcessKilled(f"the process already died of {self.signal} ({self.signal_reason}); make a new one")
-        if self._running:
-            raise LabError("the process is already running: a consumer, filter or syscall handler cannot call() or "
-                           "run() the process it was called from; note what you need in the handler and make the "
-                           "call after the outer one returns")
+        with self.exclusive():
+            return self._run(start, until, max_insns)
+
+    @contextmanager
+    def exclusive(self):
+        """Hold the process for one call or run, refusing before anything is touched a second one: from
+        another thread, or from a consumer, filter or syscall handler inside the run (same thread)."""
+        if not self._owner.acquire(blocking=False):
+            raise LabError("another thread is calling this process: one process runs one call at a time; give "
+                           "each thread a process of its own (new_process), or wait for the call to return")
+        try:
+            if self._running:
+                raise LabError("the process is already running: a consumer, filter or syscall handler cannot call() "
+                               "or run() the process it was called from; note what you need in the handler and make "
+                               "the call after the outer one returns")
+            yield
+        finally:
+            self._owner.release()
+
+    def _run(self, start: int, until: int, max_insns: int) -> RunResult:
         if self._unfinished and start != self.pc:
             self.abandon_run()
         close_retired()
@@ -483,6 +503,15 @@ class EmulatedProcess:
         to an unmapped exit address; returns (start, exit address)."""
         raise NotImplementedError
 
+    def call_address(self, target) -> int:
+        """The address a call of ``target`` starts at: a symbol of the program, or an address."""
+        if isinstance(target, str):
+            return self.program.resolve(target)
+        if isinstance(target, int) and not isinstance(target, bool) and 0 <= target <= MASK64:
+            return target
+        raise LabError(f"call a symbol of the program by name ('uprobe_target_nop') or an address (an int), "
+                       f"got {target!r}")
+
     def check_call_args(self, args, registers: int) -> None:
         """Refuse what a register cannot carry: more arguments than argument registers, or a value
         outside 64 bits (negative values are passed in two's complement)."""
@@ -495,23 +524,25 @@ class EmulatedProcess:
 
     def call(self, target, *args: int, max_insns: int = DEFAULT_MAX_INSNS) -> int:
         """Call a function with the arch's calling convention and return its return value."""
-        if self._unfinished and not self._running:
-            self.abandon_run()  # before prepare_call: an aborted step may restore a register
-        start, until = self.prepare_call(target, *args)
-        result = self.run(start, until, max_insns)
-        if not result.ok:
-            if not result.signal:
-                self.abandon_run()
-            raise_for(result)
-        return self.reg_read(self.RETVAL)
+        with self.exclusive():  # a refused call must not touch the registers of the run under way
+            if self._unfinished:
+                self.abandon_run()  # before prepare_call: an aborted step may restore a register
+            start, until = self.prepare_call(target, *args)
+            result = self.run(start, until, max_insns)
+            if not result.ok:
+                if not result.signal:
+                    self.abandon_run()
+                raise_for(result)
+            return self.reg_read(self.RETVAL)
 
     def stepper(self, target, *args: int, regs: tuple[str, ...] | None = None) -> Stepper:
         """A Stepper over a call of ``target``, one instruction per step (needs record=True).
 
         A new stepper abandons whatever an earlier one left half done (a widget's Reset)."""
-        if self._unfinished and not self._running:
-            self.abandon_run()
-        start, until = self.prepare_call(target, *args)
+        with self.exclusive():
+            if self._unfinished:
+                self.abandon_run()
+            start, until = self.prepare_call(target, *args)
         return Stepper(self, start, until, regs or self.STEPPER_REGS)
 
     def __repr__(self) -> str:

@@ -22,6 +22,7 @@ from .arches import make_process
 from .bench import bench_names, bench_process
 from .errors import LabError
 from .kernel import KERNELS
+from .process import MAX_INSNS
 from .uprobes import CountingConsumer, UnprobeableInstruction, uprobe_register
 from .x86.uretprobe_programs import make_uretprobe_process
 
@@ -89,7 +90,7 @@ class StressedBench:
         timer = threading.Thread(target=interrupt, daemon=True)
         try:
             timer.start()
-            self.proc.call("producer_loop", 10 ** 12, self.target, max_insns=1 << 62)
+            self.proc.call("producer_loop", 10 ** 12, self.target, max_insns=MAX_INSNS)  # ended by Ctrl-C
         except KeyboardInterrupt:
             pass
         else:

@@ -118,7 +118,7 @@ class Arm64Process(EmulatedProcess):
     def prepare_call(self, target, *args: int) -> tuple[int, int]:
         """Set up an AAPCS64 call of ``target`` (arguments in x0..x7, lr = EXIT_ADDR)."""
         self.check_call_args(args, 8)
-        addr = self.program.resolve(target) if isinstance(target, str) else target
+        addr = self.call_address(target)
         regs = self.regs()
         for i, value in enumerate(args):
             regs.set(f"x{i}", value)

@@ -175,7 +175,7 @@ class X86Process(EmulatedProcess):
     def prepare_call(self, target, *args: int) -> tuple[int, int]:
         """Set up a System V call of ``target`` (arguments in rdi, rsi, ...) returning to EXIT_ADDR."""
         self.check_call_args(args, 6)
-        addr = self.program.resolve(target) if isinstance(target, str) else target
+        addr = self.call_address(target)
         regs = self.regs()
         for name, value in zip(("di", "si", "dx", "cx", "r8", "r9"), args):
             regs.set(name, value)
