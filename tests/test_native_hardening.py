@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from uprobe_lab.errors import LabError
 from uprobe_lab.native import NativeUnavailable, code, run_native_benches
 from uprobe_lab.native.arch import host_arch
 from uprobe_lab.native.code import NativeCode
@@ -41,6 +42,18 @@ def test_run_count_must_fit_the_loop_register(private_scratch, n):
     # 2**64 + 5 would reach the 64-bit register as 5: a short run that looks like a huge one
     with NativeCode() as nc, pytest.raises(ValueError, match=r"1 \.\. 2\*\*64-1"):
         nc.run("uprobe_target_nop", n)
+
+
+@can_run_code
+def test_only_the_start_of_a_bench_function_is_called(private_scratch):
+    """Anything else would be called for real: mid-instruction, the int3 padding or an unmapped page kills
+    this Python (SIGSEGV, SIGTRAP), so the address is refused before the call."""
+    with NativeCode() as nc:
+        nop = nc.addr("uprobe_target_nop")
+        for bad in (nop + 1, nc.base - 4096, None, True):
+            with pytest.raises(LabError, match="is not the start of a function of the bench program"):
+                nc.run(bad, 3)
+        nc.run(nop, 3)  # its start is a call like any other
 
 
 def test_bench_iterations_must_fit_the_loop_register():

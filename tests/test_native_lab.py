@@ -717,9 +717,10 @@ def test_price_benches_measure_each_event_kind_here():
     assert perf_fds() == before  # every probe detached
 
 
-def test_native_runs_pin_to_the_first_allowed_cpu_as_the_bench_does_and_restore_the_mask(monkeypatch):
+def test_native_runs_pin_to_the_first_allowed_cpu_as_the_bench_does_and_restore_the_mask(monkeypatch, tmp_path):
     """bench.c's next_cpu() gives its one producer CPU 0 when no list is given: the lowest CPU the process may
     use, whichever it is running on; the old mask comes back after the block, even when it raises."""
+    monkeypatch.setattr(native_bench, "CPU_LOCK_DIR", tmp_path)
     masks = [{2, 5, 7}]
     monkeypatch.setattr(native_bench.os, "sched_getaffinity", lambda pid: set(masks[-1]))
     monkeypatch.setattr(native_bench.os, "sched_setaffinity", lambda pid, cpus: masks.append(set(cpus)))
@@ -727,6 +728,23 @@ def test_native_runs_pin_to_the_first_allowed_cpu_as_the_bench_does_and_restore_
         assert masks[-1] == {2}
         raise RuntimeError
     assert masks == [{2, 5, 7}, {2}, {2, 5, 7}]
+
+
+def test_a_second_bench_takes_the_next_free_cpu_and_warns_when_none_is_left(monkeypatch, tmp_path):
+    """Two producers pinned to one CPU would each measure about half their rate: a CPU another lab bench
+    holds is skipped, and with every allowed CPU held the run says so."""
+    monkeypatch.setattr(native_bench, "CPU_LOCK_DIR", tmp_path)
+    masks = [{0, 1}]
+    monkeypatch.setattr(native_bench.os, "sched_getaffinity", lambda pid: set(masks[0]))
+    monkeypatch.setattr(native_bench.os, "sched_setaffinity", lambda pid, cpus: masks.append(set(cpus)))
+    with native_bench.pinned_to_one_cpu():  # another bench, on CPU 0
+        with native_bench.pinned_to_one_cpu():
+            assert masks[-1] == {1}
+            with pytest.warns(RuntimeWarning, match=r"every CPU this process may use \(0, 1\) runs another lab bench"):
+                with native_bench.pinned_to_one_cpu():
+                    assert masks[-1] == {0}
+    with native_bench.pinned_to_one_cpu():  # all released: CPU 0 again
+        assert masks[-1] == {0}
 
 
 def _price_benches_without_probes(monkeypatch):

@@ -14,8 +14,16 @@ from __future__ import annotations
 import contextlib
 import os
 import statistics
+import tempfile
 import time
+import warnings
+from pathlib import Path
 from typing import Callable, Iterable
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no native bench runs, but the package still imports
+    fcntl = None
 
 from ..bench import bench_names, bench_spec, refused_row
 from ..sites import LEA_RSP_MINUS_0X80, calls_uprobe_trampoline
@@ -30,6 +38,7 @@ from .support import check_native_support
 DEFAULT_ITERATIONS = 100_000
 DEFAULT_REPEATS = 5
 WARMUP_MIN = 1_000  # the first hit on a nop5 is where 6.18 optimises it
+CPU_LOCK_DIR = Path(tempfile.gettempdir()) / "uprobe_lab-cpus"  # one lock file per CPU a bench is pinned to
 
 
 # The native table: the 6.18 bench's names (bench_spec gives each one's target and probe kind), with
@@ -47,21 +56,45 @@ def available_benches(program) -> list[str]:
 
 @contextlib.contextmanager
 def pinned_to_one_cpu():
-    """Pin to the first CPU this process may run on for the block, and restore the old mask on the way out.
+    """Pin to the first free CPU this process may run on for the block, and restore the old mask on the way out.
 
     That is CPU 0 when nothing restricts the process: the kernel bench's ``-a`` pins its one producer there
     (tools/testing/selftests/bpf/bench.c, ``next_cpu()`` counts up from 0 when no CPU list is given). Every
-    run then measures the same CPU, where pinning to the CPU a process happened to start on did not."""
+    run then measures the same CPU, where pinning to the CPU a process happened to start on did not. A CPU
+    another lab bench holds (a lock file per CPU) is skipped: two producers on one CPU halve both rates."""
     try:
         old = os.sched_getaffinity(0)
-        os.sched_setaffinity(0, {min(old)})
     except (OSError, AttributeError):
-        old = None
-    try:
         yield
-    finally:
-        if old is not None:
+        return
+    with contextlib.ExitStack() as held:
+        cpu = next((c for c in sorted(old) if held.enter_context(_cpu_lock(c))), None)
+        if cpu is None:
+            cpu = min(old)
+            warnings.warn(f"every CPU this process may use ({', '.join(map(str, sorted(old)))}) runs another lab "
+                          f"bench: both share CPU {cpu} and each measures about half its rate; let the other finish",
+                          RuntimeWarning, stacklevel=3)
+        os.sched_setaffinity(0, {cpu})
+        try:
+            yield
+        finally:
             os.sched_setaffinity(0, old)
+
+
+@contextlib.contextmanager
+def _cpu_lock(cpu: int):
+    """True inside the block if this process holds ``cpu``'s bench lock (another lab bench holds it: False)."""
+    if fcntl is None:
+        yield True
+        return
+    CPU_LOCK_DIR.mkdir(exist_ok=True)
+    with open(CPU_LOCK_DIR / f"cpu{cpu}.lock", "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True  # closing the file releases the lock, also when the process dies
 
 
 def _measure(nc: NativeCode, addr: int, iterations: int, repeats: int,
@@ -154,6 +187,10 @@ def run_native_benches(names: Iterable[str] | None = None, iterations: int = DEF
     fd and temp file is released on return, on error and on KeyboardInterrupt. The process is
     pinned to one CPU while it runs (like the bench's -a) and unpinned afterwards.
     """
+    if isinstance(names, str):
+        raise ValueError(f"names is a list of bench names: run_native_benches([{names!r}])")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (iterations, repeats)):
+        raise ValueError(f"iterations and repeats are ints, got {iterations!r} and {repeats!r}")
     if iterations < 1 or repeats < 1:
         raise ValueError("iterations and repeats must be >= 1")
     if iterations >= MAX_CALLS:

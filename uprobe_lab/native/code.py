@@ -15,6 +15,7 @@ import tempfile
 import time
 from typing import Iterator
 
+from ..errors import LabError
 from .arch import host_arch, load_bench_program
 from .errors import noexec, unsupported_arch
 from .host import read_mem
@@ -232,10 +233,10 @@ class NativeCode:
         """Call ``target`` (a symbol or an address) ``n`` times from the program's producer_loop."""
         if self._loop is None:
             raise RuntimeError("NativeCode is not open" if self.base is None else "this program has no producer_loop")
-        if not 1 <= n < MAX_CALLS:
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n < MAX_CALLS:
             raise ValueError(f"n must be in 1 .. 2**64-1 (the loop decrements a 64-bit count before it "
                              f"tests), got {n}")
-        addr = self.program.resolve(target) if isinstance(target, str) else target
+        addr = self.program.resolve(target) if isinstance(target, str) else self._function_at(target)
         # Ctrl-C cannot stop native code in a ctypes call: Python acts on it only when the call
         # returns. So a long loop runs in chunks of about CHUNK_SECONDS each, sized from the rate of
         # the first chunk: a run of up to 2**16 calls is still one call, and a longer one pays one
@@ -247,6 +248,17 @@ class NativeCode:
             self._loop(calls, addr)
             n -= calls
             chunk = max(1 << 16, int(calls * CHUNK_SECONDS / max(time.perf_counter() - t0, 1e-9)))
+
+    def _function_at(self, addr) -> int:
+        """``addr`` if a function of the bench program starts there: a call anywhere else (mid-instruction, the
+        int3 padding, another mapping) kills this Python with SIGSEGV or SIGTRAP, so it is refused instead."""
+        found = self.program.symbol_at(addr) if isinstance(addr, int) and not isinstance(addr, bool) else None
+        if found is None or found[1] != 0:
+            where = f"{addr:#x}" if isinstance(addr, int) else repr(addr)
+            raise LabError(f"{where} is not the start of a function of the bench program: calling it would kill this "
+                           f"Python; pass a function's name ({', '.join(sorted(self.program.symbols))}) or "
+                           "its address, nc.addr(name)")
+        return addr
 
     def read(self, name: str, n: int = 5) -> bytes:
         """The bytes at a symbol as this process sees them now (breakpoints and calls included)."""
