@@ -84,6 +84,9 @@ def get_kernel(version: str | KernelVersion | None = None) -> KernelVersion:
     """Look a version up by name ('6.10', '6.11', '6.16', '6.18', '7.2'); None gives the default."""
     if isinstance(version, KernelVersion):
         return version
+    if isinstance(version, float):  # 6.10 as a number is 6.1
+        raise LabError(f"write the kernel version as a string, e.g. '6.10': as a number, {version!r} loses its "
+                       f"trailing zero; the lab models {', '.join(KERNELS)}")
     name = DEFAULT_KERNEL if version is None else str(version)
     try:
         return KERNELS[name]

@@ -200,9 +200,15 @@ def uprobe_register(proc, target, consumer: UprobeConsumer, offset: int = 0) -> 
     over a probe its other consumers had removed from this mm. (The kernel asks the new
     consumer's filter first; the lab consults filters only after UPROBE_HANDLER_REMOVE.)
     """
+    if not hasattr(proc, "arch_ops"):
+        raise LabError(f"attach() needs a process to probe, got {proc!r}: make one with new_process()")
     if not isinstance(consumer, UprobeConsumer):
         raise LabError(f"attach() needs a consumer, got {consumer!r}: pass CountingConsumer() or "
                        "UprobeConsumer(handler=..., ret_handler=...)")
+    if isinstance(offset, bool) or not isinstance(offset, int):
+        raise LabError(f"the offset into the symbol is an int of bytes, got {offset!r}")
+    if not isinstance(target, (str, int)) or isinstance(target, bool):
+        raise LabError(f"attach() probes a symbol by name ('uprobe_target_nop') or an address (an int), got {target!r}")
     vaddr, label = resolve_probe_address(proc, target, offset)
     uprobe = proc.mm.probes.get(vaddr)
     if uprobe is not None and consumer in uprobe.consumers:

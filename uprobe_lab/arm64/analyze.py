@@ -8,7 +8,9 @@ from .decode import _text, arch_uprobe_analyze_insn
 
 
 def parse_word(text: str) -> int:
-    """'a9bf7bfd' or '0xa9bf7bfd' (the word as a listing shows it) -> int."""
+    """'a9bf7bfd' or '0xa9bf7bfd' (the word as a listing shows it), or the word as an int -> int."""
+    if isinstance(text, int) and not isinstance(text, bool) and 0 <= text < 1 << 32:
+        return text
     cleaned = str(text).strip().lower().replace("_", "").replace(" ", "")
     cleaned = cleaned[2:] if cleaned.startswith("0x") else cleaned
     if len(cleaned) != 8 or any(c not in "0123456789abcdef" for c in cleaned):

@@ -9,6 +9,11 @@ from .decode import X86_64_DISASM, arch_uprobe_analyze_insn
 
 def analyze_hex(hexbytes: str, kernel: KernelVersion, vaddr: int = 0x400000, **_options) -> dict:
     """What the kernel would do with a probe on these bytes (memory order): for the CLI and notebooks."""
+    if isinstance(hexbytes, (bytes, bytearray)):
+        hexbytes = hexbytes.hex()
+    if not isinstance(hexbytes, str):
+        raise LabError(f"give the instruction's bytes in memory order, as hex text ('0f1f440000') or bytes "
+                       f"(b'\\x90'), got {hexbytes!r}")
     try:
         raw = bytes.fromhex(hexbytes.replace(" ", ""))
     except ValueError:
