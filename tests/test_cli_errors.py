@@ -256,3 +256,8 @@ def test_predict_refuses_json_that_is_not_native_rows(tmp_path, capsys, text, wo
     path = tmp_path / "bad.json"
     path.write_text(text)
     fails_cleanly(capsys, ["predict", "--measured", str(path), "--to", "6.18"], str(path), *words)
+
+
+def test_an_emulated_bench_refuses_iterations_it_would_not_finish(capsys):
+    fails_cleanly(capsys, ["bench", "uprobe-nop", "--iterations", str(2 ** 64 - 1)],
+                  "from 1 to 1_000_000 on the emulator", "--mode native")
