@@ -12,7 +12,7 @@ from pathlib import Path
 
 from . import analyze, bench
 from .errors import LabError
-from .kernel import DEFAULT_KERNEL, KERNELS
+from .kernel import DEFAULT_KERNEL, KERNELS, row_for_release
 
 
 def _progress(total: int, enabled: bool):
@@ -396,8 +396,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("names", nargs="*", help="bench names, e.g. uprobe-nop uretprobe-ret (default: all)")
     b.add_argument("--mode", choices=["emulated", "native", "model"], default="emulated")
     b.add_argument("--arch", choices=["x86_64", "arm64"], help="default x86_64; native mode: this machine's")
-    b.add_argument("--kernel", choices=list(KERNELS),
-                   help=f"emulated and model modes: the kernel to emulate (default {DEFAULT_KERNEL})")
+    b.add_argument("--kernel", type=kernel_row, help=f"emulated and model modes: the kernel to emulate, a release "
+                   f"(7.3, $(uname -r)) or a modelled version {', '.join(KERNELS)} (default {DEFAULT_KERNEL})")
     b.add_argument("--stp", choices=["xol", "simulate"], help="arm64: how a probed stp x29, x30 runs")
     b.add_argument("--cpu", help="model mode: the CPU profile to price events with")
     b.add_argument("--iterations", type=int,
@@ -409,7 +409,8 @@ def build_parser() -> argparse.ArgumentParser:
     a = sub.add_parser("analyze", help="what the kernel would do with a probe on an instruction")
     a.add_argument("insn", help="x86_64: bytes in memory order (0f1f440000); arm64: the word (a9bf7bfd)")
     a.add_argument("--arch", default="x86_64", choices=["x86_64", "arm64"])
-    a.add_argument("--kernel", default=DEFAULT_KERNEL, choices=list(KERNELS))
+    a.add_argument("--kernel", default=DEFAULT_KERNEL, type=kernel_row,
+                   help=f"a release or a modelled version {', '.join(KERNELS)} (default {DEFAULT_KERNEL})")
     a.add_argument("--stp", choices=["xol", "simulate"], help="arm64: how a probed stp x29, x30 runs")
     a.add_argument("--json", action="store_true")
     a.set_defaults(func=cmd_analyze)
@@ -435,7 +436,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="x86: 1-byte 0f prefixed VEX EVEX RIP-relative branches nops syscall (default: all)")
     v.add_argument("--no-sweeps", action="store_true",
                    help="x86: leave out the sweep of every register-form VEX and EVEX opcode")
-    v.add_argument("--kernel", choices=list(KERNELS), help="the lab version to compare with (default: the host's)")
+    v.add_argument("--kernel", type=kernel_row, help="the lab version to compare with, a release or a modelled "
+                   "version (default: the host's)")
     v.add_argument("--probe", choices=["perf", "bpf"],
                    help="x86: perf (one perf uprobe per instruction, ~0.1 s each; default) or bpf (uprobe_multi "
                         "batches, the same kernel uprobes, much faster)")
@@ -449,6 +451,18 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--json", action="store_true")
     v.set_defaults(func=cmd_verify)
     return parser
+
+
+def kernel_row(release: str) -> str:
+    """--kernel's type: any release (7.3, 6.19, 6.12.118+deb12-amd64, $(uname -r)) -> the modelled row that answers
+    for it, said on stderr when it is another; nonsense is refused with the list."""
+    try:
+        row, note = row_for_release(release)
+    except LabError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    if note:
+        print(note, file=sys.stderr)
+    return row
 
 
 def main(argv=None) -> int:

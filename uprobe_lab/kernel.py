@@ -128,6 +128,23 @@ def modelled_kernel(release: str) -> str | None:
     return older[-1] if older else None
 
 
+def row_for_release(release: str) -> tuple[str, str | None]:
+    """The modelled row that answers for a kernel release ('7.3', '6.12.118+deb12-amd64', ``uname -r``) and,
+    unless the release is that row's own name, a line saying which row and why; LabError for anything else."""
+    text = str(release).strip()
+    if text in KERNELS:
+        return text, None
+    row = modelled_kernel(text)
+    if row is not None:
+        return row, f"kernel {text}: the lab's {row} row answers for it (the newest modelled version not newer)"
+    if _major_minor(text) is None:
+        raise LabError(f"{text!r} is not a kernel release: give one such as 7.3, 6.8.0-45-generic or $(uname -r), "
+                       f"or a modelled version: {', '.join(KERNELS)}")
+    oldest = min(KERNELS, key=_major_minor)
+    return oldest, (f"kernel {text}: older than every modelled version; the lab's {oldest} row answers for it "
+                    "(the int3 return trampoline and the stepped nop5 predate it)")
+
+
 def kernel_for_release(release: str, version: str | None = None) -> KernelVersion:
     """The lab's rules for a real kernel release ('6.1.0-57-arm64', '6.12.117+deb13-arm64', '7.3.4').
 
