@@ -82,7 +82,28 @@ def test_the_checker_sees_a_cycle_and_a_function_level_import():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     graph = import_graph()
     assert "uprobe_lab.uprobes" in graph["uprobe_lab.process"]  # a top-level import
-    assert "uprobe_lab.x86.process" in graph["uprobe_lab.arches"]  # imported inside a function
+    assert "uprobe_lab.x86.process" in graph["uprobe_lab.arches"]  # from .x86.process import X86Process
+
+
+def function_level_imports(path: Path) -> list[int]:
+    """Lines where a function imports one of the package's own modules."""
+    lines = []
+    for fn in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            for node in ast.walk(fn):
+                own = (isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith(PACKAGE.name))
+                       or isinstance(node, ast.Import) and any(a.name.split(".")[0] == PACKAGE.name for a in node.names))
+                if own:
+                    lines.append(node.lineno)
+    return sorted(set(lines))
+
+
+def test_the_package_imports_its_own_modules_at_module_level():
+    """A module's dependencies stand at its top, where a reader looks for them; cli.py alone imports each
+    subcommand's modules when that subcommand runs (``python -m uprobe_lab analyze`` need not load the model)."""
+    hidden = {str(p.relative_to(PACKAGE)): lines for p in sorted(PACKAGE.rglob("*.py")) if p.name != "cli.py"
+              if (lines := function_level_imports(p))}
+    assert hidden == {}, f"imports inside functions: {hidden}"
 
 
 def test_no_import_cycles():

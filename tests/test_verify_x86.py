@@ -97,12 +97,13 @@ def test_sweeps_cover_the_colliding_opcodes():
 def test_unknown_arch_or_class_is_a_clear_error(monkeypatch):
     """Bad arguments are named before the host is asked: here the host check would refuse (as it does
     without root), so only the argument errors can come out."""
-    from uprobe_lab.native import NativeUnavailable, support
+    from uprobe_lab.native import NativeUnavailable
+    from uprobe_lab.verify import x86 as verify_x86
 
     def refuse(arch=None):
         raise NativeUnavailable("perf_event_open refused the uprobe (EPERM)")
 
-    monkeypatch.setattr(support, "check_native_support", refuse)
+    monkeypatch.setattr(verify_x86, "check_native_support", refuse)
     with pytest.raises(LabError, match="no referee"):
         verify("mips")
     with pytest.raises(LabError, match="unknown instruction class.*bogus"):
@@ -117,10 +118,9 @@ def test_unknown_arch_or_class_is_a_clear_error(monkeypatch):
 
 def test_a_case_the_host_gives_no_report_for_is_an_error_in_the_summary(monkeypatch, tmp_path):
     """Runs anywhere: the host check passes and the pool answers for every case but the second."""
-    from uprobe_lab.native import support
     from uprobe_lab.verify import x86, x86_host
 
-    monkeypatch.setattr(support, "check_native_support", lambda arch=None: None)
+    monkeypatch.setattr(x86, "check_native_support", lambda arch=None: None)
     monkeypatch.setattr(x86, "_exec_dir", lambda: str(tmp_path))
     answer = lambda self, jobs: ((key, {"error": "boom"}) for key, _, _ in jobs if key != 1)
     monkeypatch.setattr(x86_host.HostPool, "run", answer)
@@ -133,10 +133,9 @@ def test_a_case_the_host_gives_no_report_for_is_an_error_in_the_summary(monkeypa
 def test_a_6_19_host_is_judged_by_its_release_rules(monkeypatch, tmp_path):
     """With no --kernel the lab models the host's release, not only its modelled version: a 6.19 host has
     insn_is_nop (8a5c6cbfe4a3), so the lab steps pause (f3 90) there as the host would; 6.18 emulates it."""
-    from uprobe_lab.native import support
     from uprobe_lab.verify import x86, x86_host
 
-    monkeypatch.setattr(support, "check_native_support", lambda arch=None: None)
+    monkeypatch.setattr(x86, "check_native_support", lambda arch=None: None)
     monkeypatch.setattr(x86, "_exec_dir", lambda: str(tmp_path))
     monkeypatch.setattr(x86.os, "uname", lambda: os.uname_result(("Linux", "h", "6.19.1", "#1", "x86_64")))
     monkeypatch.setattr(x86_host.HostPool, "run", lambda self, jobs: ((k, {"error": "no host"}) for k, _, _ in jobs))

@@ -8,7 +8,7 @@ The lab in five lines::
     proc.call("uprobe_target_ret")                       # one hit: int3 -> consumer -> XOL step -> #DB
     proc.trace.counts                                    # what it cost, in events
 """
-from .arches import get_arch, make_process as new_process
+from .arches import check_options, get_arch, make_process as new_process
 from .bench import events_per_hit, events_table, run_bench
 from .errors import LabError, ProcessKilled
 from .kernel import KERNELS, get_kernel
@@ -19,8 +19,6 @@ from .uprobes import (UPROBE_HANDLER_IGNORE, UPROBE_HANDLER_REMOVE, CountingCons
 
 def analyze(insn: str, arch: str = "x86_64", kernel=None, **options) -> dict:
     """What the kernel would do with a probe on ``insn`` (x86: hex bytes; arm64: the word)."""
-    from .arches import check_options
-
     row = get_arch(arch)
     check_options(row.analyze, options, f"analyze() on {arch}")
     return row.analyze(insn, get_kernel(kernel), **options)

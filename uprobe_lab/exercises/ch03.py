@@ -8,6 +8,7 @@ from ..x86.redzone_programs import check_transparency
 from .core import exercise
 from . import judges as j
 from .ch02 import bench_bill
+from ..native.fork import emulated_fork_report
 
 NOP5_KERNELS = ("6.11", "6.16", "6.18")
 NOP5_BENCHES = tuple(b for b in bench_names("x86_64") if "nop5" in b)
@@ -125,8 +126,6 @@ answer = ("uretprobe-nop5", "6.18", {k: bill.get(k, 0) for k in ("exceptions", "
 
 def _child_fates() -> dict[str, str]:
     """The fate of a child forked after the optimisation, calling the optimised site once: per kernel."""
-    from ..native.fork import emulated_fork_report
-
     return {k: emulated_fork_report(k)[site]["child"]
             for k, site in (("6.18", "uprobe_target_nop5"), ("7.2", "uprobe_target_nop10"))}
 

@@ -12,6 +12,8 @@ from ..process import LabError
 from .fit import ROW_SIGMA_FLOOR, Z80
 from .prices import ARM64_KERNEL, events_for, kernel_setup
 from .profiles import bench_rows, fit_with_carried_prior, get_profile
+from ..kernel import DEFAULT_KERNEL
+from ..published import format_bench_line
 
 # Rows a calibration leans on, and what is left to the carried prior without them.
 NEEDED_ROWS = {
@@ -24,7 +26,6 @@ NEEDED_ROWS = {
 def format_comparison(repro: pd.DataFrame) -> str:
     """Published and model side by side in run_bench_uprobes.sh's ``name : x.xxx ± y.yyyM/s`` format; the
     model's ``±`` is its 80% interval's half-width (the larger side), then the error and the role."""
-    from ..published import format_bench_line
 
     pub = bench_rows().reset_index(drop=True)
     blocks = []
@@ -48,7 +49,6 @@ def format_comparison(repro: pd.DataFrame) -> str:
 def model_table(names=None, arch: str = "x86_64", kernel=None, cpu: str | None = None, **options) -> list[dict]:
     """The model's bench table for a CPU profile: [{bench, mops, stddev, low, high, mode, ...}]; stddev is
     the predictive standard deviation in M/s (the 80% interval's width / 2.563)."""
-    from ..kernel import DEFAULT_KERNEL
 
     prof = get_profile(cpu, arch)
     if prof.arch != arch:

@@ -23,6 +23,8 @@ from ..sites import LEA_RSP_MINUS_0X80, calls_uprobe_trampoline
 from ..uprobes import ENOTSUPP
 from .host import parse_maps
 from .perf import UprobeEvent
+from .support import check_native_support
+from .code import NativeCode
 
 HITS = 2
 
@@ -74,9 +76,6 @@ def uprobe_syscall_result(nc) -> int:
 
 def detect_scheme(nc=None) -> SchemeReport:
     """Ask this host's kernel the three questions (NativeUnavailable if native probes are impossible)."""
-    from .code import NativeCode
-    from .support import check_native_support
-
     if nc is None:
         check_native_support()
         with NativeCode() as code:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from ..arm64 import asm
 from . import arm64_layout as L
+from ..program import disasm
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,6 @@ class Case:
     note: str = ""
 
     def text(self) -> str:
-        from ..program import disasm
         d = disasm(asm.b(self.word), "arm64", L.CODE + L.P)
         return d[0][2] if d else f"udf/.inst {self.word:#010x}"
 

@@ -18,6 +18,10 @@ from ..errors import LabError
 from ..kernel import KERNELS, KernelVersion, kernel_for_release, modelled_kernel
 from . import x86_gen as G
 from . import x86_harness as H
+from ..native.code import find_exec_dir
+from .x86_host import HostPool, cpu_flags
+from ..native.support import check_native_support
+from .x86_lab import lab_runs
 
 SKIP_SIGILL = "skipped: the CPU cannot run it (SIGILL unprobed)"
 SKIP_UNSTABLE = "skipped: two unprobed runs differ"
@@ -103,8 +107,6 @@ def host_answer(v: Verdict) -> tuple:
 
 
 def judge(case: G.Case, host: dict, kernel) -> Verdict:
-    from .x86_lab import lab_runs
-
     if "error" in host:
         return Verdict(case, "error", host_error=host["error"])
     runs = host["runs"]
@@ -184,8 +186,6 @@ def verify_x86(sample: int = 3000, seed: int = 1, classes=None, sweeps: bool = T
 
     ``probe="perf"`` attaches one perf uprobe per instruction (~0.1 s each: the kernel's teardown of a
     perf uprobe); ``probe="bpf"`` attaches batches through one BPF uprobe_multi link each (fast)."""
-    from ..native.support import check_native_support
-    from .x86_host import HostPool, cpu_flags
 
     # the arguments first: a mistyped class or kernel is reported as such on any host, not as missing permission
     classes = tuple(classes or G.CLASSES)
@@ -227,8 +227,6 @@ def verify_x86(sample: int = 3000, seed: int = 1, classes=None, sweeps: bool = T
 
 
 def _exec_dir() -> str:
-    from ..native.code import find_exec_dir
-
     return find_exec_dir()
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from ..errors import LabError
 from ..native.libc import libc
 from ..native.perf import open_uprobe, read_count
-from . import x86_harness as H
+from . import uprobe_multi, x86_harness as H
 
 PROT_READ, PROT_WRITE, PROT_EXEC = 1, 2, 4
 MAP_PRIVATE, MAP_ANONYMOUS, MAP_FIXED_NOREPLACE = 0x02, 0x20, 0x100000
@@ -230,7 +230,6 @@ class HostPool:
         if self.probe == "perf":
             yield from self._run(self._perf_jobs(jobs), child_perf)
             return
-        from . import uprobe_multi
 
         try:
             prog = uprobe_multi.load_program()
@@ -250,8 +249,6 @@ class HostPool:
             yield Job(key, insn, flags, self.opmask, os.path.join(self.workdir, f"site-{os.getpid()}-{self._serial}.bin"))
 
     def _batch(self, prog: int, jobs: list):
-        from . import uprobe_multi
-
         self._serial += 1
         probed, plain = (os.path.join(self.workdir, f"batch-{os.getpid()}-{self._serial}-{k}.bin") for k in ("p", "u"))
         image = b"".join(H.build_image(insn, self.opmask) for _, insn, _ in jobs)

@@ -34,6 +34,12 @@ import pandas as pd
 from ..errors import LabError
 from ..kernel import kernel_for_release
 from .x86_guest import HITS, REFUSED
+from ..usdt import describe_syscall_result, emulated_syscall_336
+from ..native.compare import site_form, compare, emulator_snapshot
+from .x86_boot import KERNEL_LINES, fetch_kernel, run_in_guest
+from ..native.fork import compare_fork, emulated_fork_report
+from ..arches import make_process
+from ..uprobes import UnprobeableInstruction
 
 RECORDING = Path(__file__).resolve().parent.parent / "data" / "x86_kernels_referee.json"
 
@@ -42,8 +48,6 @@ RECORDING = Path(__file__).resolve().parent.parent / "data" / "x86_kernels_refer
 
 def boot_and_report(line: str, timeout: int = 900) -> dict:
     """Fetch and boot the newest kernel of ``line``; its guest_report with the package it came from."""
-    from .x86_boot import fetch_kernel, run_in_guest
-
     kernel = fetch_kernel(line)
     root = str(Path(__file__).resolve().parents[2])
     run = run_in_guest(kernel, f"{sys.executable} -m uprobe_lab.verify.x86_guest", root, timeout)
@@ -59,9 +63,6 @@ def lab_rules(report: dict):
 
 
 def _lab_snapshot(bench: str, rules) -> dict:
-    from ..native.compare import emulator_snapshot
-    from ..uprobes import UnprobeableInstruction
-
     try:
         return emulator_snapshot(bench, rules, HITS)
     except UnprobeableInstruction:
@@ -70,11 +71,6 @@ def _lab_snapshot(bench: str, rules) -> dict:
 
 def judge(report: dict) -> pd.DataFrame:
     """Rows (line, bench, what, kernel, lab, same) of one guest report against the lab's rules for it."""
-    from ..arches import make_process
-    from ..native.compare import compare
-    from ..native.fork import compare_fork, emulated_fork_report
-    from ..usdt import emulated_syscall_336
-
     rules = lab_rules(report)
     rows = [("scheme", "syscall 336 off the trampoline", report["scheme"]["syscall_336"],
              emulated_syscall_336(make_process("x86_64", rules)))]
@@ -96,8 +92,6 @@ def judge(report: dict) -> pd.DataFrame:
 
 def referee(lines: tuple = (), progress=print) -> list[dict]:
     """Boot every line of ``lines`` (default: all of x86_boot.KERNEL_LINES) and return their reports."""
-    from .x86_boot import KERNEL_LINES
-
     reports = []
     for line in lines or KERNEL_LINES:
         if progress:
@@ -109,7 +103,6 @@ def referee(lines: tuple = (), progress=print) -> list[dict]:
 def _site(snap: dict, rewritten: bool = False) -> str:
     """A probe site after the hits: refused, rewritten (``rewritten``: the scheme report saw the nop10's
     lea and call), a call, or an int3 whose hits were stepped in [uprobes] or emulated."""
-    from ..native.compare import site_form
 
     if "refused" in snap:
         return "refused"
@@ -142,7 +135,6 @@ def _forked_child(fork: dict) -> str:
 def summary(reports: list[dict]) -> pd.DataFrame:
     """One row per kernel: what it did to each probe site after the hits, syscall 336's answer, the
     uretprobe's return trampoline, and how many of its answers agree with the lab."""
-    from ..usdt import describe_syscall_result
 
     rows = []
     for r in reports:

@@ -8,6 +8,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from .. import model
 from ..kernel import KERNELS
 from ..published import seed_speedups
 
@@ -154,8 +155,6 @@ HISTORY_BENCHES = ("uprobe-nop", "uprobe-ret", "uprobe-nop5", "uretprobe-nop", "
 def kernel_history_chart(profiles=("intel", "nop5"), benches=HISTORY_BENCHES, kernels=None) -> Figure:
     """Throughput by kernel version on a linear axis, one panel per published CPU: lines are the CPU's fitted
     profile priced on each modelled kernel's events; dots are what that CPU's seed table measured."""
-    from .. import model  # the cost model (pandas, fits) only when this chart is drawn
-
     kernels = list(kernels or [k for k in KERNELS if k[:1].isdigit()])
     rows = model.bench_rows()
     fig = Figure(figsize=(6.5 * len(profiles), 4.8), layout="constrained")

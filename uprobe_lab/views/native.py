@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ..native.calibrate import kernel_columns
+from ..native.calibrate import kernel_change, kernel_columns
 
 NATIVE_COLOR, MODEL_COLOR, PUBLISHED_COLOR = "#66c2a5", "#fc8d62", "#8da0cb"
 
@@ -119,8 +119,6 @@ def kernel_picker(pred: pd.DataFrame):
     """Toggle between kernel versions and see what each would do to this machine's figures."""
     import ipywidgets as w
     from IPython.display import display
-
-    from ..native.calibrate import kernel_change
 
     kernels = kernel_columns(pred)
     picker = w.ToggleButtons(options=kernels, value=kernels[0], description="kernel")

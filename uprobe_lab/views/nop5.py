@@ -11,9 +11,12 @@ import pandas as pd
 
 from ..arches import make_process
 from ..errors import LabError
-from ..bench import events_table as bench_events_table
+from ..bench import events_per_hit, events_table as bench_events_table
 from ..kernel import get_kernel
-from ..uprobes import CountingConsumer, UprobeConsumer, uprobe_register, uprobe_unregister
+from ..native import NativeUnavailable
+from ..native.fork import emulated_fork_report, host_fork_report
+from ..native.host import kernel_release
+from ..uprobes import CountingConsumer, UnprobeableInstruction, UprobeConsumer, uprobe_register, uprobe_unregister
 from ..sites import LEA_INSN_SIZE, LEA_RSP_MINUS_0X80, call_target
 from ..usdt import LIBBPFS, USDT_SHAPES, describe_syscall_result, emulated_syscall_336, usdt_probe_offset
 from ..x86 import optimize
@@ -107,8 +110,6 @@ def kernels_side_by_side(kernels=("6.16", "6.18", "7.2"),
     """Events per hit, benches down and kernels across: ``E exc + S sys`` per cell, or ``refused``.
 
     The usdt rows are probed where each kernel's own libbpf probes them (uprobe_lab.usdt)."""
-    from ..bench import events_per_hit
-    from ..uprobes import UnprobeableInstruction
 
     def cell(bench, kernel):
         try:
@@ -226,9 +227,6 @@ def fork_table(kernels=("6.18", "7.2"), host: bool = True) -> pd.DataFrame:
     """A child forked after its parent's probes were hit (uprobe_lab.native.fork), one row per kernel and
     accepted site: the emulator on each of ``kernels``, then this host's kernel when it can run probes (a
     row saying why not, when it cannot)."""
-    from ..native import NativeUnavailable
-    from ..native.fork import emulated_fork_report, host_fork_report
-    from ..native.host import kernel_release
 
     reports = [(f"lab {k}", emulated_fork_report(k)) for k in kernels]
     if host:

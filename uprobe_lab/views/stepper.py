@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import html
 
+from ..arches import make_process
+from ..errors import LabError
 from ..stepper import Stepper
+from ..uprobes import CountingConsumer, uprobe_register
 
 
 def _regs_html(regs: dict[str, int]) -> str:
@@ -53,7 +56,6 @@ def stepper_widget(make_stepper, title: str = "", kernels=None, kernel: str | No
     why in place of the walk, with the buttons off, until another kernel is picked."""
     import ipywidgets as w
 
-    from ..errors import LabError
 
     picker = w.ToggleButtons(options=list(kernels), value=kernel or list(kernels)[-1], description="kernel") \
         if kernels else None
@@ -125,8 +127,6 @@ def stepper_widget(make_stepper, title: str = "", kernels=None, kernel: str | No
 def warm_stepper(target: str, kernel: str, arch: str = "x86_64") -> Stepper:
     """A stepper over the *second* call of ``target`` with a counting probe on its first instruction: the steady
     state a benchmark measures (by then 6.18 has rewritten a probed nop5 into a call)."""
-    from ..arches import make_process
-    from ..uprobes import CountingConsumer, uprobe_register
 
     proc = make_process(arch, kernel, record=True)
     uprobe_register(proc, target, CountingConsumer())
