@@ -111,6 +111,15 @@ def test_no_import_cycles():
     assert found == [], "import cycles: " + "; ".join(" <-> ".join(c) for c in found)
 
 
+MAX_MODULE_LINES = 550  # docs/architecture.md states it
+
+
+def test_no_module_is_over_550_lines():
+    long = {str(p.relative_to(PACKAGE)): n for p in sorted(PACKAGE.rglob("*.py"))
+            if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert long == {}, f"modules over {MAX_MODULE_LINES} lines: {long}"
+
+
 if __name__ == "__main__":
     found = cycles(import_graph())
     for component in found:

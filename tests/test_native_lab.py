@@ -23,7 +23,7 @@ import pytest
 from matplotlib.figure import Figure
 
 from uprobe_lab import cli, model
-from uprobe_lab.kernel import modelled_kernel
+from uprobe_lab.kernel import KERNELS, modelled_kernel
 from uprobe_lab.model import fit as fitmod
 from uprobe_lab.native import NativeUnavailable, calibrate, code, compare, example, host
 from uprobe_lab.native import bench as native_bench
@@ -537,10 +537,10 @@ def test_two_runs_agreement_table():
     pred = calibrate.predict_kernels(prof, rec["rows"])
     same = calibrate.runs_agree(pred, pred)
     assert same["a_in_b"].all() and same["b_in_a"].all()
-    off = pred.assign(**{k: pred[k] * 2 for k in calibrate.PREDICT_KERNELS})
+    off = pred.assign(**{k: pred[k] * 2 for k in KERNELS})
     assert not calibrate.runs_agree(pred, off)["b_in_a"].any()  # doubled figures: outside the intervals
     # a run that found the whole machine 30% faster: every figure moves, no speedup does
-    faster = pred.assign(**{c: pred[c] * 1.3 for k in calibrate.PREDICT_KERNELS for c in (k, f"{k} low", f"{k} high")})
+    faster = pred.assign(**{c: pred[c] * 1.3 for k in KERNELS for c in (k, f"{k} low", f"{k} high")})
     assert not calibrate.runs_agree(pred, faster)["a_in_b"].any()
     same_change = calibrate.runs_agree(pred, faster, change=True)
     assert same_change["a_in_b"].all() and same_change["b_in_a"].all()
@@ -557,10 +557,13 @@ def test_rows_from_two_architectures_are_refused():
         calibrate.calibrate(EXAMPLE["benches"] + [row])
 
 
-def test_too_old_kernel_is_refused():
-    row = dict(EXAMPLE["benches"][2], kernel="5.15.0")
-    with pytest.raises(model.LabError, match="predates"):
-        calibrate.measured_frame([row])
+def test_a_kernel_older_than_every_modelled_version_is_measured_under_the_oldest():
+    """Ubuntu 22.04's 5.15 follows 6.10's per-hit rules (the int3 return trampoline, the stepped nop5)."""
+    row = dict(EXAMPLE["benches"][2], kernel="5.15.0-91-generic")
+    frame = calibrate.measured_frame([row])
+    assert (frame["kernel"].tolist(), frame["release"].tolist()) == (["6.10"], ["5.15.0-91-generic"])
+    with pytest.raises(model.LabError, match="'darwin' is not a kernel release"):
+        calibrate.measured_frame([dict(row, kernel="darwin")])
 
 
 def test_views():

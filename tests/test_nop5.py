@@ -15,7 +15,7 @@ from uprobe_lab.x86.process import GPRS
 from uprobe_lab.x86.redzone_programs import check_transparency, make_redzone_process, redzone_program, site_of
 from uprobe_lab.x86.decode import ARCH_UPROBE_FLAG_CAN_OPTIMIZE, arch_uprobe_analyze_insn, can_optimize, insn_decode
 from uprobe_lab.x86.process import X86Process
-from uprobe_lab.kernel import KERNELS, X86_RULES, get_kernel, kernel_for_release
+from uprobe_lab.kernel import KERNELS, RULES, get_kernel, kernel_for_release
 
 from kernel_bytes import UPROBE_TRAMPOLINE
 
@@ -152,8 +152,9 @@ def test_releases_from_619_to_71_are_618_with_insn_is_nop():
 def test_the_named_kernels_agree_with_x86_rules():
     for name, k in KERNELS.items():
         version = tuple(int(p) for p in name.split("."))
-        for rule, since in X86_RULES.items():
-            assert getattr(k, rule) == (version >= since), (name, rule)
+        for rule in (r for r in RULES if r.arch == "x86_64"):
+            until = rule.until or (99, 0)
+            assert getattr(k, rule.name) == (rule.since <= version < until), (name, rule.name)
 
 
 @pytest.mark.parametrize("hexbytes,on_618,on_619", [

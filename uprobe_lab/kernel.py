@@ -1,49 +1,89 @@
 """Kernel versions the lab models, and what each one changed about a probe hit.
 
-The course compares versions, so every rule that changed over time is a field here instead of an
-``if version >= ...`` scattered through the code. Sources: the commits named beside each rule (listed,
-with their releases, in docs/references.md) and the stable review mails named for the backports.
+Every rule that changed over time is declared once, in :data:`RULES`: the field the arch hook reads, the
+release that brought it (and took it away), the commit and its stable backports. The modelled versions
+(:data:`KERNELS`), the release mapping (:func:`kernel_for_release`) and every selector built on them follow
+from that table; no ``if version >= ...`` stands anywhere else. Sources: the commits named in the table
+(listed, with their releases, in docs/references.md) and the stable review mails named for the backports.
 """
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 
 from .errors import LabError
+
+Release = tuple[int, int]  # (major, minor)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One change to what a probe hit does."""
+    name: str  # the attribute the hook reads: kernel.<name>
+    arch: str  # "x86_64", "arm64", or "core" (kernel/events/uprobes.c, both arches)
+    since: Release  # the release that brought it
+    commit: str  # the commit (12 hex digits) or, where the lab has none, the series or patch title
+    until: Release | None = None  # the release that took it away
+    backports: dict[Release, int] = field(default_factory=dict)  # stable line -> first sublevel with it
+    new_version: bool = False  # it changes an x86 hit's events: the release is a modelled version of its own
+
+    def in_release(self, release: Release, sublevel: int | None = None) -> bool:
+        """Whether a kernel of ``release`` has it; a stable line's backport counts from ``sublevel`` (None: the
+        line as it ended, which is how a modelled version reads it)."""
+        if self.since <= release and (self.until is None or release < self.until):
+            return True
+        first = self.backports.get(release)
+        return first is not None and (sublevel is None or sublevel >= first)
+
+
+RULES: list[Rule] = [
+    Rule("uretprobe_syscall", "x86_64", (6, 11), "ff474a78cef5", new_version=True),  # return through sys_uretprobe
+    # every x86_nops[len] pattern is emulated (1-8: 9-11 have 0x2e)
+    Rule("emulate_all_nops", "x86_64", (6, 16), "610f6e14c29d", new_version=True),
+    # a nop5 rewritten into a call to [uprobes-trampoline] + sys_uprobe; 7.2 moved it to the nop10
+    Rule("optimize_nop5", "x86_64", (6, 18), "uprobes/x86: Add support to optimize uprobes", until=(7, 2),
+         new_version=True),
+    Rule("trampoline_sls_int3", "x86_64", (6, 18), "354492a0e1bc"),  # an int3 after each trampoline's ret
+    # only the nop10 is optimised, into lea -0x80(%rsp),%rsp + call, so the call's push stays below the red
+    # zone; queued on perf/urgent for 7.2: Debian's 7.2.6 and 7.2.13 have it and 6.18.15 has not
+    # (verify/x86_kernels.py, data/x86_kernels_referee.json)
+    Rule("optimize_nop10", "x86_64", (7, 2), "554ba38456da", new_version=True),
+    # a forked child keeps the [uprobes-trampoline] pages its copied text calls; 6.18 maps them VM_DONTCOPY,
+    # so a child calling an optimised site calls an unmapped page (this 6.18 host: SIGSEGV)
+    Rule("copy_uprobe_trampolines_on_fork", "x86_64", (7, 2), "d9a48e77f6fe"),
+    # branch_setup_xol_ops emulates what insn_is_nop() recognises (NOP but not PAUSE or REX.B NOP, NOPL,
+    # native-size mov %reg,%reg, lea 0(%reg),%reg, jmp +0) instead of the x86_nops[] patterns, and
+    # can_optimize takes any 5-byte insn_is_nop(); merged for 6.19, no modelled version of its own
+    Rule("insn_is_nop", "x86_64", (6, 19), "8a5c6cbfe4a3"),
+    # handle_swbp skips the probed instruction when a consumer moved ip; stable backports from the review
+    # mails (patch 080/392 of 5.15.197-rc1, 104/529 of 6.6.117-rc1, 208/849 of 6.17.8-rc1; the 5.4, 6.1 and
+    # 6.12 queues are not checked, so those lines are modelled without it)
+    Rule("ip_change_skips_insn", "core", (6, 18), "4363264111e1",
+         backports={(5, 15): 197, (6, 6): 117, (6, 17): 8}),
+    Rule("arm64_simulate_nop", "arm64", (6, 13), "ac4ad5c09b34"),  # nop simulated instead of stepped
+    # MOPS (cpy*/set*) prologue/main/epilogue words refused instead of stepped (patch 049/676 of 6.6.64-rc1,
+    # 051/817 of 6.11.11-rc1, 007/826 of 6.12.2-rc1; none for 6.1, which predates MOPS: the arm64 referee's
+    # 6.1.192 steps MOPS words)
+    Rule("arm64_reject_mops", "arm64", (6, 13), "c56c599d9002", backports={(6, 6): 64, (6, 11): 11, (6, 12): 2}),
+    # ldr/ldrsw (literal) refused (CVE-2024-50099); before, simulated with a kernel load of the user address
+    Rule("arm64_refuse_ldr_literal", "arm64", (6, 12), "arm64: probes: Remove broken LDR (literal) uprobe support",
+         backports={(6, 1): 114, (6, 11): 5}),
+]
+OLDEST: Release = (6, 10)  # the oldest modelled version: the int3 return trampoline, every long nop stepped
 
 
 @dataclass(frozen=True)
 class KernelVersion:
+    """A kernel as the lab models it: its name and the rules of :data:`RULES` it has (``kernel.<rule>``)."""
     name: str
-    uretprobe_syscall: bool  # 6.11 ff474a78cef5: return through sys_uretprobe, not an int3
-    emulate_all_nops: bool  # 6.16 610f6e14c29d: every x86_nops[len] pattern is emulated (1-8: 9-11 have 0x2e)
-    optimize_nop5: bool  # 6.18: nop5 rewritten into a call to [uprobes-trampoline] + sys_uprobe
-    trampoline_sls_int3: bool  # 6.18 354492a0e1bc: int3 after each trampoline's ret
-    # 7.2 554ba38456da "uprobes/x86: Move optimized uprobe from nop5 to nop10": only the nop10 is
-    # optimised, into lea -0x80(%rsp),%rsp + call, so the call's push stays below the red zone. Queued
-    # on perf/urgent (peterz/queue, 2026-07-02) for 7.2; Debian's 7.2.6 and 7.2.13 have it and 6.18.15
-    # has not (verify/x86_kernels.py, data/x86_kernels_referee.json)
-    optimize_nop10: bool = False
-    # 7.2 d9a48e77f6fe "uprobes/x86: Allow to copy uprobe trampolines on fork" (same series and queue): a
-    # forked child keeps the [uprobes-trampoline] pages its copied text calls; 6.18 maps them VM_DONTCOPY,
-    # so a child calling an optimised site calls an unmapped page (this 6.18 host: SIGSEGV)
-    copy_uprobe_trampolines_on_fork: bool = False
-    # 6.19 8a5c6cbfe4a3 "x86/insn,uprobes,alternative: Unify insn_is_nop()" (tip perf/core Oct 2025,
-    # merged for 6.19 with perf-core-2025-12-01): branch_setup_xol_ops emulates what insn_is_nop()
-    # recognises (NOP but not PAUSE or REX.B NOP, NOPL, native-size mov %reg,%reg, lea 0(%reg),%reg,
-    # jmp +0) instead of the x86_nops[] patterns, and can_optimize takes any 5-byte insn_is_nop()
-    insn_is_nop: bool = False
-    # 6.18 4363264111e1 "uprobe: Do not emulate/sstep original instruction when ip is changed" (both
-    # arches; stable 5.15.197, 6.6.117, 6.17.8 and other lines): handle_swbp skips the probed instruction
-    # when a consumer moved ip; 6.10.y, 6.11.y and 6.16.y (last 6.16.12) ended before it
-    ip_change_skips_insn: bool = True
-    arm64_simulate_nop: bool = True  # 6.13 ac4ad5c09b34: arm64 simulates nop instead of stepping it
-    # 6.13 c56c599d9002 "arm64: probes: Disable kprobes/uprobes on MOPS instructions" (stable 6.6.64,
-    # 6.11.11, 6.12.2): MOPS (cpy*/set*) prologue/main/epilogue words are refused instead of stepped
-    arm64_reject_mops: bool = True
-    # 6.12 "arm64: probes: Remove broken LDR (literal) uprobe support" (CVE-2024-50099; stable 6.1.114,
-    # 6.11.5): ldr/ldrsw (literal) refused; before, simulated with a kernel load of the user address
-    arm64_refuse_ldr_literal: bool = True
+    rules: frozenset[str]
+
+    def __post_init__(self):
+        for rule in RULES:  # plain attributes: the hooks read them on every hit
+            object.__setattr__(self, rule.name, rule.name in self.rules)
+
+    def __getattr__(self, name: str):  # only for names that are no attribute
+        raise AttributeError(f"{type(self).__name__} has no rule {name!r}: the rules are {', '.join(r.name for r in RULES)}")
 
     @property
     def uprobe_syscall(self) -> bool:
@@ -59,16 +99,30 @@ class KernelVersion:
         return self.name
 
 
-KERNELS = {
-    "6.10": KernelVersion("6.10", False, False, False, False, ip_change_skips_insn=False, arm64_simulate_nop=False,
-                          arm64_reject_mops=False, arm64_refuse_ldr_literal=False),  # 6.10.y (6.10.14) ended first
-    # 6.11 as 6.11.y ended: both arm64 fixes backported (6.11.5, 6.11.11)
-    "6.11": KernelVersion("6.11", True, False, False, False, ip_change_skips_insn=False, arm64_simulate_nop=False),
-    "6.16": KernelVersion("6.16", True, True, False, False, ip_change_skips_insn=False),
-    "6.18": KernelVersion("6.18", True, True, True, True),
-    "7.2": KernelVersion("7.2", True, True, False, True, optimize_nop10=True, insn_is_nop=True,
-                         copy_uprobe_trampolines_on_fork=True),
-}
+def version_name(release: Release) -> str:
+    return f"{release[0]}.{release[1]}"
+
+
+def kernel_of(name: str, release: Release, sublevel: int | None = None) -> KernelVersion:
+    """The lab's kernel for ``release``: every rule it has, by the table."""
+    return KernelVersion(name, frozenset(r.name for r in RULES if r.in_release(release, sublevel)))
+
+
+def modelled_versions() -> list[Release]:
+    """The oldest version and each release that brought a rule of its own (new_version), oldest first."""
+    return sorted({OLDEST, *(r.since for r in RULES if r.new_version)})
+
+
+KERNELS: dict[str, KernelVersion] = {}
+
+
+def rebuild() -> None:
+    """Derive the modelled versions from :data:`RULES` (again, after a rule was added to it)."""
+    KERNELS.clear()
+    KERNELS.update({version_name(v): kernel_of(version_name(v), v) for v in modelled_versions()})
+
+
+rebuild()
 # Not modelled: 6.13 dd1a7567784e "uprobes: SRCU-protect uretprobe lifetime (with timeout)" made each return
 # instance dearer (SRCU lock/unlock, a mod_timer, kfree_rcu) and 6.14 8622e45b5da1 reuses them; the events per
 # hit stay the same, only their price moves, which the seed tables (before and after on one tree) cannot show.
@@ -95,24 +149,6 @@ def get_kernel(version: str | KernelVersion | None = None) -> KernelVersion:
             f"unknown kernel version {name!r}: the lab models {', '.join(KERNELS)} "
             f"(the versions where a probe hit's cost changed)"
         ) from None
-
-
-# x86 rules that arrived between two modelled versions, and the release that brought each: a release
-# from 6.19 to 7.1 is the 6.18 row with insn_is_nop (no course kernel of its own: nothing published)
-X86_RULES = {"insn_is_nop": (6, 19)}
-# rules of the generic core (kernel/events/uprobes.c), both arches
-CORE_RULES = {"ip_change_skips_insn": (6, 18)}
-# 4363264111e1 went to every stable line in Nov-Dec 2025 (also 5.4, 6.1 and 6.12 queues); only these
-# sublevels are checked (patch 080/392 of 5.15.197-rc1, 104/529 of 6.6.117-rc1, 208/849 of 6.17.8-rc1):
-# a 5.4, 6.1 or 6.12 release is modelled without it, even where its stable line has it
-CORE_BACKPORTS = {"ip_change_skips_insn": {(5, 15): 197, (6, 6): 117, (6, 17): 8}}
-# arm64 rules and the release they arrived in (upstream, as stable kernels of that line carry them)
-ARM64_RULES = {"arm64_simulate_nop": (6, 13), "arm64_reject_mops": (6, 13), "arm64_refuse_ldr_literal": (6, 12)}
-# stable backports: {rule: {(major, minor): first sublevel with it}} (from the stable review mails: MOPS
-# is patch 049/676 of 6.6.64-rc1, 051/817 of 6.11.11-rc1 and 007/826 of 6.12.2-rc1; none for 6.1, which
-# predates the MOPS support the fix is for, and the arm64 referee's 6.1.192 steps MOPS words)
-ARM64_BACKPORTS = {"arm64_refuse_ldr_literal": {(6, 1): 114, (6, 11): 5},
-                   "arm64_reject_mops": {(6, 6): 64, (6, 11): 11, (6, 12): 2}}
 
 
 def _major_minor(text: str) -> tuple[int, int] | None:
@@ -146,25 +182,17 @@ def row_for_release(release: str) -> tuple[str, str | None]:
 
 
 def kernel_for_release(release: str, version: str | None = None) -> KernelVersion:
-    """The lab's rules for a real kernel release ('6.1.0-57-arm64', '6.12.117+deb13-arm64', '7.3.4').
-
-    x86 rules come from the newest modelled version not newer than the release (6.10 for anything
-    older: the int3 return trampoline predates it), except those of X86_RULES, which apply from the
-    release that brought them (6.19.1 is 6.18 with insn_is_nop); each core rule (CORE_RULES) and arm64
-    rule (ARM64_RULES) applies from the release that brought it, or the stable sublevel it was backported
-    to (CORE_BACKPORTS, ARM64_BACKPORTS; the sublevel comes from ``version``, e.g. Debian's package
-    version 6.1.192-3, or from the release itself). Stable backports not listed there are not modelled.
+    """The lab's rules for a real kernel release ('6.1.0-57-arm64', '6.12.117+deb13-arm64', '7.3.4'): each rule
+    of :data:`RULES` from the release that brought it (6.19.1 is 6.18 with insn_is_nop; anything older than
+    6.10 is 6.10: the int3 return trampoline predates it), or from the stable sublevel it was backported to
+    (the sublevel comes from ``version``, e.g. Debian's package version 6.1.192-3, or from the release itself).
+    Stable backports not listed in the table are not modelled.
     """
     rel = _major_minor(release)
     if rel is None:
         raise LabError(f"cannot read a kernel version from {release!r} (expected e.g. 6.1.0-57-arm64)")
     # Debian's uname -r carries the ABI (6.1.0-57), not the sublevel: the package version (6.1.192-3) does
     sub = re.match(r"\d+\.\d+\.(\d+)", version or ("" if re.match(r"\d+\.\d+\.0-", release) else release))
-    sublevel = int(sub.group(1)) if sub else None
-    base = KERNELS[modelled_kernel(release) or min(KERNELS, key=_major_minor)]
-    rules = {rule: rel >= since for rule, since in {**X86_RULES, **CORE_RULES, **ARM64_RULES}.items()}
-    for rule, lines in {**CORE_BACKPORTS, **ARM64_BACKPORTS}.items():
-        if rel in lines and sublevel is not None and sublevel >= lines[rel]:
-            rules[rule] = True
     detail = f"{release}, {version}" if version else release
-    return replace(base, name=f"{rel[0]}.{rel[1]} ({detail})", **rules)
+    # a release names its line at an unknown sublevel: stable backports count only where the sublevel is known
+    return kernel_of(f"{rel[0]}.{rel[1]} ({detail})", rel, int(sub.group(1)) if sub else -1)

@@ -28,11 +28,10 @@ import pandas as pd
 
 from .. import model
 from ..bench import bench_names
-from ..kernel import modelled_kernel
+from ..kernel import KERNELS, row_for_release
 from ..model import fit as fitmod
 from ..process import LabError
 
-PREDICT_KERNELS = ("6.10", "6.11", "6.16", "6.18", "7.2")
 PROFILE_NAME = "this-machine"
 REL_TOL = 0.05
 
@@ -43,7 +42,7 @@ def native_table_prices(arch: str) -> frozenset[str]:
     one of these makes a prediction meaningless (no such bench pins a page or wakes a futex)."""
     counted = set()
     for bench in bench_names(arch):
-        for kernel in PREDICT_KERNELS:
+        for kernel in KERNELS:
             try:
                 counts = model.price_counts(model.events_for(bench, arch, kernel))
             except LabError:
@@ -67,9 +66,7 @@ def measured_frame(rows: list[dict]) -> pd.DataFrame:
     stddev / mops / sqrt(repeats))."""
     out = []
     for r in rows:
-        kernel = modelled_kernel(r["kernel"])
-        if kernel is None:
-            raise LabError(f"kernel {r['kernel']} predates every modelled version ({', '.join(PREDICT_KERNELS)})")
+        kernel = row_for_release(r["kernel"])[0]  # older than every modelled version: the oldest answers
         out.append({"arch": r["arch"], "kernel": kernel, "release": r["kernel"], "bench": r["bench"],
                     "consumers": int(r.get("consumers", 1) or 1), "mops": float(r["mops"]),
                     "stddev": float(r.get("stddev", float(r["mops"]) * float(r.get("rel_err", 0.0)))),
@@ -191,9 +188,9 @@ def prices_table(profile: model.Profile) -> pd.DataFrame:
     return rep[["price", "ns", "sd", "prior_ns", "prior_sd", "plausible_ns", "warning", "prior_from"]]
 
 
-def predict_kernels(profile: model.Profile, rows: list[dict], kernels=PREDICT_KERNELS) -> pd.DataFrame:
+def predict_kernels(profile: model.Profile, rows: list[dict], kernels=None) -> pd.DataFrame:
     """One row per bench of a native table: measured here (kernel, M/s, stddev), then the calibrated
-    prediction for each kernel in ``kernels`` with its 80% interval (``<k>``, ``<k> low``, ``<k> high``),
+    prediction for each kernel in ``kernels`` (default: every modelled version) with its 80% interval (``<k>``, ``<k> low``, ``<k> high``),
     and the speedup the model predicts from the measured kernel to that one, with its 80% interval
     (``<k> change``, ``<k> change low``, ``<k> change high``: a ratio within one run, so the machine's speed
     cancels out of it, which it does not of the figures)."""
@@ -201,6 +198,7 @@ def predict_kernels(profile: model.Profile, rows: list[dict], kernels=PREDICT_KE
     measured = measured[measured["consumers"] == 1].drop_duplicates("bench")
     out = measured[["bench", "kernel", "mops", "stddev"]].rename(
         columns={"kernel": "measured_on", "mops": "measured_mops"}).reset_index(drop=True)
+    kernels = list(kernels or KERNELS)
     for k in kernels:
         iv = [profile.interval(b, k) for b in out["bench"]]
         out[k] = [round(m, 3) for m, _, _ in iv]
@@ -232,13 +230,14 @@ def interval_share(x: float, mid: float, low: float, high: float) -> float:
     return gap / side if side > 0 else (math.inf if gap else 0.0)
 
 
-def runs_agree(pred_a: pd.DataFrame, pred_b: pd.DataFrame, kernels=PREDICT_KERNELS,
+def runs_agree(pred_a: pd.DataFrame, pred_b: pd.DataFrame, kernels=None,
                change: bool = False) -> pd.DataFrame:
     """Two calibrations' predictions side by side: is each run's figure inside the other's 80% interval
     (``a_in_b``, ``b_in_a``), and how much of that interval's side does the gap use (``a_share``,
     ``b_share``: :func:`interval_share`)? ``change``: compare the predicted speedups from the measured kernel
     instead of the figures (a run that found the whole machine faster moves every figure, and none of the
     speedups)."""
+    kernels = list(kernels or KERNELS)
     a, b = pred_a.set_index("bench"), pred_b.set_index("bench")
     out = []
     for bench in a.index.intersection(b.index):

@@ -123,4 +123,4 @@ def sys_uretprobe(proc, regs) -> int:
     return regs.ax
 
 
-_NO_SLS = KernelVersion("no-sls", True, False, False, False)
+_NO_SLS = KernelVersion("no-sls", frozenset({"uretprobe_syscall"}))  # the syscall trampoline, no int3 after its ret
