@@ -1,70 +1,12 @@
 """Native benches that isolate one event kind each: the prices the published tables cannot separate.
 
-Every int3 hit in the seed tables has one exception, one probe lookup and one consumer run, so no
-published row tells an exception's price from the handler work it comes with. On this host the split
-can be measured (:func:`measure_price_rows`):
-
-* ``uprobe-nop`` with 1, 2, 4, 8 perf uprobe events on the same site, each with a BPF program on it
-  (:mod:`.bpf`: the kind of consumer the published benches attach; a bare perf event writes a perf
-  sample on every hit and costs about twice as much): each event is one consumer in the uprobe's list
-  (kernel/events/uprobes.c ``handler_chain`` runs them all), so time per hit against the number of
-  events is a line whose slope is one consumer run and whose intercept is the trap;
-* ``uprobe-nop5`` (optimised on 6.18: a syscall instead of an exception) next to
-  ``uprobe-nop5-pagecross`` (never optimised: int3) on the same machine;
-* ``uprobe-push`` next to ``uprobe-nop`` (the emulated push's 8-byte user write);
-* ``uretprobe-nop`` next to ``uprobe-nop`` on the same target (return instance + trampoline);
-* ``syscall-count`` and ``usermode-count`` (one syscall round trip; the loop itself);
-* ``futex-wake-shared`` next to ``futex-wake-private`` (the lab's own pair, not the kernel bench's):
-  the same FUTEX_WAKE with nobody waiting, but a shared futex takes and drops a reference on the
-  user page (get_user_pages_fast + put_page in get_futex_key), the page pin the unmerged arm64 STP
-  patch pays on every hit;
-* ``uprobe-ret`` (an out-of-line single step);
-* ``uretprobe-nop-compat`` next to ``uprobe-nop-compat``: the same probes in a 32-bit task
-  (:mod:`.compat`), whose uretprobes still return through an int3 on a 6.11+ kernel: the return path
-  the 6.10 rows take, measured on this kernel (the 64-bit ``uretprobe-nop`` takes the 6.11 one).
-
-Noise: the process is pinned to one CPU and warmed up; each configuration is timed on the thread's
-CPU clock (``CLOCK_THREAD_CPUTIME_ID``: user and kernel time of this thread, so time other processes
-ran on the shared CPU is not counted; what they leave in the caches still is) in short intervals
-(about :data:`INTERVAL_NS`) over :data:`ROUNDS` interleaved rounds that together spend the time budget.
-Each configuration's probes are attached once, for the whole run, on a copy of the bench code of its own
-(:func:`attached_config`): detaching a perf uprobe waits for the kernel, about 0.1 s a probe. Every event is
-opened as the kernel bench opens its own, for every task (:func:`.perf.bench_trigger_event`): an event of
-this task alone would add a lock per consumer to every hit.
-On a virtual CPU the whole machine's speed also moves: on a busy shared host it flips between a fast and
-a slow state (1.27-1.39 times apart on the lab's VM) several times a second, and every path slows
-(benchmarks/reference_level.py). A state lasts tens of milliseconds to seconds, so rounds of
-different configurations, made one after the other, catch it at different moments. Each measured interval is
-therefore followed by one of a *reference*: a uprobe with one BPF consumer on :data:`REFERENCE_TARGETS`,
-a ``nop; ret`` no configuration probes, attached for the whole run. An interval's rate over the reference's
-next to it keeps what is particular to the configuration and loses the machine's state of that moment
-(:func:`level_rows`), as far as the path slows with the reference's int3 path. The syscall paths slow less
-(syscall-count's ratio is 0.92 times as high in the fast state as in the slow one), so over both states
-their ratio follows the share of the run each state got, which changes from run to run. Where the reference
-shows two states (:func:`slower_state`), only the intervals the machine spent in the slower one count (the
-reference intervals on both sides below the split, :func:`_kept`); otherwise all do. The figure is the
-median of these ratios times the reference's typical rate in the state kept (the mean of its round
-medians there). How far the reference's round medians of both states (one per configuration and round)
-spread about their mean is reported as ``level_sd``, and a calibration puts it back into every predicted
-figure's interval, twice (this run's level and a later run's are two draws: a later run may find the machine
-in another state, or the state itself moved); a
-predicted speedup, a ratio within one run, does not carry it. Rows say what was found (``machine_states``,
-``state_share``, ``fast_over_slow``).
-A row's error is the larger of the median ratio's relative error (1.2533 * sd / sqrt(n) / median, the
-large-sample error of a median, sd from the median absolute deviation) and the spread of the rounds'
-median ratios (:func:`row_rel_err`). Each row says whether that error is within ``rel_tol``
-(``reached``). While some row is not, further rounds of the rows still above it run, up to
-:data:`MAX_ROUNDS_FACTOR` times as many in all (the budget is a floor, not a cap): the rows that reached
-their error are not timed again, so the extra time goes to the rows that need it. The rows are levelled
-again after every round (the reference's new intervals move the state split and the typical rate), so a row
-that had reached its error can be pushed back above it, and then gets rounds again, up to its own limit.
-A row still above ``rel_tol`` then says it could not, and a calibration refuses it (:mod:`.calibrate`).
-
-What the reference leaves, before the slower state was kept alone: from one process to the next, the optimised
-nop5, syscall-count, usermode-count and uretprobe-nop rows moved by 1.05-2.6 times the error a process states,
-uprobe-nop (the reference's own path) by 0.15-0.22% (benchmarks/price_processes.py). Sharing a run's rounds out over three processes, with the
-processes' spread in each row's error, was tried and did not make two runs agree more often
-(docs/performance.md, "Three processes per run").
+Every int3 hit in the seed tables has one exception, one probe lookup and one consumer run, so no published
+row tells an exception's price from the handler work it comes with; on this host the split can be measured
+(:func:`measure_price_rows`): 1-8 consumers on one site (the slope is a consumer, the intercept the trap),
+an optimised nop5 beside a page-crossing one, push beside nop, a uretprobe beside a uprobe, a shared futex
+wake beside a private one (the page pin), a stepped ret, and the 32-bit task's int3 return. Each interval is
+levelled against a reference probe, so the machine's changing speed cancels. How and why, row by row, with
+the figures: docs/performance.md, "How the price benches measure".
 """
 from __future__ import annotations
 
