@@ -7,6 +7,8 @@ import pytest
 from uprobe_lab import cli, kernel
 from uprobe_lab.kernel import KERNELS, RULES, Rule, kernel_for_release
 from uprobe_lab.native import calibrate, example
+from uprobe_lab.native.scheme import classify
+from uprobe_lab.x86.constants import EPROTO
 
 
 def test_the_modelled_versions_are_the_oldest_and_each_release_that_changed_a_hit():
@@ -43,6 +45,8 @@ def test_a_new_rule_is_one_declaration_that_everything_picks_up(with_a_7_4_rule,
     out = capsys.readouterr()
     assert json.loads(out.out)[0]["kernel"] == "7.4" and out.err == ""
     assert cli.kernel_row("7.5.1") == "7.4" and "the lab's 7.4 row answers" in capsys.readouterr().err
+    # the scheme detector: a host of 7.2's nop10 scheme is read as the newest version with that scheme
+    assert classify(-EPROTO, False, True, False)[0] == "7.4"
     # chapter 06's calibration predicts this machine's figures on every modelled version
     rows = example.load_example()["benches"]
     predicted = calibrate.predict_kernels(calibrate.calibrate(rows), rows)
@@ -51,3 +55,4 @@ def test_a_new_rule_is_one_declaration_that_everything_picks_up(with_a_7_4_rule,
 
 def test_the_rule_table_is_back_after_the_fake_rule():
     assert "7.4" not in KERNELS and not any(r.name == "fake_7_4_rule" for r in kernel.RULES)
+    assert classify(-EPROTO, False, True, False)[0] == "7.2"

@@ -16,9 +16,12 @@ Every probe is detached before the next question and on any way out.
 from __future__ import annotations
 
 import ctypes
+import functools
 from dataclasses import asdict, dataclass
 
-from ..usdt import ENOSYS, ENXIO, EPROTO, describe_syscall_result
+from ..arches import make_process
+from ..kernel import KERNELS, KernelVersion
+from ..usdt import describe_syscall_result, emulated_syscall_336
 from ..sites import LEA_RSP_MINUS_0X80, calls_uprobe_trampoline
 from ..uprobes import ENOTSUPP
 from .host import parse_maps
@@ -44,17 +47,28 @@ class SchemeReport:
         return asdict(self)
 
 
+@functools.lru_cache(maxsize=None)
+def modelled_scheme(kernel: KernelVersion) -> tuple[int, bool, bool]:
+    """What a modelled version answers to the three questions: syscall 336 off the trampoline (the emulator
+    runs it), is a probed nop5 rewritten, is a probed nop10 rewritten (else refused at attach)."""
+    return emulated_syscall_336(make_process("x86_64", kernel)), kernel.optimize_nop5, kernel.optimize_nop10
+
+
 def classify(syscall_336: int, nop5_rewritten: bool, nop10_rewritten: bool, nop10_refused: bool) -> tuple[str | None, str]:
-    """(modelled kernel or None, sentence) for the answers to the three questions."""
+    """(the newest modelled version whose answers these are, or None; a sentence) for the three questions."""
     said = f"syscall 336 off the trampoline gives {describe_syscall_result(syscall_336)}"
-    if syscall_336 == -EPROTO and nop10_rewritten and not nop5_rewritten:
-        return "7.2", f"7.2's scheme: a probed nop10 becomes lea -0x80(%rsp),%rsp; call; a nop5 stays int3; {said}"
-    if syscall_336 == -ENXIO and nop5_rewritten and nop10_refused:
-        return "6.18", f"6.18's scheme: a probed nop5 becomes a call; a nop10 is refused at attach; {said}"
-    if syscall_336 == -ENOSYS and not (nop5_rewritten or nop10_rewritten):
-        return "6.16", f"no uprobe syscall and no rewritten site: a kernel before 6.18 (the lab's 6.16 or older); {said}"
-    return None, (f"a mix the lab does not model: nop5 rewritten {nop5_rewritten}, nop10 rewritten "
-                  f"{nop10_rewritten}, nop10 refused {nop10_refused}; {said}")
+    seen = (syscall_336, nop5_rewritten, nop10_rewritten)
+    like = [name for name, k in KERNELS.items() if modelled_scheme(k) == seen and nop10_refused != k.optimize_nop10]
+    if not like:
+        return None, (f"a mix the lab does not model: nop5 rewritten {nop5_rewritten}, nop10 rewritten "
+                      f"{nop10_rewritten}, nop10 refused {nop10_refused}; {said}")
+    name = like[-1]
+    if nop10_rewritten:
+        return name, f"{name}'s scheme: a probed nop10 becomes lea -0x80(%rsp),%rsp; call; a nop5 stays int3; {said}"
+    if nop5_rewritten:
+        return name, f"{name}'s scheme: a probed nop5 becomes a call; a nop10 is refused at attach; {said}"
+    return name, (f"no uprobe syscall and no rewritten site: a kernel before 6.18 (the lab's {name} or older); "
+                  f"{said}")
 
 
 def _probe_and_hit(nc, name: str, n: int) -> tuple[bytes | None, str | None]:
