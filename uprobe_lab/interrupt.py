@@ -21,7 +21,8 @@ import weakref
 from typing import Callable, Iterator
 
 from unicorn import Uc
-from unicorn.unicorn_py3.unicorn import uclib
+
+from .unicorn_c import close_engine, detach_finalizer
 
 _engines: dict = {}  # weak reference to a live engine -> its handle
 _retired: list = []  # weak references whose engine was collected, closed by close_retired
@@ -68,10 +69,10 @@ def deliver(state: Interrupt) -> None:
 
 def retire_on_collect(uc: Uc) -> None:
     """When ``uc`` is collected, queue its handle for ``close_retired`` instead of closing it there."""
-    unicorns_own = getattr(uc, "_Uc__finalizer", None)  # unicorn 2.1's name for it
-    if unicorns_own is None or unicorns_own.detach() is None:
-        return  # another binding: leave its finalizer in place
-    _engines[weakref.ref(uc, _retired.append)] = uc._uch
+    handle = detach_finalizer(uc)
+    if handle is None:
+        return  # another binding: its own finalizer stays in place
+    _engines[weakref.ref(uc, _retired.append)] = handle
 
 
 def close_retired() -> None:
@@ -80,6 +81,6 @@ def close_retired() -> None:
         return
     with sigint_stops(lambda: None) as held:
         while _retired:
-            uclib.uc_close(_engines.pop(_retired.pop()))
+            close_engine(_engines.pop(_retired.pop()))
     if held.pending:
         deliver(held)

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Callable
 
 from unicorn import UC_PROT_EXEC, UC_PROT_READ, UC_PROT_WRITE, Uc, UcError
-from unicorn.unicorn_py3.unicorn import uclib
 
 from .arch_ops import ArchOps
 from .constants import MASK64, PAGE_SIZE
@@ -25,6 +24,7 @@ from .sites import Mapping, mapping_at
 from .stepper import Stepper
 from .trace import Trace
 from .interrupt import close_retired, deliver, retire_on_collect, sigint_stops
+from .unicorn_c import batch_read, batch_write, memory_access, register_access
 from .uprobes import MmUprobes, UprobeTask, uprobe_abort_xol, uprobe_dup_mmap
 DEFAULT_MAX_INSNS = 10_000_000  # every run is guarded: no emulation can spin forever
 MAX_INSNS = 1_000_000_000  # the largest budget a run takes: tens of seconds of emulation at the fastest
@@ -60,43 +60,6 @@ def raise_for(result: RunResult) -> None:
     raise LabError(result.reason)
 
 
-# Register and memory access are the emulator's hottest calls. Unicorn's own binding converts every
-# argument on each call (~0.5 us); the same C functions without argtypes, given ready-made ctypes
-# arguments, cost half that, and one batch call moves all of pt_regs for little more than one register.
-_libunicorn = ctypes.CDLL(uclib._name)
-_uc_reg_read, _uc_reg_write = _libunicorn.uc_reg_read, _libunicorn.uc_reg_write
-_uc_reg_read_batch, _uc_reg_write_batch = _libunicorn.uc_reg_read_batch, _libunicorn.uc_reg_write_batch
-_uc_mem_read, _uc_mem_write = _libunicorn.uc_mem_read, _libunicorn.uc_mem_write
-
-
-class _RegIds(dict):
-    def __missing__(self, reg_id: int) -> ctypes.c_int:
-        self[reg_id] = value = ctypes.c_int(reg_id)
-        return value
-
-
-_REG_IDS = _RegIds()
-
-
-def register_access(uc: Uc):
-    """(read(reg_id) -> int, write(reg_id, value)) for a Unicorn engine, at the cost of one C call each."""
-    handle = ctypes.c_void_p(uc._uch.value)
-    cell = ctypes.c_uint64()
-    ref = ctypes.byref(cell)
-    ids = _REG_IDS
-
-    def read(reg_id: int) -> int:
-        cell.value = 0  # a 32-bit register (arm64 NZCV) fills only the low half
-        _uc_reg_read(handle, ids[reg_id], ref)
-        return cell.value
-
-    def write(reg_id: int, value: int) -> None:
-        cell.value = value & MASK64
-        _uc_reg_write(handle, ids[reg_id], ref)
-
-    return read, write
-
-
 class RegsView(ctypes.Structure):
     """A pt_regs-shaped block of the CPU registers, as the kernel sees them on entry.
 
@@ -115,21 +78,19 @@ class RegsView(ctypes.Structure):
         """Tie this block to a process's CPU: the batch calls get a pointer to each field."""
         cls, base = type(self), ctypes.addressof(self)
 
-        def batch(names):
-            return (proc._uch, (ctypes.c_int * len(names))(*(self.UC_REGS[n] for n in names)),
-                    (ctypes.c_void_p * len(names))(*(base + getattr(cls, n).offset for n in names)),
-                    ctypes.c_int(len(names)))
+        def fields(names):
+            return [(self.UC_REGS[n], base + getattr(cls, n).offset, getattr(cls, n).size) for n in names]
 
         self._proc = proc
-        self._read = batch(list(self.UC_REGS))
+        self._read = batch_read(proc.uc, fields(list(self.UC_REGS)))
         # The pc is written on its own, and only when it changed: from inside a hook, Unicorn 2.1
         # keeps a pc only from the one-register call, and a batch write of the pc from a code hook
         # puts the CPU back on the current instruction (which would run again, and again).
-        self._write = batch([n for n in self.UC_REGS if n != "ip"])
+        self._write = batch_write(proc.uc, fields([n for n in self.UC_REGS if n != "ip"]))
         return self
 
     def load(self) -> "RegsView":
-        if _uc_reg_read_batch(*self._read):
+        if not self._read():
             raise LabError("Unicorn refused to read the registers")
         self._entry = bytes(self)
         return self
@@ -138,7 +99,7 @@ class RegsView(ctypes.Structure):
         entry = self._entry
         if bytes(self) == entry:
             return
-        if _uc_reg_write_batch(*self._write):
+        if not self._write():
             raise LabError("Unicorn refused to write the registers")
         ip = type(self).ip
         if self.ip != int.from_bytes(entry[ip.offset : ip.offset + ip.size], "little"):
@@ -196,8 +157,8 @@ class EmulatedProcess:
         self.signal_reason = ""
         self.program = None
         self.syscalls: dict[int, Callable] = {}  # sys_call_table: number -> handler(proc, regs) -> int
-        self._uch = ctypes.c_void_p(self.uc._uch.value)
         self.reg_read, self.reg_write = register_access(self.uc)  # reg_read(UC_*_REG_...) -> int
+        self._mem_read, self._mem_write = memory_access(self.uc)  # None / False where nothing is mapped
         self._pt_regs = self.Regs().bind(self)
 
     @property
@@ -271,15 +232,6 @@ class EmulatedProcess:
     def maps(self) -> str:
         """The address space as /proc/PID/maps prints it."""
         return "\n".join(m.line() for m in self.mappings)
-
-    def _mem_read(self, addr: int, size: int) -> bytes | None:
-        buf = ctypes.create_string_buffer(size)
-        if _uc_mem_read(self._uch, ctypes.c_uint64(addr), buf, ctypes.c_size_t(size)):
-            return None
-        return buf.raw
-
-    def _mem_write(self, addr: int, data: bytes) -> bool:
-        return not _uc_mem_write(self._uch, ctypes.c_uint64(addr), data, ctypes.c_size_t(len(data)))
 
     def read_page(self, addr: int, size: int) -> bytes | None:
         """Read as the kernel reads a page it looked up (get_user_pages): None if not mapped, no event."""
