@@ -11,6 +11,7 @@ import warnings
 from pathlib import Path
 
 from . import analyze, bench
+from .arches import ARCHES
 from .errors import LabError
 from .kernel import DEFAULT_KERNEL, KERNELS, row_for_release
 
@@ -395,7 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="run the kernel bench's uprobe triggers")
     b.add_argument("names", nargs="*", help="bench names, e.g. uprobe-nop uretprobe-ret (default: all)")
     b.add_argument("--mode", choices=["emulated", "native", "model"], default="emulated")
-    b.add_argument("--arch", choices=["x86_64", "arm64"], help="default x86_64; native mode: this machine's")
+    b.add_argument("--arch", choices=list(ARCHES), help="default x86_64; native mode: this machine's")
     b.add_argument("--kernel", type=kernel_row, help=f"emulated and model modes: the kernel to emulate, a release "
                    f"(7.3, $(uname -r)) or a modelled version {', '.join(KERNELS)} (default {DEFAULT_KERNEL})")
     b.add_argument("--stp", choices=["xol", "simulate"], help="arm64: how a probed stp x29, x30 runs")
@@ -408,7 +409,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     a = sub.add_parser("analyze", help="what the kernel would do with a probe on an instruction")
     a.add_argument("insn", help="x86_64: bytes in memory order (0f1f440000); arm64: the word (a9bf7bfd)")
-    a.add_argument("--arch", default="x86_64", choices=["x86_64", "arm64"])
+    a.add_argument("--arch", default="x86_64", choices=list(ARCHES))
     a.add_argument("--kernel", default=DEFAULT_KERNEL, type=kernel_row,
                    help=f"a release or a modelled version {', '.join(KERNELS)} (default {DEFAULT_KERNEL})")
     a.add_argument("--stp", choices=["xol", "simulate"], help="arm64: how a probed stp x29, x30 runs")
@@ -428,7 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_predict)
 
     v = sub.add_parser("verify", help="the host kernel as referee: instructions under real uprobes vs the lab")
-    v.add_argument("--arch", default="x86_64", choices=["x86_64", "arm64"])
+    v.add_argument("--arch", default="x86_64", choices=list(ARCHES))
     v.add_argument("--sample", type=int, help="random instructions (x86: default 3000; arm64: after the fixed sweep, "
                    "a third each any word, the load/store group and the branch group, default 0)")
     v.add_argument("--seed", type=int, default=1)

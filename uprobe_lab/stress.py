@@ -18,7 +18,7 @@ import signal
 import threading
 import time
 
-from .arches import make_process
+from .arches import ARCHES, make_process
 from .bench import bench_names, bench_process
 from .errors import LabError
 from .kernel import KERNELS
@@ -26,7 +26,6 @@ from .process import MAX_INSNS
 from .uprobes import CountingConsumer, UnprobeableInstruction, uprobe_register
 from .x86.uretprobe_programs import make_uretprobe_process
 
-ARCHES = ("x86_64", "arm64")
 NEXT_CALL = 25  # iterations of the call that follows each interrupt
 HANG_GUARD_S = 120  # only a Ctrl-C that is never acted on gets near this; it is no speed goal
 LOST_AFTER_S = 10  # a run stops within one RUN_SLICE of a Ctrl-C (~2 s); far past that, it was lost

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import importlib
 
+from ..arches import ARCHES
 from ..errors import LabError
-
-ARCHES = ("x86_64", "arm64")
 
 
 def verify(arch: str = "x86_64", **options):
