@@ -165,7 +165,7 @@ runpy.run_module("uprobe_lab", run_name="__main__", alter_sys=True)
 @pytest.mark.parametrize("name", ["syscall-count", "uprobe-ret"])
 def test_cli_exits_130_on_ctrl_c(name):
     child = subprocess.Popen([sys.executable, "-c", ANNOUNCED_CLI, "bench", name, "--iterations",
-                              str(bench.MAX_ITERATIONS)],
+                              str(bench.MAX_EMULATED_ITERATIONS)],
                              env={**os.environ, "PYTHONPATH": REPO}, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     guard = threading.Timer(HANG_GUARD_S, child.kill)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from .arches import make_process
 from .kernel import get_kernel
 from .process import MAX_INSNS
-from .errors import LabError
+from .errors import LabError, is_int
 from .trace import EVENT_KINDS, per_hit
 from .uprobes import CountingConsumer, UnprobeableInstruction, uprobe_register
 from .usdt import USDT_SHAPES, attach_usdt, read_usdt_sites, site_bench
@@ -37,7 +37,7 @@ USDT_TARGETS = {  # x86-64 only, like the kernel bench's usdt benches
 
 DEFAULT_ITERATIONS = 20_000  # emulated calls per bench: enough for steady-state counts
 INSNS_PER_ITERATION = 1000  # a run's budget per loop iteration: the loop and a hit's kernel model take far fewer
-MAX_ITERATIONS = MAX_INSNS // INSNS_PER_ITERATION
+MAX_EMULATED_ITERATIONS = MAX_INSNS // INSNS_PER_ITERATION
 
 # Not the kernel bench's: syscall loops the price benches use to price one page pin (bench_names leaves them out).
 PRICE_ONLY_BENCHES = {"futex-wake-private": "futex_wake_private", "futex-wake-shared": "futex_wake_shared"}
@@ -171,9 +171,9 @@ def run_bench(name: str, arch: str = "x86_64", kernel=None, iterations: int = DE
     """One bench on the emulator: {bench, arch, mode, kernel, iterations, hits, events_per_hit, hits_per_s}."""
     if not isinstance(name, str):
         raise LabError(f"the bench is named by a string such as 'uprobe-nop', got {name!r}")
-    if isinstance(iterations, bool) or not isinstance(iterations, int) or not 1 <= iterations <= MAX_ITERATIONS:
-        raise LabError(f"iterations must be an int from 1 to {MAX_ITERATIONS:_} on the emulator (a million "
-                       f"hits take it 5-30 s), got {iterations!r}; for more, measure natively (--mode native)")
+    if not is_int(iterations) or not 1 <= iterations <= MAX_EMULATED_ITERATIONS:
+        raise LabError(f"iterations must be an int from 1 to {MAX_EMULATED_ITERATIONS:_} on the emulator (a million "
+                       f"calls take it from under a second to about 50 s), got {iterations!r}; for more, measure natively (--mode native)")
     kernel = get_kernel(kernel)
     try:
         events = events_per_hit(name, arch, kernel, **options)

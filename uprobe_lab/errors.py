@@ -14,3 +14,8 @@ class SymbolNotFound(LabError, KeyError):
 
     def __str__(self) -> str:  # KeyError would print the message in quotes
         return str(self.args[0])
+
+
+def is_int(value) -> bool:
+    """An int as an argument means one: True and False are ints to Python, not counts or addresses."""
+    return isinstance(value, int) and not isinstance(value, bool)

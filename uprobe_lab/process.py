@@ -18,7 +18,7 @@ from unicorn import UC_PROT_EXEC, UC_PROT_READ, UC_PROT_WRITE, Uc, UcError
 
 from .arch_ops import ArchOps
 from .constants import MASK64, PAGE_SIZE
-from .errors import LabError, ProcessKilled
+from .errors import LabError, ProcessKilled, is_int
 from .kernel import KernelVersion, get_kernel
 from .sites import Mapping, mapping_at
 from .stepper import Stepper
@@ -331,7 +331,7 @@ class EmulatedProcess:
         Ctrl-C stops the run at the end of the kernel entry under way, leaves the process usable
         and raises KeyboardInterrupt here. The CPU runs in slices of ``RUN_SLICE`` instructions, so
         Ctrl-C is seen even in code that never enters the kernel model."""
-        if isinstance(max_insns, bool) or not isinstance(max_insns, int) or not 0 < max_insns <= MAX_INSNS:
+        if not is_int(max_insns) or not 0 < max_insns <= MAX_INSNS:
             raise LabError(f"max_insns must be an int from 1 to {MAX_INSNS:_}, got {max_insns!r}")
         if self.signal:
             raise ProcessKilled(f"the process already died of {self.signal} ({self.signal_reason}); make a new one")
@@ -459,7 +459,7 @@ class EmulatedProcess:
         """The address a call of ``target`` starts at: a symbol of the program, or an address."""
         if isinstance(target, str):
             return self.program.resolve(target)
-        if isinstance(target, int) and not isinstance(target, bool) and 0 <= target <= MASK64:
+        if is_int(target) and 0 <= target <= MASK64:
             return target
         raise LabError(f"call a symbol of the program by name ('uprobe_target_nop') or an address (an int), "
                        f"got {target!r}")

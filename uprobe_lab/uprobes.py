@@ -17,7 +17,7 @@ from typing import Callable
 
 from .arch_ops import ArchUprobe
 from .constants import MASK64, PAGE_SIZE
-from .errors import LabError
+from .errors import LabError, is_int
 from .sites import UPROBES
 
 UPROBE_HANDLER_REMOVE = 1
@@ -205,7 +205,7 @@ def uprobe_register(proc, target, consumer: UprobeConsumer, offset: int = 0) -> 
     if not isinstance(consumer, UprobeConsumer):
         raise LabError(f"attach() needs a consumer, got {consumer!r}: pass CountingConsumer() or "
                        "UprobeConsumer(handler=..., ret_handler=...)")
-    if isinstance(offset, bool) or not isinstance(offset, int):
+    if not is_int(offset):
         raise LabError(f"the offset into the symbol is an int of bytes, got {offset!r}")
     if not isinstance(target, (str, int)) or isinstance(target, bool):
         raise LabError(f"attach() probes a symbol by name ('uprobe_target_nop') or an address (an int), got {target!r}")

@@ -1,7 +1,7 @@
 """What the kernel would do with a probe on an arm64 instruction word, for the CLI and notebooks."""
 from __future__ import annotations
 
-from ..errors import LabError
+from ..errors import LabError, is_int
 from ..uprobes import UnprobeableInstruction
 from . import asm, stp as stp_sim
 from .decode import _text, arch_uprobe_analyze_insn
@@ -9,7 +9,7 @@ from .decode import _text, arch_uprobe_analyze_insn
 
 def parse_word(text: str) -> int:
     """'a9bf7bfd' or '0xa9bf7bfd' (the word as a listing shows it), or the word as an int -> int."""
-    if isinstance(text, int) and not isinstance(text, bool) and 0 <= text < 1 << 32:
+    if is_int(text) and 0 <= text < 1 << 32:
         return text
     cleaned = str(text).strip().lower().replace("_", "").replace(" ", "")
     cleaned = cleaned[2:] if cleaned.startswith("0x") else cleaned

@@ -26,6 +26,7 @@ except ImportError:  # not POSIX: no native bench runs, but the package still im
     fcntl = None
 
 from ..bench import bench_names, bench_spec, refused_row
+from ..errors import is_int
 from ..sites import LEA_RSP_MINUS_0X80, calls_uprobe_trampoline
 from ..usdt import LIBBPFS, has_uprobe_syscall, usdt_probe_offset
 from .bpf import BpfCounter
@@ -189,7 +190,7 @@ def run_native_benches(names: Iterable[str] | None = None, iterations: int = DEF
     """
     if isinstance(names, str):
         raise ValueError(f"names is a list of bench names: run_native_benches([{names!r}])")
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (iterations, repeats)):
+    if not (is_int(iterations) and is_int(repeats)):
         raise ValueError(f"iterations and repeats are ints, got {iterations!r} and {repeats!r}")
     if iterations < 1 or repeats < 1:
         raise ValueError("iterations and repeats must be >= 1")

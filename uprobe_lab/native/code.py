@@ -15,7 +15,7 @@ import tempfile
 import time
 from typing import Iterator
 
-from ..errors import LabError
+from ..errors import LabError, is_int
 from .arch import host_arch, load_bench_program
 from .errors import noexec, unsupported_arch
 from .host import read_mem
@@ -233,7 +233,7 @@ class NativeCode:
         """Call ``target`` (a symbol or an address) ``n`` times from the program's producer_loop."""
         if self._loop is None:
             raise RuntimeError("NativeCode is not open" if self.base is None else "this program has no producer_loop")
-        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n < MAX_CALLS:
+        if not is_int(n) or not 1 <= n < MAX_CALLS:
             raise ValueError(f"n must be in 1 .. 2**64-1 (the loop decrements a 64-bit count before it "
                              f"tests), got {n}")
         addr = self.program.resolve(target) if isinstance(target, str) else self._function_at(target)
@@ -252,7 +252,7 @@ class NativeCode:
     def _function_at(self, addr) -> int:
         """``addr`` if a function of the bench program starts there: a call anywhere else (mid-instruction, the
         int3 padding, another mapping) kills this Python with SIGSEGV or SIGTRAP, so it is refused instead."""
-        found = self.program.symbol_at(addr) if isinstance(addr, int) and not isinstance(addr, bool) else None
+        found = self.program.symbol_at(addr) if is_int(addr) else None
         if found is None or found[1] != 0:
             where = f"{addr:#x}" if isinstance(addr, int) else repr(addr)
             raise LabError(f"{where} is not the start of a function of the bench program: calling it would kill this "
