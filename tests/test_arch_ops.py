@@ -59,7 +59,8 @@ def test_each_arch_has_its_own_task_size():
     assert make_process("arm64").arch_ops.TASK_SIZE == 1 << 48
 
 
-INFRASTRUCTURE = {"process.py", "unicorn_c.py", "trace.py", "sites.py", "program.py", "interrupt.py"}  # memory, registers, events, Ctrl-C: every path
+# memory, registers, events, Ctrl-C and the checks on call()'s arguments: every path
+INFRASTRUCTURE = {"process.py", "unicorn_c.py", "trace.py", "sites.py", "program.py", "interrupt.py", "errors.py"}
 
 
 def _files_a_hit_runs(arch, kernel, target, ret=False):
