@@ -16,8 +16,9 @@ import time
 from dataclasses import dataclass
 
 from .arches import make_process
-from .kernel import get_kernel
+from .kernel import get_kernel, release_rules
 from .process import MAX_INSNS
+from .smp import run_on_cpus
 from .errors import LabError, is_int
 from .trace import EVENT_KINDS, per_hit
 from .uprobes import CountingConsumer, UnprobeableInstruction, uprobe_register
@@ -193,6 +194,40 @@ def run_bench(name: str, arch: str = "x86_64", kernel=None, iterations: int = DE
     return result
 
 
+def run_bench_on_cpus(name: str, arch: str = "x86_64", kernel=None, iterations: int = 2_000, cpus: int = 2,
+                      seed: int = 0, **options) -> dict:
+    """The kernel bench's ``-p N`` on the emulator: ``cpus`` producer threads of one process each call the bench's
+    target ``iterations`` times, interleaved by ``seed`` (uprobe_lab.smp). ``kernel``: a modelled version or any
+    release, with that release's own rules (6.13's locks, for instance). Per hit: the events, the shared kernel
+    state touched (``shared_per_hit``, 'state (kind)' -> accesses: uprobe_lab.contended) and the cache lines
+    that moved between CPUs (``line_transfers_per_hit``); ``xol_waits``: how often a thread slept for an XOL slot."""
+    if not isinstance(name, str):
+        raise LabError(f"the bench is named by a string such as 'uprobe-nop', got {name!r}")
+    if not is_int(iterations) or not 1 <= iterations * max(cpus if is_int(cpus) else 1, 1) <= MAX_EMULATED_ITERATIONS:
+        raise LabError(f"iterations x cpus must be an int from 1 to {MAX_EMULATED_ITERATIONS:_} on the emulator, got "
+                       f"{iterations!r} x {cpus!r}; for more, measure natively (--mode native)")
+    kernel = release_rules(kernel)
+    try:
+        proc, consumer, target = bench_process(name, arch, kernel, **options)
+    except UnprobeableInstruction as err:
+        return refused_row(name, arch, "emulated", kernel.name, str(err))
+    proc.call("producer_loop", 16, target)  # warm-up on CPU 0: sites patched, [uprobes] mapped
+    start_hits = consumer.hits if consumer else 0
+    proc.trace.clear()
+    t0 = time.perf_counter()
+    scheduler = run_on_cpus(proc, cpus, "producer_loop", iterations, target, seed=seed,
+                            max_insns=min(MAX_INSNS, iterations * cpus * INSNS_PER_ITERATION))
+    elapsed = time.perf_counter() - t0
+    hits = consumer.hits - start_hits if consumer else iterations * cpus
+    counts = proc.trace.counts
+    return {"bench": name, "arch": arch, "mode": "emulated", "kernel": kernel.name, "cpus": cpus, "seed": seed,
+            "iterations": iterations, "hits": hits, "events_per_hit": per_hit(counts, hits),
+            "shared_per_hit": {f"{line} ({kind})": round(n / hits, 3) for (line, kind), n in proc.trace.lines.items()},
+            "line_transfers_per_hit": round(counts.get("line_transfers", 0) / hits, 3),
+            "xol_waits": counts.get("xol_waits", 0), "most_asleep": scheduler.most_asleep,
+            "hits_per_s": round(hits / elapsed, 1)}
+
+
 def run_benches(names=None, arch: str = "x86_64", kernel=None, iterations: int = DEFAULT_ITERATIONS, progress=None,
                 **options) -> list[dict]:
     names = [names] if isinstance(names, str) else list(names or bench_names(arch))
@@ -232,6 +267,12 @@ def format_table(results: list[dict]) -> str:
     for r in results:
         if r.get("refused"):
             lines.append(f"{r['bench']:<25}: {r['refused']}")
+        elif r.get("mode") == "emulated" and "cpus" in r:
+            shared = sum(v for k, v in r["shared_per_hit"].items() if k.endswith(("(atomic)", "(spinlock)")))
+            waits = f" xol_waits={r['xol_waits']}" if r["xol_waits"] else ""
+            lines.append(f"{r['bench'] + ' (' + format(r['cpus'], '2') + ' cpus)':<25}: {r['hits']} hits exact "
+                         f"[{r['arch']} {r['kernel']}] shared writes/hit={shared:g} line transfers/hit="
+                         f"{r['line_transfers_per_hit']:g}{waits}")
         elif r.get("mode") == "emulated":
             ev = r["events_per_hit"]
             kinds = ("exceptions", "syscalls", "sysret", "iret", "eret", "emulated", "xol_steps", "consumers")

@@ -163,7 +163,10 @@ def cmd_bench(args) -> int:
         raise LabError(f"--iterations must be in 1 .. 2**64-1 (the bench loop counts in a 64-bit register), "
                        f"got {args.iterations}")
     options = {"stp": args.stp} if args.stp else {}
-    kernel = args.kernel or DEFAULT_KERNEL
+    if args.cpus is not None and args.mode == "model":
+        raise LabError("-p is a --mode emulated or --mode native setting: the model prices one CPU's hit; drop -p")
+    # with -p the emulator runs the release's own rules (6.13's locks); otherwise the modelled row that answers
+    kernel = args.kernel if args.cpus is not None else kernel_row(args.kernel) if args.kernel else DEFAULT_KERNEL
     if args.cpu and args.mode != "model":
         runs = "this machine's own CPU" if args.mode == "native" else "the emulator, which counts events, not time"
         raise LabError(f"--cpu is a --mode model setting (the CPU profile whose prices the model uses); --mode "
@@ -175,7 +178,15 @@ def cmd_bench(args) -> int:
         names = args.names or bench.bench_names(args.arch)
         update, close = _progress(len(names), not args.json)
         try:
-            results = bench.run_benches(names, args.arch, kernel, args.iterations, progress=update, **options)
+            if args.cpus is None:
+                results = bench.run_benches(names, args.arch, kernel, args.iterations, progress=update, **options)
+            else:
+                results = []
+                for name in names:
+                    results.append(bench.run_bench_on_cpus(name, args.arch, kernel, args.iterations, args.cpus,
+                                                           **options))
+                    if update:
+                        update(name)
         finally:
             close()
     elif args.mode == "native":
@@ -397,8 +408,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("names", nargs="*", help="bench names, e.g. uprobe-nop uretprobe-ret (default: all)")
     b.add_argument("--mode", choices=["emulated", "native", "model"], default="emulated")
     b.add_argument("--arch", choices=list(ARCHES), help="default x86_64; native mode: this machine's")
-    b.add_argument("--kernel", type=kernel_row, help=f"emulated and model modes: the kernel to emulate, a release "
-                   f"(7.3, $(uname -r)) or a modelled version {', '.join(KERNELS)} (default {DEFAULT_KERNEL})")
+    b.add_argument("--kernel", type=kernel_release, help=f"emulated and model modes: the kernel to emulate, a "
+                   f"release (7.3, $(uname -r)) or a modelled version {', '.join(KERNELS)} (default {DEFAULT_KERNEL})")
+    b.add_argument("-p", "--producers", type=int, dest="cpus", help="the kernel bench's -p: producer threads, one per "
+                   "CPU (emulated: that many emulated CPUs, with the --kernel release's own rules; native: pinned "
+                   "to this machine's CPUs)")
     b.add_argument("--stp", choices=["xol", "simulate"], help="arm64: how a probed stp x29, x30 runs")
     b.add_argument("--cpu", help="model mode: the CPU profile to price events with")
     b.add_argument("--iterations", type=int,
@@ -452,6 +466,15 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--json", action="store_true")
     v.set_defaults(func=cmd_verify)
     return parser
+
+
+def kernel_release(release: str) -> str:
+    """--kernel's type where the release itself matters (bench -p): any release the lab can answer for, unchanged."""
+    try:
+        row_for_release(release)
+    except LabError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return release
 
 
 def kernel_row(release: str) -> str:

@@ -19,6 +19,7 @@ from unicorn import UC_PROT_EXEC, UC_PROT_READ, UC_PROT_WRITE, Uc, UcError
 from .arch_ops import ArchOps
 from .constants import MASK64, PAGE_SIZE
 from .errors import LabError, ProcessKilled, is_int
+from .contended import accesses
 from .kernel import KernelVersion, get_kernel
 from .sites import Mapping, mapping_at
 from .stepper import Stepper
@@ -29,7 +30,6 @@ from .uprobes import MmUprobes, UprobeTask, uprobe_abort_xol, uprobe_dup_mmap
 DEFAULT_MAX_INSNS = 10_000_000  # every run is guarded: no emulation can spin forever
 MAX_INSNS = 1_000_000_000  # the largest budget a run takes: tens of seconds of emulation at the fastest
 RUN_SLICE = 2_000_000  # instructions per emu_start: Ctrl-C is acted on between two (well under 1 s)
-
 
 
 @dataclass
@@ -137,9 +137,13 @@ class EmulatedProcess:
     STEPPER_REGS: tuple[str, ...] = ()  # the pt_regs a Stepper shows by default
     EXEC_IMPLIES_READ = False  # True where page tables cannot express execute-only (x86)
     UC_CPU_MODEL = None  # a Unicorn CPU model (UC_CPU_*) instead of Unicorn's default for the arch
+    TASK_STATE: tuple[str, ...] = ("utask",)  # what is each thread's own (uprobe_lab.smp switches it with the registers)
+    scheduler = None  # the uprobe_lab.smp.Scheduler while threads run on many CPUs
+    cpu = 0  # the CPU the running thread is on
 
     def __init__(self, kernel: str | KernelVersion | None = None, record: bool = False):
         self._kernel = get_kernel(kernel)
+        self.accesses = accesses(self._kernel)  # what this kernel's hits share with other CPUs (uprobe_lab.contended)
         self._running = False  # inside run(): Unicorn is busy
         self._owner = threading.RLock()  # held by the thread calling or running the process
         self._unfinished = False  # the last run stopped before its end (budget, Ctrl-C, an error)
@@ -318,6 +322,11 @@ class EmulatedProcess:
         self.uc.emu_stop()
 
     # --- running ---
+    def exit_to_user_mode(self) -> None:
+        """The return to user mode, where the scheduler may switch to another thread (on many CPUs)."""
+        if self.scheduler is not None:
+            self.scheduler.preempt()
+
     def arch_fault(self) -> bool:
         """A CPU fault Unicorn gets wrong, put right by the arch's process (x86: a branch to a
         non-canonical address); True if it delivered the signal itself."""
@@ -450,9 +459,9 @@ class EmulatedProcess:
         return child
 
     # --- calls, for notebooks and tests ---
-    def prepare_call(self, target, *args: int) -> tuple[int, int]:
+    def prepare_call(self, target, *args: int, stack_top: int | None = None) -> tuple[int, int]:
         """Set up a call of ``target`` (a symbol or address) by the arch's calling convention, returning
-        to an unmapped exit address; returns (start, exit address)."""
+        to an unmapped exit address, on the stack below ``stack_top`` (None: the [stack]); returns (start, exit address)."""
         raise NotImplementedError
 
     def call_address(self, target) -> int:

@@ -10,7 +10,7 @@ from typing import Callable
 
 import capstone
 
-from .errors import SymbolNotFound
+from .errors import LabError, SymbolNotFound
 
 CAPSTONE_MODES = {
     "x86_64": (capstone.CS_ARCH_X86, capstone.CS_MODE_64),
@@ -185,3 +185,26 @@ class Assembler:
             if name:
                 symbols[name] = Symbol(name, addr, nxt - addr)
         return Program(self.arch, self.base, bytes(self.buf), symbols)
+
+
+def resolve_probe_address(proc, target, offset: int = 0) -> tuple[int, str]:
+    """A symbol (+offset) or an absolute address -> (vaddr, 'symbol+off'); it must start an instruction."""
+    program = proc.program
+    if isinstance(target, str):
+        if program is None:
+            raise LabError("no program is loaded, so symbols cannot be resolved")
+        vaddr = program.resolve(target, offset)
+    else:
+        vaddr = int(target) + offset
+    label = ""
+    if program is not None and (hit := program.symbol_at(vaddr)):
+        name, off = hit
+        label = f"{name}+{off:#x}" if off else name
+        starts = program.instruction_starts(name)
+        if vaddr not in starts:
+            nearest = max((s for s in starts if s < vaddr), default=None)
+            hint = f"; the instruction starts at {nearest:#x}" if nearest is not None else ""
+            raise LabError(f"{vaddr:#x} ({label}) is inside an instruction, not at its start{hint}")
+    elif proc.mapping_at(vaddr) is None or "x" not in proc.mapping_at(vaddr).perms:
+        raise LabError(f"{vaddr:#x} is not in an executable mapping of the process")
+    return vaddr, label

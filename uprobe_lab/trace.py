@@ -26,6 +26,8 @@ EVENT_KINDS = {
     "consumers": "consumer handlers run (entry or return)",
     "emulated": "probed instruction emulated/simulated in the kernel instead of stepped",
     "xol_steps": "probed instruction single-stepped out of line in an XOL slot",
+    "xol_waits": "every XOL slot was taken: the thread slept on the area's wait queue (many CPUs)",
+    "line_transfers": "a shared cache line moved to this CPU from another that had it (many CPUs; see Trace.touch)",
     "uaccess_copies": "kernel copies from or to user memory (copy_from_user/copy_to_user calls)",
     "uaccess_bytes": "bytes copied from or to user memory by the kernel",
     "pages_pinned": "user pages pinned (and, arm64 STP v2, mapped) into the kernel",
@@ -54,6 +56,9 @@ class Trace:
         self.record = record
         self.events: list[Event] = []
         self._counts: dict[str, int] = {}  # a plain dict: counting into a Counter costs twice as much
+        self.lines: dict[tuple[str, str], int] = {}  # (kernel state, access kind) -> accesses (``touch``)
+        self._holders: dict[str, set[int]] = {}  # kernel state -> the CPUs whose caches hold its line
+        self.track_lines = False  # follow lines between CPUs (set while threads run on many CPUs)
 
     @property
     def counts(self) -> Counter:
@@ -68,6 +73,33 @@ class Trace:
         if self.record:
             self.events.append(Event(len(self.events), kind, n, ip, note() if callable(note) else note))
 
+    def touch(self, accesses, cpu: int) -> None:
+        """Count ``accesses`` (((kernel state, kind), n) pairs: uprobe_lab.contended says what each kernel
+        touches) made by ``cpu``; with ``track_lines``, follow their lines between CPUs (``_follow``)."""
+        lines = self.lines
+        for key, n in accesses:  # most steps touch one or two; many, nothing
+            lines[key] = lines.get(key, 0) + n
+        if self.track_lines:
+            self._follow(accesses, cpu)
+
+    def _follow(self, accesses, cpu: int) -> None:
+        """A CPU that writes a line another CPU holds, or reads one it does not hold, takes it over: a
+        ``line_transfers`` event (not a line's first access: every CPU would miss it once). Per-CPU and
+        per-task state has no other holder."""
+        for (line, kind), _ in accesses:
+            if kind in ("per-cpu", "per-task"):
+                continue
+            holders = self._holders.get(line)
+            if holders is None:
+                self._holders[line] = {cpu}
+            elif kind == "read":
+                if cpu not in holders:
+                    holders.add(cpu)
+                    self.emit("line_transfers", note=line)
+            elif len(holders) > 1 or cpu not in holders:
+                self._holders[line] = {cpu}
+                self.emit("line_transfers", note=line)
+
     def since(self, before: Counter) -> Counter:
         """Counts accumulated since ``before`` (an earlier ``counts``), zero kinds dropped."""
         diff = self.counts
@@ -77,6 +109,8 @@ class Trace:
     def clear(self) -> None:
         self._counts.clear()
         self.events.clear()
+        self.lines.clear()
+        self._holders.clear()
 
     def dataframe(self):
         """The recorded events as a pandas DataFrame (seq, kind, n, ip, note)."""

@@ -6,9 +6,9 @@ architecture's part is reached through ``proc.arch_ops`` with the kernel's arch 
 (``arch_uprobe_analyze_insn``, ``arch_uprobe_skip_sstep``, ``arch_uprobe_pre_xol``, ...): the
 whole list is uprobe_lab.arch_ops.ArchOps.
 
-What the lab leaves out: one process and one thread (so no RCU, SRCU, refcounts, hprobe leases
-or the ri_timer), probes keyed by virtual address instead of inode+offset, consumer filters only
-as a per-consumer callable, and session cookies.
+What the lab leaves out: RCU, SRCU, refcounts and hprobe leases are not run (uprobe_lab.contended records
+what each version's locks and counters share between CPUs), nor the ri_timer; probes are keyed by virtual
+address instead of inode+offset; consumer filters are a per-consumer callable; no session cookies.
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from typing import Callable
 from .arch_ops import ArchUprobe
 from .constants import MASK64, PAGE_SIZE
 from .errors import LabError, is_int
+from .program import resolve_probe_address
 from .sites import UPROBES
 
 UPROBE_HANDLER_REMOVE = 1
@@ -169,29 +170,6 @@ class UprobeTask:
 
 # --- registration -------------------------------------------------------------------------
 
-def resolve_probe_address(proc, target, offset: int = 0) -> tuple[int, str]:
-    """A symbol (+offset) or an absolute address -> (vaddr, 'symbol+off'); it must start an instruction."""
-    program = proc.program
-    if isinstance(target, str):
-        if program is None:
-            raise LabError("no program is loaded, so symbols cannot be resolved")
-        vaddr = program.resolve(target, offset)
-    else:
-        vaddr = int(target) + offset
-    label = ""
-    if program is not None and (hit := program.symbol_at(vaddr)):
-        name, off = hit
-        label = f"{name}+{off:#x}" if off else name
-        starts = program.instruction_starts(name)
-        if vaddr not in starts:
-            nearest = max((s for s in starts if s < vaddr), default=None)
-            hint = f"; the instruction starts at {nearest:#x}" if nearest is not None else ""
-            raise LabError(f"{vaddr:#x} ({label}) is inside an instruction, not at its start{hint}")
-    elif proc.mapping_at(vaddr) is None or "x" not in proc.mapping_at(vaddr).perms:
-        raise LabError(f"{vaddr:#x} is not in an executable mapping of the process")
-    return vaddr, label
-
-
 def uprobe_register(proc, target, consumer: UprobeConsumer, offset: int = 0) -> Uprobe:
     """Attach ``consumer`` at a symbol(+offset) or address; installs the breakpoint on first use.
 
@@ -306,12 +284,14 @@ def uprobe_get_trampoline_vaddr(proc) -> int:
 
 
 def xol_get_insn_slot(proc, uprobe: Uprobe) -> int:
+    """A free slot with the copy of the probed instruction in it, its address; 0 when every slot is taken
+    (the kernel's caller then sleeps on the area's wait queue: ``pre_ssout``)."""
     area = get_xol_area(proc)
-    try:
-        slot = area.bitmap.index(False)
-    except ValueError:
-        raise LabError("all XOL slots are busy (one thread cannot need more than one)") from None
+    if all(area.bitmap):
+        return 0
+    slot = area.bitmap.index(False)
     area.bitmap[slot] = True
+    proc.trace.touch(proc.accesses.xol_slot, proc.cpu)
     utask = proc.utask
     utask.xol_slot = slot
     utask.xol_vaddr = area.slot_vaddr(slot)
@@ -326,6 +306,9 @@ def xol_free_insn_slot(proc) -> None:
     utask = proc.utask
     if utask.xol_slot > 0:
         proc.mm.xol_area.bitmap[utask.xol_slot] = False
+        proc.trace.touch(proc.accesses.xol_slot, proc.cpu)
+        if proc.scheduler is not None:
+            proc.scheduler.wake_all()  # wake_up(&area->wq)
     utask.xol_slot = -1
     utask.xol_vaddr = 0
 
@@ -340,6 +323,7 @@ def uprobe_pre_sstep_notifier(proc) -> bool:
 def find_active_uprobe(proc, bp_vaddr: int) -> tuple[Uprobe | None, bool]:
     """(uprobe, is_swbp): the probe at bp_vaddr, or whether a breakpoint insn is there at all."""
     proc.trace.emit("probe_lookups")
+    proc.trace.touch(proc.accesses.find_active_uprobe, proc.cpu)
     uprobe = proc.mm.probes.get(bp_vaddr)
     if uprobe is not None and uprobe.applied:
         return uprobe, True
@@ -383,6 +367,7 @@ def handle_swbp(proc, regs) -> None:
 
 
 def handler_chain(proc, uprobe: Uprobe, regs) -> None:
+    proc.trace.touch(proc.accesses.handler_chain, proc.cpu)
     ri = None
     remove = True
     for consumer in tuple(uprobe.consumers):
@@ -407,8 +392,21 @@ def handler_chain(proc, uprobe: Uprobe, regs) -> None:
 
 
 def pre_ssout(proc, uprobe: Uprobe, regs, bp_vaddr: int) -> None:
+    """Step the instruction out of line. A thread that finds every slot taken sleeps in the kernel until one is
+    freed (``wait_event(area->wq, ...)``) and goes on from here when it runs again; only threads on many CPUs can."""
     utask = proc.utask
-    xol_get_insn_slot(proc, uprobe)
+    if not xol_get_insn_slot(proc, uprobe):
+        if proc.scheduler is None:
+            raise LabError("every XOL slot is taken, and one thread cannot hold more than one")
+        proc.trace.emit("xol_waits", ip=bp_vaddr, note=lambda: f"CPU {proc.cpu} sleeps: every XOL slot is taken")
+
+        def woken():
+            regs = proc.kernel_entry()
+            pre_ssout(proc, uprobe, regs, bp_vaddr)
+            regs.flush()
+        proc.scheduler.sleep(woken)
+        return
+    proc.trace.touch(proc.accesses.pre_ssout, proc.cpu)
     utask.vaddr = bp_vaddr
     proc.arch_ops.arch_uprobe_pre_xol(proc, uprobe.auprobe, regs)
     utask.active_uprobe = uprobe
@@ -416,10 +414,7 @@ def pre_ssout(proc, uprobe: Uprobe, regs, bp_vaddr: int) -> None:
 
 
 def uprobe_post_sstep_notifier(proc) -> bool:
-    utask = proc.utask
-    if utask.active_uprobe is None:
-        return False
-    return True
+    return proc.utask.active_uprobe is not None
 
 
 def uprobe_abort_xol(proc) -> bool:
@@ -448,6 +443,7 @@ def handle_singlestep(proc, regs) -> None:
     utask = proc.utask
     uprobe = utask.active_uprobe
     err = proc.arch_ops.arch_uprobe_post_xol(proc, uprobe.auprobe, regs)
+    proc.trace.touch(proc.accesses.handle_singlestep, proc.cpu)
     utask.active_uprobe = None
     xol_free_insn_slot(proc)
     if err:
@@ -478,6 +474,7 @@ def prepare_uretprobe(proc, uprobe: Uprobe, regs, ri: ReturnInstance) -> None:
     ri.orig_ret_vaddr = orig_ret_vaddr
     ri.chained = chained
     utask.return_instances.append(ri)
+    proc.trace.touch(proc.accesses.prepare_uretprobe, proc.cpu)
     proc.trace.emit("ri_pushed", ip=ri.func, note=lambda: f"return to {orig_ret_vaddr:#x}{' (chained)' if chained else ''}")
 
 
@@ -527,6 +524,7 @@ def uprobe_handle_trampoline(proc, regs) -> None:
 
 
 def handle_uretprobe_chain(proc, ri: ReturnInstance, regs) -> None:
+    proc.trace.touch(proc.accesses.handle_uretprobe_chain, proc.cpu)
     for consumer in list(ri.uprobe.consumers):
         if consumer.ret_handler is None:
             continue

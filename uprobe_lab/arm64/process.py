@@ -61,6 +61,7 @@ class Arm64Process(EmulatedProcess):
     # arm64 Linux maps PROT_EXEC readable (execute-only mappings were reverted in 5.16, 24cecc377463):
     # code stepped in [uprobes] can load from the page, as the referee's kernels show.
     EXEC_IMPLIES_READ = True
+    TASK_STATE = ("utask", "single_step", "_stepped")
 
     def __init__(self, kernel=None, record: bool = False, count_insns: bool = False, stp: str | None = None,
                  stp_store: str = "pin", mte: bool = False, sp_alignment_check: bool = True):
@@ -115,14 +116,14 @@ class Arm64Process(EmulatedProcess):
             self.force_sig("SIGSEGV", f"unexpected exception {intno} at {pc:#x}")
 
     # --- conveniences for notebooks and tests ---
-    def prepare_call(self, target, *args: int) -> tuple[int, int]:
+    def prepare_call(self, target, *args: int, stack_top: int | None = None) -> tuple[int, int]:
         """Set up an AAPCS64 call of ``target`` (arguments in x0..x7, lr = EXIT_ADDR)."""
         self.check_call_args(args, 8)
         addr = self.call_address(target)
         regs = self.regs()
         for i, value in enumerate(args):
             regs.set(f"x{i}", value)
-        regs.set("sp", (STACK_TOP - 0x100) & ~0xF)
+        regs.set("sp", ((stack_top or STACK_TOP) - 0x100) & ~0xF)
         regs.set("x30", EXIT_ADDR)
         regs.flush()
         return addr, EXIT_ADDR

@@ -32,6 +32,7 @@ def exc_brk(proc) -> None:
     regs.flush()  # the registers the kernel set are in place even when a signal follows
     if not proc.signal:
         proc.trace.emit("eret", ip=regs.ip)
+        proc.exit_to_user_mode()
 
 
 def exc_step(proc) -> None:
@@ -46,6 +47,7 @@ def exc_step(proc) -> None:
     regs.flush()
     if not proc.signal:
         proc.trace.emit("eret", ip=regs.ip)
+        proc.exit_to_user_mode()
 
 
 def syscall_table(kernel=None) -> dict:
@@ -62,3 +64,4 @@ def el0_svc(proc) -> None:
     regs.set("x0", (handler(proc, regs) if handler else -ENOSYS) & MASK64)
     regs.flush()
     proc.trace.emit("eret", ip=regs.ip)
+    proc.exit_to_user_mode()

@@ -65,6 +65,7 @@ class X86Process(EmulatedProcess):
     PC, SP, RETVAL = X.UC_X86_REG_RIP, X.UC_X86_REG_RSP, X.UC_X86_REG_RAX
     STEPPER_REGS = ("ip", "sp", "ax", "cx", "r11", "flags")
     EXEC_IMPLIES_READ = True  # protection_map[VM_EXEC] is PAGE_READONLY_EXEC: [uprobes] reads fine
+    TASK_STATE = ("utask", "_syscall_tf_ip", "_branch_start")
 
     def __init__(self, kernel=None, record: bool = False, count_insns: bool = False,
                  uretprobe_saves_regs: bool = True, compat_task: bool = False):
@@ -172,14 +173,14 @@ class X86Process(EmulatedProcess):
         self._branch_start = None
 
     # --- conveniences for notebooks and tests ---
-    def prepare_call(self, target, *args: int) -> tuple[int, int]:
+    def prepare_call(self, target, *args: int, stack_top: int | None = None) -> tuple[int, int]:
         """Set up a System V call of ``target`` (arguments in rdi, rsi, ...) returning to EXIT_ADDR."""
         self.check_call_args(args, 6)
         addr = self.call_address(target)
         regs = self.regs()
         for name, value in zip(("di", "si", "dx", "cx", "r8", "r9"), args):
             regs.set(name, value)
-        sp = (STACK_TOP - 0x100) & ~0xF
+        sp = ((stack_top or STACK_TOP) - 0x100) & ~0xF
         regs.set("sp", sp - 8)
         regs.flush()
         self.write_u64(sp - 8, EXIT_ADDR)

@@ -67,3 +67,4 @@ def do_syscall_64(proc, regs) -> None:
     sysret_ok = (regs.cx == regs.ip and regs.r11 == regs.flags
                  and not regs.flags & (X86_EFLAGS_TF | X86_EFLAGS_RF) and regs.ip < TASK_SIZE)
     proc.trace.emit("sysret" if sysret_ok else "iret", ip=regs.ip)
+    proc.exit_to_user_mode()

@@ -30,6 +30,7 @@ def exc_int3(proc) -> None:
     regs.flush()  # the registers the kernel set are in place even when a signal follows
     if not proc.signal:
         proc.trace.emit("iret", ip=regs.ip)
+        proc.exit_to_user_mode()
 
 
 def exc_debug(proc) -> None:
@@ -44,3 +45,4 @@ def exc_debug(proc) -> None:
     regs.flush()
     if not proc.signal:
         proc.trace.emit("iret", ip=regs.ip)
+        proc.exit_to_user_mode()

@@ -1,0 +1,159 @@
+"""Many CPUs hitting one probe: exact counts, what each kernel's hit shares with other CPUs, and XOL slots running out.
+
+The shared state each version touches is pinned from the kernel source, read apart from the lab's code
+(kernel/events/uprobes.c before and after each commit named in uprobe_lab.kernel.RULES; the commits and
+their releases are listed in docs/references.md).
+"""
+import threading
+
+import pytest
+
+from uprobe_lab import LabError, ProcessKilled
+from uprobe_lab.bench import bench_process, run_bench_on_cpus
+from uprobe_lab.cli import main
+from uprobe_lab.kernel import release_rules
+from uprobe_lab.smp import run_on_cpus
+from test_stopped_runs import ctrl_c_once_running, hang_guard, in_a_run  # noqa: F401 (hang_guard: a fixture)
+
+
+@pytest.mark.parametrize("arch", ["x86_64", "arm64"])
+@pytest.mark.parametrize("kernel", ["6.8", "6.10", "6.13", "6.14", "6.18"])
+@pytest.mark.parametrize("name", ["uprobe-nop", "uretprobe-nop", "uprobe-ret"])
+def test_every_thread_hits_exactly_its_iterations(arch, kernel, name):
+    for cpus in (1, 2, 8, 64):
+        row = run_bench_on_cpus(name, arch, kernel, iterations=25, cpus=cpus)
+        assert row["hits"] == 25 * cpus, (cpus, row)
+        assert row["events_per_hit"]["consumers"] == 1
+
+
+# (state, kind) -> accesses per hit, as the kernel source has them
+NOP_6_8 = {"mm->mmap_lock (atomic)": 2, "uprobes_treelock (spinlock)": 2, "uprobe->ref (atomic)": 2,
+           "uprobe->register_rwsem (atomic)": 2}
+NOP_6_10 = {**{k: v for k, v in NOP_6_8.items() if "treelock" not in k}, "uprobes_treelock (atomic)": 2}
+NOP_6_12 = {"mm->mmap_lock (atomic)": 2, "uprobes_seqcount (read)": 1, "uprobes_srcu (per-CPU counters) (per-cpu)": 2}
+NOP_6_13 = {"mm->mmap_lock (atomic)": 2, "uprobes_seqcount (read)": 1, "current->trc_reader_nesting (per-task)": 2}
+NOP_6_14 = {"mm->mm_lock_seq (read)": 1, "uprobes_seqcount (read)": 1, "current->trc_reader_nesting (per-task)": 2}
+XOL_6_12 = {"uprobe->ref (atomic)": 2, "xol_area->bitmap (atomic)": 2, "xol_area->slot_count (atomic)": 2,
+            "sighand->siglock (spinlock)": 2}
+
+
+@pytest.mark.parametrize("name, kernel, shared", [
+    ("uprobe-nop", "6.8", NOP_6_8),  # spin_lock(&uprobes_treelock), get/put_uprobe, down_read(register_rwsem)
+    ("uprobe-nop", "6.10", NOP_6_10),  # 0dc715295d41: read_lock
+    ("uprobe-nop", "6.12", NOP_6_12),  # cd7bdd9d46a9, 8617408f7a01, cc01bd044e6a: seqcount, SRCU, no refcount
+    ("uprobe-nop", "6.13", NOP_6_13),  # 87195a1ee332: RCU Tasks Trace
+    ("uprobe-nop", "6.14", NOP_6_14),  # e0925f2dc4de: no mmap_lock
+    ("uprobe-nop", "6.18", NOP_6_14),
+    # a uretprobe adds the return instance's reference and the return consumers' rwsem...
+    ("uretprobe-nop", "6.10", {**NOP_6_10, "uprobe->ref (atomic)": 4, "uprobe->register_rwsem (atomic)": 4,
+                               "kmalloc (per-CPU slab) (per-cpu)": 1}),
+    # ...then an SRCU lease (dd1a7567784e) and the return's own read section
+    ("uretprobe-nop", "6.13", {**NOP_6_13, "current->trc_reader_nesting (per-task)": 4,
+                               "kmalloc (per-CPU slab) (per-cpu)": 1, "uretprobes_srcu (per-CPU counters) (per-cpu)": 2}),
+    ("uretprobe-nop", "6.14", {**NOP_6_14, "current->trc_reader_nesting (per-task)": 4,  # 8622e45b5da1: ri_pool
+                               "utask->ri_pool (per-task)": 1, "uretprobes_srcu (per-CPU counters) (per-cpu)": 2}),
+    # a stepped ret: before 6.12 the lookup's reference covers the step
+    ("uprobe-ret", "6.10", {**NOP_6_10, **{k: v for k, v in XOL_6_12.items() if "ref" not in k}}),
+    ("uprobe-ret", "6.12", {**NOP_6_12, **XOL_6_12}),  # try_get_uprobe in pre_ssout
+    ("uprobe-ret", "6.13", {**NOP_6_13, **{k: v for k, v in XOL_6_12.items() if "slot_count" not in k}}),  # 7a166094bd2b
+    ("uprobe-ret", "6.15", {**NOP_6_14, "uprobe->ref (atomic)": 2, "xol_area->bitmap (atomic)": 2}),  # 83179cd67846
+])
+def test_each_kernel_shares_what_its_source_shares(name, kernel, shared):
+    assert run_bench_on_cpus(name, "x86_64", kernel, iterations=10, cpus=1)["shared_per_hit"] == shared
+
+
+def test_a_release_has_its_own_rules_and_a_modelled_row_stays_itself():
+    assert release_rules("6.13").name == "6.13" and release_rules("6.13").rcu_tasks_trace
+    assert not release_rules("6.8.0-45-generic").treelock_rwlock
+    assert release_rules("6.11") is release_rules("6.11") and not release_rules("6.11").lockless_lookup
+    with pytest.raises(LabError, match="not a kernel release"):
+        release_rules("jammy")
+
+
+@pytest.mark.parametrize("kernel, busy", [("6.10", True), ("6.13", True), ("6.14", False)])
+def test_lines_move_between_cpus_only_where_a_hit_writes_shared_state(kernel, busy):
+    one = run_bench_on_cpus("uprobe-nop", "x86_64", kernel, iterations=100, cpus=1)
+    many = run_bench_on_cpus("uprobe-nop", "x86_64", kernel, iterations=100, cpus=8)
+    assert one["line_transfers_per_hit"] == 0
+    if busy:  # the mmap_lock line (and before 6.12 more) changes hands on most hits
+        assert many["line_transfers_per_hit"] > 0.3
+    else:  # read-only lines: each of the 7 other CPUs fetches the two once
+        proc, _, target = bench_process("uprobe-nop", "x86_64", release_rules(kernel))
+        proc.call("producer_loop", 1, target)
+        run_on_cpus(proc, 8, "producer_loop", 100, target)
+        assert proc.trace.counts["line_transfers"] == 7 * 2
+
+
+def test_more_threads_than_xol_slots_sleep_until_one_is_freed():
+    # x86-64: 4096 / 128 = 32 slots, slot 0 the return trampoline: 31 threads can step at once
+    proc, consumer, target = bench_process("uprobe-ret", "x86_64", "6.18")
+    sched = run_on_cpus(proc, 64, "producer_loop", 20, target, seed=3, switch_on_exit=1.0)
+    assert consumer.hits == 64 * 20
+    assert sched.sleeps > 0 and sched.most_asleep >= 1
+    assert proc.trace.counts["xol_waits"] == sched.sleeps
+    assert not any(proc.mm.xol_area.bitmap[1:])  # every slot freed again
+    proc, consumer, target = bench_process("uprobe-ret", "x86_64", "6.18")
+    assert run_on_cpus(proc, 31, "producer_loop", 20, target, seed=3, switch_on_exit=1.0).sleeps == 0
+
+
+def test_arm64s_four_byte_slots_leave_room_for_64_threads():
+    proc, consumer, target = bench_process("uprobe-push", "arm64", "6.18")  # stp x29, x30: stepped
+    sched = run_on_cpus(proc, 64, "producer_loop", 10, target, seed=3, switch_on_exit=1.0)
+    assert consumer.hits == 640 and sched.sleeps == 0
+    assert proc.trace.counts["xol_steps"] == 640
+
+
+def test_the_same_seed_interleaves_the_same_way():
+    runs = [run_bench_on_cpus("uprobe-ret", "x86_64", "6.10", iterations=30, cpus=40, seed=s) for s in (5, 5, 6)]
+    assert runs[0]["line_transfers_per_hit"] == runs[1]["line_transfers_per_hit"]
+    assert runs[0]["xol_waits"] == runs[1]["xol_waits"]
+    assert runs[0]["hits"] == runs[2]["hits"] == 1200
+
+
+def test_the_process_calls_as_before_after_its_threads_return():
+    proc, consumer, target = bench_process("uretprobe-nop", "x86_64", "6.18")
+    run_on_cpus(proc, 4, "producer_loop", 10, target)
+    assert proc.scheduler is None and proc.cpu == 0 and not proc.utask.return_instances
+    proc.call("producer_loop", 5, target)
+    assert consumer.hits == 45
+
+
+def test_a_thread_that_dies_kills_the_process():
+    proc, _, _ = bench_process("uprobe-nop", "x86_64", "6.18")
+    with pytest.raises(ProcessKilled, match="SIGSEGV"):
+        run_on_cpus(proc, 4, 0x1000)
+    assert proc.signal == "SIGSEGV"
+
+
+@pytest.mark.parametrize("cpus", [0, 257, "2", True])
+def test_a_cpu_count_outside_the_bench_s_range_is_refused(cpus):
+    proc, _, target = bench_process("uprobe-nop", "x86_64", "6.18")
+    with pytest.raises(LabError, match="cpus is an int from 1 to 256"):
+        run_on_cpus(proc, cpus, "producer_loop", 1, target)
+
+
+def test_bench_p_prints_exact_hits_per_kernel(capsys):
+    assert main(["bench", "uprobe-nop", "uretprobe-nop", "-p", "2", "--kernel", "6.13", "--iterations", "50"]) == 0
+    out = capsys.readouterr().out
+    assert "uprobe-nop ( 2 cpus)" in out and "100 hits exact [x86_64 6.13]" in out
+    assert main(["bench", "uprobe-nop", "-p", "2", "--mode", "model"]) == 2
+    assert "-p is a --mode emulated or --mode native setting" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["uprobe-ret", "uretprobe-nop"])
+def test_ctrl_c_stops_the_threads_and_leaves_the_process_usable(name, hang_guard):
+    if in_a_run():
+        pytest.skip("needs Python's own SIGINT handler (something else replaced it)")
+    proc, consumer, target = bench_process(name, "x86_64", "6.18")
+    done = threading.Event()
+    thread = ctrl_c_once_running(done)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_on_cpus(proc, 40, "producer_loop", 10 ** 6, target, switch_on_exit=1.0)
+    finally:
+        done.set()
+        thread.join()
+    assert proc.signal is None and proc.scheduler is None and not any(proc.mm.xol_area.bitmap[1:])
+    before = consumer.hits
+    proc.call("producer_loop", 40, target)
+    assert consumer.hits - before == 40
