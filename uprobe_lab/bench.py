@@ -224,6 +224,7 @@ def run_bench_on_cpus(name: str, arch: str = "x86_64", kernel=None, iterations: 
             "iterations": iterations, "hits": hits, "events_per_hit": per_hit(counts, hits),
             "shared_per_hit": {f"{line} ({kind})": round(n / hits, 3) for (line, kind), n in proc.trace.lines.items()},
             "line_transfers_per_hit": round(counts.get("line_transfers", 0) / hits, 3),
+            "transfers_per_hit": {line: n / hits for line, n in proc.trace.transfers.items()},
             "xol_waits": counts.get("xol_waits", 0), "most_asleep": scheduler.most_asleep,
             "hits_per_s": round(hits / elapsed, 1)}
 

@@ -59,6 +59,7 @@ class Trace:
         self.lines: dict[tuple[str, str], int] = {}  # (kernel state, access kind) -> accesses (``touch``)
         self._holders: dict[str, set[int]] = {}  # kernel state -> the CPUs whose caches hold its line
         self.track_lines = False  # follow lines between CPUs (set while threads run on many CPUs)
+        self.transfers: dict[str, int] = {}  # kernel state -> how often its line moved to another CPU
 
     @property
     def counts(self) -> Counter:
@@ -95,10 +96,14 @@ class Trace:
             elif kind == "read":
                 if cpu not in holders:
                     holders.add(cpu)
-                    self.emit("line_transfers", note=line)
+                    self._transfer(line)
             elif len(holders) > 1 or cpu not in holders:
                 self._holders[line] = {cpu}
-                self.emit("line_transfers", note=line)
+                self._transfer(line)
+
+    def _transfer(self, line: str) -> None:
+        self.transfers[line] = self.transfers.get(line, 0) + 1
+        self.emit("line_transfers", note=line)
 
     def since(self, before: Counter) -> Counter:
         """Counts accumulated since ``before`` (an earlier ``counts``), zero kinds dropped."""
@@ -111,6 +116,7 @@ class Trace:
         self.events.clear()
         self.lines.clear()
         self._holders.clear()
+        self.transfers.clear()
 
     def dataframe(self):
         """The recorded events as a pandas DataFrame (seq, kind, n, ip, note)."""

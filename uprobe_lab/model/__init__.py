@@ -12,6 +12,7 @@ recordings, three machines), carried to the published CPUs as ratios with their 
 ``evaluation``    the protocol of docs/model.md, in code: reproduction, moved/unmoved rows, the headline figures
 ``applications``  Redis requests and grep lines (seed 001)
 ``text``          tables and text for the CLI (bench --mode model, reproduce, predict)
+``contention``    many CPUs: a throughput curve from the shared lines the emulator counts (docs/model.md, "Many CPUs")
 
 The evaluation protocol (rules 1-8, fixed before the figures it produces were looked at), the current
 figures and every version's reason are in docs/model.md.

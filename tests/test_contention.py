@@ -1,0 +1,73 @@
+"""The many-CPU tables and the contention model (docs/model.md, "Many CPUs")."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from uprobe_lab import LabError
+from uprobe_lab.model import contention
+
+
+def test_every_printed_row_is_consistent_and_every_config_is_the_lab_s_rules():
+    t = contention.scaling_table()
+    assert t["table"].nunique() == 16 and len(t) == 644
+    printed = t.dropna(subset=["producers", "per_cpu_mops"])
+    # the bench prints the total and total / N: a typo in either breaks this
+    assert np.allclose(printed["total_mops"] / printed["producers"].astype(float), printed["per_cpu_mops"], atol=0.0015)
+    for config in set(t["config"]) - {""}:
+        assert contention.config_kernel(config).name == config
+    assert t["source"].str.len().min() > 10 and (t["machine"] != "").sum() > 0
+
+
+def test_a_config_is_a_release_plus_rules_that_exist():
+    k = contention.config_kernel("6.13+speculative_vma_lookup")
+    assert k.rcu_tasks_trace and k.speculative_vma_lookup and not k.ri_pool
+    assert not contention.config_kernel("6.9").treelock_rwlock
+    with pytest.raises(LabError, match="rule names"):
+        contention.config_kernel("6.13+speculative_lookup")
+
+
+def test_the_held_out_tables_are_never_fitted():
+    assert set(contention.FIT_TABLES).isdisjoint(contention.HELD_OUT_TABLES)
+    t = contention.scaling_table()
+    fitted = t[t["table"].isin(contention.FIT_TABLES)]
+    held = t[t["table"].isin(contention.HELD_OUT_TABLES)]
+    # no held-out measurement reappears among the fitting rows (a repost would leak it)
+    shared = fitted.merge(held, on=["bench", "producers", "total_mops"])
+    assert shared.empty, shared
+
+
+def _rows(n, t1_ns, s, m, cores=40):
+    return pd.DataFrame({"producers": n, "T1_ns": t1_ns, "S": s, "M": m, "C": cores})
+
+
+def test_without_a_shared_line_the_curve_is_the_cores_worth_of_single_cpu_hits():
+    rows = _rows([1, 2, 40, 80], 300.0, 0.0, 0.0)
+    x = contention.curve(200.0, 0.0, 0.25, rows)
+    assert np.allclose(x, np.array([1, 2, 40, 40 + 0.25 * 40]) / 300.0 * 1e3)
+
+
+def test_a_line_every_hit_moves_caps_the_total_at_one_transfer_at_a_time():
+    rows = _rows([64], 300.0, 1.0, 1.0)
+    assert contention.curve(500.0, 0.0, 1.0, rows)[0] == pytest.approx(1e3 / 500.0)  # 2 M/s, whatever N
+    # a transfer that gets dearer with more CPUs asking makes the curve fall past its peak
+    n = np.arange(1, 65)
+    x = contention.curve(100.0, 0.05, 0.0, _rows(n, 300.0, 1.0, 1.0))
+    assert 1 < n[np.argmax(x)] < 64 and x[-1] < x.max()
+
+
+def test_the_fit_finds_the_parameters_that_made_a_curve():
+    n = np.array([2, 4, 8, 16, 32, 48, 64, 80])
+    rows = _rows(np.tile(n, 2), 300.0, np.r_[np.full(8, 0.5), np.zeros(8)], np.r_[np.full(8, 0.5), np.zeros(8)])
+    tau0 = contention.TAU0_NS[30]
+    rows["total_mops"] = contention.curve(tau0, 0.02, 0.3, rows)
+    assert contention.fit(rows) == pytest.approx((tau0, 0.02, 0.3))
+
+
+@pytest.mark.slow
+def test_the_protocol_scores_every_held_out_row_once():
+    result = contention.evaluate()
+    held = result["held_out"]
+    assert set(held["table"]) == set(contention.HELD_OUT_TABLES)
+    assert (held["producers"] >= 2).all() and not held.duplicated(["table", "variant", "bench", "producers"]).any()
+    assert (held["low"] < held["model_mops"]).all() and (held["model_mops"] < held["high"]).all()
+    assert len(result["peaks"]) == held.groupby(["table", "variant", "bench"]).ngroups

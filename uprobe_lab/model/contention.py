@@ -1,0 +1,130 @@
+"""The contention model: a many-CPU throughput curve from the shared cache lines the emulator counts.
+
+docs/model.md ("Many CPUs") gives the design and the protocol; in short, at N producers one per CPU::
+
+    X(N) = min( c(N) / (T1 + sum_l t_l(N) tau(N)),  1 / max_l t_l(N) tau(N) )
+
+with T1 the variant's own single-CPU time, t_l(N) line l's transfers per hit in the emulator's interleaving
+of N threads (uprobe_lab.smp, never fitted), tau(N) = tau0 (1 + gamma (N - 1)) one transfer's time and
+c(N) = min(N, C) + eta max(0, N - C) the cores' worth of N CPUs on a machine of C cores. tau0, gamma and eta
+are fitted per machine on the fitting tables; the held-out tables are predicted and scored.
+"""
+from __future__ import annotations
+
+import functools
+from importlib import resources
+
+import numpy as np
+
+from .. import bench as _bench
+from ..errors import LabError
+from ..kernel import RULES, KernelVersion, _major_minor, kernel_of
+
+MACHINE_CORES = {"xeon-gold-6138-80": 40, "qemu-kvm-32": 32}  # physical cores, from the maker (the guest: its vCPUs)
+FIT_TABLES = ("haslam-lock-compare-2024-04", "haslam-rwlock-v2-2024-04", "andrii-lockless-tree-commit-2024-09",
+              "andrii-rcu-tasks-trace-commit-2024-09")
+HELD_OUT_TABLES = ("andrii-speculative-vma-rfcv3-2024-08", "andrii-srcu-uretprobe-commit-2024-10",
+                   "andrii-speculative-vma-commit-2024-11", "andrii-reuse-ri-commit-2024-12")
+ITERATIONS = 40  # per emulated thread: the transfers per hit settle well before
+TAU0_NS = np.geomspace(1, 2000, 60)
+GAMMA = np.arange(0, 0.2 + 1e-9, 0.005)
+ETA = np.arange(0, 1 + 1e-9, 0.05)
+CURVE = ["table", "variant", "bench"]
+
+
+def scaling_table():
+    """Every transcribed many-CPU table (uprobe_lab/data/scaling.csv), one row per printed number."""
+    import pandas as pd
+
+    with resources.files("uprobe_lab.data").joinpath("scaling.csv").open() as f:
+        table = pd.read_csv(f, dtype={"config": str, "machine": str})
+    table[["config", "machine"]] = table[["config", "machine"]].fillna("")
+    table["producers"] = table["producers"].astype("Int64")
+    return table
+
+
+def config_kernel(config: str) -> KernelVersion:
+    """A variant's kernel: '6.13+speculative_vma_lookup' -> 6.13's rules plus the named ones."""
+    base, *extra = config.split("+")
+    release = _major_minor(base)
+    unknown = [name for name in extra if name not in {r.name for r in RULES}]
+    if release is None or unknown:
+        raise LabError(f"config {config!r}: a release and rule names of uprobe_lab.kernel.RULES, e.g. 6.13+ri_pool")
+    kernel = kernel_of(config, release)
+    return KernelVersion(config, kernel.rules | frozenset(extra))
+
+
+@functools.lru_cache(maxsize=None)
+def transfers(bench: str, config: str, cpus: int) -> dict[str, float]:
+    """Line transfers per hit, per kernel state, with ``cpus`` emulated threads under the variant's rules."""
+    if cpus == 1:
+        return {}
+    row = _bench.run_bench_on_cpus(bench, "x86_64", config_kernel(config), ITERATIONS, cpus)
+    return row["transfers_per_hit"]
+
+
+def model_rows(tables):
+    """The rows of ``tables`` the model can use, with their inputs: T1_ns (the variant's 1-CPU time), S (all lines'
+    transfers per hit), M (the busiest line's) and C (the machine's cores). Rows with N >= 2 only."""
+    t = scaling_table()
+    t = t[t["table"].isin(tables) & (t["config"] != "") & t["producers"].notna()].copy()
+    one = t[t["producers"] == 1].set_index(CURVE)["total_mops"]
+    t = t[t["producers"] >= 2].copy()
+    t["T1_ns"] = [1e3 / one[key] if key in one.index else np.nan for key in zip(*(t[c] for c in CURVE))]
+    t = t[t["T1_ns"].notna()].copy()
+    per_line = [transfers(b, c, int(n)) for b, c, n in zip(t["bench"], t["config"], t["producers"])]
+    t["S"] = [sum(d.values()) for d in per_line]
+    t["M"] = [max(d.values(), default=0.0) for d in per_line]
+    t["C"] = t["machine"].map(MACHINE_CORES)
+    return t.reset_index(drop=True)
+
+
+def curve(tau0, gamma, eta, rows) -> np.ndarray:
+    """X(N) in M/s for each row (the parameters may be arrays that broadcast against the rows)."""
+    n, c_max = rows["producers"].to_numpy(float), rows["C"].to_numpy(float)
+    tau = tau0 * (1 + gamma * (n - 1))
+    cores = np.minimum(n, c_max) + eta * np.maximum(0, n - c_max)
+    latency = cores / (rows["T1_ns"].to_numpy() + rows["S"].to_numpy() * tau)
+    with np.errstate(divide="ignore"):
+        line = 1 / (rows["M"].to_numpy() * tau)
+    return np.minimum(latency, line) * 1e3
+
+
+def fit(rows) -> tuple[float, float, float]:
+    """(tau0, gamma, eta) minimising the squared log error over ``rows``, on the protocol's grid."""
+    observed = np.log(rows["total_mops"].to_numpy())
+    best, best_err = None, np.inf
+    for tau0 in TAU0_NS:  # one tau0 at a time keeps the grid (gamma x eta x rows) small
+        g, e = np.meshgrid(GAMMA, ETA, indexing="ij")
+        pred = curve(tau0, g[..., None], e[..., None], rows)
+        err = ((np.log(pred) - observed) ** 2).sum(axis=-1)
+        i = np.unravel_index(np.argmin(err), err.shape)
+        if err[i] < best_err:
+            best, best_err = (float(tau0), float(GAMMA[i[0]]), float(ETA[i[1]])), err[i]
+    return best
+
+
+def evaluate() -> dict:
+    """The protocol of docs/model.md: fit per machine, predict the held-out rows with 80% intervals, score."""
+    fitting = model_rows(FIT_TABLES)
+    params = {m: fit(r) for m, r in fitting.groupby("machine")}
+    loto = []  # each fitting row predicted without its own table
+    for (machine, table), rows in fitting.groupby(["machine", "table"]):
+        others = fitting[(fitting["machine"] == machine) & (fitting["table"] != table)]
+        if len(others):
+            loto.extend(np.log(curve(*fit(others), rows) / rows["total_mops"].to_numpy()))
+    low, high = np.percentile(loto, [10, 90])
+    held = model_rows(HELD_OUT_TABLES)
+    held["model_mops"] = np.concatenate([curve(*params[m], r) for m, r in held.groupby("machine", sort=False)])
+    held["low"], held["high"] = held["model_mops"] / np.exp(high), held["model_mops"] / np.exp(low)
+    held["error"] = held["model_mops"] / held["total_mops"] - 1
+    inside = (held["total_mops"] >= held["low"]) & (held["total_mops"] <= held["high"])
+    peaks = []
+    for key, c in held.groupby(CURVE):
+        grid = sorted(c["producers"])
+        published, modelled = c.loc[c["total_mops"].idxmax(), "producers"], c.loc[c["model_mops"].idxmax(), "producers"]
+        peaks.append({"curve": key, "published_peak": int(published), "model_peak": int(modelled),
+                      "within_one_step": abs(grid.index(published) - grid.index(modelled)) <= 1})
+    return {"params": params, "interval_log": (float(low), float(high)), "held_out": held,
+            "median_abs_error": float(held["error"].abs().median()), "inside_80": float(inside.mean()),
+            "peaks": peaks, "fitting_rows": len(fitting), "held_out_rows": len(held)}
