@@ -65,6 +65,17 @@ def test_chapters_carry_their_outputs_and_charts(html):
     # the chapters whose notebooks draw matplotlib charts (worked out from their cells)
     for stem in ("01_breakpoint_uprobes", "02_uretprobes", "04_arm64_stp", "05_reproducing_benchmarks"):
         assert charts[stem] >= 1, f"{stem}: no chart on the page"
+    diagrams = {stem: re.findall(r"<img[^>]+src=\"[^\"]+\.svg\"[^>]*alt=\"[^\"]{40,}", (html / "notebooks" / f"{stem}.html").read_text())
+                for stem in CHAPTERS}
+    for stem in ("01_breakpoint_uprobes", "02_uretprobes", "03_nop5_optimization", "04_arm64_stp"):
+        assert diagrams[stem], f"{stem}: no diagram with its alt text on the page"
+
+
+def test_the_staged_book_carries_the_diagrams_the_chapters_link(tmp_path):
+    site.stage(tmp_path / "book", execute=False)
+    for path in (REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"):
+        for name in re.findall(r"\]\((diagrams/[\w.-]+\.svg)\)", path.read_text()):
+            assert (tmp_path / "book" / "notebooks" / name).is_file(), f"{path.name} -> {name}"
 
 
 @pytest.mark.site

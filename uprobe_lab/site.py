@@ -108,6 +108,8 @@ def stage(src: Path, execute: bool = True, run=execute_notebook) -> list[str]:
         nbformat.write(nb, src / "notebooks" / path.name)
         chapters.append((path.stem, title_of(nb)))
         print(f"site: {path.name} {'executed' if execute else 'copied'} in {time.monotonic() - t0:.1f} s", flush=True)
+    if (REPO / "notebooks" / "diagrams").is_dir():  # the chapters' SVG diagrams, linked as diagrams/NAME.svg
+        shutil.copytree(REPO / "notebooks" / "diagrams", src / "notebooks" / "diagrams")
     docs = [d for d in DOCS if (REPO / "docs" / d).exists()]
     for name in docs:
         (src / "docs" / name).write_text(link_commits((REPO / "docs" / name).read_text()))

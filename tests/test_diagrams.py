@@ -1,0 +1,54 @@
+"""The course's diagrams: each one is a file beside the chapters, valid SVG with a title and a description for
+a screen reader, shown by a chapter with alt text, drawn from what the lab does (the file is what
+``uprobe_lab.views.diagrams`` writes today), and with every line of text inside its box."""
+import json
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from uprobe_lab.views import diagrams
+
+REPO = Path(__file__).resolve().parents[1]
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def notebook_images() -> dict[str, str]:
+    """diagram file name -> the alt text a chapter gives it."""
+    found = {}
+    for path in sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        for cell in json.loads(path.read_text())["cells"]:
+            if cell["cell_type"] == "markdown":
+                for alt, src in re.findall(r"!\[([^\]]*)\]\(diagrams/([\w.-]+\.svg)\)", "".join(cell["source"])):
+                    found[src] = alt
+    return found
+
+
+@pytest.mark.parametrize("name", list(diagrams.DIAGRAMS))
+def test_diagram_is_a_titled_svg_shown_with_alt_text(name):
+    path = diagrams.OUT / f"{name}.svg"
+    root = ET.parse(path).getroot()
+    assert root.tag == f"{SVG}svg" and root.get("role") == "img"
+    assert root.find(f"{SVG}title").text.strip() and len(root.find(f"{SVG}desc").text) > 200
+    assert notebook_images().get(path.name) == diagrams.ALT[name]
+
+
+@pytest.mark.parametrize("name", list(diagrams.DIAGRAMS))
+def test_diagram_file_is_what_the_lab_draws_and_its_text_fits(name):
+    drawing = diagrams.DIAGRAMS[name]()
+    assert (diagrams.OUT / f"{name}.svg").read_text() == drawing.render(), "run python -m uprobe_lab.views.diagrams"
+    assert [text for text, room in drawing.fits if room < 0] == []
+
+
+def test_the_trampolines_and_the_patch_show_the_kernels_bytes():
+    tramp = diagrams.uretprobe().render()
+    steps = re.findall(r">[0-9a-f]{2}(?: [0-9a-f]{2})* +(push rax|push rcx|push r11|mov rax, 0x14f \(335\)|syscall|pop r11|pop rcx|ret)<", tramp)
+    assert steps == ["push rax", "push rcx", "push r11", "mov rax, 0x14f (335)", "syscall", "pop r11", "pop rcx",
+                     "ret"]
+    patch = diagrams.nop5_patch().render()
+    cells = re.findall(r'font-size="14" [^>]*>([0-9a-f]{2})<', patch)
+    rows = [" ".join(cells[i:i + 5]) for i in range(0, len(cells), 5)]
+    assert rows[0] == "cc 1f 44 00 00"  # the probe's int3 on byte 0 of the nop5
+    assert rows[2].startswith("cc ") and rows[2][3:] == rows[-1][3:] != rows[0][3:]  # the call's tail first
+    assert rows[-1].startswith("e8 ")  # byte 0 last
