@@ -51,3 +51,82 @@ def test_arm64_bench_legend_names_the_stp_handling_and_gains_print_one_decimal()
     legend = plot_published_bench().axes[0].get_legend()
     assert legend.get_title().get_text() == "the probed STP is"
     assert stp_gains().set_index("bench").loc["uprobe-push", "speedup_pct"] == 30.0
+
+
+# --- every chart the course draws: no tick labels over each other, nothing cut off by the figure's edge ------
+
+def _course_charts():
+    """(name, figure) for each chart a chapter shows, drawn as the chapter draws it."""
+    from uprobe_lab.bench import events_table
+    from uprobe_lab.views import model as model_views
+    from uprobe_lab.views.arm64 import plot_published_stp
+    from uprobe_lab.views.uretprobe import plot_trampoline_events
+
+    events = events_table(["uprobe-nop", "uprobe-push", "uprobe-ret"], kernels=["6.18"]).set_index("bench")
+    yield "01 events", charts.events_per_hit_chart(events.to_dict("index"), title="events per hit, kernel 6.18")
+    yield "02 trampoline events", plot_trampoline_events()
+    yield "04 published bench", plot_published_bench()
+    yield "04 published stp", plot_published_stp()
+    repro = model.reproduction()
+    for (source, table), rows in repro.groupby(["source", "table"], sort=False):
+        if not rows["duplicate_of"].iloc[0]:  # seed 004 quotes 003's table; chapter 05 draws it once
+            yield f"05 seed {source[:3]} {table}", charts.seed_table_chart(repro, source, table)
+    yield "05 error", charts.error_chart(repro)
+    yield "05 breakdown", model_views.breakdown_for("intel")
+    yield "05 kernel history", charts.kernel_history_chart()
+
+
+def _defects(fig) -> list[str]:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)  # the course's charts are bare Figures: draw them as Agg would
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    edge = fig.bbox
+    out = []
+
+    def cut(artist, what):
+        box = artist.get_window_extent(renderer)
+        if box.width and (box.x0 < edge.x0 - 1 or box.y0 < edge.y0 - 1 or box.x1 > edge.x1 + 1 or box.y1 > edge.y1 + 1):
+            out.append(f"{what} cut off by the figure's edge")
+
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            lo, hi = sorted(axis.get_view_interval())  # labels of ticks outside the view are never drawn
+            labels = [t for loc, t in zip(axis.get_majorticklocs(), axis.get_ticklabels())
+                      if t.get_visible() and t.get_text() and lo - 1e-9 * abs(hi - lo) <= loc <= hi * (1 + 1e-9)]
+            boxes = [t.get_window_extent(renderer) for t in labels]
+            for (a, ta), (b, tb) in zip(zip(boxes, labels), list(zip(boxes, labels))[1:]):
+                if a.overlaps(b):
+                    out.append(f"tick labels {ta.get_text()!r} and {tb.get_text()!r} overlap")
+            for t in labels:
+                cut(t, f"tick label {t.get_text()!r}")
+        for t in ax.texts + [ax.title]:
+            if t.get_text():
+                cut(t, f"text {t.get_text()!r}")
+        if ax.get_legend():
+            cut(ax.get_legend(), "legend")
+            if min(t.get_fontsize() for t in ax.get_legend().get_texts()) < 9:
+                out.append("legend too small to read (under 9 pt)")
+        for container in ax.containers:  # errorbar whiskers, the bars' own and errorbar()'s
+            for line in getattr(container, "lines", (None, (), ()))[2] or ():
+                for path in line.get_paths() if hasattr(line, "get_paths") else ():
+                    ext = path.transformed(line.get_transform()).get_extents()
+                    inside = ax.bbox
+                    if ext.y1 > inside.y1 + 1 or ext.y0 < inside.y0 - 1:
+                        out.append("an interval whisker runs out of the plot")
+                        break
+    return out
+
+
+def test_course_charts_have_no_overlapping_tick_labels_and_nothing_cut_off():
+    found = {name: d for name, fig in _course_charts() if (d := _defects(fig))}
+    assert found == {}
+
+
+def test_chapter_05_draws_each_distinct_seed_table_once():
+    import json
+    from pathlib import Path
+    cells = json.loads((Path(__file__).resolve().parents[1] / "notebooks" / "05_reproducing_benchmarks.ipynb").read_text())
+    loop = next("".join(c["source"]) for c in cells["cells"] if "seed_table_chart" in "".join(c["source"]))
+    assert "duplicate_of" in loop, "seed 004 repeats seed 003's table: chart it once"

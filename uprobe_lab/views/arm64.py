@@ -116,9 +116,9 @@ def plot_published_stp() -> Figure:
     axes = fig.subplots(1, 3)
     for ax, bench, better in zip(axes, ["redis-get", "redis-set", "grep"], ["higher", "higher", "lower"]):
         part = df[df["bench"] == bench].set_index("variant").reindex(order)
-        ax.bar(["no uprobe", "stepped stp", "simulated stp (v1)"], part["value"], color=["grey", "tab:red", "tab:green"])
+        ax.bar(["no\nuprobe", "stepped\nstp", "simulated\nstp (v1)"], part["value"],
+               color=["grey", "tab:red", "tab:green"])
         ax.set_title(f"{bench} ({part['unit'].iloc[0]}, {better} is better)")
-        ax.tick_params(axis="x", labelrotation=15)
     fig.suptitle("Seed 001 on Kunpeng916: probe on every function entry's stp x29, x30")
     return fig
 

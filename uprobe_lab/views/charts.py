@@ -32,7 +32,7 @@ def seed_table_chart(repro, source: str, table: str) -> Figure:
     benches = list(dict.fromkeys(grp["bench"]))
     speed = seed_speedups()
     speed = speed[(speed["source"] == source) & (speed["table"] == table)].set_index("bench")
-    fig = Figure(figsize=(max(7, 1.6 * len(benches)), 5.2), layout="constrained")
+    fig = Figure(figsize=(max(7, 2.0 * len(benches)), 5.2), layout="constrained")
     ax = fig.add_subplot()
     x = np.arange(len(benches))
     width = 0.8 / (2 * len(variants))
@@ -78,13 +78,13 @@ def seed_table_chart(repro, source: str, table: str) -> Figure:
         ax.set_ylim(0, top * 1.45 if top else 1)
     ax.set_title(f"Seed {source[:3]}, {cpu_words(grp['cpu'].iloc[0] if len(grp) else '')}: "
                  f"published (solid) vs model (hatched)", fontsize=11)
-    ax.legend(fontsize=9, ncols=2, loc="upper left", bbox_to_anchor=(0, -0.32), frameon=False)
+    ax.legend(fontsize=9, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)  # beside: inside the figure
     return fig
 
 
 def breakdown_chart(rows) -> Figure:
     """Stacked ns per hit by priced kind. ``rows`` is [(label, {price: ns})]."""
-    fig = Figure(figsize=(max(6, 0.55 * len(rows)), 4.5), layout="constrained")
+    fig = Figure(figsize=(max(8, 0.45 * len(rows) + 3), 5), layout="constrained")
     ax = fig.add_subplot()
     kinds = list(dict.fromkeys(k for _, parts in rows for k, v in parts.items() if abs(v) > 1e-9))
     bottom = np.zeros(len(rows))
@@ -93,10 +93,11 @@ def breakdown_chart(rows) -> Figure:
         vals = np.array([parts.get(kind, 0.0) for _, parts in rows])
         ax.bar(range(len(rows)), vals, bottom=bottom, label=kind, color=cmap[i % 10])
         bottom += vals
-    ax.set_xticks(range(len(rows)), [label for label, _ in rows], rotation=60, ha="right", fontsize=7)
+    ax.set_xticks(range(len(rows)), [label for label, _ in rows], rotation=90,
+                  fontsize=9)
     ax.set_ylabel("ns per hit")
-    ax.set_title("Where a hit's time goes: emulator counts x fitted prices", fontsize=10)
-    ax.legend(fontsize=7)
+    ax.set_title("Where a hit's time goes: emulator counts x fitted prices", fontsize=11)
+    ax.legend(fontsize=9, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
     return fig
 
 
@@ -122,7 +123,7 @@ def error_chart(repro) -> Figure:
     ax.axhline(0, color="0.5", lw=0.8)
     ax.set_ylabel("model error %")
     ax.set_xlabel("published M/s row")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=9)
     return fig
 
 
@@ -132,7 +133,7 @@ EVENT_COLUMNS = ("exceptions", "syscalls", "emulated", "xol_steps", "consumers")
 def events_per_hit_chart(rows: dict[str, dict[str, float]], kinds=EVENT_COLUMNS, title: str = "", ax=None):
     """Grouped bars: for each label (e.g. a bench) the count of each event kind per hit."""
     if ax is None:
-        fig = Figure(figsize=(8, 3.5), layout="constrained")
+        fig = Figure(figsize=(max(8, 1.4 * len(rows) + 2.5), 3.5), layout="constrained")  # room for each label
         ax = fig.add_subplot()
     labels = list(rows)
     kinds = [k for k in kinds if any(rows[label].get(k, 0) for label in labels)]  # a legend entry per drawn bar

@@ -45,12 +45,12 @@ def native_chart(comparison: pd.DataFrame, title: str = "") -> Figure:
     if pub.notna().any():
         cpus = sorted({c for c in comparison["published_cpu"] if isinstance(c, str) and c})
         ax.bar(x + w, pub, w, color=PUBLISHED_COLOR, label=f"published ({', '.join(cpus)})")
-    ax.set_xticks(x, benches, rotation=30, ha="right", fontsize=8)
+    ax.set_xticks(x, benches, rotation=30, ha="right", fontsize=9)
     ax.set_yscale("log")
     ax.set_ylabel("M/s, log scale (higher is better)")
     kernel = comparison["kernel"].iloc[0] if len(comparison) else ""
-    ax.set_title(title or f"kernel {kernel}: native vs model vs published", fontsize=10)
-    ax.legend(fontsize=7)
+    ax.set_title(title or f"kernel {kernel}: native vs model vs published", fontsize=11)
+    ax.legend(fontsize=9, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)  # readable, beside the bars
     return fig
 
 
