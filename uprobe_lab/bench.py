@@ -284,6 +284,9 @@ def format_table(results: list[dict]) -> str:
             span = f" (80%: {r['low']:.3f}..{r['high']:.3f})" if "low" in r else ""
             lines.append(f"{r['bench']:<25}: {r['mops']:8.3f}M/s model{span}  [{r['arch']} {r['kernel']}, cpu {r['cpu']}, "
                          f"{r['ns_per_hit']} ns per hit]{label}")
+        elif "cpus" in r:  # the kernel bench's -p line
+            lines.append(f"{r['bench'] + ' (' + format(r['cpus'], '2') + ' cpus)':<25}: {r['mops']:8.3f} ± "
+                         f"{r['stddev']:5.3f}M/s  ({r['mops_per_cpu']:7.3f}M/s/cpu)  [{r['mode']}, {r['hits']} hits]")
         else:
             lines.append(f"{r['bench']:<25}: {r['mops']:8.3f} ± {r.get('stddev', 0.0):5.3f}M/s  [{r['mode']}]")
     return "\n".join(lines)

@@ -199,6 +199,7 @@ def cmd_bench(args) -> int:
         from tqdm import tqdm
 
         from .native import BENCH_NAMES, DEFAULT_REPEATS, NativeUnavailable, run_native_benches
+        from .native.many_cpus import MANY_CPU_BENCHES, run_native_benches_on_cpus
         from .native.arch import host_arch
 
         if args.arch not in (None, host_arch()):
@@ -210,8 +211,13 @@ def cmd_bench(args) -> int:
             # the bar is closed on leaving the with, before any message, so it does not overwrite it
             with tqdm(total=len(args.names or BENCH_NAMES) * DEFAULT_REPEATS, file=sys.stderr, leave=False,
                       desc="native", disable=args.json, delay=0.2) as bar:
-                results = run_native_benches(args.names or None, iterations=args.iterations, progress=bar.update,
-                                             arch=args.arch)
+                if args.cpus is None:
+                    results = run_native_benches(args.names or None, iterations=args.iterations,
+                                                 progress=bar.update, arch=args.arch)
+                else:
+                    bar.total = len(args.names or MANY_CPU_BENCHES) * DEFAULT_REPEATS
+                    results = run_native_benches_on_cpus(args.names or None, args.cpus, args.iterations,
+                                                         DEFAULT_REPEATS, bar.update)
         except (NativeUnavailable, ValueError) as err:
             print(f"native benchmarks are not possible here: {err}" if isinstance(err, NativeUnavailable)
                   else f"error: {err}", file=sys.stderr)

@@ -119,6 +119,23 @@ def usdt_offset(nc: NativeCode, target: str) -> tuple[int, str]:
     return usdt_probe_offset(nc.read(target, len(libbpf.combo)), nc.addr(target), ret, libbpf)
 
 
+def open_bench_event(nc: NativeCode, name: str, kernel: str):
+    """Bench ``name``'s probe as the kernel bench opens it: (the open event, its offset into the target, why there
+    (usdt) or None, None); or (None, offset, why, a refused row) when the kernel refuses the instruction."""
+    bench = bench_spec(name, nc.arch)
+    offset, why = usdt_offset(nc, bench.target) if bench.probe == "usdt" else (0, None)
+    ev = bench_trigger_event(nc.path, nc.offset(bench.target) + offset, retprobe=bench.probe == "uretprobe")
+    try:
+        ev.open()
+    except OSError as err:
+        if err.errno != ENOTSUPP:
+            raise
+        return None, offset, why, refused_row(name, nc.arch, "native", kernel, "perf_event_open failed with errno "
+                                              "524 (ENOTSUPP): arch_uprobe_analyze_insn refused the instruction at "
+                                              f"{bench.target}+{offset}")
+    return ev, offset, why, None
+
+
 def run_bench(nc: NativeCode, name: str, iterations: int = DEFAULT_ITERATIONS, repeats: int = DEFAULT_REPEATS,
               progress: Callable[[int], object] | None = None) -> dict:
     """One bench on an open NativeCode; the probe (if any) is gone when this returns or raises.
@@ -134,20 +151,13 @@ def run_bench(nc: NativeCode, name: str, iterations: int = DEFAULT_ITERATIONS, r
         rates = _measure(nc, addr, iterations, repeats, progress)
         hits, optimized, site = iterations * repeats, None, nc.read(bench.target)
     else:
-        offset, why = usdt_offset(nc, bench.target) if bench.probe == "usdt" else (0, None)
+        ev, offset, why, refused = open_bench_event(nc, name, row["kernel"])
         if why:
             row["usdt_probe"] = f"+{offset}: {why}"
-        ev = bench_trigger_event(nc.path, nc.offset(bench.target) + offset, retprobe=bench.probe == "uretprobe")
-        try:
-            ev.open()
-        except OSError as err:
-            if err.errno != ENOTSUPP:
-                raise
+        if refused:
             if progress is not None:
                 progress(repeats)
-            return refused_row(name, nc.arch, "native", row["kernel"],
-                               "perf_event_open failed with errno 524 (ENOTSUPP): arch_uprobe_analyze_insn "
-                               f"refused the instruction at {bench.target}+{offset}")
+            return refused
         try:
             with BpfCounter() as counter:
                 counter.attach(ev.fd)

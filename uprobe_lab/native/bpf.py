@@ -25,6 +25,9 @@ BPF_MAP_TYPE_ARRAY = 2
 BPF_PROG_TYPE_KPROBE = 2
 BPF_PSEUDO_MAP_FD = 1
 BPF_FUNC_map_lookup_elem = 1
+BPF_FUNC_get_smp_processor_id = 8
+PER_CPU_SLOTS = 256  # bench_trigger.c's MAX_CPUS
+SLOT_BYTES = 64  # a cache line per slot, as the bench pads its counters
 NR_BPF = {"x86_64": 321, "aarch64": 280}
 ATTR_SIZE = 128
 PERF_EVENT_IOC_SET_BPF = 0x40042408  # _IOW('$', 8, __u32)
@@ -46,16 +49,21 @@ def insn(code: int, dst: int = 0, src: int = 0, off: int = 0, imm: int = 0) -> b
     return struct.pack("<BBhi", code, (src << 4) | dst, off, imm)
 
 
-def counter_program(map_fd: int, add_reg: int | None = None) -> bytes:
+def counter_program(map_fd: int, add_reg: int | None = None, per_cpu: bool = False) -> bytes:
     """``key = 0; v = bpf_map_lookup_elem(map, &key); if (v) __sync_fetch_and_add(v, 1); return 0;``
 
     With ``add_reg`` (a byte offset into struct pt_regs, the program's context) the program adds that
-    register of the hit instead of 1: a uretprobe's return value, say, to tell which calls were seen."""
+    register of the hit instead of 1: a uretprobe's return value, say, to tell which calls were seen.
+    With ``per_cpu`` the key is ``bpf_get_smp_processor_id() & (PER_CPU_SLOTS - 1)``: each CPU adds to a
+    slot of its own, as bench_trigger.c's ``hits[cpu & CPU_MASK]`` does, so many CPUs share no counter line."""
     save_ctx = [insn(0xbf, dst=6, src=1)] if add_reg is not None else []  # r6 = ctx, kept across the call
     value = (insn(0x79, dst=1, src=6, off=add_reg) if add_reg is not None  # r1 = *(u64 *)(r6 + add_reg)
              else insn(0xb7, dst=1, imm=1))  # r1 = 1
-    return b"".join(save_ctx + [
-        insn(0x62, dst=10, off=-4, imm=0),  # *(u32 *)(r10 - 4) = 0
+    key = [insn(0x85, imm=BPF_FUNC_get_smp_processor_id),  # call bpf_get_smp_processor_id
+           insn(0x57, dst=0, imm=PER_CPU_SLOTS - 1),  # r0 &= PER_CPU_SLOTS - 1
+           insn(0x63, dst=10, src=0, off=-4)] if per_cpu else [  # *(u32 *)(r10 - 4) = r0
+           insn(0x62, dst=10, off=-4, imm=0)]  # *(u32 *)(r10 - 4) = 0
+    return b"".join(save_ctx + key + [
         insn(0xbf, dst=2, src=10),  # r2 = r10
         insn(0x07, dst=2, imm=-4),  # r2 += -4
         insn(0x18, dst=1, src=BPF_PSEUDO_MAP_FD, imm=map_fd), insn(0),  # r1 = map (ld_imm64)
@@ -70,13 +78,16 @@ def counter_program(map_fd: int, add_reg: int | None = None) -> bytes:
 
 class BpfCounter:
     """An array map with one u64 and a kprobe-type program that adds 1 to it (or, with ``add_reg``, a
-    register of each hit: see counter_program); both closed by close()."""
+    register of each hit: see counter_program); both closed by close(). ``per_cpu``: a cache-line slot per
+    CPU instead, summed by count()."""
 
-    def __init__(self, add_reg: int | None = None):
+    def __init__(self, add_reg: int | None = None, per_cpu: bool = False):
         self.map_fd = self.prog_fd = -1
+        self.slots, self.slot_bytes = (PER_CPU_SLOTS, SLOT_BYTES) if per_cpu else (1, 8)
         try:
-            self.map_fd = bpf(BPF_MAP_CREATE, struct.pack("<IIIII", BPF_MAP_TYPE_ARRAY, 4, 8, 1, 0))
-            prog = counter_program(self.map_fd, add_reg)
+            self.map_fd = bpf(BPF_MAP_CREATE, struct.pack("<IIIII", BPF_MAP_TYPE_ARRAY, 4, self.slot_bytes,
+                                                          self.slots, 0))
+            prog = counter_program(self.map_fd, add_reg, per_cpu)
             insns = ctypes.create_string_buffer(prog, len(prog))
             license_ = ctypes.create_string_buffer(b"GPL")
             self.prog_fd = bpf(BPF_PROG_LOAD, struct.pack("<IIQQ", BPF_PROG_TYPE_KPROBE, len(prog) // 8,
@@ -94,10 +105,14 @@ class BpfCounter:
         fcntl.ioctl(perf_fd, PERF_EVENT_IOC_SET_BPF, self.prog_fd)
 
     def count(self) -> int:
-        key, value = ctypes.c_uint32(0), ctypes.c_uint64(0)
-        bpf(BPF_MAP_LOOKUP_ELEM, struct.pack("<IIQQ", self.map_fd, 0, ctypes.addressof(key),
-                                             ctypes.addressof(value)))
-        return value.value
+        key, value = ctypes.c_uint32(0), ctypes.create_string_buffer(self.slot_bytes)
+        total = 0
+        for slot in range(self.slots):
+            key.value = slot
+            bpf(BPF_MAP_LOOKUP_ELEM, struct.pack("<IIQQ", self.map_fd, 0, ctypes.addressof(key),
+                                                 ctypes.addressof(value)))
+            total += int.from_bytes(value.raw[:8], "little")
+        return total
 
     def close(self) -> None:
         for fd in (self.prog_fd, self.map_fd):
