@@ -74,6 +74,16 @@ def _course_charts():
     yield "05 error", charts.error_chart(repro)
     yield "05 breakdown", model_views.breakdown_for("intel")
     yield "05 kernel history", charts.kernel_history_chart()
+    from uprobe_lab.model import contention
+    from uprobe_lab.views import many_cpus
+
+    for kernel, bench in (("6.10", "uprobe-nop"), ("6.13", "uprobe-ret"), ("6.14", "uretprobe-nop")):
+        yield f"07 lines {bench} {kernel}", many_cpus.lines_figure(bench, kernel, 8)
+    yield "07 transfers", many_cpus.transfers_chart(many_cpus.transfers_curve("uprobe-nop", iterations=5))
+    result = contention.evaluate()
+    for table in contention.HELD_OUT_TABLES:
+        yield f"07 scaling {table}", many_cpus.scaling_chart(result, table)
+    yield "07 this machine", many_cpus.native_scaling_chart(many_cpus.native_scaling())
 
 
 def _defects(fig) -> list[str]:

@@ -1,0 +1,135 @@
+"""Chapter 07: many CPUs hitting one probe."""
+from __future__ import annotations
+
+from typing import Any
+
+from .. import LabError
+from ..arches import make_process
+from ..bench import bench_names, run_bench_on_cpus
+from ..constants import PAGE_SIZE
+from ..kernel import release_rules
+from ..views.many_cpus import shared_writes, xol_slots
+from .core import exercise
+from . import judges as j
+
+RELEASES = ("6.8", "6.10", "6.12", "6.13", "6.14", "6.15", "6.18")
+
+
+def _first_release_without_shared_writes(bench: str) -> str:
+    writes = shared_writes(bench, RELEASES)
+    return next(k for k in RELEASES if writes[k] == 0)
+
+
+exercise(
+    id="07.1", kind="predict", title="A uretprobe on 6.12",
+    question="The chapter counted what a `uprobe-nop` hit writes that other CPUs also write. Now a `uretprobe-nop` "
+             "hit (entry and return) on 6.12: how many writes per hit to shared lines (atomic and spinlock "
+             "accesses, each lock and unlock one)? Answer a whole number.",
+    hint="Start from 6.12's uprobe-nop column, then add what the return instance needs to keep the probe alive "
+         "until the function returns on 6.12 (the lease came one release later).",
+    solution="""from uprobe_lab.views.many_cpus import shared_writes
+answer = shared_writes("uretprobe-nop", ["6.12"])["6.12"]""",
+    explanation="mmap_lock's read lock and unlock in the lookup (2), and the return instance's `try_get_uprobe` "
+                "and its `put_uprobe` at the return (2). The consumer lists, entry and return, are walked under "
+                "SRCU by then: per-CPU counters, nothing shared.",
+    expected=lambda: shared_writes("uretprobe-nop", ["6.12"])["6.12"],
+    judge=j.number(),
+    why=lambda e: "The lab counts kernel/events/uprobes.c's accesses at 8617408f7a01 and cc01bd044e6a (6.12) for "
+                  "both halves of the hit.",
+)
+
+def _judge_release(answer: Any, want: str, bench: str) -> tuple[bool, str]:
+    """Right, or what the named release's hit still writes (or that an earlier one already wrote nothing)."""
+    ok, _ = j.choice(RELEASES)(answer, want)
+    if ok:
+        return True, ""
+    got = j.word(answer)
+    row = run_bench_on_cpus(bench, "x86_64", got, iterations=5, cpus=1)["shared_per_hit"]
+    still = [f"{key} x{n:g}" for key, n in row.items() if key.endswith(("(atomic)", "(spinlock)"))]
+    if still:
+        return False, f"On {got} a hit still writes: {', '.join(still)}."
+    return False, f"{got} writes nothing shared, but an earlier release already did not."
+
+
+exercise(
+    id="07.2", kind="predict", title="The first release with nothing to fight over",
+    question="From which release does a `uretprobe-nop` hit write no line that other CPUs also write? One of "
+             + ", ".join(f"`\"{k}\"`" for k in RELEASES) + ".",
+    hint="Two things must go: the return instance's reference on the probe, and the lookup's mmap_lock.",
+    solution="""from uprobe_lab.views.many_cpus import shared_writes
+releases = ("6.8", "6.10", "6.12", "6.13", "6.14", "6.15", "6.18")
+writes = shared_writes("uretprobe-nop", releases)
+answer = next(k for k in releases if writes[k] == 0)""",
+    explanation="6.13's SRCU lease (dd1a7567784e) ends the reference; 6.14's speculative lookup (e0925f2dc4de) "
+                "ends mmap_lock. Andrii Nakryiko's tables show the curve: 4.9 M/s at 80 CPUs before the lease, "
+                "47.6 with it.",
+    expected=lambda: _first_release_without_shared_writes("uretprobe-nop"),
+    judge=lambda answer, want: _judge_release(answer, want, "uretprobe-nop"),
+    why=lambda e: "The lab asked each release's rules (uprobe_lab.kernel.RULES) what one hit touches.",
+)
+
+
+def _sleeps(cpus: int) -> bool:
+    return xol_slots(cpus)["slept for a slot"] > 0
+
+
+def _arm64_slots() -> int:
+    return PAGE_SIZE // make_process("arm64").arch_ops.UPROBE_XOL_SLOT_BYTES - 1
+
+
+exercise(
+    id="07.3", kind="predict", title="Enough slots?",
+    question="Threads of one process step `ret` out of line on x86-64 (`uprobe-ret`), each switched out on every "
+             "return to user mode. Can any of 31 threads ever find every XOL slot taken, whatever the "
+             "interleaving? Of 200? And how many threads can step out of line at once on arm64 (4 KB pages, "
+             "`UPROBE_XOL_SLOT_BYTES` = 4)? Answer `{\"31\": True or False, \"200\": True or False, \"arm64\": "
+             "a whole number}`.",
+    hint="One page of slots, 128 bytes each on x86-64; slot 0 holds the return trampoline. A thread holds one "
+         "slot from its trap to its single-step trap.",
+    solution="""import uprobe_lab as ul
+from uprobe_lab.views.many_cpus import xol_slots
+answer = {"31": xol_slots(31)["slept for a slot"] > 0, "200": xol_slots(200)["slept for a slot"] > 0,
+          "arm64": 4096 // ul.new_process("arm64").arch_ops.UPROBE_XOL_SLOT_BYTES - 1}""",
+    explanation="4096 / 128 = 32 slots, less the trampoline's: 31. Thirty-one threads can all be mid-step and "
+                "still each have a slot; with 200, some sleep on the area's wait queue until a step ends. arm64's "
+                "4-byte slots give 4096 / 4 - 1 = 1023.",
+    expected=lambda: {"31": _sleeps(31), "200": _sleeps(200), "arm64": _arm64_slots()},
+    judge=j.per_item(str, lambda got, want: (j.truth(got) == want if isinstance(want, bool)
+                                             else j.number()(got, want)[0], ""),
+                     lambda k, v: "count the slots one page holds" if k == "arm64" else
+                     "compare the threads mid-step with the slots left after the trampoline's"),
+    why=lambda e: "The lab ran the threads (seed 3) and read the arch's slot size.",
+)
+
+
+def _bill(bench: str, release: str) -> dict[str, float]:
+    if bench not in bench_names("x86_64"):
+        raise LabError(f"{bench!r} is not a bench; the benches: {', '.join(bench_names('x86_64'))}")
+    release_rules(release)  # a clear error for a release the lab cannot read
+    return {"shared writes": shared_writes(bench, [release])[release]}
+
+
+def _judge_open(answer: Any, lab) -> tuple[bool, str]:
+    if not (isinstance(answer, tuple) and len(answer) == 3):
+        raise LabError('answer a tuple (bench, release, writes per hit), e.g. ("uprobe-ret", "6.13", 6)')
+    bench, release, said = answer
+    want = lab(bench, release)["shared writes"]
+    ok, reason = j.number()(said, want)
+    return ok, reason
+
+
+exercise(
+    id="07.4", kind="open", title="Your bench, your release",
+    question="Pick a bench and a kernel release (any from 6.8 on, e.g. your distribution's), predict how many writes "
+             "per hit it makes to lines other CPUs share (atomic and spinlock accesses), then check: `answer = "
+             "(bench, release, writes)`, e.g. `(\"uprobe-push\", \"6.10\", 10)`.",
+    hint="Add up the steps of the hit: the lookup, the consumers, the step out of line (slot bitmap, the "
+         "probe's reference, siglock), the return instance.",
+    solution="""from uprobe_lab.views.many_cpus import shared_writes
+answer = ("uprobe-ret", "6.13", shared_writes("uprobe-ret", ["6.13"])["6.13"])""",
+    explanation="uprobe-ret on 6.13: mmap_lock (2), the step's reference on the probe (2), the slot's bitmap bit "
+                "(2), sighand->siglock (2): 8. 6.14 drops mmap_lock, 6.15 the siglock.",
+    expected=lambda: _bill,
+    judge=_judge_open,
+    why=lambda lab: "The lab counted the accesses of that release's rules (uprobe_lab.contended).",
+)

@@ -1,0 +1,251 @@
+"""Chapter 07's views: many CPUs hitting one probe, the shared state each kernel's hit touches, the published
+scaling curves beside the contention model, and this machine's own curve.
+
+Everything is computed by the library (uprobe_lab.smp, uprobe_lab.contended, uprobe_lab.model.contention,
+uprobe_lab.native.many_cpus); this module only arranges and draws it. Figures are ``matplotlib.figure.Figure``
+(headless, no pyplot state); the widget falls back to a figure and text without a front end.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.patches import FancyBboxPatch, Patch
+
+from .. import contended
+from ..bench import bench_process, run_bench_on_cpus
+from ..errors import LabError
+from ..kernel import release_rules
+from ..model import contention
+from ..native.example import native_reason
+from ..native.many_cpus import run_native_benches_on_cpus
+from ..smp import run_on_cpus
+
+KERNELS = ("6.8", "6.10", "6.12", "6.13", "6.14", "6.18")  # each a step of the 2024-25 work, and before it
+BENCHES = ("uprobe-nop", "uretprobe-nop", "uprobe-ret")
+KIND_COLOR = {"spinlock": "#d7301f", "atomic": "#fc8d59", "read": "#fee08b", "per-cpu": "#91cf60",
+              "per-task": "#1a9850", None: "#eeeeee"}
+KIND_WORDS = {"spinlock": "spinlock: CPUs wait their turn", "atomic": "atomic write of a shared line",
+              "read": "read of a line nobody writes on a hit", "per-cpu": "this CPU's own counter",
+              "per-task": "this task's own field", None: "not touched"}
+SCALING_PATH = Path(__file__).resolve().parents[1] / "data" / "native_scaling_6.18.json"
+
+
+def all_states() -> list[str]:
+    """Every kernel state some modelled kernel's hit touches, in hit-path order."""
+    seen = {}
+    for k in KERNELS + ("7.2",):
+        a = contended.accesses(release_rules(k))
+        for step in (a.find_active_uprobe, a.handler_chain, a.pre_ssout, a.xol_slot, a.handle_singlestep,
+                     a.prepare_uretprobe, a.handle_uretprobe_chain):
+            for (state, _), _ in step:
+                seen.setdefault(state, None)
+    return list(seen)
+
+
+def exact_hits(benches=("uprobe-nop", "uprobe-ret"), kernels=("6.8", "6.18"), cpus=(1, 8, 64),
+               iterations: int = 10, arch: str = "x86_64") -> pd.DataFrame:
+    """Hits counted by the consumer against iterations x CPUs, per bench, kernel and CPU count."""
+    rows = []
+    for bench in benches:
+        for kernel in kernels:
+            for n in cpus:
+                r = run_bench_on_cpus(bench, arch, kernel, iterations, n)
+                rows.append({"bench": bench, "kernel": kernel, "cpus": n, "hits": r["hits"],
+                             "iterations x cpus": iterations * n, "xol_waits": r["xol_waits"]})
+    return pd.DataFrame(rows)
+
+
+def shared_per_hit(bench: str = "uprobe-nop", kernels=KERNELS) -> pd.DataFrame:
+    """Accesses per hit to each kernel state (rows), per kernel (columns): '2 atomic', '1 read', '' (untouched)."""
+    table = {}
+    for k in kernels:
+        row = run_bench_on_cpus(bench, "x86_64", k, iterations=5, cpus=1)["shared_per_hit"]
+        table[k] = {key.rsplit(" (", 1)[0]: f"{v:g} {key.rsplit(' (', 1)[1][:-1]}" for key, v in row.items()}
+    frame = pd.DataFrame(table).reindex([s for s in all_states() if any(s in t for t in table.values())])
+    return frame.fillna("").rename_axis(f"{bench}: per hit")
+
+
+def shared_writes(bench: str = "uprobe-nop", kernels=KERNELS) -> dict[str, float]:
+    """Writes per hit to lines other CPUs also write (spinlock and atomic accesses), per kernel."""
+    out = {}
+    for k in kernels:
+        row = run_bench_on_cpus(bench, "x86_64", k, iterations=5, cpus=1)["shared_per_hit"]
+        out[k] = sum(v for key, v in row.items() if key.endswith(("(atomic)", "(spinlock)")))
+    return out
+
+
+def lines_figure(bench: str = "uprobe-nop", kernel: str = "6.10", cpus: int = 8) -> Figure:
+    """Each kernel state a box, lit by what one hit does to it on ``kernel``; under it, how often its cache line
+    moved to another CPU per hit with ``cpus`` threads."""
+    r = run_bench_on_cpus(bench, "x86_64", kernel, iterations=20, cpus=cpus)
+    touched = {key.rsplit(" (", 1)[0]: (key.rsplit(" (", 1)[1][:-1], v) for key, v in r["shared_per_hit"].items()}
+    states = all_states()
+    cols = 4
+    rows = -(-len(states) // cols)
+    fig = Figure(figsize=(10, 1.1 * rows + 1.4), layout="constrained")
+    ax = fig.add_subplot()
+    ax.set_xlim(0, cols)
+    ax.set_ylim(0, rows)
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ax.axis("off")
+    for i, state in enumerate(states):
+        x, y = i % cols, rows - 1 - i // cols
+        kind, n = touched.get(state, (None, 0))
+        ax.add_patch(FancyBboxPatch((x + 0.04, y + 0.08), 0.92, 0.84, boxstyle="round,pad=0.01",
+                                    facecolor=KIND_COLOR[kind], edgecolor="#555555"))
+        moved = r["transfers_per_hit"].get(state, 0.0)
+        detail = f"{n:g}x {kind}" if kind else "-"
+        if kind in ("spinlock", "atomic", "read") and cpus > 1:
+            detail += f"\nmoves {moved:.2f}/hit"
+        ax.text(x + 0.5, y + 0.64, state.replace(" (", "\n("), ha="center", va="center", fontsize=9,
+                fontweight="bold")
+        ax.text(x + 0.5, y + 0.27, detail, ha="center", va="center", fontsize=9)
+    ax.legend(handles=[Patch(facecolor=c, edgecolor="#555555") for c in KIND_COLOR.values()],
+              labels=list(KIND_WORDS.values()), loc="upper center", bbox_to_anchor=(0.5, 0.02), ncol=3, fontsize=9,
+              frameon=False)
+    ax.set_title(f"{bench} on {kernel}, {cpus} CPU{'s' if cpus > 1 else ''}: "
+                 f"{r['line_transfers_per_hit']:.2f} line transfers per hit", fontsize=11)
+    return fig
+
+
+def lines_widget(bench: str = "uprobe-nop", kernel: str = "6.10", cpus: int = 8):
+    """The boxes of :func:`lines_figure` with a kernel selector, a bench selector and a CPU slider."""
+    import ipywidgets as w
+    from IPython.display import display
+
+    k = w.ToggleButtons(options=list(KERNELS), value=kernel, description="kernel")
+    b = w.ToggleButtons(options=list(BENCHES), value=bench, description="bench")
+    n = w.SelectionSlider(options=[1, 2, 4, 8, 16, 32, 64], value=cpus, description="CPUs")
+    out = w.Output()
+
+    def show(change=None):
+        out.clear_output(wait=True)
+        with out:
+            display(lines_figure(b.value, k.value, n.value))
+
+    for control in (k, b, n):
+        control.observe(show, names="value")
+    show()
+    return w.VBox([k, b, n, out])
+
+
+def transfers_curve(bench: str = "uprobe-nop", kernels=("6.10", "6.13", "6.14"), cpus=(1, 2, 4, 8, 16, 32, 64),
+                    iterations: int = 10) -> pd.DataFrame:
+    """Line transfers per hit against the number of CPUs, per kernel (the emulator's interleaving, seed 0)."""
+    return pd.DataFrame({k: [run_bench_on_cpus(bench, "x86_64", k, iterations, n)["line_transfers_per_hit"]
+                             for n in cpus] for k in kernels}, index=pd.Index(cpus, name="CPUs"))
+
+
+def transfers_chart(curves: pd.DataFrame, bench: str = "uprobe-nop") -> Figure:
+    fig = Figure(figsize=(7, 4), layout="constrained")
+    ax = fig.add_subplot()
+    for kernel in curves:
+        ax.plot(curves.index, curves[kernel], marker="o", label=kernel)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(curves.index, [str(n) for n in curves.index])
+    ax.set_xlabel("CPUs hitting the probe")
+    ax.set_ylabel("shared lines moved per hit")
+    ax.set_title(f"{bench}: cache lines that change CPU on every hit")
+    ax.legend(title="kernel", fontsize=10)
+    return fig
+
+
+def xol_slots(cpus: int = 64, seed: int = 3, arch: str = "x86_64") -> dict:
+    """``cpus`` threads stepping out of line at once (x86-64: ``uprobe-ret``; arm64: ``uprobe-push``), each switched
+    out on every return to user mode: the hits, and how often a thread found every XOL slot taken and slept."""
+    proc, consumer, target = bench_process("uprobe-ret" if arch == "x86_64" else "uprobe-push", arch, "6.18")
+    sched = run_on_cpus(proc, cpus, "producer_loop", 20, target, seed=seed, switch_on_exit=1.0)
+    return {"threads": cpus, "hits": consumer.hits, "slept for a slot": sched.sleeps,
+            "most asleep at once": sched.most_asleep}
+
+
+def scaling_chart(result: dict, table: str, fitted: dict | None = None) -> Figure:
+    """One published table: each variant's total M/s against N (points), the model's curve and its 80% band."""
+    t = contention.scaling_table()
+    t = t[(t["table"] == table) & t["producers"].notna()]
+    held = result["held_out"]
+    curves = list(dict.fromkeys(zip(t["variant"], t["bench"])))
+    fig = Figure(figsize=(8, 4.6), layout="constrained")
+    ax = fig.add_subplot()
+    colors = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860"]
+    for (variant, bench), color in zip(curves, colors):
+        pub = t[(t["variant"] == variant) & (t["bench"] == bench)].sort_values("producers")
+        label = f"{bench}, {variant.split(' (')[0].split(' [')[0]}"
+        ax.plot(pub["producers"].astype(int), pub["total_mops"], "o", color=color, ms=4, label=f"{label} (published)")
+        m = held[(held["table"] == table) & (held["variant"] == variant) & (held["bench"] == bench)]
+        if len(m):
+            m = m.sort_values("producers")
+            ax.plot(m["producers"], m["model_mops"], "-", color=color, label=f"{label} (model)")
+            ax.fill_between(m["producers"].astype(float), m["low"], m["high"], color=color, alpha=0.15)
+    ax.set_xlabel("producers (CPUs)")
+    ax.set_ylabel("total M hits/s")
+    ax.set_title(f"{table}", fontsize=10)
+    ax.legend(fontsize=9, loc="upper left")
+    ax.set_ylim(bottom=0)
+    return fig
+
+
+def protocol_summary(result: dict) -> pd.DataFrame:
+    peaks = sum(p["within_one_step"] for p in result["peaks"])
+    return pd.DataFrame([
+        {"score": "median |error|", "goal": "<= 15%", "result": f"{result['median_abs_error']:.1%}"},
+        {"score": "inside the 80% interval", "goal": ">= 80%", "result": f"{result['inside_80']:.1%}"},
+        {"score": "peak within one step", "goal": f"{len(result['peaks'])} of {len(result['peaks'])}",
+         "result": f"{peaks} of {len(result['peaks'])}"},
+    ]).set_index("score")
+
+
+def native_scaling(benches=("uprobe-nop", "uretprobe-nop", "uprobe-ret"), iterations: int = 50_000,
+                   repeats: int = 3) -> dict:
+    """This machine's -p 1..N curve (N: its CPUs, at most 8), or the bundled recording where native runs cannot
+    happen here (the reason says why). {recorded, reason, host, rows}."""
+    reason = native_reason()
+    if reason is None:
+        n = min(len(os.sched_getaffinity(0)), 8)
+        rows = []
+        for p in range(1, n + 1):
+            rows += run_native_benches_on_cpus(list(benches), p, iterations, repeats)
+        return {"recorded": False, "reason": None, "host": platform.release(), "rows": rows}
+    recording = json.loads(SCALING_PATH.read_text())
+    return {"recorded": True, "reason": reason, "host": recording["host"], "rows": recording["rows"]}
+
+
+def record_native_scaling(path: str | Path = SCALING_PATH) -> dict:
+    """Measure :func:`native_scaling` here and keep it as the recording other machines show."""
+    run = native_scaling()
+    if run["recorded"]:
+        raise LabError(f"cannot record: {run['reason']}")
+    data = {"host": f"{platform.release()}, {len(os.sched_getaffinity(0))} CPUs (a virtual machine)",
+            "command": "uprobe_lab.views.many_cpus.record_native_scaling()", "rows": run["rows"]}
+    Path(path).write_text(json.dumps(data, indent=1) + "\n")
+    return data
+
+
+def native_scaling_table(run: dict) -> pd.DataFrame:
+    rows = pd.DataFrame(run["rows"])
+    table = rows.pivot(index="cpus", columns="bench", values="mops_per_cpu").round(3)
+    return table.rename_axis(index="CPUs", columns="M/s per CPU")
+
+
+def native_scaling_chart(run: dict) -> Figure:
+    rows = pd.DataFrame(run["rows"])
+    fig = Figure(figsize=(7, 4), layout="constrained")
+    ax = fig.add_subplot()
+    for bench, grp in rows.groupby("bench", sort=False):
+        ax.plot(grp["cpus"], grp["mops_per_cpu"] / grp["mops_per_cpu"].iloc[0], marker="o", label=bench)
+    ax.axhline(1.0, color="#999999", lw=0.8)
+    ax.set_xticks(sorted(rows["cpus"].unique()))
+    ax.set_xlabel("producers, one per CPU")
+    ax.set_ylabel("M/s per CPU, against 1 CPU")
+    ax.set_ylim(0, 1.3)
+    where = "recorded" if run["recorded"] else "measured now"
+    ax.set_title(f"this machine ({where}: {run['host']})", fontsize=10)
+    ax.legend(fontsize=10)
+    return fig
