@@ -654,6 +654,10 @@ def test_cli_reproduce_reports_the_headline(tmp_path, capsys):
     assert "headline, tables outside the seeds: 21 moved rows" in out
     assert "inside their 80% intervals" in out and (tmp_path / "reproduction.csv").exists()
     assert len(pd.read_csv(tmp_path / "reproduction_outside_seeds.csv")) == len(model.outside_rows())
+    # every many-CPU table drawn, and the contention model's rows with their role
+    assert len(list(tmp_path.glob("scaling_*.png"))) == 16
+    assert set(pd.read_csv(tmp_path / "scaling_model.csv")["role"]) == {"fitted", "held out"}
+    assert "many CPUs: contention model median |error|" in out
 
 
 def test_model_rows_say_whether_this_cpu_has_a_published_figure():

@@ -45,7 +45,7 @@ def html(tmp_path_factory):
 def test_every_chapter_and_reference_page_is_built(html):
     for stem in CHAPTERS:
         assert (html / "notebooks" / f"{stem}.html").exists(), stem
-    for page in ("docs/glossary.html", "docs/references.html", "index.html"):
+    for page in ("docs/cheatsheet.html", "docs/glossary.html", "docs/references.html", "index.html"):
         assert (html / page).exists(), page
 
 

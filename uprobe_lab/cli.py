@@ -278,8 +278,11 @@ def cmd_analyze(args) -> int:
 
 def cmd_reproduce(args) -> int:
     """Every seed chart, the reproduction table and the per-hit cost breakdown, into ``args.out``."""
+    import pandas as pd
+
     from . import model
-    from .views import charts
+    from .model import contention
+    from .views import charts, many_cpus
 
     out = output_dir(args.out)
     n_rows = len(model.bench_rows())
@@ -326,7 +329,15 @@ def cmd_reproduce(args) -> int:
     print("tables posted outside the seeds, each fitted on its own current rows (protocol rule 8):")
     print(model.error_summary(outside).to_string(index=False, float_format=lambda v: f"{v:.1f}"))
     print(model.headline_text(model.headline(outside), "headline, tables outside the seeds"))
-    print(f"wrote {out}/reproduction.csv and {len(list(out.glob('*.png')))} charts")
+    scaling = contention.evaluate()
+    for table in contention.scaling_table()["table"].unique():
+        many_cpus.scaling_chart(scaling, table).savefig(out / f"scaling_{table}.png", dpi=110)
+    pd.concat([scaling["fitted"].assign(role="fitted"), scaling["held_out"].assign(role="held out")]).drop(
+        columns=["T1_ns", "S", "M", "C"]).to_csv(out / "scaling_model.csv", index=False)
+    print(f"many CPUs: contention model median |error| {scaling['median_abs_error']:.1%} on "
+          f"{scaling['held_out_rows']} held-out rows, {scaling['inside_80']:.1%} inside their 80% intervals "
+          "(docs/model.md, 'Many CPUs')")
+    print(f"wrote {out}/reproduction.csv, scaling_model.csv and {len(list(out.glob('*.png')))} charts")
     return 0
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from .errors import LabError
 
 REPO = Path(__file__).resolve().parents[1]
-DOCS = ("glossary.md", "references.md", "performance.md", "model.md")
+DOCS = ("cheatsheet.md", "glossary.md", "references.md", "performance.md", "model.md")
 COMMIT_URL = "https://git.kernel.org/torvalds/c/{}"
 # A 12-hex-digit token (the kernel's abbreviated commit id) with a digit and a letter, not already in a link.
 COMMIT = re.compile(r"(?<![\w\[/])(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])([0-9a-f]{12})(?![\w\]])")
@@ -80,7 +80,7 @@ def intro(chapters: list[tuple[str, str]]) -> str:
     return f"""# uprobe_lab
 
 A course on how Linux **uprobes** work - breakpoint uprobes, return probes and their trampolines, the x86 nop5
-optimisation, arm64 - and why each optimisation in the kernel's history pays off. Each chapter below was executed
+optimisation, arm64, many CPUs hitting one probe - and why each optimisation in the kernel's history pays off. Each chapter below was executed
 when this site was built; run them yourself with `./lab course` (see the README), or present one with
 `./lab lecture 01`.
 
@@ -88,7 +88,8 @@ when this site was built; run them yourself with `./lab course` (see the README)
 |---|
 {rows}
 
-Terms: the [glossary](docs/glossary.md). Sources: the [references](docs/references.md).
+What a probe costs and which to use, on one page: the [cheat sheet](docs/cheatsheet.md). Terms: the
+[glossary](docs/glossary.md). Sources: the [references](docs/references.md).
 """
 
 

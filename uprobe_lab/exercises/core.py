@@ -60,7 +60,7 @@ class Exercise:
             raise ValueError(f"exercise {self.id}: kind {self.kind!r} is not one of {KINDS}")
 
 
-CHAPTERS = ("00", "01", "02", "03", "04", "05", "06", "07")
+CHAPTERS = ("00", "01", "02", "03", "04", "05", "06", "07", "08")
 _REGISTRY: dict[str, Exercise] = {}
 
 

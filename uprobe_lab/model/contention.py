@@ -115,8 +115,11 @@ def evaluate() -> dict:
             loto.extend(np.log(curve(*fit(others), rows) / rows["total_mops"].to_numpy()))
     low, high = np.percentile(loto, [10, 90])
     held = model_rows(HELD_OUT_TABLES)
-    held["model_mops"] = np.concatenate([curve(*params[m], r) for m, r in held.groupby("machine", sort=False)])
-    held["low"], held["high"] = held["model_mops"] / np.exp(high), held["model_mops"] / np.exp(low)
+    for rows in (held, fitting):
+        rows["model_mops"] = np.nan
+        for machine, part in rows.groupby("machine"):
+            rows.loc[part.index, "model_mops"] = curve(*params[machine], part)
+        rows["low"], rows["high"] = rows["model_mops"] / np.exp(high), rows["model_mops"] / np.exp(low)
     held["error"] = held["model_mops"] / held["total_mops"] - 1
     inside = (held["total_mops"] >= held["low"]) & (held["total_mops"] <= held["high"])
     peaks = []
@@ -125,6 +128,6 @@ def evaluate() -> dict:
         published, modelled = c.loc[c["total_mops"].idxmax(), "producers"], c.loc[c["model_mops"].idxmax(), "producers"]
         peaks.append({"curve": key, "published_peak": int(published), "model_peak": int(modelled),
                       "within_one_step": abs(grid.index(published) - grid.index(modelled)) <= 1})
-    return {"params": params, "interval_log": (float(low), float(high)), "held_out": held,
+    return {"params": params, "interval_log": (float(low), float(high)), "held_out": held, "fitted": fitting,
             "median_abs_error": float(held["error"].abs().median()), "inside_80": float(inside.mean()),
             "peaks": peaks, "fitting_rows": len(fitting), "held_out_rows": len(held)}

@@ -166,11 +166,17 @@ def xol_slots(cpus: int = 64, seed: int = 3, arch: str = "x86_64") -> dict:
             "most asleep at once": sched.most_asleep}
 
 
-def scaling_chart(result: dict, table: str, fitted: dict | None = None) -> Figure:
-    """One published table: each variant's total M/s against N (points), the model's curve and its 80% band."""
+def xol_slots_table(threads=(8, 64)) -> pd.DataFrame:
+    """:func:`xol_slots` on x86-64 for each thread count, one row each."""
+    return pd.DataFrame([xol_slots(n) for n in threads]).set_index("threads")
+
+
+def scaling_chart(result: dict, table: str) -> Figure:
+    """One published table: each variant's total M/s against N (points) and, where the contention model covers it
+    (a fitting or a held-out table of docs/model.md), the model's curve and its 80% band; the title says which."""
     t = contention.scaling_table()
     t = t[(t["table"] == table) & t["producers"].notna()]
-    held = result["held_out"]
+    modelled = pd.concat([result["held_out"], result["fitted"]])
     curves = list(dict.fromkeys(zip(t["variant"], t["bench"])))
     fig = Figure(figsize=(8, 4.6), layout="constrained")
     ax = fig.add_subplot()
@@ -179,14 +185,17 @@ def scaling_chart(result: dict, table: str, fitted: dict | None = None) -> Figur
         pub = t[(t["variant"] == variant) & (t["bench"] == bench)].sort_values("producers")
         label = f"{bench}, {variant.split(' (')[0].split(' [')[0]}"
         ax.plot(pub["producers"].astype(int), pub["total_mops"], "o", color=color, ms=4, label=f"{label} (published)")
-        m = held[(held["table"] == table) & (held["variant"] == variant) & (held["bench"] == bench)]
+        m = modelled[(modelled["table"] == table) & (modelled["variant"] == variant) & (modelled["bench"] == bench)]
         if len(m):
             m = m.sort_values("producers")
             ax.plot(m["producers"], m["model_mops"], "-", color=color, label=f"{label} (model)")
             ax.fill_between(m["producers"].astype(float), m["low"], m["high"], color=color, alpha=0.15)
     ax.set_xlabel("producers (CPUs)")
     ax.set_ylabel("total M hits/s")
-    ax.set_title(f"{table}", fontsize=10)
+    role = ("held out: predicted" if table in contention.HELD_OUT_TABLES else
+            "fitted" if table in contention.FIT_TABLES else "not modelled (docs/model.md says why)")
+    machine = t["machine"].iloc[0] or "machine not stated"
+    ax.set_title(f"{table} ({machine}; model: {role})", fontsize=10)
     ax.legend(fontsize=9, loc="upper left")
     ax.set_ylim(bottom=0)
     return fig

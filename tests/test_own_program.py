@@ -1,0 +1,88 @@
+"""Probing a program of your own: the probe site from the ELF file, the kernels' verdicts, a real probe here."""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from uprobe_lab import LabError
+from uprobe_lab.own_program import (build_example, function_site, loaded_library, measure_probe, overhead,
+                                    perf_probe_count, probe_verdicts)
+from native_support import native, perf_fds, require_bpf
+
+
+@pytest.fixture(scope="module")
+def tick(tmp_path_factory):
+    try:
+        return build_example(tmp_path_factory.mktemp("tick"))
+    except LabError as err:
+        pytest.skip(str(err))
+
+
+def test_the_site_is_where_the_symbol_table_and_the_section_put_it(tick):
+    site = function_site(tick, "tick")
+    # readelf's view of the same symbol: its value, and its section's address and file offset
+    out = subprocess.run(["readelf", "-sW", str(tick)], capture_output=True, text=True).stdout
+    value = next(int(line.split()[1], 16) for line in out.splitlines() if line.endswith(" tick"))
+    assert site.vaddr == value
+    with open(tick, "rb") as f:
+        f.seek(site.file_offset)
+        assert f.read(8) == site.code[:8]
+    assert site.listing()[-1].endswith("ret")  # the listing stops at the function's end
+
+
+def test_a_library_function_is_found_in_its_dynamic_symbols():
+    libc = function_site(loaded_library("libc.so"), "getpid")
+    assert libc.size > 0 and "getpid" == libc.symbol
+
+
+@pytest.mark.parametrize("args, words", [
+    (("/nonexistent/prog", "main"), "cannot open /nonexistent/prog"),
+    ((__file__, "main"), "is not an ELF file"),
+])
+def test_a_bad_path_names_the_problem(args, words):
+    with pytest.raises(LabError, match=words):
+        function_site(*args)
+
+
+def test_a_missing_symbol_names_the_way_to_list_them(tick):
+    with pytest.raises(LabError, match="nm -D --defined-only"):
+        function_site(tick, "no_such_function")
+
+
+def test_verdicts_follow_the_first_instruction(tick):
+    table = probe_verdicts(function_site(tick, "tick")).set_index("kernel")
+    first = function_site(tick, "tick").listing(1)[0]
+    stepped = table["probe"].eq("xol").all()
+    # the compiler's first instruction decides: a push or a nop is emulated, most else stepped
+    assert stepped == (" push " not in first and " nop" not in first)
+    assert set(table.loc[table["probe"] == "xol", "exceptions"]) <= {2}
+    assert set(table.loc[table["probe"] == "emulate", "exceptions"]) <= {1}
+
+
+def test_overhead_is_rate_times_time():
+    assert overhead(200_000, 1000) == pytest.approx(0.2)
+    assert overhead(200_000, 1000, cpus=4) == pytest.approx(0.05)
+    with pytest.raises(LabError):
+        overhead(-1, 10)
+
+
+@native
+def test_a_real_probe_counts_every_call_and_goes_away():
+    require_bpf()
+    before = len(os.listdir("/proc/self/fd"))
+    got = measure_probe(function_site(loaded_library("libc.so"), "getpid"), os.getpid, calls=2000, repeats=2)
+    assert got["hits"] >= got["calls"] == 4000  # this process's other getpid calls count too
+    assert got["ns_per_call_with"] > got["ns_per_call_without"]
+    assert len(os.listdir("/proc/self/fd")) == before and not perf_fds()
+
+
+@native
+def test_perf_probe_counts_the_calls_and_deletes_its_event(tick):
+    if shutil.which("perf") is None:
+        pytest.skip("perf is not installed")
+    got = perf_probe_count(function_site(tick, "tick"), [str(tick), "5000"])
+    assert got.get("count") == 5000, got
+    listed = subprocess.run(["perf", "probe", "-l"], capture_output=True, text=True).stdout
+    assert "lab_tick" not in listed

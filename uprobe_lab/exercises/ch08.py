@@ -1,0 +1,135 @@
+"""Chapter 08: probing a program of your own, and the capstone."""
+from __future__ import annotations
+
+from typing import Any
+
+from .. import LabError, analyze
+from ..bench import events_per_hit
+from ..model import get_profile
+from ..own_program import overhead
+from .core import exercise
+from . import judges as j
+
+# The capstone's service: an Intel i7-1165G7 (seed 000's CPU, a profile fitted to its published rows)
+CAPSTONE_CPU = "intel-i7-1165g7"
+CAPSTONE_RATE = 200_000  # calls per second
+CAPSTONE = {  # the probe -> (the bench target whose hit takes the same path, the kernel)
+    "uprobe 6.18": ("uprobe-ret", "6.18"),  # the function's entry is a stepped instruction
+    "usdt 6.18": ("usdt-nop5", "6.18"),  # a USDT site with libbpf's nop5 combo
+    "usdt 7.2": ("usdt-nop10", "7.2"),  # the nop10 combo
+}
+TOLERANCE = 0.15  # relative: the profile's own 80% interval is wider than that
+
+
+def capstone_overhead() -> dict[str, float]:
+    """Per probe: the share of one CPU (in %) the probe takes at CAPSTONE_RATE calls a second."""
+    profile = get_profile(CAPSTONE_CPU)
+    out = {}
+    for label, (bench, kernel) in CAPSTONE.items():
+        ns, _ = profile.hit_interval(events_per_hit(bench, "x86_64", kernel))
+        out[label] = round(100 * overhead(CAPSTONE_RATE, ns), 2)
+    return out
+
+
+def _judge_overheads(answer: Any, expected: dict) -> tuple[bool, str]:
+    if not isinstance(answer, dict):
+        raise LabError("give a dict of percentages: {" + ", ".join(f"{k!r}: ..." for k in expected) + "}")
+    missing = [k for k in expected if k not in answer]
+    extra = [k for k in answer if k not in expected]
+    if missing or extra:
+        said = [f"no answer for {', '.join(missing)}"] if missing else []
+        said += [f"not asked: {', '.join(map(str, extra))}"] if extra else []
+        return False, "; ".join(said).capitalize() + "."
+    wrong = [f"{key}: {got:g}% is too {'high' if got > want else 'low'}" for key, want in expected.items()
+             if abs((got := j.as_number(answer[key])) - want) > TOLERANCE * want]
+    return _all_right(wrong)
+
+
+def _all_right(wrong: list[str]) -> tuple[bool, str]:
+    return (not wrong), ("; ".join(wrong) + "." if wrong else "")
+
+
+exercise(
+    id="08.1", kind="predict", title="Where the probe goes",
+    question="The chapter showed a `lea`, a `mov` and a `push` at function entries. Three more that start many "
+             "functions: `mov rbp, rsp` (`48 89 e5`), `endbr64` (`f3 0f 1e fa`, every function built with "
+             "`-fcf-protection`), and `call` to the next instruction (`e8 00 00 00 00`, how 32-bit-style code "
+             "finds its own address). How does a 6.18 kernel run a probe on each? Answer "
+             "`{\"4889e5\": ..., \"f30f1efa\": ..., \"e800000000\": ...}` with `\"emulate\"`, `\"xol\"` or "
+             "`\"reject\"`.",
+    hint="Chapter 01: the x86 kernel emulates a few instruction classes (nops, pushes, branches, calls) and "
+         "steps everything else it accepts.",
+    solution="""import uprobe_lab as ul
+answer = {insn: ul.analyze(insn, "x86_64", "6.18")["action"] for insn in ("4889e5", "f30f1efa", "e800000000")}""",
+    explanation="The call is emulated (a branch: the kernel pushes the return address and moves ip); `mov` and "
+                "`endbr64` are stepped out of line, two exceptions a hit. On the lab's VM a stepped hit costs about "
+                "10 us, an emulated one about 0.6: where a function's first instruction is stepped, a probe a few "
+                "bytes later, on an emulated one, is far cheaper.",
+    expected=lambda: {i: analyze(i, "x86_64", "6.18")["action"] for i in ("4889e5", "f30f1efa", "e800000000")},
+    judge=j.per_item(lambda k: j.word(k).replace(" ", ""), j.choice(("emulate", "xol", "reject")),
+                     lambda k, v: "look at which instruction classes the kernel emulates"),
+    why=lambda e: "The lab decoded each as arch_uprobe_analyze_insn does on 6.18.",
+)
+
+exercise(
+    id="08.2", kind="predict", title="The capstone: a busy service",
+    question=f"A service on an Intel i7-1165G7 calls a probed function {CAPSTONE_RATE:,} times a second. What "
+             "share of one CPU (in %) does the probe take: as a uprobe on the function's entry, whose first "
+             "instruction is stepped, on 6.18; as a USDT site with libbpf's nop5 combo on 6.18; with its nop10 "
+             "combo on 7.2? Use the i7's profile from chapter 05 (`uprobe_lab.model.get_profile"
+             f"(\"{CAPSTONE_CPU}\")`). Answer `{{\"uprobe 6.18\": ..., \"usdt 6.18\": ..., \"usdt 7.2\": ...}}`; "
+             f"within {TOLERANCE:.0%} of the lab's figure counts as right.",
+    hint="Each probe's hit takes the path of one of the kernel bench's targets (`uprobe-ret`, `usdt-nop5`, "
+         "`usdt-nop10`): price its events with the profile (`profile.hit_interval(events)`), then calls a second "
+         "x ns a hit.",
+    solution=f"""from uprobe_lab.bench import events_per_hit
+from uprobe_lab.model import get_profile
+profile = get_profile("{CAPSTONE_CPU}")
+answer = {{}}
+for label, (bench, kernel) in {{"uprobe 6.18": ("uprobe-ret", "6.18"), "usdt 6.18": ("usdt-nop5", "6.18"),
+                               "usdt 7.2": ("usdt-nop10", "7.2")}}.items():
+    ns, _ = profile.hit_interval(events_per_hit(bench, "x86_64", kernel))
+    answer[label] = 100 * {CAPSTONE_RATE} * ns * 1e-9""",
+    explanation="The stepped entry costs two exceptions a hit; a USDT site that the kernel optimises costs one "
+                "syscall (6.18's nop5, 7.2's nop10). On 64 CPUs the same sites on 6.18 add nothing shared "
+                "(chapter 07); on 6.13 each hit would also write mmap_lock's line.",
+    expected=capstone_overhead,
+    judge=_judge_overheads,
+    why=lambda e: "The lab priced each path's events with the i7's fitted profile.",
+)
+
+
+def _open_bill(insn: str, kernel: str) -> dict:
+    verdict = analyze(insn, "x86_64", kernel)
+    bench = {"emulate": "uprobe-nop", "xol": "uprobe-ret"}.get(verdict["action"])
+    ev = events_per_hit(bench, "x86_64", kernel) if bench else {}
+    return {"probe": verdict["action"], "exceptions": ev.get("exceptions", 0)}
+
+
+def _judge_open(answer: Any, lab) -> tuple[bool, str]:
+    if not (isinstance(answer, tuple) and len(answer) == 3 and isinstance(answer[2], dict)):
+        raise LabError('answer (instruction bytes, kernel, {"probe": ..., "exceptions": ...}), e.g. '
+                       '("4889e5", "6.18", {"probe": "xol", "exceptions": 2})')
+    insn, kernel, said = answer
+    want = lab(str(insn).replace(" ", ""), str(kernel))
+    missing = [k for k in want if k not in said]
+    if missing:
+        return False, f"No prediction for {', '.join(missing)}."
+    return _all_right([f"{k}: you wrote {said[k]!r}, the lab says {want[k]!r}" for k in want
+                       if j.word(said[k]) != j.word(want[k])])
+
+
+exercise(
+    id="08.3", kind="open", title="A function of yours",
+    question="Find a function in a program or library of yours (`function_site(path, name)`; `nm -D` lists a "
+             "library's), read its first instruction (`site.listing()`), predict how a kernel of your choice "
+             "runs a probe on it and the exceptions a hit costs, then check: `answer = (\"4889e5\", \"6.18\", "
+             "{\"probe\": \"xol\", \"exceptions\": 2})` (the instruction's bytes, the kernel, your prediction).",
+    hint="Emulated: one exception; stepped out of line: two; refused: none (the probe fails at attach).",
+    solution="""# glibc's getpid, as function_site(libc, "getpid").listing() shows it: mov eax, 0x27 (b8 27 00 00 00)
+answer = ("b827000000", "6.18", {"probe": "xol", "exceptions": 2})""",
+    explanation="glibc's getpid starts with `mov eax, 0x27`: stepped, two exceptions a hit.",
+    expected=lambda: _open_bill,
+    judge=_judge_open,
+    why=lambda lab: "The lab decoded the instruction and counted the hit of the bench target that takes its path.",
+)
