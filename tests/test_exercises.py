@@ -38,7 +38,7 @@ WRONG = {
     "03.3": (0, "too low"),
     "03.4": ({-8}, "Missing 3"),
     "03.5": (("uretprobe-nop5", "6.18", {"exceptions": 1, "syscalls": 1}), "the emulator counts 0"),
-    "03.6": ({"6.18": "exit 0", "7.2": "exit 0"}, "6.18: the child's fate is SIGSEGV"),
+    "03.6": ({"6.18": "exit 0", "7.2": "exit 0"}, "6.18: look at what fork() copies"),
     "04.1": ({"d503201f": "simulate", "a9bf7bfd": "simulate", "910003fd": "xol", "d65f03c0": "simulate"},
              "a9bf7bfd: xol"),
     "04.2": ({"xol": 1, "simulate": 1}, "xol: 2 exceptions"),
@@ -316,3 +316,14 @@ def test_exercise_06_1_answers_on_every_learners_system(monkeypatch, system, rel
         assert f"runs {release} (rules of {rules})" in right.message
     else:
         assert "has no uprobes (a Linux kernel feature)" in right.message and rules in right.message
+
+
+@pytest.mark.parametrize("spelling", ["SIGSEGV", "sigsegv", "SEGV", "segv", 11])
+def test_a_signal_is_right_however_it_is_spelt_in_every_checker(spelling):
+    assert exercises.check("03.6", {"6.18": spelling, "7.2": "exit 0"}).ok
+    assert exercises.check("04.4", (spelling, True)).ok
+
+
+def test_a_key_the_question_did_not_ask_for_is_named_not_ignored():
+    verdict = exercises.check("03.6", {"6.18": "SIGSEGV", "7.2": "exit 0", "7.3": "exit 0"})
+    assert not verdict.ok and "Not asked: 7.3 (the question asks for 6.18, 7.2)" in verdict.message

@@ -105,3 +105,26 @@ def test_commit_hashes_become_links_but_bytes_in_code_do_not():
     assert "[ff474a78cef5](https://git.kernel.org/torvalds/c/ff474a78cef5)" in linked
     assert "`662e0f1f840000`" in linked and "0123456789ab0 stay" in linked
     assert site.link_commits(linked) == linked  # already a link: left alone
+
+
+@pytest.mark.site
+@pytest.mark.xdist_group("notebooks")
+def test_no_page_shows_a_blank_widget_or_loads_a_widget_manager(html):
+    noted = 0
+    for stem in CHAPTERS:
+        page = (html / "notebooks" / f"{stem}.html").read_text()
+        assert "widget-view+json" not in page and "html-manager" not in page, stem
+        noted += page.count("uprobe-lab-widget")
+    assert noted >= 5  # the steppers of 01-03, the decode widget of 04, chapter 07's boxes, ...
+
+
+def test_a_widget_output_becomes_a_note_and_the_rest_is_kept():
+    import nbformat.v4 as v4
+
+    nb = v4.new_notebook(cells=[v4.new_code_cell("w", outputs=[
+        v4.new_output("display_data", data={site.WIDGET_MIME: {"model_id": "x"}, "text/plain": "VBox()"}),
+        v4.new_output("stream", text="printed\n")])], metadata={"widgets": {"state": {}}})
+    page = site.static_widgets(nb)
+    assert "widgets" not in page.metadata and page.cells[0].outputs[1].text == "printed\n"
+    assert page.cells[0].outputs[0]["data"]["text/html"] == site.WIDGET_NOTE
+    assert site.WIDGET_MIME in nb.cells[0].outputs[0]["data"]  # the run itself is left as it was

@@ -10,6 +10,7 @@ On the way, bare 12-digit commit hashes in the prose become links to the commit.
 from __future__ import annotations
 
 import argparse
+import copy
 import re
 import shutil
 import subprocess
@@ -93,6 +94,24 @@ What a probe costs and which to use, on one page: the [cheat sheet](docs/cheatsh
 """
 
 
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+WIDGET_NOTE = ("<p class='uprobe-lab-widget'><em>An interactive widget stands here: it runs in JupyterLab "
+               "(<code>./lab course</code>) or on Binder. On this page, the outputs around it show what it "
+               "draws.</em></p>")
+
+
+def static_widgets(nb):
+    """A copy of ``nb`` for a page with no kernel: each widget output becomes a note saying where it runs, and the
+    saved widget state goes, so the page neither shows a blank box nor loads a widget manager from a CDN."""
+    nb = copy.deepcopy(nb)
+    nb.metadata.pop("widgets", None)
+    for cell in nb.cells:
+        for out in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            if WIDGET_MIME in out.get("data", {}):
+                out["data"] = {"text/html": WIDGET_NOTE, "text/plain": "(an interactive widget)"}
+    return nb
+
+
 def stage(src: Path, execute: bool = True, run=execute_notebook) -> list[str]:
     """Write the book's sources into ``src``; returns the chapter stems in order. ``run`` executes one
     chapter (a path) into a notebook with its outputs: the tests pass runs they already have."""
@@ -106,7 +125,7 @@ def stage(src: Path, execute: bool = True, run=execute_notebook) -> list[str]:
     for path in sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb")):
         t0 = time.monotonic()
         nb = run(path) if execute else nbformat.read(path, as_version=4)
-        nbformat.write(nb, src / "notebooks" / path.name)
+        nbformat.write(static_widgets(nb), src / "notebooks" / path.name)
         chapters.append((path.stem, title_of(nb)))
         print(f"site: {path.name} {'executed' if execute else 'copied'} in {time.monotonic() - t0:.1f} s", flush=True)
     if (REPO / "notebooks" / "diagrams").is_dir():  # the chapters' SVG diagrams, linked as diagrams/NAME.svg

@@ -143,6 +143,6 @@ answer = {"6.18": emulated_fork_report("6.18")["uprobe_target_nop5"]["child"],
     explanation="6.18 maps the trampoline VM_DONTCOPY, so the child's copy of the site calls an unmapped page: "
                 "SIGSEGV. 7.2 copies the trampoline on fork and the child's call is a probe hit.",
     expected=_child_fates,
-    judge=j.per_item(str, j.value(), lambda k, v: f"the child's fate is {v}"),
+    judge=j.per_item(str, j.value(j.signal_name), lambda k, v: "look at what fork() copies on that kernel"),
     why=lambda e: "The emulator forked after two hits and called the child's copy of the site.",
 )

@@ -81,8 +81,7 @@ def _misaligned() -> tuple[str, bool]:
 def _signal_and_sp(answer, expected) -> tuple[bool, str]:
     if not isinstance(answer, (tuple, list)) or len(answer) != 2:
         raise LabError("give (signal name, sp moved?), e.g. ('SIGBUS', False)")
-    signal = j.word(answer[0])
-    signal = signal if signal.startswith("sig") else "sig" + signal
+    signal = j.signal_name(answer[0])
     wrong = []
     if signal != expected[0]:
         wrong.append(f"the signal is not {signal.upper()}")

@@ -126,7 +126,8 @@ exercise(
     id="05.5", kind="open", title="Predict your own machine",
     question="Measure (or make up plausible) 6.10 figures for a machine - `usermode-count`, `syscall-count`, "
              "`uprobe-nop`, `uprobe-ret`, `uretprobe-nop` - and predict what 6.11 gives it. First write down your own guess "
-             "for `uretprobe-nop`, then check the model's: `answer = (mine, \"6.11\", {\"uretprobe-nop\": ...})`.",
+             "for `uretprobe-nop`, then check the model's: `answer = (mine, \"6.11\", {\"uretprobe-nop\": ...})`; within "
+             "0.01 M/s of the model's figure counts as the same.",
     hint="The last cell above builds such a table (`mine`) and calls `model.predict_from_measured`.",
     solution="""import pandas as pd
 from uprobe_lab import model

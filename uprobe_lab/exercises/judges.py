@@ -43,6 +43,18 @@ def word(text: Any) -> str:
     return " ".join(str(text).strip().strip("'\"").lower().split())
 
 
+SIGNALS = {"sigill": 4, "sigtrap": 5, "sigbus": 7, "sigsegv": 11}
+
+
+def signal_name(text: Any) -> str:
+    """One spelling of a signal for every checker: 'SIGSEGV', 'segv', 'sigsegv' and 11 are all 'sigsegv';
+    anything else (an exit status) is its :func:`word`."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        return next((name for name, number in SIGNALS.items() if number == text), str(text))
+    w = word(text)
+    return w if w in SIGNALS else ("sig" + w if "sig" + w in SIGNALS else w)
+
+
 def register(name: Any) -> str:
     n = word(name).lstrip("%")
     return REGISTER_ALIASES.get(n, n)
@@ -107,8 +119,13 @@ def per_item(normalise_key: Callable[[Any], Any], judge_value: Callable[[Any, An
             raise LabError("give a dict, one entry per item: {" + ", ".join(f"{k!r}: ..." for k in expected) + "}")
         got = {normalise_key(k): v for k, v in answer.items()}
         unanswered = [k for k in expected if k not in got]
-        if unanswered:
-            return False, f"No answer for {', '.join(map(str, unanswered))}."
+        unasked = [k for k in got if k not in expected]
+        if unanswered or unasked:
+            said = [f"no answer for {', '.join(map(str, unanswered))}"] if unanswered else []
+            said += [f"not asked: {', '.join(map(str, unasked))} (the question asks for "
+                     f"{', '.join(map(str, expected))})"] if unasked else []
+            text = "; ".join(said)
+            return False, text[0].upper() + text[1:] + "."
         wrong = []
         for key, want in expected.items():
             ok, _ = judge_value(got[key], want)
