@@ -3,6 +3,7 @@ annotations, and a linear throughput-by-kernel chart whose circles are the seeds
 import math
 
 import matplotlib
+import pytest
 
 matplotlib.use("Agg")
 
@@ -55,10 +56,8 @@ def test_arm64_bench_legend_names_the_stp_handling_and_gains_print_one_decimal()
 
 # --- every chart the course draws: no tick labels over each other, nothing cut off by the figure's edge ------
 
-def _course_charts():
-    """(name, figure) for each chart a chapter shows, drawn as the chapter draws it."""
+def _charts_01_to_04():
     from uprobe_lab.bench import events_table
-    from uprobe_lab.views import model as model_views
     from uprobe_lab.views.arm64 import plot_published_stp
     from uprobe_lab.views.uretprobe import plot_trampoline_events
 
@@ -67,6 +66,11 @@ def _course_charts():
     yield "02 trampoline events", plot_trampoline_events()
     yield "04 published bench", plot_published_bench()
     yield "04 published stp", plot_published_stp()
+
+
+def _charts_05():
+    from uprobe_lab.views import model as model_views
+
     repro = model.reproduction()
     for (source, table), rows in repro.groupby(["source", "table"], sort=False):
         if not rows["duplicate_of"].iloc[0]:  # seed 004 quotes 003's table; chapter 05 draws it once
@@ -74,16 +78,28 @@ def _course_charts():
     yield "05 error", charts.error_chart(repro)
     yield "05 breakdown", model_views.breakdown_for("intel")
     yield "05 kernel history", charts.kernel_history_chart()
-    from uprobe_lab.model import contention
+
+
+def _charts_07():
     from uprobe_lab.views import many_cpus
 
     for kernel, bench in (("6.10", "uprobe-nop"), ("6.13", "uprobe-ret"), ("6.14", "uretprobe-nop")):
         yield f"07 lines {bench} {kernel}", many_cpus.lines_figure(bench, kernel, 8)
     yield "07 transfers", many_cpus.transfers_chart(many_cpus.transfers_curve("uprobe-nop", iterations=5))
-    result = contention.evaluate()
-    for table in contention.HELD_OUT_TABLES:
+    yield "07 this machine", many_cpus.native_scaling_chart(many_cpus.native_scaling(recorded=True))
+
+
+def _charts_07_scaling():
+    from uprobe_lab.model import contention
+    from uprobe_lab.views import many_cpus
+
+    result = contention.evaluate()  # every held-out row's transfers emulated: the slow part
+    for table in contention.scaling_table()["table"].unique():
         yield f"07 scaling {table}", many_cpus.scaling_chart(result, table)
-    yield "07 this machine", many_cpus.native_scaling_chart(many_cpus.native_scaling())
+
+
+COURSE_CHARTS = {"01-04": _charts_01_to_04, "05": _charts_05, "07": _charts_07,
+                 "07 scaling": pytest.param(_charts_07_scaling, marks=pytest.mark.slow)}
 
 
 def _defects(fig) -> list[str]:
@@ -129,8 +145,10 @@ def _defects(fig) -> list[str]:
     return out
 
 
-def test_course_charts_have_no_overlapping_tick_labels_and_nothing_cut_off():
-    found = {name: d for name, fig in _course_charts() if (d := _defects(fig))}
+@pytest.mark.parametrize("charts_of", COURSE_CHARTS.values(), ids=COURSE_CHARTS.keys())
+def test_course_charts_have_no_overlapping_tick_labels_and_nothing_cut_off(charts_of):
+    """Every chart a chapter shows (a chapter's charts per case, so they draw in parallel), drawn as it draws it."""
+    found = {name: d for name, fig in charts_of() if (d := _defects(fig))}
     assert found == {}
 
 

@@ -212,10 +212,10 @@ def protocol_summary(result: dict) -> pd.DataFrame:
 
 
 def native_scaling(benches=("uprobe-nop", "uretprobe-nop", "uprobe-ret"), iterations: int = 50_000,
-                   repeats: int = 3) -> dict:
+                   repeats: int = 3, recorded: bool = False) -> dict:
     """This machine's -p 1..N curve (N: its CPUs, at most 8), or the bundled recording where native runs cannot
-    happen here (the reason says why). {recorded, reason, host, rows}."""
-    reason = native_reason()
+    happen here (the reason says why) or ``recorded`` asks for it. {recorded, reason, host, rows}."""
+    reason = "the recording was asked for" if recorded else native_reason()
     if reason is None:
         n = min(len(os.sched_getaffinity(0)), 8)
         rows = []
