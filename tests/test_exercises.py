@@ -22,9 +22,9 @@ WRONG = {
     "00.1": ({"uprobe_target_nop": 1, "uprobe_target_ret": 1}, "uprobe_target_ret: 2 exceptions"),
     "00.2": ((2, 2), "int3 traps: not 2"),
     "00.3": (("uprobe_target_ret", {"exceptions": 1}), "exceptions: you wrote 1, the lab counts 2"),
-    "01.1": ({"90": "emulate", "55": "emulate", "c3": "emulate", "e8 00 00 00 00": "emulate", "0f 05": "xol",
-              "f4": "xol"}, "c3: xol"),
-    "01.2": ({"6.11": "emulate", "6.16": "emulate"}, "6.11: xol"),
+    "01.1": ({"6a 01": "emulate", "eb fe": "emulate", "74 05": "emulate", "0f 0b": "xol", "ff d0": "xol",
+              "cd 80": "reject"}, "6a 01: push 1 - look again"),  # only a push of a register is emulated
+    "01.2": ({"6.11": "emulate", "6.16": "emulate"}, "6.11: look at which nops 6.11 emulated"),
     "01.3": ("SIGILL", "Not sigill"),
     "01.4": (("c3", "emulate"), "not emulate but xol"),
     "02.1": ({"6.10": 1, "6.11": 1}, "6.10: 2 exceptions"),
@@ -71,12 +71,12 @@ EXPECTED = {
     "00.1": {"uprobe_target_nop": 1, "uprobe_target_ret": 2},
     # one uprobe per address, so one int3 and one handler_chain() that runs both consumers
     "00.2": (2, 1),
-    # nop, push %rbp (push_emulate_op) and call rel32 (branch_emulate_op) are emulated; ret is stepped; good_insns_64
-    # marks 0x0f good, so uprobe_init_insn() takes every 0f xx, syscall too, before good_2byte_insns is read; hlt
-    # (f4) is not in good_insns_64
-    "01.1": {"90": "emulate", "55": "emulate", "c3": "xol", "e8 00 00 00 00": "emulate", "0f 05": "xol",
-             "f4": "reject"},
-    # 6.11 emulates only prefix* + 0x90; 6.16 (610f6e14c29d) also every x86_nops[len], nopl 0x0(%rax,%rax,1) included
+    # push_setup_xol_ops takes only push of a register (50+r), so push $1 (6a) is stepped; jmp rel8 and jcc rel8 are
+    # branch_emulate_op's; good_insns_64 marks 0x0f good, so ud2 (0f 0b) is stepped like syscall; call *%rax (ff /2)
+    # is stepped with UPROBE_FIX_CALL; int $0x80 (cd) is not in good_insns_64
+    "01.1": {"6a 01": "xol", "eb fe": "emulate", "74 05": "emulate", "0f 0b": "xol", "ff d0": "xol",
+             "cd 80": "reject"},
+    # 6.11 emulates only prefix* + 0x90; 6.16 (610f6e14c29d) also every x86_nops[len], 0f 1f 00 (x86_nops[3]) included
     "01.2": {"6.11": "xol", "6.16": "emulate"},
     # handle_swbp() finds no uprobe there and the byte is a real int3: force_sig(SIGTRAP)
     "01.3": "sigtrap",
@@ -327,3 +327,13 @@ def test_a_signal_is_right_however_it_is_spelt_in_every_checker(spelling):
 def test_a_key_the_question_did_not_ask_for_is_named_not_ignored():
     verdict = exercises.check("03.6", {"6.18": "SIGSEGV", "7.2": "exit 0", "7.3": "exit 0"})
     assert not verdict.ok and "Not asked: 7.3 (the question asks for 6.18, 7.2)" in verdict.message
+
+
+def test_the_lab_s_answer_stays_back_until_the_third_wrong_try(monkeypatch):
+    monkeypatch.setattr(exercises.core, "_MISSES", {})
+    wrong = {"6.11": "emulate", "6.16": "emulate"}
+    why = exercises.get("01.2").why(exercises.get("01.2").expected())
+    first, second, third = (exercises.check("01.2", wrong) for _ in range(3))
+    assert why not in first.message and why not in second.message and "hint('01.2')" in first.message
+    assert why in third.message and not third.ok
+    assert why in exercises.check("01.2", {"6.11": "xol", "6.16": "emulate"}).message  # and with a right answer

@@ -62,6 +62,8 @@ class Exercise:
 
 CHAPTERS = ("00", "01", "02", "03", "04", "05", "06", "07", "08")
 _REGISTRY: dict[str, Exercise] = {}
+_MISSES: dict[str, int] = {}  # wrong answers so far, per exercise, in this Python session
+TRIES_BEFORE_WHY = 3  # the explanation, which may name the answer, comes with the third wrong try
 
 
 def exercise(**fields) -> Exercise:
@@ -121,6 +123,11 @@ def check(ex_id: str, answer: Any) -> Verdict:
         ok, reason = ex.judge(answer, expected)
     except LabError as err:  # an answer in a form the checker cannot read: say which form it wants
         return Verdict(ex.id, False, str(err).rstrip(".") + ".")
+    if not ok:
+        _MISSES[ex.id] = _MISSES.get(ex.id, 0) + 1
+        if _MISSES[ex.id] < TRIES_BEFORE_WHY:  # the lab's answer stays back: what is wrong, and where to look
+            return Verdict(ex.id, False, (reason + " " if reason else "") + f"Try again; hint({ex.id!r}) helps, and "
+                           f"solution({ex.id!r}) shows the way.")
     return Verdict(ex.id, ok, (reason + " " if reason else "") + ex.why(expected))
 
 

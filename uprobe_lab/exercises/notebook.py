@@ -18,8 +18,9 @@ TAG = "exercises"
 INTRO = """## Exercises
 
 Predict first, then run. Write your answer in place of `None` and run the cell: `check` asks the lab for the right
-answer (nothing is stored) and says whether yours is right, and why. Hints and worked solutions are folded - click
-to open them - or call `hint("{first}")` / `solution("{first}")`. Kinds: *predict* (say it before you run it),
+answer (nothing is stored) and says whether yours is right; a wrong try says what is wrong, and the lab's own
+answer comes with the third. Hints and worked solutions are folded - click to open them - or call
+`hint("{first}")` / `solution("{first}")`. Kinds: *predict* (say it before you run it),
 *break it* (change something and see what fails), *open* (your own choice, checked by the lab)."""
 
 
