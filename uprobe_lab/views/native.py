@@ -132,3 +132,30 @@ def kernel_picker(pred: pd.DataFrame):
     picker.observe(show, names="value")
     show()
     return w.VBox([picker, out])
+
+
+def outside_note(comparison: pd.DataFrame, profile) -> str:
+    """Which measured rows fall outside the model's 80% intervals, by how much, and the likely causes the rows
+    themselves point to (a whole-machine shift, the single step's trap, the bare loop's speed)."""
+    out = comparison[~comparison["native_inside"].astype(bool)]
+    if out.empty:
+        return f"All {len(comparison)} measured rows fall inside the model's 80% intervals."
+    lines = [f"{len(out)} of {len(comparison)} measured rows fall outside the model's 80% intervals "
+             f"({out['model_error_pct'].min():+.1f}% to {out['model_error_pct'].max():+.1f}%, model against "
+             "measured). Likely causes, as the rows show them:"]
+    probe = out[out["bench"] != "usermode-count"]
+    if len(probe) >= 3 and (probe["model_error_pct"] < 0).mean() > 0.5:
+        lines.append("- most probe rows are faster than the model: the machine ran faster while the table was measured "
+                     "than while the price benches were (a shared virtual machine's speed swings between runs; "
+                     f"the price benches' own level moved {100 * profile.level_sd:.1f}% between rounds)")
+    stepped = out[out["bench"].str.endswith("-ret")]
+    if len(stepped) and any("xol_step" in w for w in profile.warnings):
+        lines.append("- the stepped rows (" + ", ".join(stepped["bench"]) + ") hang on the single step's price, "
+                     "which is far above a native CPU's: a hypervisor intercepts the #DB trap, and how long it takes "
+                     "varies from run to run")
+    if "usermode-count" in set(out["bench"]):
+        lines.append("- usermode-count, the loop with no probe, moved too: the CPU's own speed (its frequency, or the "
+                     "virtual machine's share of it) was not the same in the two runs")
+    lines.append("Run the chapter again: a machine whose rows move between runs by more than the intervals allow is "
+                 "telling you about itself, not about the kernel.")
+    return "\n".join(lines)

@@ -1,0 +1,25 @@
+"""Chapter 06's note on measured rows outside the model's intervals: it names them and the causes they point to."""
+from types import SimpleNamespace
+
+import pandas as pd
+
+from uprobe_lab.views.native import outside_note
+
+
+def _rows(errors, inside):
+    benches = ["usermode-count", "uprobe-nop", "uprobe-push", "uprobe-ret", "uretprobe-nop"]
+    return pd.DataFrame({"bench": benches, "model_error_pct": errors, "native_inside": inside})
+
+
+def test_rows_inside_say_so():
+    profile = SimpleNamespace(level_sd=0.02, warnings=[])
+    assert outside_note(_rows([1, 2, 3, 4, 5], [True] * 5), profile).startswith("All 5 measured rows fall inside")
+
+
+def test_a_machine_faster_than_the_prices_and_a_hypervisor_s_single_step_are_named():
+    profile = SimpleNamespace(level_sd=0.05, warnings=["xol_step fitted at 6384.8 +- 216.9 ns, outside ..."])
+    note = outside_note(_rows([-40.0, -22.0, -20.0, 15.0, -18.0], [False] * 5), profile)
+    assert note.startswith("5 of 5 measured rows fall outside") and "-40.0% to +15.0%" in note
+    assert "faster than the model" in note and "5.0% between rounds" in note
+    assert "uprobe-ret" in note.split("stepped rows")[1] and "hypervisor intercepts the #DB" in note
+    assert "usermode-count, the loop with no probe, moved too" in note
