@@ -157,3 +157,16 @@ def test_ctrl_c_stops_the_threads_and_leaves_the_process_usable(name, hang_guard
     before = consumer.hits
     proc.call("producer_loop", 40, target)
     assert consumer.hits - before == 40
+
+
+def test_a_process_made_for_n_cpus_calls_on_all_of_them():
+    import uprobe_lab as ul
+    from uprobe_lab.smp import call_on_cpus
+
+    proc = ul.new_process("arm64", "6.18", cpus=4)
+    consumer = ul.CountingConsumer()
+    ul.attach(proc, "uprobe_target_nop", consumer)
+    sched = call_on_cpus(proc, "producer_loop", 25, proc.program.resolve("uprobe_target_nop"))
+    assert consumer.hits == 100 and [t.cpu for t in sched.threads] == [0, 1, 2, 3]
+    with pytest.raises(LabError, match="cpus is an int from 1 to 256"):
+        ul.new_process(cpus=0)

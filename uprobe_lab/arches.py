@@ -13,8 +13,9 @@ from typing import Callable
 
 from .arm64 import analyze as arm64_analyze, programs as arm64_programs
 from .arm64.process import Arm64Process
-from .errors import LabError
+from .errors import LabError, is_int
 from .process import EmulatedProcess
+from .smp import MAX_CPUS
 from .x86 import analyze as x86_analyze, programs as x86_programs
 from .x86.process import X86Process
 
@@ -52,10 +53,14 @@ def check_options(func: Callable, options: dict, what: str) -> None:
                        f"it takes {', '.join(accepted) or 'none'}")
 
 
-def make_process(arch: str = "x86_64", kernel=None, **options) -> EmulatedProcess:
-    """A fresh emulated process of ``arch`` with the kernel bench program loaded."""
+def make_process(arch: str = "x86_64", kernel=None, cpus: int = 1, **options) -> EmulatedProcess:
+    """A fresh emulated process of ``arch`` with the kernel bench program loaded. ``cpus``: how many emulated CPUs
+    its threads run on when a call is made on all of them (uprobe_lab.smp.call_on_cpus)."""
     row = get_arch(arch)
     check_options(row.process, options, f"an {arch} process")
+    if not is_int(cpus) or not 1 <= cpus <= MAX_CPUS:
+        raise LabError(f"cpus is an int from 1 to {MAX_CPUS} (the kernel bench's limit), got {cpus!r}")
     proc = row.process(kernel, **options)
     proc.load(row.bench_program())
+    proc.cpus = cpus
     return proc

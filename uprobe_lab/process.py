@@ -140,6 +140,7 @@ class EmulatedProcess:
     TASK_STATE: tuple[str, ...] = ("utask",)  # what is each thread's own (uprobe_lab.smp switches it with the registers)
     scheduler = None  # the uprobe_lab.smp.Scheduler while threads run on many CPUs
     cpu = 0  # the CPU the running thread is on
+    cpus = 1  # how many CPUs smp.call_on_cpus runs this process's threads on (new_process(cpus=N))
 
     def __init__(self, kernel: str | KernelVersion | None = None, record: bool = False):
         self._kernel = get_kernel(kernel)

@@ -199,3 +199,8 @@ def run_on_cpus(proc: EmulatedProcess, cpus: int, target, *args: int, seed: int 
     scheduler = Scheduler(proc, cpus, seed, switch_on_exit=switch_on_exit)
     scheduler.run(target, *args, max_insns=max_insns)
     return scheduler
+
+
+def call_on_cpus(proc: EmulatedProcess, target, *args: int, seed: int = 0) -> Scheduler:
+    """Call ``target(*args)`` on each of the process's CPUs at once (``new_process(cpus=N)``): :func:`run_on_cpus`."""
+    return run_on_cpus(proc, proc.cpus, target, *args, seed=seed)
