@@ -35,7 +35,7 @@ def test_print_walk_prints_unless_presenting(monkeypatch, capsys):
 
 def test_lab_lecture_sets_the_switch():
     lecture = re.search(r"^    lecture\)(.*?);;", (REPO / "lab").read_text(), re.S | re.M).group(1)
-    assert f"{presenter.ENV}=1 exec" in lecture and "voila" in lecture
+    assert f"{presenter.ENV}=1 " in lecture and "voila" in lecture
 
 
 def _printed(outputs: list[dict]) -> str:
@@ -72,3 +72,26 @@ def test_chapter_03_shows_its_patch_stages_only_outside_lecture_mode(lecture):
         assert STAGE.findall(printed) == [] and tables == 0, printed
     else:  # two 6.18 stages, the 7.2 undo's seven, and both stage tables
         assert len(STAGE.findall(printed)) == 9 and tables == 2, printed
+
+
+def test_the_lecture_copy_keeps_headings_first_sentences_and_folds_the_rest_as_notes():
+    import nbformat.v4 as v4
+
+    from uprobe_lab.presenter import lecture_notebook
+
+    text = "## 2. One hit\nPress **Step**: each step runs one instruction. The kernel's work shows too.\n\n* One. Two.\n* Three"
+    nb = v4.new_notebook(cells=[
+        v4.new_markdown_cell(text), v4.new_code_cell("v.widget()"),
+        v4.new_code_cell("print(raw)", metadata={"tags": ["lecture-skip"]}),
+        v4.new_markdown_cell("### Exercise", metadata={"tags": ["exercises"]})])
+    slides = lecture_notebook(nb)
+    assert [c.cell_type for c in slides.cells] == ["markdown", "code"]  # no exercise, no skipped printout
+    shown, notes = slides.cells[0].source.split("<details><summary>Presenter notes</summary>")
+    assert shown.strip() == "## 2. One hit\n\nPress **Step**: each step runs one instruction.\n\n* One.\n* Three"
+    assert text in notes and len(nb.cells) == 4  # the notes hold the whole text; the chapter itself is untouched
+
+
+def test_lab_lecture_serves_the_lecture_copy():
+    script = (REPO / "lab").read_text()
+    lecture = script.split("    lecture)")[1].split(";;")[0]
+    assert "uprobe_lab.presenter" in lecture and "voila" in lecture

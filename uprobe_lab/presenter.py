@@ -6,7 +6,10 @@ they still print every walk: without a widget front end the printout is the only
 """
 from __future__ import annotations
 
+import copy
 import os
+import re
+import sys
 
 ENV = "UPROBE_LAB_LECTURE"
 
@@ -23,3 +26,68 @@ def print_walk(*items) -> None:
     for item in items:
         for part in (item if isinstance(item, (list, tuple)) else [item]):
             print(part.describe() if hasattr(part, "describe") else part)
+
+
+LECTURE_SKIP = "lecture-skip"  # a cell tag: left out of the lecture copy (a printout the audience need not read)
+BULLET = r"\s*(?:[*-]|\d+\.)\s"  # a list item's marker
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`*(\[])")
+
+
+def first_sentence(paragraph: str) -> str:
+    """A paragraph's first sentence (the whole paragraph when it has one)."""
+    return SENTENCE_END.split(" ".join(paragraph.split()), maxsplit=1)[0]
+
+
+def slide_text(markdown: str) -> str:
+    """What a slide shows of a markdown cell: headings as they are, a list's items and each paragraph cut to their
+    first sentence, code and tables as they are; the whole text follows, folded, as the presenter's notes."""
+    out, blocks = [], re.split(r"\n\s*\n", markdown.strip())
+    for block in blocks:
+        if block.startswith("#") and "\n" in block:  # a heading with its first paragraph under it
+            heading, block = block.split("\n", 1)
+            out.append(heading)
+        lines = block.splitlines()
+        if block.startswith(("#", "```", "|", "<", "!")):
+            out.append(block)
+        elif re.match(BULLET, lines[0]) and all(re.match(BULLET, line) or line.startswith("  ") for line in lines):
+            items = re.split(rf"\n(?={BULLET})", block)
+            out.append("\n".join(re.match(BULLET, item).group(0) + first_sentence(re.sub(f"^{BULLET}", "", item))
+                                 for item in items))
+        else:
+            out.append(first_sentence(block))
+    short = "\n\n".join(out)
+    if short.split() == markdown.split():
+        return markdown
+    return f"{short}\n\n<details><summary>Presenter notes</summary>\n\n{markdown.strip()}\n\n</details>"
+
+
+def lecture_notebook(nb):
+    """The copy of a chapter ``./lab lecture`` serves: no exercises, no cell tagged ``lecture-skip``, each text
+    cell cut to its headings and first sentences with the whole text folded under it as presenter notes."""
+    nb = copy.deepcopy(nb)
+    kept = []
+    for cell in nb.cells:
+        tags = set(cell.get("metadata", {}).get("tags", []))
+        if tags & {"exercises", LECTURE_SKIP}:
+            continue
+        if cell.cell_type == "markdown":
+            cell.source = slide_text(cell.source)
+        kept.append(cell)
+    nb.cells = kept
+    return nb
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m uprobe_lab.presenter NOTEBOOK OUT``: write the lecture copy of NOTEBOOK to OUT."""
+    import nbformat
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2:
+        print("usage: python -m uprobe_lab.presenter NOTEBOOK OUT", file=sys.stderr)
+        return 2
+    nbformat.write(lecture_notebook(nbformat.read(args[0], as_version=4)), args[1])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
