@@ -118,6 +118,14 @@ class Trace:
         self._holders.clear()
         self.transfers.clear()
 
+    def summary(self):
+        """The counts so far as a pandas DataFrame, one row per kind counted (vocabulary order), with what it means."""
+        import pandas as pd
+
+        counts = self._counts
+        rows = [{"event": k, "count": counts[k], "what it is": EVENT_KINDS[k]} for k in EVENT_KINDS if counts.get(k)]
+        return pd.DataFrame(rows, columns=["event", "count", "what it is"]).set_index("event")
+
     def dataframe(self):
         """The recorded events as a pandas DataFrame (seq, kind, n, ip, note)."""
         import pandas as pd

@@ -1,0 +1,14 @@
+"""The trace's counts as a table: what chapter 00 shows as the kernel's bill for one hit."""
+import uprobe_lab as ul
+from uprobe_lab.trace import EVENT_KINDS
+
+
+def test_the_summary_lists_each_counted_kind_once_in_vocabulary_order_with_its_meaning():
+    proc = ul.new_process(kernel="6.18")
+    ul.attach(proc, "uprobe_target_ret", ul.CountingConsumer())
+    proc.call("uprobe_target_ret")
+    table = proc.trace.summary()
+    counts = proc.trace.counts
+    assert list(table.index) == [k for k in EVENT_KINDS if counts.get(k)]
+    assert table.loc["exceptions", "count"] == 2 and table.loc["xol_steps", "count"] == 1  # int3 + #DB, one step
+    assert table.loc["exc_db", "what it is"] == EVENT_KINDS["exc_db"]
