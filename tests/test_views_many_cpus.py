@@ -1,8 +1,9 @@
 """Chapter 07's views: the tables and figures it shows are the library's counts, arranged."""
-import pytest
+import os
 
 from uprobe_lab.native import example
 from uprobe_lab.views import many_cpus as v
+from native_support import native
 
 
 def test_the_shared_state_table_has_a_column_per_kernel_and_the_kernels_accesses():
@@ -33,3 +34,15 @@ def test_without_native_probes_the_machine_section_shows_the_recording(monkeypat
     assert list(table.index) == [1, 2] and set(table.columns) == {"uprobe-nop", "uretprobe-nop", "uprobe-ret"}
     # the recording's hits are exact: every producer's calls counted
     assert all(r["hits"] == r["cpus"] * r["iterations"] * r["repeats"] for r in run["rows"])
+
+
+@native
+def test_a_cpu_another_bench_holds_sends_the_chapter_to_the_recording(monkeypatch):
+    from uprobe_lab.native.bench import _cpu_lock
+
+    monkeypatch.setattr(v, "CPU_WAIT_S", 0.2)
+    busy = min(os.sched_getaffinity(0))
+    with _cpu_lock(busy) as mine:
+        assert mine
+        run = v.native_scaling(iterations=1000, repeats=1)
+    assert run["recorded"] and f"CPU {busy} ran another lab bench" in run["reason"]

@@ -46,18 +46,18 @@ def producer_cpus(cpus: int) -> list[int]:
 
 
 @contextlib.contextmanager
-def _held_cpu(cpu: int):
-    """Hold ``cpu``'s lab bench lock for the block, waiting up to LOCK_WAIT_S for another lab bench to let go of it:
+def _held_cpu(cpu: int, wait_s: float = LOCK_WAIT_S):
+    """Hold ``cpu``'s lab bench lock for the block, waiting up to ``wait_s`` for another lab bench to let go of it:
     each producer needs its CPU to itself."""
-    deadline = time.monotonic() + LOCK_WAIT_S
+    deadline = time.monotonic() + wait_s
     while True:
         with _cpu_lock(cpu) as mine:
             if mine:
                 yield
                 return
         if time.monotonic() > deadline:
-            raise LabError(f"CPU {cpu} has run another lab bench for {LOCK_WAIT_S} s: each producer needs a CPU of its "
-                           "own; let the other finish, or give a smaller -p")
+            raise LabError(f"CPU {cpu} ran another lab bench for the {wait_s:g} s waited: each producer needs a CPU of "
+                           "its own; let the other finish, or give a smaller -p")
         time.sleep(0.2)
 
 
@@ -140,7 +140,8 @@ def run_native_bench_on_cpus(nc: NativeCode, name: str, cpus: list[int], iterati
 
 
 def run_native_benches_on_cpus(names: Iterable[str] | None, cpus: int, iterations: int = DEFAULT_ITERATIONS,
-                               repeats: int = DEFAULT_REPEATS, progress=None) -> list[dict]:
+                               repeats: int = DEFAULT_REPEATS, progress=None,
+                               lock_wait_s: float = LOCK_WAIT_S) -> list[dict]:
     """``bench --mode native -p N``: each bench with N producers pinned to this host's first N CPUs (each CPU's
     lab lock held, so another lab bench does not share them). One row per bench: bench, arch, mode, kernel,
     cpus, iterations, repeats, hits (counted by the BPF consumer), mops, mops_per_cpu, stddev."""
@@ -152,7 +153,7 @@ def run_native_benches_on_cpus(names: Iterable[str] | None, cpus: int, iteration
     chosen = producer_cpus(cpus)
     with contextlib.ExitStack() as held, NativeCode(arch) as nc:
         for cpu in chosen:
-            held.enter_context(_held_cpu(cpu))
+            held.enter_context(_held_cpu(cpu, lock_wait_s))
         have = available_benches(nc.program)
         wanted = list(names or MANY_CPU_BENCHES)
         unknown = [n for n in wanted if n not in have]
