@@ -22,7 +22,10 @@ def _actions(words, stp: str) -> dict:
 
 
 def _reason(stp: str):
-    return lambda w, want: f"{want} - {analyze(w, arch='arm64', stp=stp)['reason']}"
+    """What to reconsider for a wrong word, without the verdict: the instruction, and where the rule is."""
+    what = "the seed's decoder (pre-index, 64-bit, x29/x30, base sp)" if stp == "simulate" else \
+        "arch/arm64/kernel/probes/decode-insn.c: what it simulates, steps and rejects"
+    return lambda w, want: f"{analyze(w, arch='arm64', stp=stp)['mnemonic']} - look again at {what}"
 
 
 exercise(
@@ -53,7 +56,8 @@ answer = {mode: ul.events_per_hit("uprobe-push", "arm64", stp=mode)["exceptions"
     explanation="Simulating the store in the BRK handler drops the step exception: 2 → 1. The seed measured "
                 "+30% on uprobe-push (chapter 05 and the table above).",
     expected=lambda: {m: events_per_hit("uprobe-push", "arm64", stp=m).get("exceptions", 0) for m in ("xol", "simulate")},
-    judge=j.per_item(str, j.number(), lambda m, n: f"{n} exception{'s' if n != 1 else ''}"),
+    judge=j.per_item(str, j.number(), lambda m, n: "count the exceptions a hit takes in that mode, the BRK's and "
+                                                   "any after it"),
     why=lambda e: f"The emulator counts {e['xol']} upstream and {e['simulate']} simulated.",
 )
 
