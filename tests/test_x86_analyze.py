@@ -35,6 +35,12 @@ TABLE = [
     ("ffe0", "jmp rax", "xol", "xol"),
     ("5d", "pop rbp", "xol", "xol"),
     ("b801000000", "mov eax, 1", "xol", "xol"),
+    # function entries chapters 01 and 08 and the cheat sheet name: push of an immediate is not push_setup_xol_ops'
+    # (register pushes only); endbr64 and a lea are stepped; a short jmp is emulated
+    ("6a01", "push 1", "xol", "xol"),
+    ("f30f1efa", "endbr64", "xol", "xol"),
+    ("488d447f01", "lea rax, [rdi + rdi*2 + 1]", "xol", "xol"),
+    ("eb00", "jmp 0x400002", "emulate", "emulate"),
     ("cc", "int3", "reject", "reject"),
     ("cd80", "int 0x80", "reject", "reject"),
     ("cf", "iretd", "reject", "reject"),
