@@ -86,3 +86,9 @@ def test_perf_probe_counts_the_calls_and_deletes_its_event(tick):
     assert got.get("count") == 5000, got
     listed = subprocess.run(["perf", "probe", "-l"], capture_output=True, text=True).stdout
     assert "lab_tick" not in listed
+
+
+def test_the_interpreter_s_file_defines_the_interpreter_s_functions():
+    from uprobe_lab.own_program import interpreter_file
+
+    assert function_site(interpreter_file(), "PyObject_GetAttr").size > 0

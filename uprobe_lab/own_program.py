@@ -19,6 +19,7 @@ import platform
 import re
 import shutil
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from importlib import resources
@@ -102,23 +103,24 @@ def function_site(path: str | Path, symbol: str) -> FunctionSite:
     return FunctionSite(str(path), symbol, found["st_value"], offset, found["st_size"], code)
 
 
-def probe_verdicts(site: FunctionSite, kernels=tuple(KERNELS)) -> pd.DataFrame:
-    """Per kernel: what a uprobe on the function's first instruction does (emulate, xol, optimise after its first
-    hit, or refused at attach) and the exceptions and syscalls of a hit in the steady state."""
+def hit_verdict(code: bytes, vaddr: int, kernel) -> dict:
+    """What ``kernel`` does with a uprobe on the first instruction of ``code`` at ``vaddr`` (emulate, xol, optimise
+    after its first hit, or reject at attach) and the exceptions and syscalls of a hit in the steady state."""
+    kernel = get_kernel(kernel)
+    insn = insn_decode(code, vaddr)
+    verdict = analyze(code[:insn.length].hex(), "x86_64", kernel)
+    action, bench = verdict["action"], SAME_PATH.get(verdict["action"])
+    if action != "reject" and can_optimize(insn, vaddr, kernel):
+        action, bench = "optimise", OPTIMISED[kernel.name]
+    ev = events_per_hit(bench, "x86_64", kernel) if bench else {}
+    return {"kernel": kernel.name, "instruction": f"{verdict['mnemonic']} {verdict['op_str']}".strip(),
+            "probe": action, "exceptions": ev.get("exceptions", 0), "syscalls": ev.get("syscalls", 0),
+            "why": verdict["reason"]}
 
-    rows = []
-    for name in kernels:
-        kernel = get_kernel(name)
-        insn = insn_decode(site.code, site.vaddr)
-        verdict = analyze(site.code[:insn.length].hex(), "x86_64", kernel)
-        action, bench = verdict["action"], SAME_PATH.get(verdict["action"])
-        if action != "reject" and can_optimize(insn, site.vaddr, kernel):
-            action, bench = "optimise", OPTIMISED[kernel.name]
-        ev = events_per_hit(bench, "x86_64", kernel) if bench else {}
-        rows.append({"kernel": kernel.name, "instruction": f"{verdict['mnemonic']} {verdict['op_str']}".strip(),
-                     "probe": action, "exceptions": ev.get("exceptions", 0), "syscalls": ev.get("syscalls", 0),
-                     "why": verdict["reason"]})
-    return pd.DataFrame(rows)
+
+def probe_verdicts(site: FunctionSite, kernels=tuple(KERNELS)) -> pd.DataFrame:
+    """:func:`hit_verdict` for the function's first instruction, one row per kernel."""
+    return pd.DataFrame([hit_verdict(site.code, site.vaddr, k) for k in kernels])
 
 
 def overhead(calls_per_s: float, ns_per_hit: float, cpus: int = 1) -> float:
@@ -211,6 +213,15 @@ def loaded_library(prefix: str) -> Path:
     if not found:
         raise LabError(f"this Python has no library {prefix}* mapped; give the path yourself")
     return Path(found[0])
+
+
+def interpreter_file() -> Path:
+    """The file that holds this Python's interpreter: its libpython where it is a shared library, else the
+    executable (a Python linked statically)."""
+    try:
+        return loaded_library("libpython")
+    except LabError:
+        return Path(os.path.realpath(sys.executable))
 
 
 def measured_or_recorded(tick: Path | None = None) -> dict:

@@ -42,7 +42,6 @@ class Thread:
     done: bool = False
     resume: object = None  # sleeping in the kernel: what it does when woken (None: not asleep)
     woken: object = None  # woken, not yet run: what it does first when it runs
-    instructions: int = 0
 
 
 def thread_stack_top(proc: EmulatedProcess, cpu: int) -> int | None:
@@ -168,7 +167,6 @@ class Scheduler:
                             uprobe_abort_xol(proc)
                             proc.force_sig("SIGSEGV", f"{err} at pc={pc:#x} (CPU {t.cpu})")
                     left -= count
-                    t.instructions += count
                     if proc.pc == until:
                         t.done = True
                     self._switch_out(t)
