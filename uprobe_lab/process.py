@@ -333,6 +333,14 @@ class EmulatedProcess:
         non-canonical address); True if it delivered the signal itself."""
         return False
 
+    def cpu_fault(self, err: UcError, where: str = "") -> None:
+        """Unicorn stopped on a fault: the arch's own handling (arch_fault), else SIGSEGV; a fault inside an XOL
+        step is reported at the probed address."""
+        pc = self.pc
+        if not self.arch_fault():
+            uprobe_abort_xol(self)
+            self.force_sig("SIGSEGV", f"{err} at pc={pc:#x}{where}")
+
     def run(self, start: int, until: int, max_insns: int = DEFAULT_MAX_INSNS) -> RunResult:
         """Run from ``start`` until the pc reaches ``until``, a signal, or ``max_insns`` instructions.
 
@@ -377,10 +385,7 @@ class EmulatedProcess:
                     try:
                         self.uc.emu_start(pc, until, count=count)
                     except UcError as err:
-                        pc = self.pc
-                        if not self.arch_fault():
-                            uprobe_abort_xol(self)  # a fault inside an XOL step is reported at the probed address
-                            self.force_sig("SIGSEGV", f"{err} at pc={pc:#x}")
+                        self.cpu_fault(err)
                     pc = self.pc
                     if self.signal or pc == until:
                         break

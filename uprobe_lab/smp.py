@@ -24,7 +24,7 @@ from unicorn import UcError
 from .errors import LabError, ProcessKilled, is_int
 from .interrupt import deliver, sigint_stops
 from .process import MAX_INSNS, EmulatedProcess
-from .uprobes import UprobeTask, uprobe_abort_xol
+from .uprobes import UprobeTask
 
 MAX_CPUS = 256  # the kernel bench's MAX_CPUS
 THREAD_STACK_SIZE = 0x10000
@@ -162,10 +162,7 @@ class Scheduler:
                     try:
                         uc.emu_start(proc.pc, until, count=count)
                     except UcError as err:
-                        pc = proc.pc
-                        if not proc.arch_fault():
-                            uprobe_abort_xol(proc)
-                            proc.force_sig("SIGSEGV", f"{err} at pc={pc:#x} (CPU {t.cpu})")
+                        proc.cpu_fault(err, f" (CPU {t.cpu})")
                     left -= count
                     if proc.pc == until:
                         t.done = True
@@ -182,8 +179,7 @@ class Scheduler:
                     self._switch_in(t)
                     proc.abandon_run()  # a pending step aborted (slot freed, trap flag cleared), no return instances
                     self._switch_out(t)
-            if self.threads:
-                self._switch_in(self.threads[0])
+            self._switch_in(self.threads[0])
         if interrupt.pending:
             deliver(interrupt)
         if proc.signal:
@@ -193,7 +189,7 @@ class Scheduler:
 def run_on_cpus(proc: EmulatedProcess, cpus: int, target, *args: int, seed: int = 0,
                 switch_on_exit: float = SWITCH_ON_EXIT, max_insns: int = MAX_INSNS) -> Scheduler:
     """Call ``target(*args)`` on ``cpus`` threads of ``proc`` at once (interleaved by ``seed``); the Scheduler
-    that ran them (per-thread instruction counts, how often a thread slept waiting for an XOL slot)."""
+    that ran them (its threads, how often a thread slept waiting for an XOL slot)."""
     scheduler = Scheduler(proc, cpus, seed, switch_on_exit=switch_on_exit)
     scheduler.run(target, *args, max_insns=max_insns)
     return scheduler
