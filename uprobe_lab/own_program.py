@@ -108,7 +108,7 @@ def hit_verdict(code: bytes, vaddr: int, kernel) -> dict:
     after its first hit, or reject at attach) and the exceptions and syscalls of a hit in the steady state."""
     kernel = get_kernel(kernel)
     insn = insn_decode(code, vaddr)
-    verdict = analyze(code[:insn.length].hex(), "x86_64", kernel)
+    verdict = analyze(code[:insn.length].hex(), "x86_64", kernel, vaddr=vaddr)  # where it is decides some verdicts
     action, bench = verdict["action"], SAME_PATH.get(verdict["action"])
     if action != "reject" and can_optimize(insn, vaddr, kernel):
         action, bench = "optimise", OPTIMISED[kernel.name]
