@@ -17,7 +17,7 @@ SVG = "{http://www.w3.org/2000/svg}"
 def notebook_images() -> dict[str, str]:
     """diagram file name -> the alt text a chapter gives it."""
     found = {}
-    for path in sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+    for path in sorted((REPO / "notebooks").glob("[0-9][0-9]*_*.ipynb")):
         for cell in json.loads(path.read_text())["cells"]:
             if cell["cell_type"] == "markdown":
                 for alt, src in re.findall(r"!\[([^\]]*)\]\(diagrams/([\w.-]+\.svg)\)", "".join(cell["source"])):

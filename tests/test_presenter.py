@@ -61,17 +61,22 @@ def test_chapter_01_prints_its_walks_only_outside_lecture_mode(lecture):
 STAGE = re.compile(r"^stage \d+/\d+ ", re.M)  # how PatchRun.text() starts a patch stage
 
 
+# per chapter: the stages it prints (03: two 6.18 stages; 03b: 7.2's undo, seven) and its one stage table
+PATCH_CHAPTERS = {"03_nop5_optimization.ipynb": 2, "03b_nop10_optimization.ipynb": 7}
+
+
 @pytest.mark.notebooks
 @pytest.mark.xdist_group("notebooks")
+@pytest.mark.parametrize("chapter", PATCH_CHAPTERS)
 @in_a_chapter
-def test_chapter_03_shows_its_patch_stages_only_outside_lecture_mode(lecture):
-    outputs = code_outputs(executed("03_nop5_optimization.ipynb", lecture=lecture))
+def test_the_patch_chapters_show_their_stages_only_outside_lecture_mode(chapter, lecture):
+    outputs = code_outputs(executed(chapter, lecture=lecture))
     printed = _printed(outputs)
     tables = sum("text/html" in o.get("data", {}) and "a CPU entering the site decodes" in o["data"]["text/html"] for o in outputs)
     if lecture:  # the stage widgets reveal them one by one
         assert STAGE.findall(printed) == [] and tables == 0, printed
-    else:  # two 6.18 stages, the 7.2 undo's seven, and both stage tables
-        assert len(STAGE.findall(printed)) == 9 and tables == 2, printed
+    else:
+        assert len(STAGE.findall(printed)) == PATCH_CHAPTERS[chapter] and tables == 1, printed
 
 
 def test_the_lecture_copy_keeps_headings_first_sentences_and_folds_the_rest_as_notes():

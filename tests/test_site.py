@@ -10,7 +10,7 @@ from notebook_runs import executed
 from uprobe_lab import site
 
 REPO = Path(__file__).resolve().parents[1]
-CHAPTERS = sorted(p.stem for p in (REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+CHAPTERS = sorted(p.stem for p in (REPO / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
 
 
 class _Links(HTMLParser):
@@ -75,7 +75,7 @@ def test_chapters_carry_their_outputs_and_charts(html):
 
 def test_the_staged_book_carries_the_diagrams_the_chapters_link(tmp_path):
     site.stage(tmp_path / "book", execute=False)
-    for path in (REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"):
+    for path in (REPO / "notebooks").glob("[0-9][0-9]*_*.ipynb"):
         for name in re.findall(r"\]\((diagrams/[\w.-]+\.svg)\)", path.read_text()):
             assert (tmp_path / "book" / "notebooks" / name).is_file(), f"{path.name} -> {name}"
 

@@ -122,7 +122,7 @@ def stage(src: Path, execute: bool = True, run=execute_notebook) -> list[str]:
     (src / "notebooks").mkdir(parents=True)
     (src / "docs").mkdir()
     chapters = []
-    for path in sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+    for path in sorted((REPO / "notebooks").glob("[0-9][0-9]*_*.ipynb")):
         t0 = time.monotonic()
         nb = run(path) if execute else nbformat.read(path, as_version=4)
         nbformat.write(static_widgets(nb), src / "notebooks" / path.name)

@@ -69,11 +69,6 @@ answer = {k: ul.analyze("0f1f00", kernel=k)["action"] for k in ("6.11", "6.16")}
 )
 
 
-def _signal_name(answer) -> str:
-    name = j.word(answer).upper()
-    return ("SIG" + name if not name.startswith("SIG") else name).lower()
-
-
 def _stray_signal() -> str:
     proc = new_process()
     attach(proc, "uprobe_target_nop", CountingConsumer())
@@ -94,7 +89,7 @@ answer = proc.run(proc.program.resolve("uprobe_target_nop") + 2, 0).signal""",
     explanation="No uprobe at that address (and the bytes there really are `int3`): the trap is the program's "
                 "own breakpoint, delivered as SIGTRAP as a debugger would expect.",
     expected=lambda: _stray_signal().lower(),
-    judge=j.choice(("sigtrap", "sigill", "sigsegv", "sigbus", "sigkill"), _signal_name),
+    judge=j.choice(tuple(j.SIGNALS), j.signal_name),
     why=lambda e: f"The lab's process died of {e}: an int3 with no uprobe is delivered to the program.",
 )
 

@@ -142,12 +142,20 @@ def bench_bill(kinds: tuple[str, ...], benches: tuple[str, ...], what: str):
         missing = [k for k in kinds if k not in said]
         wrong = [f"No prediction for {', '.join(missing)} (the question asks for {', '.join(kinds)}; 0 is a "
                  f"prediction)"] if missing else []
-        wrong += [f"{k}: you said {v}, the emulator counts {right.get(k, 0):g}" for k, v in said.items()
-                  if j.as_number(v) != right.get(k, 0)]
+        # the direction only: the count itself is the answer, which the third wrong try gives
+        wrong += [f"{k}: {j.as_number(v):g} is too {'high' if j.as_number(v) > right.get(k, 0) else 'low'}"
+                  for k, v in said.items() if j.as_number(v) != right.get(k, 0)]
         if wrong:
             return False, "; ".join(wrong) + "."
         return True, f"Every kind you predicted matches ({bench} on {kernel}: {right})."
     return judge
+
+
+def open_bench_task(kinds: tuple[str, ...], benches: tuple[str, ...], what: str) -> dict:
+    """The checking half of an open "pick a bench and a kernel, predict its bill" exercise."""
+    return dict(expected=lambda: (lambda bench, kernel: events_per_hit(bench, "x86_64", kernel)),
+                judge=bench_bill(kinds, benches, what),
+                why=lambda lab: "The emulator ran the bench to its steady state on that kernel.")
 
 
 exercise(
@@ -162,7 +170,5 @@ bill = ul.events_per_hit("uretprobe-ret", "x86_64", "6.11")
 answer = ("uretprobe-ret", "6.11", {k: bill.get(k, 0) for k in ("exceptions", "syscalls", "xol_steps")})""",
     explanation="uretprobe-ret: the probed `ret` is stepped out of line (int3 + #DB), and the return comes back "
                 "through the syscall trampoline.",
-    expected=lambda: (lambda bench, kernel: events_per_hit(bench, "x86_64", kernel)),
-    judge=bench_bill(("exceptions", "syscalls", "xol_steps"), URETPROBE_BENCHES, "a uretprobe bench"),
-    why=lambda lab: "The emulator ran the bench to its steady state on that kernel.",
+    **open_bench_task(("exceptions", "syscalls", "xol_steps"), URETPROBE_BENCHES, "a uretprobe bench"),
 )

@@ -7,8 +7,7 @@ from ..views.nop5 import patch_run
 from ..x86.redzone_programs import check_transparency
 from .core import exercise
 from . import judges as j
-from .ch02 import bench_bill
-from ..native.fork import emulated_fork_report
+from .ch02 import open_bench_task
 
 NOP5_KERNELS = ("6.11", "6.16", "6.18")
 NOP5_BENCHES = tuple(b for b in bench_names("x86_64") if "nop5" in b)
@@ -100,8 +99,8 @@ report = check_transparency("redzone_leaf_nop5", "6.18")
 print(report)
 answer = set(report.redzone_changed)""",
     explanation="The `call` pushes the return address at rsp-8 and the trampoline pushes three more registers "
-                "below it: the leaf's live value is gone. The nop10 scheme (end of the chapter) moves rsp below "
-                "the red zone first.",
+                "below it: the leaf's live value is gone. Chapter 03b's nop10 scheme moves rsp below the red "
+                "zone first.",
     expected=_redzone_writes,
     judge=j.same_set(_offset, "offset(s)"),
     why=lambda e: "The lab's transparency check saw writes at " + ", ".join(f"rsp{o:+d}" for o in sorted(e)) + ".",
@@ -118,31 +117,5 @@ bill = ul.events_per_hit("uretprobe-nop5", "x86_64", "6.18")
 answer = ("uretprobe-nop5", "6.18", {k: bill.get(k, 0) for k in ("exceptions", "syscalls")})""",
     explanation="6.18's uretprobe-nop5: the entry goes through the optimised call (sys_uprobe), the return "
                 "through the uretprobe trampoline (sys_uretprobe): two syscalls, no exception.",
-    expected=lambda: (lambda bench, kernel: events_per_hit(bench, "x86_64", kernel)),
-    judge=bench_bill(("exceptions", "syscalls"), NOP5_BENCHES, "a nop5 bench"),
-    why=lambda lab: "The emulator ran the bench to its steady state on that kernel.",
-)
-
-
-def _child_fates() -> dict[str, str]:
-    """The fate of a child forked after the optimisation, calling the optimised site once: per kernel."""
-    return {k: emulated_fork_report(k)[site]["child"]
-            for k, site in (("6.18", "uprobe_target_nop5"), ("7.2", "uprobe_target_nop10"))}
-
-
-exercise(
-    id="03.6", kind="predict", title="A child forked after the optimisation",
-    question="A process hits its probe twice, so the site is optimised (6.18: the nop5; 7.2: the nop10), then "
-             "forks. The child calls the site. Does the child live? Answer per kernel with `\"exit 0\"` or the "
-             "signal that kills it: `{\"6.18\": ..., \"7.2\": ...}`.",
-    hint="fork() copies the text pages with the call in them. Does it copy the page the call goes to? Look "
-         "for VM_DONTCOPY where each kernel maps `[uprobes-trampoline]`.",
-    solution="""from uprobe_lab.native.fork import emulated_fork_report
-answer = {"6.18": emulated_fork_report("6.18")["uprobe_target_nop5"]["child"],
-          "7.2": emulated_fork_report("7.2")["uprobe_target_nop10"]["child"]}""",
-    explanation="6.18 maps the trampoline VM_DONTCOPY, so the child's copy of the site calls an unmapped page: "
-                "SIGSEGV. 7.2 copies the trampoline on fork and the child's call is a probe hit.",
-    expected=_child_fates,
-    judge=j.per_item(str, j.value(j.signal_name), lambda k, v: "look at what fork() copies on that kernel"),
-    why=lambda e: "The emulator forked after two hits and called the child's copy of the site.",
+    **open_bench_task(("exceptions", "syscalls"), NOP5_BENCHES, "a nop5 bench"),
 )

@@ -43,7 +43,7 @@ exercise(
     question="Which modelled kernel's rules does this machine's kernel follow (`platform.release()`), and how "
              "many exceptions does a steady-state `uprobe-nop5` hit cost under them? Answer the number.",
     hint="`row_for_release(platform.release())` (uprobe_lab.kernel) names the modelled version whose rules a release "
-         "follows; chapter 03's table gives the events. Not on Linux? Then there are no uprobes here: take the "
+         "follows; chapter 03b's side-by-side table gives the events. Not on Linux? Then there are no uprobes here: take the "
          "course's default kernel, `DEFAULT_KERNEL`.",
     solution="""import platform
 import uprobe_lab as ul

@@ -43,7 +43,7 @@ def word(text: Any) -> str:
     return " ".join(str(text).strip().strip("'\"").lower().split())
 
 
-SIGNALS = {"sigill": 4, "sigtrap": 5, "sigbus": 7, "sigsegv": 11}
+SIGNALS = {"sigill": 4, "sigtrap": 5, "sigbus": 7, "sigkill": 9, "sigsegv": 11}
 
 
 def signal_name(text: Any) -> str:

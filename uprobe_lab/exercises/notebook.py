@@ -25,7 +25,7 @@ answer comes with the third. Hints and worked solutions are folded - click to op
 
 
 def chapter_of(path: str | Path) -> str:
-    m = re.match(r"(\d\d)_", Path(path).name)
+    m = re.match(r"(\d\d[a-z]?)_", Path(path).name)
     if not m:
         raise ValueError(f"{path}: a chapter notebook's name starts with its number, e.g. 01_...")
     return m.group(1)

@@ -1,0 +1,88 @@
+"""Chapter 03b: the nop10 optimisation (7.2) - which nop it takes, a uretprobe on it, USDT sites per kernel."""
+from __future__ import annotations
+
+from .. import events_per_hit
+from ..bench import bench_names
+from ..own_program import hit_verdict
+from ..arches import make_process
+from .core import exercise
+from . import judges as j
+from .ch02 import open_bench_task
+
+PROBE_ACTIONS = ("optimise", "emulate", "xol", "reject")
+URETPROBE_BENCHES = ("uretprobe-nop5", "uretprobe-nop10")
+KINDS = ("exceptions", "syscalls")
+
+
+def _page_crossing_nop10() -> str:
+    """What 7.2 does with a probe on the bench's page-crossing nop10, where the bench program puts it."""
+    proc = make_process("x86_64", "7.2")
+    site = proc.program.resolve("uprobe_target_nop10_pagecross")
+    return hit_verdict(proc.read(site, 10), site, "7.2")["probe"]
+
+
+exercise(
+    id="03b.1", kind="predict", title="A nop10 across a page boundary",
+    question="The bench's `uprobe-nop10-pagecross` target puts the nop10 `66 2e 0f 1f 84 00 00 00 00 00` so that "
+             "its ten bytes cross a page boundary. What does 7.2 do with a probe there? Answer one of "
+             "`\"optimise\"` (a syscall per hit after the first), `\"emulate\"` (an int3 per hit), `\"xol\"` "
+             "(int3 and a single step) or `\"reject\"` (refused at attach).",
+    hint="Two checks meet here: the one that lets 7.2 optimise the nop10, and the generic instruction checks that "
+         "7.2 skips only when the first one says yes. What do the generic checks think of byte 1?",
+    solution="""from uprobe_lab.arches import make_process
+from uprobe_lab.own_program import hit_verdict
+proc = make_process("x86_64", "7.2")
+site = proc.program.resolve("uprobe_target_nop10_pagecross")
+print(hex(site), proc.read(site, 10).hex(" "))        # three bytes before a page ends
+answer = hit_verdict(proc.read(site, 10), site, "7.2")["probe"]""",
+    explanation="`can_optimize` says no (the bytes cross a page), so 7.2 runs the generic checks, and "
+                "`is_prefix_bad` refuses the 0x2e (CS) prefix: -ENOTSUPP at attach. Debian's 7.2 kernel does "
+                "the same; libbpf therefore keeps such a USDT probe on the 1-byte nop before it.",
+    expected=_page_crossing_nop10,
+    judge=j.choice(PROBE_ACTIONS),
+    why=lambda e: f"The lab's decoder for 7.2 answers {e} for these bytes at that address.",
+)
+
+
+def _uretprobe_bills() -> dict[str, dict[str, float]]:
+    return {b: {k: events_per_hit(b, "x86_64", "7.2").get(k, 0) for k in KINDS} for b in URETPROBE_BENCHES}
+
+
+exercise(
+    id="03b.2", kind="predict", title="A uretprobe on each nop, on 7.2",
+    question="`uretprobe-nop5` and `uretprobe-nop10` put a uretprobe on a function whose first instruction is "
+             "a nop5 or the nop10. In 7.2's steady state, how many exceptions and syscalls does one call cost? "
+             "Answer `{\"uretprobe-nop5\": {\"exceptions\": ..., \"syscalls\": ...}, "
+             "\"uretprobe-nop10\": {...}}`.",
+    hint="Add the entry (what does 7.2 do with a probe on that nop?) and the return (through which trampoline, "
+         "entering the kernel how?).",
+    solution="""import uprobe_lab as ul
+answer = {b: {k: ul.events_per_hit(b, "x86_64", "7.2").get(k, 0) for k in ("exceptions", "syscalls")}
+          for b in ("uretprobe-nop5", "uretprobe-nop10")}""",
+    explanation="The nop5 entry is an int3, emulated (7.2 no longer optimises it); the nop10 entry is the "
+                "optimised `call` and `sys_uprobe`. Both return through the uretprobe trampoline's "
+                "`sys_uretprobe`: one syscall more each.",
+    expected=_uretprobe_bills,
+    judge=j.per_item(j.word, j.per_item(j.word, j.number()),
+                     lambda bench, _: "count the entry on that nop and the return separately"),
+    why=lambda e: "The emulator counts " + "; ".join(
+        f"{b}: {v['exceptions']:g} exception(s), {v['syscalls']:g} syscall(s)" for b, v in e.items()) + ".",
+)
+
+LONG_NOP_BENCHES = tuple(b for b in bench_names("x86_64") if "nop10" in b or b.startswith("usdt-"))
+
+exercise(
+    id="03b.3", kind="open", title="A USDT site on the kernel of your choice",
+    question="Pick a nop10 or USDT bench (`usdt-nop5`, `usdt-nop10`, `uretprobe-nop10`, ...) and a kernel (6.16, "
+             "6.18 or 7.2); predict its exceptions and syscalls per hit, then check: "
+             "`answer = (\"usdt-nop10\", \"6.18\", {\"exceptions\": ..., \"syscalls\": ...})`. A kernel that "
+             "refuses the probe says so.",
+    hint="A USDT site is probed where that kernel's own libbpf probes it: on the long nop only when the kernel "
+         "optimises it, else on the 1-byte nop before it.",
+    solution="""import uprobe_lab as ul
+bill = ul.events_per_hit("usdt-nop10", "x86_64", "6.18")
+answer = ("usdt-nop10", "6.18", {k: bill.get(k, 0) for k in ("exceptions", "syscalls")})""",
+    explanation="6.18 does not optimise the nop10 (it would refuse a probe on it), so its libbpf probes the "
+                "1-byte nop: an int3, emulated, every hit.",
+    **open_bench_task(KINDS, LONG_NOP_BENCHES, "a nop10 or USDT bench"),
+)
