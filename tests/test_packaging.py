@@ -69,3 +69,15 @@ def test_parallel_runs_keep_a_group_on_one_worker(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     workers = {(tmp_path / f"worker_{i}").read_text() for i in range(4)}
     assert len(workers) == 1, f"the group ran on {sorted(workers)}"
+
+
+def test_every_file_the_package_reads_is_declared_package_data():
+    """A file under uprobe_lab/ that is not Python ships in the wheel only if package-data names it (the lecture
+    template, the recordings): a pip-installed lab would miss any other."""
+    from fnmatch import fnmatch
+
+    patterns = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["uprobe_lab"]
+    files = subprocess.run(["git", "ls-files", "uprobe_lab"], cwd=REPO, capture_output=True, text=True,
+                           check=True).stdout.split()
+    data = [f.removeprefix("uprobe_lab/") for f in files if not f.endswith((".py", "README.md"))]
+    assert data and [f for f in data if not any(fnmatch(f, p) for p in patterns)] == []

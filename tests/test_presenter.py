@@ -96,7 +96,27 @@ def test_the_lecture_copy_keeps_headings_first_sentences_and_folds_the_rest_as_n
     assert text in notes and len(nb.cells) == 4  # the notes hold the whole text; the chapter itself is untouched
 
 
-def test_lab_lecture_serves_the_lecture_copy():
+def test_a_slide_starts_at_each_section_and_at_the_view_after_a_diagram():
+    import nbformat.v4 as v4
+
+    from uprobe_lab.presenter import lecture_notebook
+
+    nb = v4.new_notebook(cells=[
+        v4.new_markdown_cell("# 01 · Title\nWhat this is."), v4.new_code_cell("import x"),
+        v4.new_markdown_cell("## 1. A section\nText."), v4.new_code_cell("table()"),
+        v4.new_markdown_cell("More text, no heading.\n\n![the hit path](diagrams/hit.svg)"),
+        v4.new_code_cell("view.widget()"), v4.new_code_cell("chart()"),
+        v4.new_markdown_cell("#### A small heading\nStays on its section's slide.")])
+    kinds = [c.metadata["slideshow"]["slide_type"] for c in lecture_notebook(nb).cells]
+    assert kinds == ["slide", "-", "slide", "-", "-", "slide", "-", "-"]
+
+
+def test_lab_lecture_serves_the_lecture_copy_as_slides():
     script = (REPO / "lab").read_text()
     lecture = script.split("    lecture)")[1].split(";;")[0]
     assert "uprobe_lab.presenter" in lecture and "voila" in lecture
+    # the "paged" template, from the package's own data directory on JUPYTER_PATH
+    assert "--template=paged" in lecture and 'JUPYTER_PATH="$PWD/uprobe_lab/slides' in lecture
+    template = presenter.SLIDES_PATH / "voila" / "templates" / "paged"
+    assert (template / "conf.json").is_file() and (template / "index.html.j2").is_file()
+    assert "https://" not in (template / "index.html.j2").read_text() + (template / "static" / "paged.js").read_text()

@@ -1,6 +1,10 @@
 """The presenter switch: ``./lab lecture`` sets UPROBE_LAB_LECTURE=1 for the Voila server it starts, and the
 notebooks ask ``lecture_mode()`` before printing what a widget is there to reveal step by step.
 
+The lecture copy (``lecture_notebook``) is served one slide at a time by the "paged" Voila template in
+``SLIDES_PATH`` (a Jupyter data directory: voila/templates/paged): a slide per section, presenter notes folded
+away (N shows them, P opens them in a second window), the widgets live, nothing fetched from the network.
+
 Headless runs (the test suite, ``jupyter nbconvert --execute``, the course site) and JupyterLab do not set it, so
 they still print every walk: without a widget front end the printout is the only way to see it.
 """
@@ -10,8 +14,11 @@ import copy
 import os
 import re
 import sys
+from pathlib import Path
 
 ENV = "UPROBE_LAB_LECTURE"
+SLIDES_PATH = Path(__file__).with_name("slides")  # put on JUPYTER_PATH, it gives Voila the "paged" template
+HEADING = re.compile(r"#{1,3}\s")  # a section's heading starts a slide
 
 
 def lecture_mode() -> bool:
@@ -63,7 +70,9 @@ def slide_text(markdown: str) -> str:
 
 def lecture_notebook(nb):
     """The copy of a chapter ``./lab lecture`` serves: no exercises, no cell tagged ``lecture-skip``, each text
-    cell cut to its headings and first sentences with the whole text folded under it as presenter notes."""
+    cell cut to its headings and first sentences with the whole text folded under it as presenter notes, and a
+    new slide (``slideshow.slide_type``) at each text cell that opens with a heading (one section, one slide) and
+    at the first output after a diagram (the picture, then the live view)."""
     nb = copy.deepcopy(nb)
     kept = []
     for cell in nb.cells:
@@ -72,6 +81,9 @@ def lecture_notebook(nb):
             continue
         if cell.cell_type == "markdown":
             cell.source = slide_text(cell.source)
+        starts = cell.cell_type == "markdown" and HEADING.match(cell.source)
+        after_diagram = cell.cell_type == "code" and kept and "![" in kept[-1].source  # the view gets a page
+        cell.setdefault("metadata", {})["slideshow"] = {"slide_type": "slide" if starts or after_diagram else "-"}
         kept.append(cell)
     nb.cells = kept
     return nb

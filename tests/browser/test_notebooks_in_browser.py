@@ -324,22 +324,27 @@ def test_notebook_in_browser(path, lab_server, browser, screenshot_dir):
 
 
 def test_lecture_mode_voila(browser, screenshot_dir, tmp_path):
-    """./lab lecture: Voila serves chapter 01's lecture copy - short text with presenter notes, outputs and widgets,
-    no code and no exercises; the stepper still steps."""
+    """./lab lecture: Voila serves chapter 01's lecture copy as slides - one section on screen, the arrow keys turn
+    the page, presenter notes hidden until N, short text, outputs and widgets, no code and no exercises, nothing
+    fetched from another host; the stepper still steps."""
     pytest.importorskip("voila", reason="voila is not installed (pip install -e '.[lecture]')")
     nb = REPO / "notebooks" / ".lecture_01_breakpoint_uprobes.ipynb"  # where ./lab lecture writes it
     assert presenter.main([str(REPO / "notebooks" / "01_breakpoint_uprobes.ipynb"), str(nb)]) == 0
     port = _free_port()
     env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"), JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+               JUPYTER_PATH=str(presenter.SLIDES_PATH),  # the "paged" template, as ./lab lecture finds it
                **{presenter.ENV: "1"})  # as ./lab lecture sets it (tests/test_presenter.py checks the script)
     log = open(tmp_path / "voila.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "voila", str(nb.relative_to(REPO)), "--strip_sources=True",
+    proc = subprocess.Popen([sys.executable, "-m", "voila", str(nb.relative_to(REPO)), "--template=paged",
+                             "--strip_sources=True",
                              "--ContentsManager.allow_hidden=True",  # as ./lab lecture: the copy is a dot-file
                              "--Voila.ip=127.0.0.1", f"--port={port}", "--Voila.port_retries=0", "--no-browser"],
                             cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     context = browser.new_context(viewport={"width": 1400, "height": 900})
     page = context.new_page()
+    hosts = set()
+    page.on("request", lambda request: hosts.add(re.sub(r"^\w+://([^/:]*).*", r"\1", request.url)))
     try:
         deadline = time.monotonic() + 120
         while True:
@@ -352,15 +357,35 @@ def test_lecture_mode_voila(browser, screenshot_dir, tmp_path):
                     raise
                 time.sleep(0.5)
         step = page.locator("button.widget-button", has_text=re.compile(r"^\s*Step\s*$")).first
-        step.wait_for(timeout=180_000)
+        step.wait_for(state="attached", timeout=180_000)
         page.wait_for_timeout(1000)
-        body = page.locator("body").inner_text()
+        # slides: the first one on screen, the others hidden; the arrows turn the page
+        count = page.locator("#paged-count")
+        first, slides = (int(n) for n in count.inner_text().split(" / "))
+        assert first == 1 and slides >= 6, count.inner_text()
+        shown = page.locator("#rendered_cells [cell-index]:not(.paged-off)").count()
+        assert 0 < shown < page.locator("#rendered_cells [cell-index]").count()
+        page.keyboard.press("ArrowRight")
+        assert count.inner_text() == f"2 / {slides}"
+        # slide 2's notes: hidden from the audience, shown on N
+        assert page.locator("#rendered_cells [cell-index]:not(.paged-off) details.paged-notes").count()
+        assert not page.locator("details.paged-notes:visible").count(), "presenter notes shown to the audience"
+        page.keyboard.press("n")
+        assert page.locator("details.paged-notes:visible").count(), "N does not show the presenter notes"
+        page.keyboard.press("n")
+        for _ in range(slides):  # on to the slide with the stepper
+            if step.is_visible():
+                break
+            page.keyboard.press("ArrowRight")
+        assert step.is_visible(), "no slide shows the stepper"
+        body = page.locator("#rendered_cells").text_content()  # every slide, the hidden ones too
         assert "stepper_widget(" not in body and "import uprobe_lab" not in body, "code is shown"
         # the presenter switch: no printed walk under the stepper, nothing stepped before the lecturer presses Step
         assert not re.search(r"^step \d+: 0x", body, re.M), "a printed walk is shown in lecture mode"
         # a lecture shows no exercise; the full text is there for the presenter, folded
         assert page.locator(".uprobe-lab-verdict").count() == 0 and "Exercise 01.1" not in body
         assert page.locator("summary", has_text="Presenter notes").count() >= 3
+        assert hosts <= {"127.0.0.1", ""}, f"fetched from another host: {hosts}"
         for bad in ("Error displaying widget", "Failed to load model class", "Traceback"):
             assert bad not in body, bad
         assert page.locator("img").count() >= 1, "the chart is not drawn"

@@ -1,0 +1,75 @@
+// "paged" voila template: show one slide of the notebook at a time (cells grouped by slideshow.slide_type).
+(function () {
+  var types = JSON.parse(document.getElementById('paged-slide-types').textContent);
+  var cells = Array.prototype.slice.call(document.querySelectorAll('#rendered_cells [cell-index]'));
+  var explicit = types.some(function (t) { return t === 'slide' || t === 'subslide'; });
+  var slides = [], notesWin = null, current = 0;
+  cells.forEach(function (div, i) {
+    var cell = div.querySelector('.jp-Cell') || div, type = types[i] || '';
+    var md = cell.classList.contains('jp-MarkdownCell');
+    var first = md && cell.querySelector('.jp-RenderedMarkdown > :first-child, .jp-RenderedHTMLCommon > :first-child');
+    var starts = explicit ? (type === 'slide' || type === 'subslide')
+                          : !!(first && /^H[1-3]$/.test(first.tagName));
+    if (type === 'skip') { div.classList.add('paged-skip'); return; }
+    if (type === 'notes') { div.classList.add('paged-notes'); }
+    if (starts || !slides.length) slides.push([]);
+    slides[slides.length - 1].push(div);
+  });
+  // the lecture copy's folded "Presenter notes" are notes too: hidden from the audience until asked for
+  document.querySelectorAll('#rendered_cells details').forEach(function (d) {
+    var s = d.querySelector('summary');
+    if (s && /presenter notes/i.test(s.textContent)) { d.classList.add('paged-notes'); d.open = true; }
+  });
+  var bar = document.createElement('div'); bar.id = 'paged-progress'; document.body.appendChild(bar);
+  document.body.classList.add('paged');
+
+  function notesHtml(n) {
+    var html = slides[n].map(function (div) {
+      return Array.prototype.map.call(div.querySelectorAll('.paged-notes'), function (e) { return e.innerHTML; })
+        .concat(div.classList.contains('paged-notes') ? [div.innerHTML] : []).join('');
+    }).join('');
+    var next = slides[n + 1] && slides[n + 1][0].querySelector('h1, h2, h3');
+    return '<h3>slide ' + (n + 1) + ' / ' + slides.length + '</h3>' + (html || '<p><i>no notes</i></p>') +
+      '<hr><p>next: ' + (next ? next.textContent.replace(/\u00b6/g, '') : '(end)') + '</p>';
+  }
+  function show(n) {
+    current = Math.max(0, Math.min(slides.length - 1, n));
+    slides.forEach(function (s, i) { s.forEach(function (div) { div.classList.toggle('paged-off', i !== current); }); });
+    cells.forEach(function (div) { if (!slides.some(function (s) { return s.indexOf(div) >= 0; })) div.classList.add('paged-off'); });
+    document.getElementById('paged-count').textContent = (current + 1) + ' / ' + slides.length;
+    bar.style.width = (100 * (current + 1) / slides.length) + '%';
+    history.replaceState(null, '', '#' + (current + 1));
+    var scroller = document.getElementById('rendered_cells');  // voila's frontend makes it the scrolling box
+    if (scroller) scroller.scrollTop = 0;
+    window.scrollTo(0, 0);
+    window.dispatchEvent(new Event('resize'));  // let charts and widgets that were hidden measure themselves
+    if (notesWin && !notesWin.closed) notesWin.document.body.innerHTML = notesHtml(current);
+  }
+  function openNotes() {
+    notesWin = window.open('', 'paged-notes', 'width=700,height=600');
+    if (!notesWin) return;
+    notesWin.document.title = 'Presenter notes';
+    notesWin.document.body.style.font = '20px sans-serif';
+    notesWin.document.body.innerHTML = notesHtml(current);
+  }
+  document.addEventListener('keydown', function (e) {
+    var t = e.target, k = e.key;  // keys typed into a widget (a slider's arrows, a text box) stay with it;
+    // Escape gives the keys back to the slides, and a clicker's PageUp/PageDown always turn the page
+    if (t.closest && t.closest('input, textarea, select, [contenteditable], .jupyter-widgets')) {
+      if (k === 'Escape' || k === 'PageDown' || k === 'PageUp') t.blur();
+      if (k !== 'PageDown' && k !== 'PageUp') return;
+    }
+    if (k === 'ArrowRight' || k === 'PageDown' || k === ' ' || k === 'ArrowDown') show(current + 1);
+    else if (k === 'ArrowLeft' || k === 'PageUp' || k === 'ArrowUp') show(current - 1);
+    else if (k === 'Home') show(0);
+    else if (k === 'End') show(slides.length - 1);
+    else if (k === 'n' || k === 'N') document.body.classList.toggle('paged-show-notes');
+    else if (k === 'p' || k === 'P') openNotes();
+    else return;
+    e.preventDefault();
+  });
+  document.getElementById('paged-prev').onclick = function () { show(current - 1); };
+  document.getElementById('paged-next').onclick = function () { show(current + 1); };
+  document.getElementById('paged-notes').onclick = openNotes;
+  show((parseInt(location.hash.slice(1), 10) || 1) - 1);
+})();
