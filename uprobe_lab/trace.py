@@ -147,3 +147,13 @@ def per_hit(counts: Counter, hits: int) -> dict[str, float]:
             value = counts[kind] / hits
             out[kind] = int(value) if value == int(value) else round(value, 3)
     return out
+
+
+def bills_table(bills: dict):
+    """Event counts side by side (a column per label, e.g. per kernel or per hit; a row per kind counted, in the
+    vocabulary's order, 0 where a column has none): what a notebook shows instead of printing raw dicts."""
+    import pandas as pd
+
+    kinds = [k for k in EVENT_KINDS if any(bill.get(k) for bill in bills.values())]
+    return pd.DataFrame({label: [bill.get(k, 0) for k in kinds] for label, bill in bills.items()},
+                        index=pd.Index(kinds, name="event"))

@@ -21,7 +21,7 @@ exercise(
     id="00.1", kind="predict", title="nop or ret: how many exceptions?",
     question="Before you run anything: one call of `uprobe_target_nop` and one of `uprobe_target_ret`, each with a "
              "counting probe on its first instruction (kernel 6.18). How many **exceptions** does each call cost? "
-             "Answer a dict, e.g. `{\"uprobe_target_nop\": 3, \"uprobe_target_ret\": 3}`.",
+             "Answer whole numbers (exact) in a dict, e.g. `{\"uprobe_target_nop\": 3, \"uprobe_target_ret\": 3}`.",
     hint="An exception is a trap into the kernel. The int3 is always one. Can the kernel finish the probed "
          "instruction inside that trap, or must it let the CPU run it and trap again afterwards?",
     solution="""import uprobe_lab as ul
@@ -35,7 +35,8 @@ for target in ("uprobe_target_nop", "uprobe_target_ret"):
                 "line: a second exception (#DB) follows the step. Chapter 01 shows both, step by step.",
     expected=lambda: {t: one_call(t)["exceptions"] for t in ("uprobe_target_nop", "uprobe_target_ret")},
     judge=j.per_item(str, j.number(),
-                     lambda t, n: f"{n} exception{'s' if n != 1 else ''}"),
+                     lambda t, n: "is that instruction finished inside the int3 trap, or run by the CPU and "
+                                  "trapped again?"),
     why=lambda e: (f"The lab counts {e['uprobe_target_nop']} for the nop (int3, emulated, back) and "
                    f"{e['uprobe_target_ret']} for the ret (int3, then #DB after the out-of-line step)."),
 )

@@ -1,122 +1,168 @@
 """Chapter 02: uretprobes, the int3 trampoline (6.10) and the uretprobe syscall (6.11)."""
 from __future__ import annotations
 
-from .. import LabError, disasm, events_per_hit
+from .. import LabError, analyze, disasm, events_per_hit
 from ..bench import bench_names
 from ..kernel import KERNELS
 from ..trace import EVENT_KINDS
-from ..x86.uretprobe_programs import check_registers_equal
-from ..x86.uretprobe import uretprobe_trampoline
+from ..uprobes import uprobe_register
+from ..x86.asm import X86_NOPS
+from ..x86.optimize import uprobe_trampoline_code
+from ..x86.uretprobe_programs import RegsRecorder, make_uretprobe_process, random_registers, regs_roundtrip
 from .core import exercise
 from . import judges as j
 
 
 URETPROBE_BENCHES = tuple(b for b in bench_names("x86_64") if b.startswith("uretprobe-"))
+# uretprobe-nop5 on three kernels: the chapter's table has only nop/push/ret, on 6.10 and 6.11
+NOP5_KERNELS = ("6.10", "6.11", "6.16")
 
 
-def trampoline_insns(kernel: str = "6.11") -> list[str]:
-    return [text for _, _, text in disasm(uretprobe_trampoline(KERNELS[kernel]))]
+def trampoline_insns(code: bytes) -> list[str]:
+    return [text for _, _, text in disasm(code)]
 
 
-def _around_syscall(op: str, before: bool) -> set[str]:
-    insns = trampoline_insns()
+def _around_syscall(code: bytes, op: str, before: bool) -> set[str]:
+    insns = trampoline_insns(code)
     cut = insns.index("syscall")
     part = insns[:cut] if before else insns[cut + 1:]
     return {j.register(t.split()[1]) for t in part if t.startswith(op + " ")}
 
 
-def _syscall_number() -> int:
-    insns = trampoline_insns()
-    mov = insns[insns.index("syscall") - 1]  # "mov rax, 0x14f"
+def _syscall_number(code: bytes) -> int:
+    insns = trampoline_insns(code)
+    mov = insns[insns.index("syscall") - 1]  # "mov rax, 0x150"
     return int(mov.split(",")[1], 0)
 
 
-exercise(
-    id="02.1", kind="predict", title="What the uretprobe syscall saves",
-    question="Steady state of the kernel bench's `uretprobe-nop` (an entry probe on a nop plus a return probe). "
-             "How many **exceptions** does one hit cost on 6.10, and on 6.11? Answer `{\"6.10\": ..., \"6.11\": ...}`.",
-    hint="Count the traps: the entry int3 (the nop is emulated inside it), then the way back through the "
-         "trampoline - an `int3` in 6.10, a `syscall` in 6.11. A syscall is not an exception.",
-    solution="""import uprobe_lab as ul
-answer = {k: ul.events_per_hit("uretprobe-nop", "x86_64", k)["exceptions"] for k in ("6.10", "6.11")}""",
-    explanation="6.11 replaces the trampoline's int3 with the uretprobe syscall: one exception fewer per hit, "
-                "and `sysret` instead of `iret` on the way out.",
-    expected=lambda: {k: events_per_hit("uretprobe-nop", "x86_64", k).get("exceptions", 0) for k in ("6.10", "6.11")},
-    judge=j.per_item(str, j.number(), lambda k, n: f"{n} exception{'s' if n != 1 else ''}"),
-    why=lambda e: f"The emulator counts {e['6.10']} on 6.10 and {e['6.11']} on 6.11.",
-)
+def _nop5_bill_reason(kernel: str, want) -> str:
+    """Why a count for ``kernel`` is wrong: what that kernel does at the entry and at the return, not the count."""
+    entry = analyze(X86_NOPS[5].hex(), kernel=kernel)["action"]
+    how = {"emulate": "emulated inside the int3 trap", "xol": "stepped out of line"}[entry]
+    back = ("the syscall trampoline (a syscall is no exception)" if KERNELS[kernel].uretprobe_syscall
+            else "the int3 trampoline")
+    return f"the nop5 is {how} here, and the return comes back through {back}: count the traps of both again"
+
 
 exercise(
-    id="02.2", kind="predict", title="What the trampoline pushes",
-    question="Before its `syscall`, which registers does the 6.11 trampoline push? Answer a set of names, "
-             "e.g. `{\"rax\", \"rdx\"}`.",
-    hint="`syscall` itself overwrites two registers (the next rip goes to one, rflags to another), and the "
-         "trampoline needs a third for the syscall number.",
+    id="02.1", kind="predict", title="A return probe on a 5-byte nop",
+    question="The chapter's table counted `uretprobe-nop` (a one-byte nop). The kernel bench's `uretprobe-nop5` is "
+             "the same entry-plus-return probe on a function that starts with the 5-byte nop `0f 1f 44 00 00` "
+             "(chapter 01 showed which kernels emulate that one). In the steady state, how many **exceptions** "
+             "does one hit cost on 6.10, 6.11 and 6.16 (exact)? Answer "
+             "`{\"6.10\": ..., \"6.11\": ..., \"6.16\": ...}`.",
+    hint="Add the entry and the return. The entry: a nop5 emulated inside the int3 trap is one exception; a nop5 "
+         "stepped out of line is the int3 plus the `#DB` after the step. The return: an `int3` trampoline before "
+         "6.11, a `syscall` from 6.11 (not an exception).",
     solution="""import uprobe_lab as ul
-from uprobe_lab.kernel import KERNELS
-from uprobe_lab.x86.uretprobe import uretprobe_trampoline
-insns = [t for _, _, t in ul.disasm(uretprobe_trampoline(KERNELS["6.11"]))]
+answer = {k: ul.events_per_hit("uretprobe-nop5", "x86_64", k).get("exceptions", 0)
+          for k in ("6.10", "6.11", "6.16")}""",
+    explanation="6.10 steps the nop5 out of line (int3 + #DB) and returns through the int3 trampoline: 3. 6.11 "
+                "still steps it but returns by syscall: 2. 6.16 emulates every `x86_nops[]` pattern inside the "
+                "int3 trap: 1. Each release takes one exception off.",
+    expected=lambda: {k: events_per_hit("uretprobe-nop5", "x86_64", k).get("exceptions", 0) for k in NOP5_KERNELS},
+    judge=j.per_item(str, j.number(), _nop5_bill_reason),
+    why=lambda e: "The emulator counts " + ", ".join(f"{n} on {k}" for k, n in e.items()) + ".",
+)
+
+SECOND_TRAMPOLINE = ("From 6.18 the kernel can *optimise* a probe on a 5-byte nop (chapter 03): it rewrites the nop "
+                     "into a `call` to a page of its own, `[uprobes-trampoline]`, whose code enters the kernel "
+                     "through a second syscall, `uprobe`, and then goes on to the instruction after the nop. ")
+
+exercise(
+    id="02.2", kind="predict", title="The other trampoline's pushes",
+    question=SECOND_TRAMPOLINE + "The chapter has not shown its code. Before its `syscall`, which registers does "
+             "that trampoline push? Answer a set of names, e.g. `{\"rax\", \"rdx\"}`.",
+    hint="The constraints are the uretprobe trampoline's: which registers does `syscall` itself overwrite, and "
+         "which one must carry the syscall number? The probed program's values in them must survive.",
+    solution="""import uprobe_lab as ul
+from uprobe_lab.x86.optimize import uprobe_trampoline_code
+insns = [t for _, _, t in ul.disasm(uprobe_trampoline_code())]
 answer = {t.split()[1] for t in insns[:insns.index("syscall")] if t.startswith("push")}""",
-    explanation="rax holds the syscall number, rcx gets the return rip and r11 gets rflags from `syscall`; "
-                "the program must see its own values, so all three are saved first.",
-    expected=lambda: _around_syscall("push", before=True),
+    explanation="rcx and r11 (`syscall` writes the next rip and rflags there) and rax (the syscall number): the "
+                "same three as the uretprobe trampoline, pushed in another order - `sys_uprobe` reads them as ax, "
+                "r11, cx from the lowest address up.",
+    expected=lambda: _around_syscall(uprobe_trampoline_code(), "push", before=True),
     judge=j.same_set(j.register, "register(s)"),
     why=lambda e: f"The trampoline's bytes, disassembled, push {', '.join(sorted(e))}.",
 )
 
 exercise(
-    id="02.3", kind="predict", title="Which bytes does the trampoline pop?",
-    question="After `sys_uretprobe` returns, the trampoline pops some of what it pushed and ends with `ret`. "
-             "Which registers does it pop? Answer a set. (And think: where does the `ret` go?)",
-    hint="`sys_uretprobe` writes the *real* return address into one of the three saved slots, so that slot "
-         "must be left on the stack for `ret`.",
+    id="02.3", kind="predict", title="The other trampoline's pops",
+    question="The same `[uprobes-trampoline]` as in 02.2: after `sys_uprobe` returns, it pops some of what it "
+             "pushed and ends with `ret`. Which registers does it pop? Answer a set. (The uretprobe trampoline "
+             "popped only two - does this one have to?)",
+    hint="Where does this trampoline's `ret` find its return address? The uretprobe trampoline was entered by "
+         "a hijacked `ret` and needed a slot for the real return address; this one is entered by a `call` at the "
+         "probe site.",
     solution="""import uprobe_lab as ul
-from uprobe_lab.kernel import KERNELS
-from uprobe_lab.x86.uretprobe import uretprobe_trampoline
-insns = [t for _, _, t in ul.disasm(uretprobe_trampoline(KERNELS["6.11"]))]
+from uprobe_lab.x86.optimize import uprobe_trampoline_code
+insns = [t for _, _, t in ul.disasm(uprobe_trampoline_code())]
 answer = {t.split()[1] for t in insns[insns.index("syscall") + 1:] if t.startswith("pop")}""",
-    explanation="rax is restored by the syscall itself (its return value); rax's stack slot now holds the real "
-                "return address, which `ret` pops into rip.",
-    expected=lambda: _around_syscall("pop", before=False),
+    explanation="The site's `call` pushed the address after the nop5 above the three saves, so `ret` has a slot "
+                "of its own: the trampoline pops all three (rax too - `sys_uprobe` leaves the program's rax in its "
+                "slot, with any change a consumer made), and `ret` goes back to the instruction after the probe.",
+    expected=lambda: _around_syscall(uprobe_trampoline_code(), "pop", before=False),
     judge=j.same_set(j.register, "register(s)"),
-    why=lambda e: f"The trampoline pops {', '.join(sorted(e))}; the slot left over is rax's, where sys_uretprobe "
-                  f"put the real return address for `ret`.",
+    why=lambda e: f"The trampoline pops {', '.join(sorted(e))}; its `ret` takes the address the probe site's "
+                  f"`call` pushed.",
 )
 
 
-def _clobbered() -> set[str]:
-    broken = check_registers_equal("6.11", uretprobe_saves_regs=False)
-    return {j.register(r) for r in broken if r != "seen_by_consumer"}
+def _broken_rcx() -> int:
+    """Where the caller's rcx points after a return through the broken trampoline: an offset into [uprobes]."""
+    proc = make_uretprobe_process("6.11", uretprobe_saves_regs=False)
+    uprobe_register(proc, "uretprobe_regs_trigger", RegsRecorder())
+    rcx = regs_roundtrip(proc, random_registers(0))["cx"]
+    mapping = proc.mapping_at(rcx)
+    if mapping is None or mapping.name != "[uprobes]":
+        raise LabError(f"rcx {rcx:#x} does not point into [uprobes]")
+    return rcx - mapping.start
 
 
 exercise(
     id="02.4", kind="break it", title="Take the saves out",
-    question="Build the broken trampoline that does not save rcx and r11 "
-             "(`check_registers_equal(\"6.11\", uretprobe_saves_regs=False)`). Before running it: which registers "
-             "does the caller see changed? Answer a set.",
-    hint="Which registers does the `syscall` instruction itself write?",
-    solution="""from uprobe_lab.x86.uretprobe_programs import check_registers_equal
-broken = check_registers_equal("6.11", uretprobe_saves_regs=False)
-answer = {reg for reg in broken if reg != "seen_by_consumer"}""",
-    explanation="`syscall` puts the next rip in rcx and rflags in r11; with nobody restoring them the caller "
-                "(and the consumers) see the trampoline's values. This is why the merged trampoline saves them.",
-    expected=_clobbered,
-    judge=j.same_set(j.register, "register(s)"),
-    why=lambda e: f"The lab's run of the broken trampoline changed {', '.join(sorted(e))}.",
+    question="Build the broken 6.11 trampoline that does not save rcx and r11 (`make_uretprobe_process(\"6.11\", "
+             "uretprobe_saves_regs=False)`; it keeps only `push rax`). Before running it: after a probed return, "
+             "the caller's rcx no longer holds its own value but an address inside `[uprobes]`. At which offset "
+             "from the start of `[uprobes]` (exact)? Answer a number, in decimal or as a hex string such as "
+             "`\"0x1\"`.",
+    hint="`syscall` puts the address of the instruction after it into rcx, and the return to user space leaves "
+         "it there. Add up the broken trampoline's bytes to the end of its `syscall`: `push rax`, the `mov` into "
+         "rax and the `syscall` are as long as in the listing above.",
+    solution="""from uprobe_lab.uprobes import uprobe_register
+from uprobe_lab.x86.uretprobe_programs import make_uretprobe_process, RegsRecorder, random_registers, regs_roundtrip
+proc = make_uretprobe_process("6.11", uretprobe_saves_regs=False)
+uprobe_register(proc, "uretprobe_regs_trigger", RegsRecorder())
+rcx = regs_roundtrip(proc, random_registers(0))["cx"]
+mapping = proc.mapping_at(rcx)
+assert mapping.name == "[uprobes]"
+answer = rcx - mapping.start""",
+    explanation="`push rax` (1 byte) + `mov rax, imm32` (7) + `syscall` (2): the instruction after `syscall` is at "
+                "0xa, and that is what the caller finds in rcx (r11 holds rflags). Without the pushes of rcx and "
+                "r11 nothing puts the program's values back; the merged trampoline's `push`/`pop` pairs are what "
+                "hide the clobber.",
+    expected=_broken_rcx,
+    judge=j.number(),
+    why=lambda e: f"The lab's run of the broken trampoline left rcx at [uprobes]+{e:#x}.",
 )
 
 exercise(
-    id="02.5", kind="predict", title="The syscall number",
-    question="Which syscall number does the merged trampoline load before `syscall`? Answer the number, in decimal "
-             "or as a hex string such as `\"0x1\"`.",
-    hint="Disassemble the trampoline (cell above, or `ul.disasm`) and read the `mov` into rax; it is printed in hex.",
+    id="02.5", kind="predict", title="The other syscall's number",
+    question="The `uprobe` syscall of 02.2 is, like `uretprobe`, a syscall only x86-64 has, so it is numbered "
+             "in x86-64's own part of the table, not with the syscalls every architecture shares (424 on). "
+             "Which number does `[uprobes-trampoline]` load into rax before its `syscall` (exact)? Answer the "
+             "number, in decimal or as a hex string such as `\"0x1\"`.",
+    hint="Where did `uretprobe` end up in the history table above? x86-64's own numbers are handed out in "
+         "sequence. To check, disassemble `uprobe_trampoline_code()` (uprobe_lab.x86.optimize) and read the "
+         "`mov` into rax; it is printed in hex.",
     solution="""import uprobe_lab as ul
-from uprobe_lab.kernel import KERNELS
-from uprobe_lab.x86.uretprobe import uretprobe_trampoline
-insns = [t for _, _, t in ul.disasm(uretprobe_trampoline(KERNELS["6.11"]))]
+from uprobe_lab.x86.optimize import uprobe_trampoline_code
+insns = [t for _, _, t in ul.disasm(uprobe_trampoline_code())]
 answer = int(insns[insns.index("syscall") - 1].split(",")[1], 0)""",
-    explanation="The seed's v1 used 462; it moved before 6.11 was released (the history table above).",
-    expected=_syscall_number,
+    explanation="x86-64's own numbers (below 424) are handed out in sequence: `uretprobe` took 335 for 6.11 and "
+                "`uprobe` the next one, 336, for 6.18 (0x150 in the listing).",
+    expected=lambda: _syscall_number(uprobe_trampoline_code()),
     judge=j.number(),
     why=lambda e: f"The trampoline's bytes load {e} ({e:#x}) into rax.",
 )

@@ -28,14 +28,15 @@ def first_insn_after_writes() -> dict[str, str]:
 exercise(
     id="03.1", kind="predict", title="Exceptions per nop5 hit, kernel by kernel",
     question="Steady state of the bench's `uprobe-nop5` (a probe on a 5-byte nop). How many exceptions per hit "
-             "on 6.11, 6.16 and 6.18? Answer `{\"6.11\": ..., \"6.16\": ..., \"6.18\": ...}`.",
+             "on 6.11, 6.16 and 6.18? Answer whole numbers (exact): `{\"6.11\": ..., \"6.16\": ..., \"6.18\": ...}`.",
     hint="6.11 steps the nop5 out of line; 6.16 emulates every standard nop; 6.18 turns the site into a `call` "
          "into `[uprobes-trampoline]`, which enters the kernel with `syscall`.",
     solution="""import uprobe_lab as ul
 answer = {k: ul.events_per_hit("uprobe-nop5", "x86_64", k).get("exceptions", 0) for k in ("6.11", "6.16", "6.18")}""",
     explanation="Two (int3 + #DB), one (int3, emulated), none (a syscall instead): each release removed a trap.",
     expected=lambda: {k: events_per_hit("uprobe-nop5", "x86_64", k).get("exceptions", 0) for k in NOP5_KERNELS},
-    judge=j.per_item(str, j.number(), lambda k, n: f"{n} exception{'s' if n != 1 else ''}"),
+    judge=j.per_item(str, j.number(), lambda k, n: "what does that release do with a probed nop5: step it, emulate "
+                                                   "it, or call the trampoline?"),
     why=lambda e: "The emulator counts " + ", ".join(f"{k}: {v}" for k, v in e.items()) + ".",
 )
 
@@ -56,7 +57,7 @@ for stage in patch_run("6.18").stages[:6]:          # the optimise half: start, 
                 "rewritten safely; the last write (byte 0 = `e8`) makes the whole `call` appear at once "
                 "(`int3_update`, with a sync of every CPU after each write).",
     expected=first_insn_after_writes,
-    judge=j.per_item(str, j.value(), lambda k, m: f"a CPU meets {m}"),
+    judge=j.per_item(str, j.value(), lambda k, m: "which byte does a CPU decode first, and what is on it then?"),
     why=lambda e: f"The lab's patch log: after bytes 1..4 the site starts with {e['bytes 1..4']}, after byte 0 "
                   f"with {e['byte 0']}.",
 )
@@ -64,7 +65,7 @@ for stage in patch_run("6.18").stages[:6]:          # the optimise half: start, 
 exercise(
     id="03.3", kind="predict", title="A nop5 across a page boundary",
     question="`uprobe-nop5-pagecross` probes a nop5 whose bytes straddle two pages. How many exceptions per hit "
-             "does it cost on 6.18?",
+             "does it cost on 6.18? A whole number (exact).",
     hint="`can_optimize()` refuses a site it cannot rewrite atomically. What does 6.18 do with a nop5 it will not "
          "optimise - what did 6.16 do?",
     solution="""import uprobe_lab as ul

@@ -52,7 +52,7 @@ exercise(
     id="03b.2", kind="predict", title="A uretprobe on each nop, on 7.2",
     question="`uretprobe-nop5` and `uretprobe-nop10` put a uretprobe on a function whose first instruction is "
              "a nop5 or the nop10. In 7.2's steady state, how many exceptions and syscalls does one call cost? "
-             "Answer `{\"uretprobe-nop5\": {\"exceptions\": ..., \"syscalls\": ...}, "
+             "Answer whole numbers (exact): `{\"uretprobe-nop5\": {\"exceptions\": ..., \"syscalls\": ...}, "
              "\"uretprobe-nop10\": {...}}`.",
     hint="Add the entry (what does 7.2 do with a probe on that nop?) and the return (through which trampoline, "
          "entering the kernel how?).",

@@ -49,7 +49,7 @@ exercise(
     id="04.2", kind="predict", title="What the STP simulation buys",
     question="Steady state of `uprobe-push` on arm64 (its first instruction is `stp x29, x30, [sp, #-16]!`). How "
              "many exceptions per hit upstream (`stp=\"xol\"`) and with the seed's simulation "
-             "(`stp=\"simulate\"`)? Answer `{\"xol\": ..., \"simulate\": ...}`.",
+             "(`stp=\"simulate\"`)? Answer whole numbers (exact): `{\"xol\": ..., \"simulate\": ...}`.",
     hint="Stepping out of line needs a second exception once the step is done.",
     solution="""import uprobe_lab as ul
 answer = {mode: ul.events_per_hit("uprobe-push", "arm64", stp=mode)["exceptions"] for mode in ("xol", "simulate")}""",

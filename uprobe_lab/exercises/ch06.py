@@ -1,9 +1,12 @@
 """Chapter 06: this machine - the host kernel's rules, the recorded run, a calibrated profile."""
 from __future__ import annotations
 
+import functools
 import platform
+import warnings
 
 from .. import LabError, events_per_hit, model
+from ..bench import bench_names
 from ..kernel import DEFAULT_KERNEL, row_for_release
 from ..native import calibrate, example
 from .core import exercise
@@ -29,19 +32,28 @@ def _recorded_mops(bench: str) -> float:
     return next(r["mops"] for r in example.load_example()["benches"] if r["bench"] == bench)
 
 
-def implausible_price() -> str:
-    """The calibrated price the recorded run's profile warns about (outside its plausible range)."""
-    table = calibrate.prices_table(calibrate.calibrate(example.load_example()["benches"]))
-    warned = table[table["warning"] == "outside plausible range"]["price"]
-    if len(warned) != 1:
-        raise LabError(f"the recorded run should leave exactly one price implausible, not {list(warned)}")
-    return warned.iloc[0]
+def _exceptions_judge():
+    """The number of exceptions, exactly; a kernel release given instead (``"6.18"``) is named as one."""
+    count = j.number()
+
+    def judge(answer, expected):
+        if isinstance(answer, (tuple, list, dict, set)):
+            raise LabError(f"{answer!r}: give the number of exceptions only, e.g. 1")
+        if not j.as_number(answer).is_integer():
+            raise LabError(f"{answer!r} is not a count of exceptions (a kernel release?): the question asks how "
+                           f"many exceptions a hit costs, a whole number")
+        ok, reason = count(answer, expected)
+        return ok, reason if ok else (f"{reason} Which modelled kernel's rules apply here, and what do they "
+                                      f"do with a probed nop5 once it has been hit?")
+    judge.tolerance = count.tolerance
+    return judge
 
 
 exercise(
     id="06.1", kind="predict", title="This kernel's rules",
-    question="Which modelled kernel's rules does this machine's kernel follow (`platform.release()`), and how "
-             "many exceptions does a steady-state `uprobe-nop5` hit cost under them? Answer the number.",
+    question="Under the rules of this machine's kernel (`platform.release()`), how many exceptions does a "
+             "steady-state `uprobe-nop5` hit cost? Not on Linux? Then take the course's default kernel's rules. "
+             "A whole number (exact).",
     hint="`row_for_release(platform.release())` (uprobe_lab.kernel) names the modelled version whose rules a release "
          "follows; chapter 03b's side-by-side table gives the events. Not on Linux? Then there are no uprobes here: take the "
          "course's default kernel, `DEFAULT_KERNEL`.",
@@ -55,14 +67,14 @@ answer = ul.events_per_hit("uprobe-nop5", "x86_64", kernel).get("exceptions", 0)
                 "only the nop10, so its nop5 costs one int3 per hit, emulated - as on 6.16 and 6.17; before 6.16 "
                 "the nop5 is stepped out of line: two exceptions.",
     expected=lambda: events_per_hit("uprobe-nop5", "x86_64", host_model_kernel()).get("exceptions", 0),
-    judge=j.number(),
+    judge=_exceptions_judge(),
     why=lambda e: f"{_host_rules_said()}: {e} exception(s) per hit.",
 )
 
 exercise(
     id="06.2", kind="predict", title="What the page boundary costs",
     question="In the recorded 6.18 run (`example.load_example()`), how many times faster is `uprobe-nop5` than "
-             "`uprobe-nop5-pagecross`? One decimal. Predict first from the events: what differs per hit?",
+             "`uprobe-nop5-pagecross`? Answer to ±0.1. Predict first from the events: what differs per hit?",
     hint="`{r[\"bench\"]: r[\"mops\"] for r in example.load_example()[\"benches\"]}`.",
     solution="""from uprobe_lab.native import example
 mops = {r["bench"]: r["mops"] for r in example.load_example()["benches"]}
@@ -76,21 +88,80 @@ answer = round(mops["uprobe-nop5"] / mops["uprobe-nop5-pagecross"], 1)""",
     why=lambda e: f"The recording gives {e}x.",
 )
 
+PRICED_WITHIN = 0.05  # relative: a hit priced from the table's rounded prices lands well inside it
+
+
+@functools.lru_cache(maxsize=1)
+def recorded_profile() -> model.Profile:
+    """The profile calibrated on the recorded run (its xol_step warning kept quiet: the chapter prints it)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return calibrate.calibrate(example.load_example()["benches"])
+
+
+class _PricedHit:
+    """The lab's side of 06.3: ``(bench, kernel)`` -> the recorded profile's figure for it (``mops``, ``low``,
+    ``high``) and the events of a hit, counted per price; it keeps the last one asked for the verdict."""
+
+    def __init__(self):
+        self.last = None
+
+    def __call__(self, bench: str, kernel: str) -> dict:
+        if bench not in bench_names("x86_64"):
+            raise LabError(f"{bench!r} is not a bench; the benches: {', '.join(bench_names('x86_64'))}")
+        counts = model.price_counts(model.events_for(bench, "x86_64", kernel))
+        mops, low, high = recorded_profile().interval(bench, kernel)
+        self.last = (bench, kernel, {"mops": mops, "low": low, "high": high,
+                                     **{p: float(n) for p, n in zip(model.PRICE_NAMES, counts) if n}})
+        return self.last[2]
+
+
+def _judge_priced(answer, lab: _PricedHit) -> tuple[bool, str]:
+    if not (isinstance(answer, (tuple, list)) and len(answer) == 3):
+        raise LabError('give (bench, kernel, M/s), e.g. ("uretprobe-push", "6.11", 0.5)')
+    bench, kernel, said = j.word(answer[0]), str(answer[1]).strip(), j.as_number(answer[2])
+    want = lab(bench, kernel)["mops"]
+    if abs(said - want) <= PRICED_WITHIN * want:
+        return True, ""
+    return False, (f"{said:g} M/s is too {'high' if said > want else 'low'} (more than {PRICED_WITHIN:.0%} from "
+                   f"the lab's figure): count the hit's events again, price by price.")
+
+
+def _priced_why(lab: _PricedHit) -> str:
+    if lab.last is None:
+        return "The lab priced the hit's events with the recorded run's profile."
+    bench, kernel, got = lab.last
+    events = ", ".join(f"{p} x{n:g}" for p, n in got.items() if p not in ("mops", "low", "high"))
+    return (f"The recorded run's profile prices {bench} on {kernel} at {got['mops']:.3f} M/s (80% interval "
+            f"{got['low']:.3f}..{got['high']:.3f}): {events} a hit.")
+
+
 exercise(
-    id="06.3", kind="open", title="Which price is implausible?",
-    question="Calibrate a profile on the recorded run (`calibrate.calibrate(example.load_example()[\"benches\"])`) "
-             "and look at `calibrate.prices_table(...)`. Which price lies outside its `plausible_ns` range for a CPU "
-             "running natively? Then: which bench would you add to pin it down, and why? (The second part has no "
-             "checker: discuss it.)",
-    hint="Look at the `warning` column; a virtual machine makes some traps far dearer.",
-    solution="""from uprobe_lab.native import calibrate, example
-table = calibrate.prices_table(calibrate.calibrate(example.load_example()["benches"]))
-answer = table[table["warning"] == "outside plausible range"]["price"].iloc[0]""",
-    explanation="On the recording's VM, a single-step out of line (`uprobe-ret`) costs several microseconds, "
-                "far above what one event costs natively: the trap flag's #DB is intercepted by the hypervisor. "
-                "A bench with two "
-                "out-of-line steps per hit, or one without any exception, would separate it from the others.",
-    expected=implausible_price,
-    judge=j.choice(tuple(model.PRICE_NAMES)),
-    why=lambda e: f"The lab's calibration moves {e} furthest.",
+    id="06.3", kind="open", title="Price a hit by hand",
+    question="Calibrate a profile on the recorded run (`profile = calibrate.calibrate(example.load_example()"
+             "[\"benches\"])`); `calibrate.prices_table(profile)` gives its prices in ns per event. Pick a bench and "
+             "a kernel (a modelled version or a release), count the events one hit costs (exceptions, syscalls, "
+             "single steps, probe lookups and consumer runs, return instances, copies to or from user memory), "
+             "price them from the table and predict the bench's rate there in M/s (1000 / ns a hit): `answer = "
+             "(bench, kernel, mops)`, e.g. `(\"uretprobe-push\", \"6.11\", 0.5)`. Within 5% of the lab's figure "
+             "counts as right. Then, with no checker: how much of your hit is `xol_step`, the price the table "
+             "flags, and which bench would you add to pin that price down?",
+    hint="`model.events_for(bench, \"x86_64\", kernel)` (uprobe_lab.model) lists a hit's events; `model.PRICES` says "
+         "which events each price covers (`handler` is one probe lookup or one consumer run). The user "
+         "instructions cost well under a nanosecond each.",
+    solution="""from uprobe_lab import model
+from uprobe_lab.native import calibrate, example
+profile = calibrate.calibrate(example.load_example()["benches"])
+prices = calibrate.prices_table(profile).set_index("price")["ns"]
+counts = model.price_counts(model.events_for("uretprobe-ret", "x86_64", "6.10"))
+ns = sum(n * prices[p] for p, n in zip(model.PRICE_NAMES, counts))
+answer = ("uretprobe-ret", "6.10", 1000 / ns)""",
+    explanation="`uretprobe-ret` on 6.10: three exceptions (the probe's int3, the step's #DB, the return "
+                "trampoline's int3), one single step, a probe lookup and a consumer run, the return instance "
+                "pushed and popped, two copies to and from the user stack: about 10 us a hit, 8 of them the "
+                "single step the recording's hypervisor intercepts. A bench with two steps per hit, or the same "
+                "hit on bare metal, would separate `xol_step` from the exception it rides on.",
+    expected=_PricedHit,
+    judge=_judge_priced,
+    why=_priced_why,
 )

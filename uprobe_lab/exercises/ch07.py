@@ -5,7 +5,7 @@ from typing import Any
 
 from .. import LabError
 from ..arches import make_process
-from ..bench import bench_names, run_bench_on_cpus
+from ..bench import bench_names
 from ..constants import PAGE_SIZE
 from ..kernel import release_rules
 from ..views.many_cpus import shared_writes, xol_slots
@@ -24,7 +24,7 @@ exercise(
     id="07.1", kind="predict", title="A uretprobe on 6.12",
     question="The chapter counted what a `uprobe-nop` hit writes that other CPUs also write. Now a `uretprobe-nop` "
              "hit (entry and return) on 6.12: how many writes per hit to shared lines (atomic and spinlock "
-             "accesses, each lock and unlock one)? Answer a whole number.",
+             "accesses, each lock and unlock one)? A whole number (exact).",
     hint="Start from 6.12's uprobe-nop column, then add what the return instance needs to keep the probe alive "
          "until the function returns on 6.12 (the lease came one release later).",
     solution="""from uprobe_lab.views.many_cpus import shared_writes
@@ -39,15 +39,16 @@ answer = shared_writes("uretprobe-nop", ["6.12"])["6.12"]""",
 )
 
 def _judge_release(answer: Any, want: str, bench: str) -> tuple[bool, str]:
-    """Right, or what the named release's hit still writes (or that an earlier one already wrote nothing)."""
+    """Right, or how many shared writes the named release's hit still makes (not which: that would name the
+    change still to come), or that an earlier release already made none."""
     ok, _ = j.choice(RELEASES)(answer, want)
     if ok:
         return True, ""
     got = j.word(answer)
-    row = run_bench_on_cpus(bench, "x86_64", got, iterations=5, cpus=1)["shared_per_hit"]
-    still = [f"{key} x{n:g}" for key, n in row.items() if key.endswith(("(atomic)", "(spinlock)"))]
+    still = shared_writes(bench, [got])[got]
     if still:
-        return False, f"On {got} a hit still writes: {', '.join(still)}."
+        return False, (f"On {got} a {bench} hit still makes {still:g} writes to shared lines: which of the hit's "
+                       f"steps still write one then?")
     return False, f"{got} writes nothing shared, but an earlier release already did not."
 
 
@@ -83,7 +84,7 @@ exercise(
              "return to user mode. Can any of 31 threads ever find every XOL slot taken, whatever the "
              "interleaving? Of 200? And how many threads can step out of line at once on arm64 (4 KB pages, "
              "`UPROBE_XOL_SLOT_BYTES` = 4)? Answer `{\"31\": True or False, \"200\": True or False, \"arm64\": "
-             "a whole number}`.",
+             "a whole number}`, the count exact.",
     hint="One page of slots, 128 bytes each on x86-64; slot 0 holds the return trampoline. A thread holds one "
          "slot from its trap to its single-step trap.",
     solution="""import uprobe_lab as ul
@@ -109,27 +110,48 @@ def _bill(bench: str, release: str) -> dict[str, float]:
     return {"shared writes": shared_writes(bench, [release])[release]}
 
 
-def _judge_open(answer: Any, lab) -> tuple[bool, str]:
-    if not (isinstance(answer, tuple) and len(answer) == 3):
-        raise LabError('answer a tuple (bench, release, writes per hit), e.g. ("uprobe-ret", "6.13", 6)')
-    bench, release, said = answer
+class _Bill:
+    """The lab's side of 07.4: ``(bench, release)`` -> its shared writes per hit; it keeps the last one asked, for
+    the verdict."""
+
+    def __init__(self):
+        self.last = None
+
+    def __call__(self, bench: str, release: str) -> dict[str, float]:
+        bill = _bill(bench, release)
+        self.last = (bench, release, bill["shared writes"])
+        return bill
+
+
+def _judge_open(answer: Any, lab: _Bill) -> tuple[bool, str]:
+    if not (isinstance(answer, (tuple, list)) and len(answer) == 3):
+        raise LabError('give (bench, release, writes per hit), e.g. ("uprobe-ret", "6.13", 6)')
+    bench, release, said = j.word(answer[0]), str(answer[1]).strip(), answer[2]
     want = lab(bench, release)["shared writes"]
     ok, reason = j.number()(said, want)
-    return ok, reason
+    return ok, reason if ok else (f"{reason} Go through the hit's steps on {release} once more: the lookup, the "
+                                  f"consumers, the step out of line, the return instance.")
+
+
+def _open_why(lab: _Bill) -> str:
+    if lab.last is None:
+        return "The lab counted the accesses of that release's rules (uprobe_lab.contended)."
+    bench, release, writes = lab.last
+    return f"The lab counted {writes:g} shared writes per {bench} hit under {release}'s rules (uprobe_lab.contended)."
 
 
 exercise(
     id="07.4", kind="open", title="Your bench, your release",
     question="Pick a bench and a kernel release (any from 6.8 on, e.g. your distribution's), predict how many writes "
-             "per hit it makes to lines other CPUs share (atomic and spinlock accesses), then check: `answer = "
-             "(bench, release, writes)`, e.g. `(\"uprobe-push\", \"6.10\", 10)`.",
+             "per hit it makes to lines other CPUs share (atomic and spinlock accesses, each lock and unlock one; "
+             "exact), then check: `answer = (bench, release, writes)`, e.g. `(\"uprobe-push\", \"6.10\", 10)`.",
     hint="Add up the steps of the hit: the lookup, the consumers, the step out of line (slot bitmap, the "
          "probe's reference, siglock), the return instance.",
     solution="""from uprobe_lab.views.many_cpus import shared_writes
 answer = ("uprobe-ret", "6.13", shared_writes("uprobe-ret", ["6.13"])["6.13"])""",
     explanation="uprobe-ret on 6.13: mmap_lock (2), the step's reference on the probe (2), the slot's bitmap bit "
                 "(2), sighand->siglock (2): 8. 6.14 drops mmap_lock, 6.15 the siglock.",
-    expected=lambda: _bill,
+    expected=_Bill,
     judge=_judge_open,
-    why=lambda lab: "The lab counted the accesses of that release's rules (uprobe_lab.contended).",
+    why=_open_why,
 )

@@ -31,22 +31,19 @@ def capstone_overhead() -> dict[str, float]:
     return out
 
 
+def _within(got: Any, want: float) -> tuple[bool, str]:
+    """Within TOLERANCE of the lab's figure (relative)."""
+    return abs(j.as_number(got) - want) <= TOLERANCE * want, ""
+
+
 def _judge_overheads(answer: Any, expected: dict) -> tuple[bool, str]:
-    if not isinstance(answer, dict):
-        raise LabError("give a dict of percentages: {" + ", ".join(f"{k!r}: ..." for k in expected) + "}")
-    missing = [k for k in expected if k not in answer]
-    extra = [k for k in answer if k not in expected]
-    if missing or extra:
-        said = [f"no answer for {', '.join(missing)}"] if missing else []
-        said += [f"not asked: {', '.join(map(str, extra))}"] if extra else []
-        return False, "; ".join(said).capitalize() + "."
-    wrong = [f"{key}: {got:g}% is too {'high' if got > want else 'low'}" for key, want in expected.items()
-             if abs((got := j.as_number(answer[key])) - want) > TOLERANCE * want]
-    return _all_right(wrong)
+    """Probe by probe (keys as :func:`judges.word` spells them), each wrong one said too high or too low."""
+    said = {j.word(k): v for k, v in answer.items()} if isinstance(answer, dict) else {}
 
-
-def _all_right(wrong: list[str]) -> tuple[bool, str]:
-    return (not wrong), ("; ".join(wrong) + "." if wrong else "")
+    def direction(key: str, want: float) -> str:
+        got = j.as_number(said[key])
+        return f"{got:g}% is too {'high' if got > want else 'low'}"
+    return j.per_item(j.word, _within, direction)(answer, expected)
 
 
 exercise(
@@ -99,35 +96,85 @@ for label, (bench, kernel) in {{"uprobe 6.18": ("uprobe-ret", "6.18"), "usdt 6.1
 )
 
 
-def _open_bill(insn: str, kernel: str) -> dict:
-    verdict = hit_verdict(bytes.fromhex(insn), 0x400000, kernel)  # the address only matters to a page-crossing nop
-    return {"probe": verdict["probe"], "exceptions": verdict["exceptions"]}
+PROBES = ("emulate", "xol", "optimise", "reject")  # what hit_verdict says a kernel does with the probe
+PROBE_WORDS = {"emulated": "emulate", "stepped": "xol", "step": "xol", "single-step": "xol",
+               "single-stepped": "xol", "optimize": "optimise", "optimised": "optimise", "optimized": "optimise",
+               "rejected": "reject", "refused": "reject", "refuse": "reject"}
+PREDICTED = ("probe", "exceptions")
 
 
-def _judge_open(answer: Any, lab) -> tuple[bool, str]:
-    if not (isinstance(answer, tuple) and len(answer) == 3 and isinstance(answer[2], dict)):
-        raise LabError('answer (instruction bytes, kernel, {"probe": ..., "exceptions": ...}), e.g. '
+def _probe_word(text: Any) -> str:
+    w = j.word(text)
+    return PROBE_WORDS.get(w, w)
+
+
+class _OpenBill:
+    """The lab's side of 08.3: ``(instruction bytes, kernel)`` -> the probe and the exceptions of a hit; it
+    keeps the last one asked, for the verdict."""
+
+    def __init__(self):
+        self.last = None
+
+    def __call__(self, insn: str, kernel: str) -> dict:
+        # the address only matters to a page-crossing nop
+        verdict = hit_verdict(bytes.fromhex(insn), 0x400000, kernel)
+        bill = {"probe": verdict["probe"], "exceptions": verdict["exceptions"]}
+        self.last = (insn, verdict["kernel"], verdict["instruction"], bill)
+        return bill
+
+
+def _judge_open(answer: Any, lab: _OpenBill) -> tuple[bool, str]:
+    if not (isinstance(answer, (tuple, list)) and len(answer) == 3 and isinstance(answer[2], dict)):
+        raise LabError('give (instruction bytes, kernel, {"probe": ..., "exceptions": ...}), e.g. '
                        '("4889e5", "6.18", {"probe": "xol", "exceptions": 2})')
-    insn, kernel, said = answer
-    want = lab(str(insn).replace(" ", ""), str(kernel))
-    missing = [k for k in want if k not in said]
-    if missing:
-        return False, f"No prediction for {', '.join(missing)}."
-    return _all_right([f"{k}: you wrote {said[k]!r}, the lab says {want[k]!r}" for k in want
-                       if j.word(said[k]) != j.word(want[k])])
+    insn, kernel = j.word(answer[0]).replace(" ", ""), str(answer[1]).strip()
+    said = {j.word(k): v for k, v in answer[2].items()}
+    unknown = [k for k in said if k not in PREDICTED]
+    if unknown:
+        raise j.not_known(unknown, PREDICTED, "part of the prediction", "parts")
+    try:
+        code = bytes.fromhex(insn)
+    except ValueError:
+        raise LabError(f"{answer[0]!r}: give the instruction's bytes in hex, e.g. \"4889e5\"") from None
+    want = lab(code.hex(), kernel)
+    missing = [k for k in PREDICTED if k not in said]
+    wrong = [f"No prediction for {', '.join(missing)} (the question asks for {', '.join(PREDICTED)})"] \
+        if missing else []
+    if "probe" in said:  # the learner's word only: the lab's comes with the third wrong try
+        ok, reason = j.choice(PROBES, _probe_word)(said["probe"], want["probe"])
+        if not ok:
+            wrong.append(f"probe: not {_probe_word(said['probe'])} - which instructions does {kernel} emulate, "
+                         f"step out of line, optimise or refuse?")
+    if "exceptions" in said:
+        ok, reason = j.number()(said["exceptions"], want["exceptions"])
+        if not ok:
+            wrong.append(f"exceptions: {reason.rstrip('.')}")
+    if wrong:
+        return False, "; ".join(wrong) + "."
+    return True, ""
+
+
+def _open_why(lab: _OpenBill) -> str:
+    if lab.last is None:
+        return "The lab decoded the instruction and counted the hit of the bench target that takes its path."
+    insn, kernel, instruction, bill = lab.last
+    return (f"The lab decoded {insn} as `{instruction}`: {kernel} answers probe {bill['probe']!r}, "
+            f"{bill['exceptions']} exception(s) a hit (the bench target that takes its path).")
 
 
 exercise(
     id="08.3", kind="open", title="A function of yours",
     question="Find a function in a program or library of yours (`function_site(path, name)`; `nm -D` lists a "
              "library's), read its first instruction (`site.listing()`), predict how a kernel of your choice "
-             "runs a probe on it and the exceptions a hit costs, then check: `answer = (\"4889e5\", \"6.18\", "
+             "runs a probe on it (`\"emulate\"`, `\"xol\"` for stepped out of line, `\"optimise\"` or "
+             "`\"reject\"`) and the exceptions a hit costs (exact), then check: `answer = (\"4889e5\", \"6.18\", "
              "{\"probe\": \"xol\", \"exceptions\": 2})` (the instruction's bytes, the kernel, your prediction).",
-    hint="Emulated: one exception; stepped out of line: two; refused: none (the probe fails at attach).",
+    hint="Emulated: one exception; stepped out of line: two; a nop the kernel optimises into a call: none, a "
+         "syscall instead; refused: none (the probe fails at attach).",
     solution="""# glibc's getpid, as function_site(libc, "getpid").listing() shows it: mov eax, 0x27 (b8 27 00 00 00)
 answer = ("b827000000", "6.18", {"probe": "xol", "exceptions": 2})""",
     explanation="glibc's getpid starts with `mov eax, 0x27`: stepped, two exceptions a hit.",
-    expected=lambda: _open_bill,
+    expected=_OpenBill,
     judge=_judge_open,
-    why=lambda lab: "The lab decoded the instruction and counted the hit of the bench target that takes its path.",
+    why=_open_why,
 )

@@ -61,13 +61,20 @@ def register(name: Any) -> str:
 
 
 def number(tolerance: float = 0.0, unit: str = "") -> Callable[[Any, float], tuple[bool, str]]:
-    """Equal within ``tolerance`` (absolute); the reason says too high or too low."""
+    """Equal within ``tolerance`` (absolute); the reason says too high or too low. The question states the
+    tolerance in :func:`tolerance_words` (a test holds every numeric question to it)."""
     def judge(answer, expected):
         got = as_number(answer)
         if abs(got - expected) <= tolerance + 1e-9:
             return True, ""
         return False, f"{got:g}{unit} is too {'high' if got > expected else 'low'}."
+    judge.tolerance = tolerance
     return judge
+
+
+def tolerance_words(tolerance: float) -> str:
+    """How a question states the tolerance its judge applies: "exact", or "±0.15"."""
+    return "exact" if tolerance == 0 else f"±{tolerance:g}"
 
 
 def choice(options: tuple[str, ...], normalise: Callable[[Any], str] = word) -> Callable[[Any, str], tuple[bool, str]]:
@@ -134,6 +141,8 @@ def per_item(normalise_key: Callable[[Any], Any], judge_value: Callable[[Any, An
         if not wrong:
             return True, ""
         return False, f"{len(wrong)} of {len(expected)} wrong - " + "; ".join(wrong) + "."
+    if hasattr(judge_value, "tolerance"):
+        judge.tolerance = judge_value.tolerance
     return judge
 
 

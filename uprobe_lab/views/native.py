@@ -12,6 +12,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from ..native.calibrate import kernel_change, kernel_columns
+from .text import wrap
 
 NATIVE_COLOR, MODEL_COLOR, PUBLISHED_COLOR = "#66c2a5", "#fc8d62", "#8da0cb"
 
@@ -88,7 +89,7 @@ def trampoline_listing(snapshot: dict) -> str:
              "probe site:"]
     lines += [f"  {s}" for s in snapshot["site_listing"]] or ["  (unreadable)"]
     for t in snapshot["trampolines"]:
-        lines.append(f"{t['name']} {t['start']}-{t['end']} {t['perms']}  (read via {t['read_via']}):")
+        lines.append(wrap(f"{t['name']} {t['start']}-{t['end']} {t['perms']}  (read via {t['read_via']}):"))
         lines += [f"  {s}" for s in t["listing"]] or ["  (unreadable)"]
         for slot, code in sorted(t.get("slots", {}).items(), key=lambda kv: int(kv[0])):
             lines.append(f"  XOL slot {slot}: {code}")
@@ -158,4 +159,4 @@ def outside_note(comparison: pd.DataFrame, profile) -> str:
                      "virtual machine's share of it) was not the same in the two runs")
     lines.append("Run the chapter again: a machine whose rows move between runs by more than the intervals allow is "
                  "telling you about itself, not about the kernel.")
-    return "\n".join(lines)
+    return wrap("\n".join(lines))
