@@ -52,3 +52,13 @@ def test_the_trampolines_and_the_patch_show_the_kernels_bytes():
     assert rows[0] == "cc 1f 44 00 00"  # the probe's int3 on byte 0 of the nop5
     assert rows[2].startswith("cc ") and rows[2][3:] == rows[-1][3:] != rows[0][3:]  # the call's tail first
     assert rows[-1].startswith("e8 ")  # byte 0 last
+
+
+def test_the_red_zone_diagram_marks_the_words_the_call_writes():
+    # 6.18: call pushes the return address at rsp-8, the trampoline rcx, r11, rax below it: four red-zone words
+    # overwritten; 7.2: lea -0x80(%rsp) first, so the same four words land at rsp-0x88..-0xa0, none in the red zone
+    svg = diagrams.redzone().render()
+    assert svg.count('fill="#fde0dd"') == 4 and svg.count('fill="#dff0d8"') == 4
+    written = re.findall(r">(return address[^<]*|saved r\w+)<", svg)
+    assert written == ["return address (the live value is gone)", "saved rcx", "saved r11", "saved rax",
+                       "return address", "saved rcx", "saved r11", "saved rax"]

@@ -69,7 +69,8 @@ def test_chapters_carry_their_outputs_and_charts(html):
         return [tag for tag in re.findall(r"<img[^>]+>", page) if re.search(r"src=\"[^\"]+\.svg\"", tag)
                 and re.search(r"alt=\"[^\"]{40,}\"", tag)]
     diagrams = {stem: diagrams_on((html / "notebooks" / f"{stem}.html").read_text()) for stem in CHAPTERS}
-    for stem in ("01_breakpoint_uprobes", "02_uretprobes", "03_nop5_optimization", "04_arm64_stp"):
+    for stem in ("01_breakpoint_uprobes", "02_uretprobes", "03_nop5_optimization", "03b_nop10_optimization",
+                 "04_arm64_stp"):
         assert diagrams[stem], f"{stem}: no diagram with its alt text on the page"
 
 

@@ -21,7 +21,9 @@ from ..arches import make_process
 from ..program import disasm
 from ..uprobes import CountingConsumer, uprobe_register
 from ..x86.constants import __NR_uprobe, __NR_uretprobe
-from ..x86.optimize import uprobe_trampoline_code
+from ..sites import LEA_RSP_MINUS_0X80
+from ..x86.optimize import REDZONE_SIZE, uprobe_trampoline_code
+from ..x86.redzone_programs import check_transparency
 from ..x86.uretprobe import uretprobe_trampoline
 from .nop5 import patch_run
 
@@ -143,7 +145,7 @@ def stack_panel(svg: Svg, x: float, y: float, head: str, rows: list[tuple[str, s
     return y + 10
 
 
-# --- the five mechanisms -------------------------------------------------------------------------------------
+# --- the mechanisms -------------------------------------------------------------------------------------
 
 
 def int3_hit() -> Svg:
@@ -342,8 +344,71 @@ def arm64_stp() -> Svg:
     return svg
 
 
+def redzone() -> Svg:
+    """Where an optimised site's call and trampoline write, below a leaf function's rsp: 6.18's nop5 (inside the
+    red zone) against 7.2's nop10 (below it), from the lab's own runs of the red-zone leaf."""
+    clobbered = {k: check_transparency(leaf, k).redzone_changed
+                 for k, leaf in (("6.18", "redzone_leaf_nop5"), ("7.2", "redzone_leaf_nop10"))}
+    (_, lea, lea_text), = disasm(LEA_RSP_MINUS_0X80, "x86_64", 0)
+    step = -int.from_bytes(lea[-1:], "little", signed=True)  # the lea's disp8: how far rsp moves first
+    pushed = ["return address"] + ["saved " + text.split()[1] for _, _, text in
+                                   disasm(uprobe_trampoline_code(nop10=True), "x86_64", 0) if text.startswith("push")]
+    writes = {"6.18": {-8 * (i + 1): what for i, what in enumerate(pushed)},
+              "7.2": {-step - 8 * (i + 1): what for i, what in enumerate(pushed)}}
+    rows = [0, -8, -16, -24, -32, None, -REDZONE_SIZE, -REDZONE_SIZE - 8, -REDZONE_SIZE - 16, -REDZONE_SIZE - 24,
+            -REDZONE_SIZE - 32]
+    desc = (f"A leaf function keeps a live value at rsp-8, in the red zone: the {REDZONE_SIZE} bytes below rsp that "
+            "the System V ABI lets a leaf use without moving rsp. On 6.18 the optimised nop5 is a call: it pushes "
+            "the return address at rsp-8, over the live value, and the trampoline pushes rcx, r11 and rax at "
+            "rsp-16, rsp-24 and rsp-32, all inside the red zone (the lab's run of the leaf finds the words at "
+            + ", ".join(f"rsp{o:+d}" for o in sorted(clobbered['6.18'], reverse=True)) + " changed). On 7.2 the "
+            f"optimised nop10 starts with {lea_text}, so the call and the pushes land at rsp-{REDZONE_SIZE + 8:#x} "
+            f"to rsp-{REDZONE_SIZE + 32:#x}, below the red zone, and the trampoline's ret $0x80 moves rsp back: "
+            "the lab's run finds no red-zone word changed.")
+    title = "The red zone: where the optimised call writes (6.18 nop5, 7.2 nop10)"
+    col_w, left, top = 330, 190, 78
+    svg = Svg(left + 2 * col_w + 40, top + 24 * len(rows) + 46, title, desc)
+    svg.text(16, 24, title, size=16, font=SANS, weight="bold", room=svg.width - 32)
+    svg.text(16, 46, "the leaf's stack, higher addresses at the top; red: a red-zone word overwritten, green: "
+             "written below it", size=12, font=SANS, room=svg.width - 32)
+    for col, kernel in enumerate(("6.18", "7.2")):
+        x = left + col * col_w
+        head = "6.18: call (the nop5)" if kernel == "6.18" else f"7.2: {lea_text}; call (the nop10)"
+        svg.text(x, top - 8, head, size=12, font=SANS, weight="bold", room=col_w - 10)
+        for i, off in enumerate(rows):
+            y = top + 24 * i
+            if off is None:
+                svg.text(x + 8, y + 16, "...", size=12, room=col_w - 20)
+                continue
+            inside = -REDZONE_SIZE <= off < 0
+            what = writes[kernel].get(off, "")
+            if off == 0:
+                what = "its caller's return address"
+            elif off == -8 and not what:
+                what = "the leaf's live value, kept"
+            elif off == -8:
+                what += " (the live value is gone)"
+            if inside:  # red: overwritten; the red zone's own colour: left alone
+                fill = "#fde0dd" if off in clobbered[kernel] else "#fff8d8"
+            else:  # green: what the call and the trampoline write below the red zone
+                fill = "#f3f3f3" if off == 0 else ("#dff0d8" if what else "#ffffff")
+            svg.rect(x, y, col_w - 20, 24, fill=fill, rx=0)
+            svg.text(x + 8, y + 16, what, size=12, room=col_w - 36)
+    for i, off in enumerate(rows):
+        if off is not None:
+            svg.text(left - 8, top + 24 * i + 16, f"rsp{off:+#x}" if off else "rsp", size=11, anchor="end")
+    band = top + 24 * rows.index(-8), top + 24 * (rows.index(-REDZONE_SIZE) + 1)
+    svg.rect(6, band[0], 12, band[1] - band[0], fill="#fff8d8", rx=0)
+    middle = (band[0] + band[1]) / 2
+    svg.text(24, middle - 2, "red zone", size=12, font=SANS, weight="bold", room=96)
+    svg.text(24, middle + 14, f"({REDZONE_SIZE} bytes)", size=11, font=SANS, room=96)
+    svg.text(16, top + 24 * len(rows) + 30, "7.2's trampoline ends with ret $0x80: it pops the return address, "
+             "then undoes the lea", size=12, font=SANS, room=svg.width - 32)
+    return svg
+
+
 DIAGRAMS = {"int3_hit": int3_hit, "xol_step": xol_step, "uretprobe_trampolines": uretprobe,
-            "nop5_patch": nop5_patch, "arm64_stp": arm64_stp}
+            "nop5_patch": nop5_patch, "redzone": redzone, "arm64_stp": arm64_stp}
 
 ALT = {
     "int3_hit": "A uprobe hit on x86-64: the int3 traps into exc_int3, handle_swbp finds the probe, the consumers "
@@ -355,6 +420,9 @@ ALT = {
                              "returns through rax's slot to the real return address",
     "nop5_patch": "The nop5 rewrite in stages: int3 on byte 0, sync, the call's offset in bytes 1 to 4, sync, e8 "
                   "on byte 0, sync; the call then enters the uprobes-trampoline page and the uprobe syscall",
+    "redzone": "A leaf's stack below its rsp: on 6.18 the optimised nop5's call and the trampoline's pushes "
+               "overwrite rsp-8 to rsp-32, inside the 128-byte red zone, the leaf's live value first; on 7.2 the "
+               "nop10's lea moves rsp down 0x80 first, so they land below the red zone and the live value is kept",
     "arm64_stp": "arm64 STP simulation: brk #5 replaces the function entry stp of fp and lr; the kernel stores fp at the new "
                  "sp and lr above it, moves sp down 16 and pc on 4, and returns with one exception",
 }
