@@ -34,10 +34,10 @@ WRONG = {
     "02.4": (13, "13 is too high"),  # the merged trampoline's offset; the broken one lacks 51 and 41 53, 3 bytes
     "02.5": (335, "335 is too low"),  # uretprobe's number; uprobe came after it
     "02.6": (("uretprobe-ret", "6.11", {"exceptions": 1}), "exceptions: 1 is too low"),
-    "03.1": ({"6.11": 1, "6.16": 1, "6.18": 1}, "2 of 3 wrong - 6.11: what does that release do"),
-    "03.2": ({"bytes 1..4": "call", "byte 0": "call"}, "1 of 2 wrong - bytes 1..4: which byte does a CPU decode first"),
-    "03.3": (0, "too low"),
-    "03.4": ({-8}, "Missing 3"),
+    "03.1": ({"6.11": 3, "6.16": 2, "6.18": 0}, "3 of 3 wrong - 6.11: what does that release do with this nop5"),
+    "03.2": (0x441F, "17439 is too low"),  # the offset alone: the call counts from the end of its 5 bytes
+    "03.3": ({"0x400ffb": "emulate", "0x400ffc": "emulate"}, "0x400ffb: how many of its five bytes are left"),
+    "03.4": ({-0x8}, "Missing 1"),
     "03.5": (("uretprobe-nop5", "6.18", {"exceptions": 1, "syscalls": 1}), "exceptions: 1 is too high"),
     "03b.1": ("emulate", "Not emulate"),
     "03b.2": ({"uretprobe-nop5": {"exceptions": 0, "syscalls": 2}, "uretprobe-nop10": {"exceptions": 0, "syscalls": 2}},
@@ -98,14 +98,15 @@ EXPECTED = {
     "02.4": 10,
     # arch/x86/entry/syscalls/syscall_64.tbl (6.18): 336 common uprobe sys_uprobe, right after 335 uretprobe
     "02.5": 336,
-    # 6.11 steps the nop5 (int3 + #DB), 6.16 emulates it (int3), 6.18 calls the trampoline (a syscall)
-    "03.1": {"6.11": 2, "6.16": 1, "6.18": 0},
-    # bytes 1..4 change while byte 0 is still cc; the last write puts e8 on byte 0
-    "03.2": {"bytes 1..4": "int3", "byte 0": "call"},
-    # can_optimize() refuses a nop5 across two pages: it stays an int3 probe, the nop emulated as on 6.16
-    "03.3": 1,
-    # the call stores its return address at rsp-8, the trampoline pushes rcx, r11, rax below it
-    "03.4": {-8, -16, -24, -32},
+    # the return is sys_uretprobe (a syscall) from 6.11 on; the entry: 6.11 steps the nop5 (int3 + #DB), 6.16
+    # emulates it (int3), 6.18's can_optimize() refuses a nop5 across two pages, so 6.16's path again
+    "03.1": {"6.11": 2, "6.16": 1, "6.18": 1},
+    # e8 1f 44 00 00: call rel32 = 0x0000441f from the end of the 5-byte call: site + 5 + 0x441f
+    "03.2": 0x4424,
+    # PAGE_SIZE - (vaddr & ~PAGE_MASK) >= 5: 0x1000 - 0xffb = 5 fits, 0x1000 - 0xffc = 4 does not
+    "03.3": {"0x400ffb": "optimise", "0x400ffc": "emulate"},
+    # the call's return address at rsp-8, the trampoline's push rcx, r11, rax at rsp-0x10, -0x18, -0x20
+    "03.4": {-0x8, -0x20},
     # 7.2's can_optimize() refuses a nop10 across two pages, so the generic checks run and is_prefix_bad()
     # refuses its 0x2e (CS) prefix: -ENOTSUPP at attach (the recorded Debian 7.2.13 refused it the same way)
     "03b.1": "reject",

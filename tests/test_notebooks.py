@@ -8,7 +8,7 @@ from notebook_runs import NOTEBOOKS, executed
 
 pytestmark = [pytest.mark.notebooks, pytest.mark.xdist_group("notebooks")]
 
-PAGE_COLUMNS = 110  # the monospaced characters JupyterLab shows beside its file browser, and the site's page
+PAGE_COLUMNS = 110  # what JupyterLab shows beside its file browser: the lab wraps at 100 (uprobe_lab.text), with a margin
 RICH = {"text/html", "text/markdown", "image/png", "image/svg+xml", "application/vnd.jupyter.widget-view+json"}
 
 

@@ -106,9 +106,13 @@ def test_a_slide_starts_at_each_section_and_at_the_view_after_a_diagram():
         v4.new_markdown_cell("## 1. A section\nText."), v4.new_code_cell("table()"),
         v4.new_markdown_cell("More text, no heading.\n\n![the hit path](diagrams/hit.svg)"),
         v4.new_code_cell("view.widget()"), v4.new_code_cell("chart()"),
-        v4.new_markdown_cell("#### A small heading\nStays on its section's slide.")])
-    kinds = [c.metadata["slideshow"]["slide_type"] for c in lecture_notebook(nb).cells]
-    assert kinds == ["slide", "-", "slide", "-", "-", "slide", "-", "-"]
+        v4.new_markdown_cell("#### A small heading\nStays on its section's slide."),
+        v4.new_markdown_cell("The end of section 1.\n\n## 2. The next section\nIts text.\n\n```\n# a comment\n```")])
+    slides = lecture_notebook(nb)
+    kinds = [c.metadata["slideshow"]["slide_type"] for c in slides.cells]
+    assert kinds == ["slide", "-", "slide", "-", "-", "slide", "-", "-", "-", "slide"]
+    assert slides.cells[-1].source.startswith("## 2. The next section") and "# a comment" in slides.cells[-1].source
+    assert len({c.id for c in slides.cells}) == len(slides.cells)  # the cut cell's halves keep ids of their own
 
 
 def test_lab_lecture_serves_the_lecture_copy_as_slides():

@@ -68,23 +68,42 @@ def slide_text(markdown: str) -> str:
     return f"{short}\n\n<details><summary>Presenter notes</summary>\n\n{markdown.strip()}\n\n</details>"
 
 
+def sections(markdown: str) -> list[str]:
+    """A text cell cut before each heading inside it (not inside a code block): a section that starts in the
+    middle of a cell still gets a slide of its own."""
+    parts, current, fenced = [], [], False
+    for line in markdown.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        if not fenced and HEADING.match(line) and any(text.strip() for text in current):
+            parts.append("\n".join(current).strip())
+            current = []
+        current.append(line)
+    parts.append("\n".join(current).strip())
+    return parts
+
+
 def lecture_notebook(nb):
     """The copy of a chapter ``./lab lecture`` serves: no exercises, no cell tagged ``lecture-skip``, each text
     cell cut to its headings and first sentences with the whole text folded under it as presenter notes, and a
-    new slide (``slideshow.slide_type``) at each text cell that opens with a heading (one section, one slide) and
-    at the first output after a diagram (the picture, then the live view)."""
+    new slide (``slideshow.slide_type``) at each heading (one section, one slide; a text cell is cut before a
+    heading inside it) and at the first output after a diagram (the picture, then the live view)."""
     nb = copy.deepcopy(nb)
     kept = []
     for cell in nb.cells:
         tags = set(cell.get("metadata", {}).get("tags", []))
         if tags & {"exercises", LECTURE_SKIP}:
             continue
-        if cell.cell_type == "markdown":
-            cell.source = slide_text(cell.source)
-        starts = cell.cell_type == "markdown" and HEADING.match(cell.source)
-        after_diagram = cell.cell_type == "code" and kept and "![" in kept[-1].source  # the view gets a page
-        cell.setdefault("metadata", {})["slideshow"] = {"slide_type": "slide" if starts or after_diagram else "-"}
-        kept.append(cell)
+        pieces = sections(cell.source) if cell.cell_type == "markdown" else [cell.source]
+        for i, piece in enumerate(pieces):
+            part = copy.deepcopy(cell)
+            if i:
+                part["id"] = f"{cell.get('id', 'md')}-{i}"
+            part.source = slide_text(piece) if cell.cell_type == "markdown" else piece
+            starts = part.cell_type == "markdown" and HEADING.match(part.source)
+            after_diagram = part.cell_type == "code" and kept and "![" in kept[-1].source  # the view gets a page
+            part.setdefault("metadata", {})["slideshow"] = {"slide_type": "slide" if starts or after_diagram else "-"}
+            kept.append(part)
     nb.cells = kept
     return nb
 

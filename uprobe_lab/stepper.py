@@ -8,14 +8,12 @@ note that explains it.
 """
 from __future__ import annotations
 
-import textwrap
 from dataclasses import dataclass, field
 
 from .errors import LabError
 from .program import disasm
+from .text import wrap
 from .trace import Event
-
-WALK_COLUMNS = 100  # a printed step's lines wrap here
 
 
 @dataclass
@@ -56,9 +54,7 @@ class Step:
             lines.append(f"    -> {self.signal}")
         elif self.done:
             lines.append("    (finished)")
-        # a long note wraps under itself, so the walk fits the page
-        return "\n".join(textwrap.fill(line, WALK_COLUMNS, subsequent_indent=" " * (len(line) - len(line.lstrip()) + 4),
-                                        break_on_hyphens=False) if len(line) > WALK_COLUMNS else line for line in lines)
+        return wrap("\n".join(lines))  # a long note wraps under itself, so the walk fits the page
 
 
 def where(proc, addr: int) -> str:

@@ -71,7 +71,7 @@ SECOND_TRAMPOLINE = ("From 6.18 the kernel can *optimise* a probe on a 5-byte no
 
 exercise(
     id="02.2", kind="predict", title="The other trampoline's pushes",
-    question=SECOND_TRAMPOLINE + "The chapter has not shown its code. Before its `syscall`, which registers does "
+    question=SECOND_TRAMPOLINE + "Predict before you look it up: before its `syscall`, which registers does "
              "that trampoline push? Answer a set of names, e.g. `{\"rax\", \"rdx\"}`.",
     hint="The constraints are the uretprobe trampoline's: which registers does `syscall` itself overwrite, and "
          "which one must carry the syscall number? The probed program's values in them must survive.",

@@ -1,9 +1,12 @@
-"""Chapter 03: the nop5 optimisation (6.18) - staged patching, events, the page-crossing limit, the red zone."""
+"""Chapter 03: the nop5 optimisation (6.18) - the return path, the patch order, the page boundary, the red zone."""
 from __future__ import annotations
 
 from .. import events_per_hit
 from ..bench import bench_names
+from ..own_program import hit_verdict
+from ..program import disasm
 from ..views.nop5 import patch_run
+from ..x86.asm import X86_NOPS
 from ..x86.redzone_programs import check_transparency
 from .core import exercise
 from . import judges as j
@@ -11,75 +14,94 @@ from .ch02 import open_bench_task
 
 NOP5_KERNELS = ("6.11", "6.16", "6.18")
 NOP5_BENCHES = tuple(b for b in bench_names("x86_64") if "nop5" in b)
+NOP5 = X86_NOPS[5]
 
 
-def first_insn_after_writes() -> dict[str, str]:
-    """While 6.18 optimises the bench's nop5: the mnemonic a CPU entering the site meets after each write."""
-    out = {}
-    for stage in patch_run("6.18").stages:
-        if stage.action == "start" and out:
-            break  # the unoptimise half begins
-        if stage.action == "write":
-            key = "bytes 1..4" if stage.what.startswith("bytes") else "byte 0"
-            out[key] = stage.listing[0][2].split()[0]
-    return out
+def _pagecross_uretprobe_exceptions() -> dict[str, float]:
+    return {k: events_per_hit("uretprobe-nop5-pagecross", "x86_64", k).get("exceptions", 0) for k in NOP5_KERNELS}
 
 
 exercise(
-    id="03.1", kind="predict", title="Exceptions per nop5 hit, kernel by kernel",
-    question="Steady state of the bench's `uprobe-nop5` (a probe on a 5-byte nop). How many exceptions per hit "
-             "on 6.11, 6.16 and 6.18? Answer whole numbers (exact): `{\"6.11\": ..., \"6.16\": ..., \"6.18\": ...}`.",
-    hint="6.11 steps the nop5 out of line; 6.16 emulates every standard nop; 6.18 turns the site into a `call` "
-         "into `[uprobes-trampoline]`, which enters the kernel with `syscall`.",
+    id="03.1", kind="predict", title="A uretprobe on the page-crossing nop5",
+    question="`uretprobe-nop5-pagecross` puts a uretprobe on a function whose first instruction is a nop5 that "
+             "crosses a page boundary. How many exceptions does one call cost in the steady state on 6.11, 6.16 "
+             "and 6.18? Answer whole numbers (exact): `{\"6.11\": ..., \"6.16\": ..., \"6.18\": ...}`.",
+    hint="Two parts: the entry (what does each release do with a nop5 it cannot rewrite atomically?) and the "
+         "return (chapter 02: through which trampoline, entering the kernel how?).",
     solution="""import uprobe_lab as ul
-answer = {k: ul.events_per_hit("uprobe-nop5", "x86_64", k).get("exceptions", 0) for k in ("6.11", "6.16", "6.18")}""",
-    explanation="Two (int3 + #DB), one (int3, emulated), none (a syscall instead): each release removed a trap.",
-    expected=lambda: {k: events_per_hit("uprobe-nop5", "x86_64", k).get("exceptions", 0) for k in NOP5_KERNELS},
-    judge=j.per_item(str, j.number(), lambda k, n: "what does that release do with a probed nop5: step it, emulate "
-                                                   "it, or call the trampoline?"),
+answer = {k: ul.events_per_hit("uretprobe-nop5-pagecross", "x86_64", k).get("exceptions", 0)
+          for k in ("6.11", "6.16", "6.18")}""",
+    explanation="The return costs no exception from 6.11 on (`sys_uretprobe` is a syscall). The entry: 6.11 steps "
+                "the nop5 out of line (int3 + #DB), 6.16 emulates it (int3), and 6.18 cannot optimise a nop5 that "
+                "crosses a page, so it stays on 6.16's path: one exception.",
+    expected=_pagecross_uretprobe_exceptions,
+    judge=j.per_item(str, j.number(), lambda k, n: "what does that release do with this nop5 at the entry, and "
+                                                   "how does the return enter the kernel?"),
     why=lambda e: "The emulator counts " + ", ".join(f"{k}: {v}" for k, v in e.items()) + ".",
 )
 
-exercise(
-    id="03.2", kind="predict", title="What does another CPU decode mid-patch?",
-    question="6.18 rewrites the probed nop5 into `call [uprobes-trampoline]` while other CPUs may be executing "
-             "it. The int3 is already on byte 0. What is the **first instruction** a CPU entering the site meets "
-             "right after the kernel wrote bytes 1..4, and right after it wrote byte 0? Answer mnemonics: "
-             "`{\"bytes 1..4\": ..., \"byte 0\": ...}`.",
-    hint="Byte 0 is what a CPU decodes first. Until byte 0 changes, what is there?",
-    solution="""from uprobe_lab.views.nop5 import patch_run
-answer = {}
-for stage in patch_run("6.18").stages[:6]:          # the optimise half: start, sync, write, sync, write, sync
-    if stage.action == "write":
-        key = "bytes 1..4" if stage.what.startswith("bytes") else "byte 0"
-        answer[key] = stage.listing[0][2].split()[0]""",
-    explanation="While byte 0 is `int3` every CPU traps into the kernel, whatever bytes 1..4 hold, so they can be "
-                "rewritten safely; the last write (byte 0 = `e8`) makes the whole `call` appear at once "
-                "(`int3_update`, with a sync of every CPU after each write).",
-    expected=first_insn_after_writes,
-    judge=j.per_item(str, j.value(), lambda k, m: "which byte does a CPU decode first, and what is on it then?"),
-    why=lambda e: f"The lab's patch log: after bytes 1..4 the site starts with {e['bytes 1..4']}, after byte 0 "
-                  f"with {e['byte 0']}.",
-)
+
+def _wrong_order_call_offset() -> int:
+    """Where a CPU would go if byte 0 of the bench's nop5 became e8 before bytes 1..4 held the call's offset."""
+    run = patch_run("6.18")
+    nop5 = run.stages[0].site
+    (_, _, text), = disasm(b"\xe8" + nop5[1:5], "x86_64", run.site)
+    return int(text.split()[-1], 16) - run.site
+
 
 exercise(
-    id="03.3", kind="predict", title="A nop5 across a page boundary",
-    question="`uprobe-nop5-pagecross` probes a nop5 whose bytes straddle two pages. How many exceptions per hit "
-             "does it cost on 6.18? A whole number (exact).",
-    hint="`can_optimize()` refuses a site it cannot rewrite atomically. What does 6.18 do with a nop5 it will not "
-         "optimise - what did 6.16 do?",
-    solution="""import uprobe_lab as ul
-answer = ul.events_per_hit("uprobe-nop5-pagecross", "x86_64", "6.18")["exceptions"]""",
-    explanation="Not optimised, so it stays an int3 probe - but still emulated as a nop (6.16's rule): one "
-                "exception per hit instead of none.",
-    expected=lambda: events_per_hit("uprobe-nop5-pagecross", "x86_64", "6.18").get("exceptions", 0),
+    id="03.2", kind="break it", title="Byte 0 first",
+    question="6.18 writes the call's offset into bytes 1..4 while byte 0 is still int3, and turns byte 0 into "
+             "`e8` last. Suppose it did it the other way round: byte 0 first. A CPU that enters the site between "
+             "the two writes decodes `e8` followed by the nop5's old bytes 1..4 (`1f 44 00 00`). Where does its "
+             "`call` go? Answer the target's distance from the site in bytes (exact; hex like `0x10` is fine).",
+    hint="A `call rel32` goes to the address after the call (site + 5) plus the 32-bit little-endian offset in "
+         "bytes 1..4.",
+    solution="""from uprobe_lab.program import disasm
+from uprobe_lab.views.nop5 import patch_run
+run = patch_run("6.18")
+(_, _, text), = disasm(b"\\xe8" + run.stages[0].site[1:5], "x86_64", run.site)
+print(text)
+answer = int(text.split()[-1], 16) - run.site""",
+    explanation="`1f 44 00 00` read as a little-endian offset is 0x441f, so the call goes to site + 5 + 0x441f, "
+                "into whatever lies 17 KB further on: a CPU would run garbage. That is why byte 0 is written last, "
+                "behind an int3 that every CPU has been synced to see.",
+    expected=_wrong_order_call_offset,
     judge=j.number(),
-    why=lambda e: f"The emulator counts {e} exception(s) per hit: the site keeps its int3.",
+    why=lambda e: f"The call's target is the site + {e:#x}.",
 )
+
+
+def _boundary_verdicts() -> dict[str, str]:
+    """What 6.18 does with a probed nop5 starting 5 or 4 bytes before a page ends."""
+    return {f"{vaddr:#x}": hit_verdict(NOP5, vaddr, "6.18")["probe"] for vaddr in BOUNDARY_SITES}
+
+
+BOUNDARY_SITES = (0x400FFB, 0x400FFC)
+
+exercise(
+    id="03.3", kind="predict", title="Right at the page's end",
+    question="A probed nop5 at 0x400ffb and another at 0x400ffc (pages are 4 KB: the next one starts at "
+             "0x401000). What does 6.18 make of each after its first hit: `\"optimise\"` (the call) or "
+             "`\"emulate\"` (stays an int3, emulated)? Answer `{\"0x400ffb\": ..., \"0x400ffc\": ...}`.",
+    hint="`can_optimize()` asks whether the five bytes fit in what is left of the page.",
+    solution="""from uprobe_lab.own_program import hit_verdict
+nop5 = bytes.fromhex("0f1f440000")
+answer = {hex(v): hit_verdict(nop5, v, "6.18")["probe"] for v in (0x400ffb, 0x400ffc)}""",
+    explanation="0x400ffb is exactly the last five bytes of its page, so the kernel can rewrite them in one page: "
+                "optimised. 0x400ffc has four bytes on this page and one on the next: it stays an int3, emulated.",
+    expected=_boundary_verdicts,
+    judge=j.per_item(lambda k: f"{int(j.as_number(k)):#x}", j.choice(("optimise", "emulate")),
+                     lambda k, v: "how many of its five bytes are left on the site's page?"),
+    why=lambda e: "6.18's can_optimize answers " + ", ".join(f"{k}: {v}" for k, v in e.items()) + ".",
+)
+
+
+WORDS_ASKED = (-0x8, -0x20, -0x28, -0x80)
 
 
 def _redzone_writes() -> set[int]:
-    return set(check_transparency("redzone_leaf_nop5", "6.18").redzone_changed)
+    return set(check_transparency("redzone_leaf_nop5", "6.18").redzone_changed) & set(WORDS_ASKED)
 
 
 def _offset(value) -> int:
@@ -89,22 +111,22 @@ def _offset(value) -> int:
 
 exercise(
     id="03.4", kind="break it", title="The red zone",
-    question="`redzone_leaf_nop5` is a leaf function that keeps a live value at `rsp-8` (the red zone) and has a "
-             "nop5 right after the store. Probe it on 6.18 and hit it until it is optimised. Which red-zone "
-             "offsets does the probe overwrite? Answer a set of negative offsets from the leaf's rsp at the probe "
-             "site (its rsp on entry: a leaf does not move it), e.g. `{-8}`.",
+    question="A leaf function keeps live values in its red zone at rsp-0x8, rsp-0x20, rsp-0x28 and rsp-0x80 (its "
+             "rsp at the probe site: a leaf does not move it) and has a nop5 after the stores. Probe it on 6.18 "
+             "and hit it until it is optimised. Which of those four words does a hit overwrite? Answer a set of "
+             "offsets, e.g. `{-0x80}`.",
     hint="The optimised site is a `call`: where does a call store its return address? Then the trampoline "
          "saves registers before its `syscall` - how many words does it push?",
     solution="""from uprobe_lab.x86.redzone_programs import check_transparency
 report = check_transparency("redzone_leaf_nop5", "6.18")
 print(report)
-answer = set(report.redzone_changed)""",
-    explanation="The `call` pushes the return address at rsp-8 and the trampoline pushes three more registers "
-                "below it: the leaf's live value is gone. Chapter 03b's nop10 scheme moves rsp below the red "
-                "zone first.",
+answer = set(report.redzone_changed) & {-0x8, -0x20, -0x28, -0x80}""",
+    explanation="The `call` pushes the return address at rsp-8 and the trampoline pushes rcx, r11 and rax below "
+                "it, down to rsp-0x20: those two of the four are lost. Chapter 03b's nop10 scheme moves rsp below "
+                "the red zone first.",
     expected=_redzone_writes,
     judge=j.same_set(_offset, "offset(s)"),
-    why=lambda e: "The lab's transparency check saw writes at " + ", ".join(f"rsp{o:+d}" for o in sorted(e)) + ".",
+    why=lambda e: "The lab's transparency check saw writes at " + ", ".join(f"rsp{o:+#x}" for o in sorted(e)) + ".",
 )
 
 exercise(

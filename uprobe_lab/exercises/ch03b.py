@@ -69,12 +69,15 @@ answer = {b: {k: ul.events_per_hit(b, "x86_64", "7.2").get(k, 0) for k in ("exce
         f"{b}: {v['exceptions']:g} exception(s), {v['syscalls']:g} syscall(s)" for b, v in e.items()) + ".",
 )
 
-LONG_NOP_BENCHES = tuple(b for b in bench_names("x86_64") if "nop10" in b or b.startswith("usdt-"))
+# every USDT site shape and the nop10 probes; not the page-crossing nop10 probes, whose verdict is 03b.1's answer
+USDT_AND_NOP10_BENCHES = tuple(b for b in bench_names("x86_64")
+                               if b.startswith("usdt-") or b in ("uprobe-nop10", "uretprobe-nop10"))
 
 exercise(
     id="03b.3", kind="open", title="A USDT site on the kernel of your choice",
-    question="Pick a nop10 or USDT bench (`usdt-nop5`, `usdt-nop10`, `uretprobe-nop10`, ...) and a kernel (6.16, "
-             "6.18 or 7.2); predict its exceptions and syscalls per hit, then check: "
+    question="Pick a USDT or nop10 bench (`usdt-nop5`, `usdt-nop10-pagecross`, `uretprobe-nop10`, ...) and a "
+             "kernel (any the lab models, 6.10 to 7.2); predict its exceptions and syscalls per hit before you "
+             "look it up, then check: "
              "`answer = (\"usdt-nop10\", \"6.18\", {\"exceptions\": ..., \"syscalls\": ...})`. A kernel that "
              "refuses the probe says so.",
     hint="A USDT site is probed where that kernel's own libbpf probes it: on the long nop only when the kernel "
@@ -84,5 +87,5 @@ bill = ul.events_per_hit("usdt-nop10", "x86_64", "6.18")
 answer = ("usdt-nop10", "6.18", {k: bill.get(k, 0) for k in ("exceptions", "syscalls")})""",
     explanation="6.18 does not optimise the nop10 (it would refuse a probe on it), so its libbpf probes the "
                 "1-byte nop: an int3, emulated, every hit.",
-    **open_bench_task(KINDS, LONG_NOP_BENCHES, "a nop10 or USDT bench"),
+    **open_bench_task(KINDS, USDT_AND_NOP10_BENCHES, "a USDT or nop10 bench"),
 )

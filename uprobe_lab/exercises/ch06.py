@@ -55,7 +55,7 @@ exercise(
              "steady-state `uprobe-nop5` hit cost? Not on Linux? Then take the course's default kernel's rules. "
              "A whole number (exact).",
     hint="`row_for_release(platform.release())` (uprobe_lab.kernel) names the modelled version whose rules a release "
-         "follows; chapter 03b's side-by-side table gives the events. Not on Linux? Then there are no uprobes here: take the "
+         "follows; chapter 03's events table (6.11 to 6.18) and 03b's side by side (6.16 to 7.2) give the events. Not on Linux? Then there are no uprobes here: take the "
          "course's default kernel, `DEFAULT_KERNEL`.",
     solution="""import platform
 import uprobe_lab as ul

@@ -141,8 +141,7 @@ def _judge_open(answer: Any, lab: _OpenBill) -> tuple[bool, str]:
     wrong = [f"No prediction for {', '.join(missing)} (the question asks for {', '.join(PREDICTED)})"] \
         if missing else []
     if "probe" in said:  # the learner's word only: the lab's comes with the third wrong try
-        ok, reason = j.choice(PROBES, _probe_word)(said["probe"], want["probe"])
-        if not ok:
+        if not j.choice(PROBES, _probe_word)(said["probe"], want["probe"])[0]:
             wrong.append(f"probe: not {_probe_word(said['probe'])} - which instructions does {kernel} emulate, "
                          f"step out of line, optimise or refuse?")
     if "exceptions" in said:

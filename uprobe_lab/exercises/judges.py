@@ -140,7 +140,8 @@ def per_item(normalise_key: Callable[[Any], Any], judge_value: Callable[[Any, An
                 wrong.append(f"{key}: {explain(key, want) if explain else 'not ' + str(got[key])}")
         if not wrong:
             return True, ""
-        return False, f"{len(wrong)} of {len(expected)} wrong - " + "; ".join(wrong) + "."
+        text = f"{len(wrong)} of {len(expected)} wrong - " + "; ".join(wrong)
+        return False, text if text.endswith("?") else text + "."
     if hasattr(judge_value, "tolerance"):
         judge.tolerance = judge_value.tolerance
     return judge

@@ -84,7 +84,7 @@ QUESTIONS = [
        lambda: {0xE8: C_NOP5["b"], 0xCC: C_NOP5["a"], 0xE9: C_NOP5["c"]}.get(
            _after_first_hits("uprobe-nop5", "6.18", "uprobe_target_nop5")[0], C_NOP5["d"]),
        "6.18 patches it, behind an int3, into a call to the trampoline that enters the kernel by sys_uprobe."),
-    _q("Q5", "03", "On 7.2, what does an optimised nop10 begin with?", C_NOP10,
+    _q("Q5", "03b", "On 7.2, what does an optimised nop10 begin with?", C_NOP10,
        lambda: C_NOP10["a"] if _after_first_hits("uprobe-nop10", "7.2", "uprobe_target_nop10")[:5]
        == bytes.fromhex("488d642480") else C_NOP10["b"],
        "It steps below the 128-byte red zone first, so the call's return address cannot clobber it."),

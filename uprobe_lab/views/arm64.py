@@ -8,8 +8,6 @@ Every function works headless: widgets are optional, the tables and text are the
 """
 from __future__ import annotations
 
-import textwrap
-
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
@@ -20,6 +18,7 @@ from ..arm64.process import Arm64Process
 from ..arm64.programs import bench_program
 from ..bench import events_table
 from ..program import Assembler, listing_lines
+from ..text import wrap
 from ..published import load_published, seed_speedups
 from ..uprobes import CountingConsumer, uprobe_register
 
@@ -62,9 +61,8 @@ def decode_report(word: str, stp: str = "simulate") -> str:
                      f"rt={reg}{f['rt']} rt2={reg}{f['rt2']} rn={f['rn']}")
     lines.append("  exact 'stp x29, x30, [sp, #imm]!': " + (
         "yes" if f["stp_fp_lr_pattern"] else f"no - {f['not_pattern_because']}"))
-    lines.append(textwrap.fill(f"{r['action']} - {r['reason']}", 100, initial_indent=f"  with --stp {stp}: ",
-                               subsequent_indent="    "))  # a reason is long: it wraps within the page
-    return "\n".join(lines)
+    lines.append(f"  with --stp {stp}: {r['action']} - {r['reason']}")
+    return wrap("\n".join(lines))  # a reason is long: it wraps within the page
 
 
 def decode_widget(stp: str = "simulate"):

@@ -351,20 +351,21 @@ def redzone() -> Svg:
                  for k, leaf in (("6.18", "redzone_leaf_nop5"), ("7.2", "redzone_leaf_nop10"))}
     (_, lea, lea_text), = disasm(LEA_RSP_MINUS_0X80, "x86_64", 0)
     step = -int.from_bytes(lea[-1:], "little", signed=True)  # the lea's disp8: how far rsp moves first
+    # the call's return address, then the trampoline's pushes (the nop5's and the nop10's trampolines push alike)
     pushed = ["return address"] + ["saved " + text.split()[1] for _, _, text in
                                    disasm(uprobe_trampoline_code(nop10=True), "x86_64", 0) if text.startswith("push")]
     writes = {"6.18": {-8 * (i + 1): what for i, what in enumerate(pushed)},
               "7.2": {-step - 8 * (i + 1): what for i, what in enumerate(pushed)}}
-    rows = [0, -8, -16, -24, -32, None, -REDZONE_SIZE, -REDZONE_SIZE - 8, -REDZONE_SIZE - 16, -REDZONE_SIZE - 24,
-            -REDZONE_SIZE - 32]
+    rows = [0, *writes["6.18"], None, -REDZONE_SIZE, *writes["7.2"]]  # rsp, the red zone's ends, the words written
+    def placed(kernel: str) -> str:
+        return ", ".join(f"{what} at rsp{off:+#x}" for off, what in writes[kernel].items())
     desc = (f"A leaf function keeps a live value at rsp-8, in the red zone: the {REDZONE_SIZE} bytes below rsp that "
-            "the System V ABI lets a leaf use without moving rsp. On 6.18 the optimised nop5 is a call: it pushes "
-            "the return address at rsp-8, over the live value, and the trampoline pushes rcx, r11 and rax at "
-            "rsp-16, rsp-24 and rsp-32, all inside the red zone (the lab's run of the leaf finds the words at "
-            + ", ".join(f"rsp{o:+d}" for o in sorted(clobbered['6.18'], reverse=True)) + " changed). On 7.2 the "
-            f"optimised nop10 starts with {lea_text}, so the call and the pushes land at rsp-{REDZONE_SIZE + 8:#x} "
-            f"to rsp-{REDZONE_SIZE + 32:#x}, below the red zone, and the trampoline's ret $0x80 moves rsp back: "
-            "the lab's run finds no red-zone word changed.")
+            "the System V ABI lets a leaf use without moving rsp. On 6.18 the optimised nop5 is a call, and the "
+            f"call and the trampoline write {placed('6.18')}: inside the red zone, over the live value first (the "
+            "lab's run of the leaf finds the words at "
+            + ", ".join(f"rsp{o:+#x}" for o in sorted(clobbered['6.18'], reverse=True)) + " changed). On 7.2 the "
+            f"optimised nop10 starts with {lea_text}, so they write {placed('7.2')}: below the red zone, and the "
+            "trampoline's ret $0x80 moves rsp back; the lab's run finds no red-zone word changed.")
     title = "The red zone: where the optimised call writes (6.18 nop5, 7.2 nop10)"
     col_w, left, top = 330, 190, 78
     svg = Svg(left + 2 * col_w + 40, top + 24 * len(rows) + 46, title, desc)

@@ -12,7 +12,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from ..native.calibrate import kernel_change, kernel_columns
-from .text import wrap
+from ..text import wrap
 
 NATIVE_COLOR, MODEL_COLOR, PUBLISHED_COLOR = "#66c2a5", "#fc8d62", "#8da0cb"
 

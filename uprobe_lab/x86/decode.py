@@ -400,7 +400,10 @@ def _nop10_hint(insn: Insn, vaddr: int, kernel: KernelVersion) -> str:
     """Why a refused ``66 2e 0f 1f 84 ..`` nop10 is refused here when 7.2 optimises it."""
     if not is_optimizable_nop10(insn):
         return ""
+    crosses = PAGE_SIZE - (vaddr & (PAGE_SIZE - 1)) < insn.length
     if kernel.optimize_nop10:
-        return (". 7.2 skips these checks only for a nop10 it can optimise, and this one crosses a page "
+        return (f". {kernel.name} skips these checks only for a nop10 it can optimise, and this one crosses a page "
                 f"({vaddr:#x} + 10 > the page end): libbpf keeps a USDT probe on the preceding 1-byte nop")
-    return f". {kernel.name} has no nop10 path; 7.2 accepts this nop10 and optimises it into lea; call"
+    later = ("7.2 refuses this one too, as it crosses a page" if crosses else
+             "7.2 accepts this nop10 and optimises it into lea; call")
+    return f". {kernel.name} has no nop10 path; {later}"

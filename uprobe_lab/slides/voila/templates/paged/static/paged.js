@@ -45,6 +45,15 @@
     window.dispatchEvent(new Event('resize'));  // let charts and widgets that were hidden measure themselves
     if (notesWin && !notesWin.closed) notesWin.document.body.innerHTML = notesHtml(current);
   }
+  // a slide taller than the screen: down (or a clicker's next) scrolls it first, then turns the page
+  function scroll(direction) {
+    var box = document.getElementById('rendered_cells');
+    if (!box) return false;
+    var room = direction > 0 ? box.scrollHeight - box.clientHeight - box.scrollTop : box.scrollTop;
+    if (room <= 4) return false;
+    box.scrollBy(0, direction * Math.min(room, 0.8 * box.clientHeight));
+    return true;
+  }
   function openNotes() {
     notesWin = window.open('', 'paged-notes', 'width=700,height=600');
     if (!notesWin) return;
@@ -59,8 +68,10 @@
       if (k === 'Escape' || k === 'PageDown' || k === 'PageUp') t.blur();
       if (k !== 'PageDown' && k !== 'PageUp') return;
     }
-    if (k === 'ArrowRight' || k === 'PageDown' || k === ' ' || k === 'ArrowDown') show(current + 1);
-    else if (k === 'ArrowLeft' || k === 'PageUp' || k === 'ArrowUp') show(current - 1);
+    if (k === 'ArrowRight') show(current + 1);
+    else if (k === 'ArrowLeft') show(current - 1);
+    else if (k === 'PageDown' || k === ' ' || k === 'ArrowDown') { if (!scroll(1)) show(current + 1); }
+    else if (k === 'PageUp' || k === 'ArrowUp') { if (!scroll(-1)) show(current - 1); }
     else if (k === 'Home') show(0);
     else if (k === 'End') show(slides.length - 1);
     else if (k === 'n' || k === 'N') document.body.classList.toggle('paged-show-notes');

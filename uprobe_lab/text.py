@@ -1,5 +1,5 @@
-"""Printed text that fits the page: what a notebook prints wraps at PAGE_COLUMNS, as JupyterLab and the course
-site would not (a line wider than the output area is cut or scrolls)."""
+"""Printed text that fits the page: what the lab prints for a notebook wraps at PAGE_COLUMNS, as JupyterLab and
+the course site would not (a line wider than the output area is cut or scrolls)."""
 from __future__ import annotations
 
 import re
