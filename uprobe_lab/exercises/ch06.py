@@ -9,7 +9,7 @@ from .. import LabError, events_per_hit, model
 from ..bench import bench_names
 from ..kernel import DEFAULT_KERNEL, row_for_release
 from ..native import calibrate, example
-from .core import exercise
+from .core import Remembered, exercise
 from . import judges as j
 
 
@@ -99,24 +99,17 @@ def recorded_profile() -> model.Profile:
         return calibrate.calibrate(example.load_example()["benches"])
 
 
-class _PricedHit:
-    """The lab's side of 06.3: ``(bench, kernel)`` -> the recorded profile's figure for it (``mops``, ``low``,
-    ``high``) and the events of a hit, counted per price; it keeps the last one asked for the verdict."""
-
-    def __init__(self):
-        self.last = None
-
-    def __call__(self, bench: str, kernel: str) -> dict:
-        if bench not in bench_names("x86_64"):
-            raise LabError(f"{bench!r} is not a bench; the benches: {', '.join(bench_names('x86_64'))}")
-        counts = model.price_counts(model.events_for(bench, "x86_64", kernel))
-        mops, low, high = recorded_profile().interval(bench, kernel)
-        self.last = (bench, kernel, {"mops": mops, "low": low, "high": high,
-                                     **{p: float(n) for p, n in zip(model.PRICE_NAMES, counts) if n}})
-        return self.last[2]
+def _priced_hit(bench: str, kernel: str) -> dict:
+    """The lab's side of 06.3: the recorded profile's figure for ``bench`` on ``kernel`` (``mops``, ``low``,
+    ``high``) and the events of a hit, counted per price."""
+    if bench not in bench_names("x86_64"):
+        raise LabError(f"{bench!r} is not a bench; the benches: {', '.join(bench_names('x86_64'))}")
+    counts = model.price_counts(model.events_for(bench, "x86_64", kernel))
+    mops, low, high = recorded_profile().interval(bench, kernel)
+    return {"mops": mops, "low": low, "high": high, **{p: float(n) for p, n in zip(model.PRICE_NAMES, counts) if n}}
 
 
-def _judge_priced(answer, lab: _PricedHit) -> tuple[bool, str]:
+def _judge_priced(answer, lab: Remembered) -> tuple[bool, str]:
     if not (isinstance(answer, (tuple, list)) and len(answer) == 3):
         raise LabError('give (bench, kernel, M/s), e.g. ("uretprobe-push", "6.11", 0.5)')
     bench, kernel, said = j.word(answer[0]), str(answer[1]).strip(), j.as_number(answer[2])
@@ -127,10 +120,10 @@ def _judge_priced(answer, lab: _PricedHit) -> tuple[bool, str]:
                    f"the lab's figure): count the hit's events again, price by price.")
 
 
-def _priced_why(lab: _PricedHit) -> str:
+def _priced_why(lab: Remembered) -> str:
     if lab.last is None:
         return "The lab priced the hit's events with the recorded run's profile."
-    bench, kernel, got = lab.last
+    (bench, kernel), got = lab.last
     events = ", ".join(f"{p} x{n:g}" for p, n in got.items() if p not in ("mops", "low", "high"))
     return (f"The recorded run's profile prices {bench} on {kernel} at {got['mops']:.3f} M/s (80% interval "
             f"{got['low']:.3f}..{got['high']:.3f}): {events} a hit.")
@@ -161,7 +154,7 @@ answer = ("uretprobe-ret", "6.10", 1000 / ns)""",
                 "pushed and popped, two copies to and from the user stack: about 10 us a hit, 8 of them the "
                 "single step the recording's hypervisor intercepts. A bench with two steps per hit, or the same "
                 "hit on bare metal, would separate `xol_step` from the exception it rides on.",
-    expected=_PricedHit,
+    expected=lambda: Remembered(_priced_hit),
     judge=_judge_priced,
     why=_priced_why,
 )

@@ -9,7 +9,7 @@ from ..bench import bench_names
 from ..constants import PAGE_SIZE
 from ..kernel import release_rules
 from ..views.many_cpus import shared_writes, xol_slots
-from .core import exercise
+from .core import Remembered, exercise
 from . import judges as j
 
 RELEASES = ("6.8", "6.10", "6.12", "6.13", "6.14", "6.15", "6.18")
@@ -110,20 +110,7 @@ def _bill(bench: str, release: str) -> dict[str, float]:
     return {"shared writes": shared_writes(bench, [release])[release]}
 
 
-class _Bill:
-    """The lab's side of 07.4: ``(bench, release)`` -> its shared writes per hit; it keeps the last one asked, for
-    the verdict."""
-
-    def __init__(self):
-        self.last = None
-
-    def __call__(self, bench: str, release: str) -> dict[str, float]:
-        bill = _bill(bench, release)
-        self.last = (bench, release, bill["shared writes"])
-        return bill
-
-
-def _judge_open(answer: Any, lab: _Bill) -> tuple[bool, str]:
+def _judge_open(answer: Any, lab: Remembered) -> tuple[bool, str]:
     if not (isinstance(answer, (tuple, list)) and len(answer) == 3):
         raise LabError('give (bench, release, writes per hit), e.g. ("uprobe-ret", "6.13", 6)')
     bench, release, said = j.word(answer[0]), str(answer[1]).strip(), answer[2]
@@ -133,11 +120,11 @@ def _judge_open(answer: Any, lab: _Bill) -> tuple[bool, str]:
                                   f"consumers, the step out of line, the return instance.")
 
 
-def _open_why(lab: _Bill) -> str:
+def _open_why(lab: Remembered) -> str:
     if lab.last is None:
         return "The lab counted the accesses of that release's rules (uprobe_lab.contended)."
-    bench, release, writes = lab.last
-    return f"The lab counted {writes:g} shared writes per {bench} hit under {release}'s rules (uprobe_lab.contended)."
+    (bench, release), bill = lab.last
+    return f"The lab counted {bill['shared writes']:g} shared writes per {bench} hit under {release}'s rules (uprobe_lab.contended)."
 
 
 exercise(
@@ -151,7 +138,7 @@ exercise(
 answer = ("uprobe-ret", "6.13", shared_writes("uprobe-ret", ["6.13"])["6.13"])""",
     explanation="uprobe-ret on 6.13: mmap_lock (2), the step's reference on the probe (2), the slot's bitmap bit "
                 "(2), sighand->siglock (2): 8. 6.14 drops mmap_lock, 6.15 the siglock.",
-    expected=_Bill,
+    expected=lambda: Remembered(_bill),
     judge=_judge_open,
     why=_open_why,
 )

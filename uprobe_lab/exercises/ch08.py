@@ -7,7 +7,7 @@ from .. import LabError, analyze
 from ..bench import events_per_hit
 from ..model import get_profile
 from ..own_program import hit_verdict, overhead
-from .core import exercise
+from .core import Remembered, exercise
 from . import judges as j
 
 # The capstone's service: an Intel i7-1165G7 (seed 000's CPU, a profile fitted to its published rows)
@@ -108,22 +108,15 @@ def _probe_word(text: Any) -> str:
     return PROBE_WORDS.get(w, w)
 
 
-class _OpenBill:
-    """The lab's side of 08.3: ``(instruction bytes, kernel)`` -> the probe and the exceptions of a hit; it
-    keeps the last one asked, for the verdict."""
-
-    def __init__(self):
-        self.last = None
-
-    def __call__(self, insn: str, kernel: str) -> dict:
-        # the address only matters to a page-crossing nop
-        verdict = hit_verdict(bytes.fromhex(insn), 0x400000, kernel)
-        bill = {"probe": verdict["probe"], "exceptions": verdict["exceptions"]}
-        self.last = (insn, verdict["kernel"], verdict["instruction"], bill)
-        return bill
+def _open_bill(insn: str, kernel: str) -> dict:
+    """The lab's side of 08.3: the probe and the exceptions of a hit on ``insn`` (hex bytes) on ``kernel``, and
+    the instruction as the lab decoded it."""
+    verdict = hit_verdict(bytes.fromhex(insn), 0x400000, kernel)  # the address only matters to a page-crossing nop
+    return {"probe": verdict["probe"], "exceptions": verdict["exceptions"], "kernel": verdict["kernel"],
+            "instruction": verdict["instruction"]}
 
 
-def _judge_open(answer: Any, lab: _OpenBill) -> tuple[bool, str]:
+def _judge_open(answer: Any, lab: Remembered) -> tuple[bool, str]:
     if not (isinstance(answer, (tuple, list)) and len(answer) == 3 and isinstance(answer[2], dict)):
         raise LabError('give (instruction bytes, kernel, {"probe": ..., "exceptions": ...}), e.g. '
                        '("4889e5", "6.18", {"probe": "xol", "exceptions": 2})')
@@ -153,11 +146,11 @@ def _judge_open(answer: Any, lab: _OpenBill) -> tuple[bool, str]:
     return True, ""
 
 
-def _open_why(lab: _OpenBill) -> str:
+def _open_why(lab: Remembered) -> str:
     if lab.last is None:
         return "The lab decoded the instruction and counted the hit of the bench target that takes its path."
-    insn, kernel, instruction, bill = lab.last
-    return (f"The lab decoded {insn} as `{instruction}`: {kernel} answers probe {bill['probe']!r}, "
+    (insn, _), bill = lab.last
+    return (f"The lab decoded {insn} as `{bill['instruction']}`: {bill['kernel']} answers probe {bill['probe']!r}, "
             f"{bill['exceptions']} exception(s) a hit (the bench target that takes its path).")
 
 
@@ -173,7 +166,7 @@ exercise(
     solution="""# glibc's getpid, as function_site(libc, "getpid").listing() shows it: mov eax, 0x27 (b8 27 00 00 00)
 answer = ("b827000000", "6.18", {"probe": "xol", "exceptions": 2})""",
     explanation="glibc's getpid starts with `mov eax, 0x27`: stepped, two exceptions a hit.",
-    expected=_OpenBill,
+    expected=lambda: Remembered(_open_bill),
     judge=_judge_open,
     why=_open_why,
 )

@@ -66,6 +66,20 @@ _MISSES: dict[str, int] = {}  # wrong answers so far, per exercise, in this Pyth
 TRIES_BEFORE_WHY = 3  # the explanation, which may name the answer, comes with the third wrong try
 
 
+class Remembered:
+    """An open task's lab function, as its ``expected()`` returns it: called by the judge with the learner's own
+    case, it keeps that case and the lab's answer (``last``: (args, answer), None until asked), so that the
+    verdict's ``why`` can name them."""
+
+    def __init__(self, ask: Callable):
+        self.ask, self.last = ask, None
+
+    def __call__(self, *args):
+        answer = self.ask(*args)
+        self.last = (args, answer)
+        return answer
+
+
 def exercise(**fields) -> Exercise:
     ex = Exercise(**fields)
     if ex.id in _REGISTRY:
