@@ -35,6 +35,7 @@ from uprobe_lab.native.bpf import BpfCounter
 from uprobe_lab.native.code import NativeCode
 from uprobe_lab.native.host import parse_maps
 from uprobe_lab.native.perf import UprobeEvent
+from uprobe_lab.own_program import hit_verdict
 from uprobe_lab.program import Assembler
 from uprobe_lab.sites import calls_uprobe_trampoline
 from uprobe_lab.uprobes import MAX_URETPROBE_DEPTH, CountingConsumer, uprobe_register
@@ -42,6 +43,7 @@ from uprobe_lab.verify.x86 import host_rules
 from uprobe_lab.usdt import ENXIO
 from uprobe_lab.x86 import asm, optimize
 from uprobe_lab.x86.constants import __NR_uprobe
+from uprobe_lab.x86.programs import emit_at
 from uprobe_lab.x86.process import PtRegs, X86Process
 from uprobe_lab.x86.uretprobe_programs import (AFTER, DATA_BASE, DATA_SIZE, REG_ORDER, SLOT, USER_FLAGS, RegsRecorder,
                                                emit_direct_syscall, emit_recurse, emit_regs_roundtrip,
@@ -158,6 +160,37 @@ def test_red_zone_after_int3_and_optimised_hits_is_what_the_lab_says(nc, kernel)
     assert host_optimised == optimize.is_optimized(proc, site)
     assert host == [expected_slots(site, host_optimised and hit > 0) for hit in range(HITS)]
     assert lab == host
+
+
+# --- the page's end: a nop5 is optimised only when its five bytes fit in one page ---------------
+
+PAGE = 0x1000
+PAGE_EDGE = {"nop5_fits": PAGE - 5, "nop5_crosses": 2 * PAGE - 4}  # offset from the page-aligned base
+
+
+def page_edge_program(base: int = 0x500000):
+    """Two nop5 functions: one in the last five bytes of the first page, one with its last byte on the third."""
+    a = Assembler("x86_64", base)
+    for name, offset in PAGE_EDGE.items():
+        emit_at(a, base + offset, name, NOP5)
+    return a.link()
+
+
+@pytest.mark.parametrize("name", PAGE_EDGE)
+def test_a_nop5_at_a_page_s_end_is_optimised_as_the_lab_says(name, kernel):
+    with NativeCode(program=page_edge_program) as nc:
+        site = nc.addr(name)
+        assert site % PAGE == PAGE_EDGE[name] % PAGE
+        call = ctypes.CFUNCTYPE(None)(site)
+        with probe(nc, name) as ev:
+            for _ in range(HITS):
+                call()
+            hits = ev.count()
+            optimised = calls_uprobe_trampoline(nc.read(name, 5), site, parse_maps())
+    assert hits == HITS
+    assert optimised == (hit_verdict(NOP5, site, kernel)["probe"] == "optimise")
+    # can_optimize(): PAGE_SIZE - (vaddr & ~PAGE_MASK) >= 5, on a kernel that optimises a nop5 at all
+    assert optimised == (kernel.optimize_nop5 and name == "nop5_fits")
 
 
 # --- b. sys_uretprobe from anywhere but the trampoline -------------------------------------------

@@ -10,6 +10,7 @@ from uprobe_lab import LabError
 from uprobe_lab.own_program import (build_example, function_site, hit_verdict, loaded_library, measure_probe,
                                     overhead, perf_probe_count, probe_verdicts)
 from uprobe_lab.verify import x86_kernels
+from uprobe_lab.verify.x86 import host_rules
 from native_support import native, perf_fds, require_bpf
 
 
@@ -103,3 +104,12 @@ def test_the_interpreter_s_file_defines_the_interpreter_s_functions():
     from uprobe_lab.own_program import interpreter_file
 
     assert function_site(interpreter_file(), "PyObject_GetAttr").size > 0
+
+
+def test_a_release_s_own_rules_give_a_verdict_too():
+    # a host's kernel (its own name, the rules of its release) optimises as the modelled version does
+    rules = host_rules("6.18.44-custom")
+    assert rules.name != "6.18"
+    assert hit_verdict(bytes.fromhex("0f1f440000"), 0x401000, rules) == {**hit_verdict(bytes.fromhex("0f1f440000"),
+                                                                                        0x401000, "6.18"),
+                                                                         "kernel": rules.name}

@@ -40,7 +40,6 @@ from .program import disassembler
 from .x86.decode import can_optimize, insn_decode
 
 SAME_PATH = {"emulate": "uprobe-nop", "xol": "uprobe-ret"}  # the bench target whose hit takes the same path
-OPTIMISED = {"6.18": "uprobe-nop5", "7.2": "uprobe-nop10"}
 
 
 @dataclass(frozen=True)
@@ -111,7 +110,7 @@ def hit_verdict(code: bytes, vaddr: int, kernel) -> dict:
     verdict = analyze(code[:insn.length].hex(), "x86_64", kernel, vaddr=vaddr)  # where it is decides some verdicts
     action, bench = verdict["action"], SAME_PATH.get(verdict["action"])
     if action != "reject" and can_optimize(insn, vaddr, kernel):
-        action, bench = "optimise", OPTIMISED[kernel.name]
+        action, bench = "optimise", "uprobe-nop10" if kernel.optimize_nop10 else "uprobe-nop5"  # by the rule
     ev = events_per_hit(bench, "x86_64", kernel) if bench else {}
     return {"kernel": kernel.name, "instruction": f"{verdict['mnemonic']} {verdict['op_str']}".strip(),
             "probe": action, "exceptions": ev.get("exceptions", 0), "syscalls": ev.get("syscalls", 0),
