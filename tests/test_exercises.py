@@ -260,6 +260,11 @@ def test_a_first_wrong_try_says_what_is_wrong_without_the_answer(ex_id, monkeypa
 NUMERIC = [i for i in IDS if hasattr(exercises.get(i).judge, "tolerance")]
 
 
+def test_the_numeric_questions_are_found_by_their_judges():
+    # counts and figures: per item (03.1), scalar (03.2, 02.5), a percentage (05.1), a custom judge (05.5)
+    assert {"02.5", "03.1", "03.2", "05.1", "05.5"} <= set(NUMERIC)
+
+
 @pytest.mark.parametrize("ex_id", NUMERIC)
 def test_a_numeric_question_states_the_tolerance_its_judge_applies(ex_id):
     ex = exercises.get(ex_id)

@@ -12,3 +12,12 @@ def test_the_summary_lists_each_counted_kind_once_in_vocabulary_order_with_its_m
     assert list(table.index) == [k for k in EVENT_KINDS if counts.get(k)]
     assert table.loc["exceptions", "count"] == 2 and table.loc["xol_steps", "count"] == 1  # int3 + #DB, one step
     assert table.loc["exc_db", "what it is"] == EVENT_KINDS["exc_db"]
+
+
+def test_bills_side_by_side_fill_a_missing_kind_with_0_and_drop_a_kind_no_bill_counts():
+    from uprobe_lab.trace import bills_table
+
+    table = bills_table({"first hit": {"consumers": 1, "exceptions": 1, "iret": 0},
+                         "second hit": {"syscalls": 1, "consumers": 1}})
+    assert list(table.index) == ["exceptions", "syscalls", "consumers"]  # the vocabulary's order; iret counted 0
+    assert table["first hit"].tolist() == [1, 0, 1] and table["second hit"].tolist() == [0, 1, 1]

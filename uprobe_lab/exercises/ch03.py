@@ -4,7 +4,7 @@ from __future__ import annotations
 from .. import events_per_hit
 from ..bench import bench_names
 from ..own_program import hit_verdict
-from ..program import disasm
+from ..sites import CALL_INSN_OPCODE, CALL_INSN_SIZE, call_target
 from ..views.nop5 import patch_run
 from ..x86.asm import X86_NOPS
 from ..x86.redzone_programs import check_transparency
@@ -42,11 +42,8 @@ answer = {k: ul.events_per_hit("uretprobe-nop5-pagecross", "x86_64", k).get("exc
 
 
 def _wrong_order_call_offset() -> int:
-    """Where a CPU would go if byte 0 of the bench's nop5 became e8 before bytes 1..4 held the call's offset."""
-    run = patch_run("6.18")
-    nop5 = run.stages[0].site
-    (_, _, text), = disasm(b"\xe8" + nop5[1:5], "x86_64", run.site)
-    return int(text.split()[-1], 16) - run.site
+    """How far from the site a CPU would go if the nop5's byte 0 became e8 before bytes 1..4 held the offset."""
+    return call_target(bytes([CALL_INSN_OPCODE]) + NOP5[1:CALL_INSN_SIZE], 0)
 
 
 exercise(

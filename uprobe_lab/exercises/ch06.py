@@ -120,10 +120,7 @@ def _judge_priced(answer, lab: Remembered) -> tuple[bool, str]:
                    f"the lab's figure): count the hit's events again, price by price.")
 
 
-def _priced_why(lab: Remembered) -> str:
-    if lab.last is None:
-        return "The lab priced the hit's events with the recorded run's profile."
-    (bench, kernel), got = lab.last
+def _priced(bench: str, kernel: str, got: dict) -> str:
     events = ", ".join(f"{p} x{n:g}" for p, n in got.items() if p not in ("mops", "low", "high"))
     return (f"The recorded run's profile prices {bench} on {kernel} at {got['mops']:.3f} M/s (80% interval "
             f"{got['low']:.3f}..{got['high']:.3f}): {events} a hit.")
@@ -156,5 +153,5 @@ answer = ("uretprobe-ret", "6.10", 1000 / ns)""",
                 "hit on bare metal, would separate `xol_step` from the exception it rides on.",
     expected=lambda: Remembered(_priced_hit),
     judge=_judge_priced,
-    why=_priced_why,
+    why=Remembered.why("The lab priced the hit's events with the recorded run's profile.", _priced),
 )

@@ -120,10 +120,7 @@ def _judge_open(answer: Any, lab: Remembered) -> tuple[bool, str]:
                                   f"consumers, the step out of line, the return instance.")
 
 
-def _open_why(lab: Remembered) -> str:
-    if lab.last is None:
-        return "The lab counted the accesses of that release's rules (uprobe_lab.contended)."
-    (bench, release), bill = lab.last
+def _counted(bench: str, release: str, bill: dict) -> str:
     return f"The lab counted {bill['shared writes']:g} shared writes per {bench} hit under {release}'s rules (uprobe_lab.contended)."
 
 
@@ -140,5 +137,5 @@ answer = ("uprobe-ret", "6.13", shared_writes("uprobe-ret", ["6.13"])["6.13"])""
                 "(2), sighand->siglock (2): 8. 6.14 drops mmap_lock, 6.15 the siglock.",
     expected=lambda: Remembered(_bill),
     judge=_judge_open,
-    why=_open_why,
+    why=Remembered.why("The lab counted the accesses of that release's rules (uprobe_lab.contended).", _counted),
 )

@@ -146,10 +146,7 @@ def _judge_open(answer: Any, lab: Remembered) -> tuple[bool, str]:
     return True, ""
 
 
-def _open_why(lab: Remembered) -> str:
-    if lab.last is None:
-        return "The lab decoded the instruction and counted the hit of the bench target that takes its path."
-    (insn, _), bill = lab.last
+def _decoded(insn: str, kernel: str, bill: dict) -> str:
     return (f"The lab decoded {insn} as `{bill['instruction']}`: {bill['kernel']} answers probe {bill['probe']!r}, "
             f"{bill['exceptions']} exception(s) a hit (the bench target that takes its path).")
 
@@ -168,5 +165,6 @@ answer = ("b827000000", "6.18", {"probe": "xol", "exceptions": 2})""",
     explanation="glibc's getpid starts with `mov eax, 0x27`: stepped, two exceptions a hit.",
     expected=lambda: Remembered(_open_bill),
     judge=_judge_open,
-    why=_open_why,
+    why=Remembered.why("The lab decoded the instruction and counted the hit of the bench target that takes its path.",
+                       _decoded),
 )

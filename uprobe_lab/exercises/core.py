@@ -79,6 +79,11 @@ class Remembered:
         self.last = (args, answer)
         return answer
 
+    @staticmethod
+    def why(before: str, describe: Callable) -> Callable:
+        """An exercise's ``why``: ``describe(*case, answer)`` of the last case asked, ``before`` until there is one."""
+        return lambda lab: before if lab.last is None else describe(*lab.last[0], lab.last[1])
+
 
 def exercise(**fields) -> Exercise:
     ex = Exercise(**fields)
