@@ -14,6 +14,7 @@ from . import analyze, bench
 from .arches import ARCHES
 from .errors import LabError
 from .kernel import DEFAULT_KERNEL, KERNELS, row_for_release
+from .outputs import OutputDir, output_file, record_file
 
 
 def _progress(total: int, enabled: bool):
@@ -26,38 +27,6 @@ def _progress(total: int, enabled: bool):
 
 
 MAX_ITERATIONS = 1 << 64  # the producer loop counts in one 64-bit register
-
-
-def output_dir(path: str) -> Path:
-    """``--out`` for reproduce: a directory that exists or can be made, and that can be written."""
-    if not path.strip():  # Path("") is ".": the charts would land wherever the command was run
-        raise LabError("--out is empty; give a directory (new or existing), e.g. --out charts")
-    out = Path(path)
-    if out.exists() and not out.is_dir():
-        raise LabError(f"--out {path} is a file, not a directory; give a directory (new or existing), e.g. --out charts")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise LabError(f"--out {path}: cannot make the directory ({err.strerror}); "
-                       "give a directory you can write, e.g. --out charts") from None
-    if not os.access(out, os.W_OK | os.X_OK):
-        raise LabError(f"--out {path}: the directory is not writable; give one you can write, e.g. --out charts")
-    return out
-
-
-def output_file(path: str) -> Path:
-    """``--out`` for a CSV: checked before the work, so a typo does not waste a run."""
-    if not path.strip():
-        raise LabError("--out is empty; give a file name, e.g. --out predicted.csv, or drop --out to print the table")
-    out = Path(path)
-    if out.is_dir():
-        raise LabError(f"--out {path} is a directory; give a file name, e.g. --out {out / 'predicted.csv'}")
-    parent = out.parent
-    if not parent.is_dir():
-        raise LabError(f"--out {path}: {parent} is not an existing directory; make it first or write elsewhere")
-    if not os.access(parent, os.W_OK | os.X_OK) or (out.exists() and not os.access(out, os.W_OK)):
-        raise LabError(f"--out {path} is not writable; give a path you can write, e.g. --out predicted.csv")
-    return out
 
 
 def native_json_rows(path: str, text: str, shape: str):
@@ -278,19 +247,34 @@ def cmd_analyze(args) -> int:
 
 def cmd_reproduce(args) -> int:
     """Every seed chart, the reproduction table and the per-hit cost breakdown, into ``args.out``."""
-    import pandas as pd
-
     from . import model
-    from .model import contention
-    from .views import charts, many_cpus
 
-    out = output_dir(args.out)
+    target = OutputDir(args.out)
+    target.claim(*REPRODUCE_TABLES)  # refused now, not after the run, when a user's file has one of these names
     n_rows = len(model.bench_rows())
     update, close = _progress(n_rows, True)
     try:
         repro = model.reproduction(progress=update)
     finally:
         close()
+    with target.staged() as out:
+        _write_reproduction(out, repro)
+    print(f"wrote {target.path}/reproduction.csv, scaling_model.csv and {len(list(target.path.glob('*.png')))} "
+          "charts")
+    return 0
+
+
+REPRODUCE_TABLES = ("reproduction.csv", "applications.csv", "reproduction_tables_alone.csv",
+                    "reproduction_outside_seeds.csv", "scaling_model.csv")
+
+
+def _write_reproduction(out, repro):
+    import pandas as pd
+
+    from . import model
+    from .model import contention
+    from .views import charts, many_cpus
+
     repro.drop(columns=["table", "kernel"]).to_csv(out / "reproduction.csv", index=False)
     for (source, table), _ in repro.groupby(["source", "table"], sort=False):
         fig = charts.seed_table_chart(repro, source, table)
@@ -337,8 +321,6 @@ def cmd_reproduce(args) -> int:
     print(f"many CPUs: contention model median |error| {scaling['median_abs_error']:.1%} on "
           f"{scaling['held_out_rows']} held-out rows, {scaling['inside_80']:.1%} inside their 80% intervals "
           "(docs/model.md, 'Many CPUs')")
-    print(f"wrote {out}/reproduction.csv, scaling_model.csv and {len(list(out.glob('*.png')))} charts")
-    return 0
 
 
 def cmd_predict(args) -> int:
@@ -361,6 +343,7 @@ def cmd_predict(args) -> int:
         except OSError as err:
             raise LabError(f"--out {args.out}: cannot write it ({err.strerror}); give a path you can write, "
                            "e.g. --out predicted.csv") from None
+        record_file(out)
     else:
         print(result.to_csv(index=False, float_format="%.5g"), end="")
     for note in result.attrs["warnings"]:  # after the table: an error above stays the first line

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from .errors import LabError
+from .outputs import OutputDir
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = ("cheatsheet.md", "glossary.md", "references.md", "performance.md", "model.md")
@@ -114,12 +115,21 @@ def static_widgets(nb):
 
 def stage(src: Path, execute: bool = True, run=execute_notebook) -> list[str]:
     """Write the book's sources into ``src``; returns the chapter stems in order. ``run`` executes one
-    chapter (a path) into a notebook with its outputs: the tests pass runs they already have."""
+    chapter (a path) into a notebook with its outputs: the tests pass runs they already have.
+
+    ``src`` is new, empty, or holds only an earlier build's files (outputs.OutputDir refuses anything else)."""
+    target = OutputDir(src, "--out", "build/site")
+    target.replace_all()
+    try:
+        return _stage(target.path, execute, run)
+    finally:
+        target.commit(everything=True)
+
+
+def _stage(src: Path, execute: bool, run) -> list[str]:
     import nbformat
 
-    if src.exists():
-        shutil.rmtree(src)
-    (src / "notebooks").mkdir(parents=True)
+    (src / "notebooks").mkdir()
     (src / "docs").mkdir()
     chapters = []
     for path in sorted((REPO / "notebooks").glob("[0-9][0-9]*_*.ipynb")):
@@ -146,9 +156,13 @@ def build(out: Path = REPO / "build" / "site", execute: bool = True, run=execute
     """Stage and build; returns the directory holding index.html."""
     t0 = time.monotonic()
     stage(out, execute, run)
+    out = Path(out).resolve()
     book = Path(sys.executable).with_name("jupyter-book")
     cmd = [str(book) if book.exists() else "jupyter-book", "build", str(out), "--all"]
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True)
+    finally:
+        OutputDir(out, "--out", "build/site").commit(everything=True)  # jupyter-book's files are the lab's too
     if done.returncode != 0:
         raise LabError(f"jupyter-book failed:\n{(done.stdout + done.stderr)[-4000:]}")
     html = out / "_build" / "html"
@@ -158,7 +172,7 @@ def build(out: Path = REPO / "build" / "site", execute: bool = True, run=execute
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m uprobe_lab.site", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, default=REPO / "build" / "site")
+    ap.add_argument("--out", default=str(REPO / "build" / "site"))
     ap.add_argument("--no-execute", action="store_true", help="render the notebooks as committed (no outputs)")
     args = ap.parse_args(argv)
     try:

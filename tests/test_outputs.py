@@ -1,0 +1,140 @@
+"""No command deletes or overwrites a file it did not write, whatever --out it is given (uprobe_lab/outputs.py)."""
+import os
+from pathlib import Path
+
+import pytest
+
+from uprobe_lab import cli, outputs, site
+from uprobe_lab.errors import LabError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def tree(path: Path) -> dict[str, bytes]:
+    return {p.relative_to(path).as_posix(): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def users_dir(tmp_path):
+    d = tmp_path / "mine"
+    (d / "sub").mkdir(parents=True)
+    (d / "thesis.tex").write_text("three years of work")
+    (d / "sub" / "data.csv").write_text("a,b\n1,2\n")
+    return d
+
+
+def test_the_site_refuses_a_directory_holding_a_users_files_and_changes_nothing(users_dir, capsys):
+    before = tree(users_dir)
+    assert site.main(["--out", str(users_dir), "--no-execute"]) == 1
+    err = capsys.readouterr().err
+    assert "holds files the lab did not write" in err and "thesis.tex" in err and "nothing was changed" in err
+    assert tree(users_dir) == before
+
+
+@pytest.mark.parametrize("place", ["", ".", "~", "/", str(REPO), str(REPO.parent), "notebooks"])
+def test_the_site_refuses_the_checkout_home_root_and_the_working_directory(place, capsys, monkeypatch):
+    monkeypatch.chdir(REPO)
+    repo_before = sorted(p.name for p in REPO.iterdir())
+    notebooks_before = tree(REPO / "notebooks")
+    assert site.main(["--out", place, "--no-execute"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: --out") and "Traceback" not in err
+    assert sorted(p.name for p in REPO.iterdir()) == repo_before
+    assert tree(REPO / "notebooks") == notebooks_before
+
+
+def test_a_second_stage_replaces_only_the_labs_own_files(tmp_path):
+    book = tmp_path / "book"
+    site.stage(book, execute=False)
+    first = tree(book)
+    assert outputs.MANIFEST in first and "intro.md" in first
+    site.stage(book, execute=False)  # its own files: replaced without a word
+    assert tree(book) == first
+    (book / "intro.md").write_text("my edit")  # now the user's: the next build must not undo it
+    with pytest.raises(LabError, match="intro.md"):
+        site.stage(book, execute=False)
+    assert (book / "intro.md").read_text() == "my edit"
+
+
+def test_a_users_file_added_to_a_built_site_stops_the_next_build(tmp_path):
+    book = tmp_path / "book"
+    site.stage(book, execute=False)
+    (book / "notebooks" / "notes.md").write_text("mine")
+    with pytest.raises(LabError, match="notebooks/notes.md"):
+        site.stage(book, execute=False)
+    assert (book / "notebooks" / "notes.md").read_text() == "mine" and (book / "intro.md").exists()
+
+
+@pytest.mark.parametrize("bad, words", [
+    ("/proc/x", "cannot make the directory"),
+    ("/dev/null/x", "cannot make the directory"),
+    ("a\0b", "not a usable path"),
+])
+def test_the_site_names_a_place_it_cannot_write(bad, words, capsys):
+    assert site.main(["--out", bad, "--no-execute"]) == 1
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err
+
+
+def test_the_site_refuses_a_file_as_its_directory(tmp_path, capsys):
+    f = tmp_path / "report.pdf"
+    f.write_bytes(b"%PDF")
+    assert site.main(["--out", str(f), "--no-execute"]) == 1
+    assert "is a file, not a directory" in capsys.readouterr().err and f.read_bytes() == b"%PDF"
+
+
+def test_reproduce_refuses_before_its_run_when_a_users_file_has_one_of_its_names(users_dir, capsys):
+    (users_dir / "reproduction.csv").write_text("my own table")
+    before = tree(users_dir)
+    assert cli.main(["reproduce", "--out", str(users_dir)]) == 2
+    err = capsys.readouterr().err
+    assert "reproduction.csv" in err and "did not write" in err
+    assert tree(users_dir) == before
+
+
+def test_a_staged_write_keeps_every_other_file_and_replaces_its_own(users_dir):
+    target = outputs.OutputDir(users_dir)
+    with target.staged() as scratch:
+        (scratch / "chart.png").write_bytes(b"png 1")
+    assert (users_dir / "chart.png").read_bytes() == b"png 1"
+    with outputs.OutputDir(users_dir).staged() as scratch:  # a rerun: the lab's own chart is replaced
+        (scratch / "chart.png").write_bytes(b"png 2")
+    assert (users_dir / "chart.png").read_bytes() == b"png 2"
+    assert (users_dir / "thesis.tex").read_text() == "three years of work"
+    assert not [p for p in users_dir.iterdir() if p.name.startswith(".uprobe_lab-scratch")]
+
+
+def test_a_staged_write_that_meets_a_users_file_changes_nothing(users_dir):
+    (users_dir / "chart.png").write_bytes(b"the user's picture")
+    before = tree(users_dir)
+    with pytest.raises(LabError, match="chart.png"):
+        with outputs.OutputDir(users_dir).staged() as scratch:
+            (scratch / "chart.png").write_bytes(b"lab")
+            (scratch / "other.png").write_bytes(b"lab")
+    assert tree(users_dir) == before
+
+
+def test_a_symlink_in_the_output_is_never_followed_or_removed(users_dir, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("keep")
+    os.symlink(outside, users_dir / "link")
+    with pytest.raises(LabError, match="link"):
+        outputs.OutputDir(users_dir).replace_all()
+    assert (outside / "keep.txt").read_text() == "keep" and (users_dir / "link").is_symlink()
+
+
+def test_predict_out_refuses_a_users_file_and_replaces_its_own(tmp_path):
+    mine = tmp_path / "predicted.csv"
+    mine.write_text("my numbers")
+    with pytest.raises(LabError, match="already exists and the lab did not write it"):
+        outputs.output_file(str(mine))
+    assert mine.read_text() == "my numbers"
+    ours = tmp_path / "ours.csv"
+    assert outputs.output_file(str(ours)) == ours
+    ours.write_text("bench,predicted_mops\n")
+    outputs.record_file(ours)
+    assert outputs.output_file(str(ours)) == ours  # the lab's own file from the last run may be replaced
+    ours.write_text("edited by hand")
+    with pytest.raises(LabError, match="did not write it"):
+        outputs.output_file(str(ours))

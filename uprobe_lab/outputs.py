@@ -1,0 +1,177 @@
+"""Where a command may write: an output directory or file that never costs a user a file.
+
+Every command that writes files (``./lab site``, ``reproduce --out``, ``predict --out``) goes through here.
+A directory remembers the files the lab wrote into it in a manifest (``.uprobe_lab-written``: a path and a
+SHA-256 a line), so a second run replaces exactly those files and nothing else. A file that is not in the
+manifest, or whose content changed since the lab wrote it, belongs to the user: the command refuses before it
+writes anything. Places no command writes into at all: an empty path, the working directory, the checkout,
+a directory that holds the checkout, the home directory and ``/``.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+from .errors import LabError
+
+MANIFEST = ".uprobe_lab-written"
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _refuse_place(path: str, flag: str, example: str) -> Path:
+    """The resolved path, unless it is a place no command may write into."""
+    if not str(path).strip():  # Path("") is "." : the output would land wherever the command was run
+        raise LabError(f"{flag} is empty; give a new directory, e.g. {flag} {example}")
+    try:
+        resolved = Path(path).expanduser().resolve()
+    except (OSError, RuntimeError, ValueError) as err:
+        raise LabError(f"{flag} {path!r}: not a usable path ({err}); give a new directory, e.g. {flag} {example}") \
+            from None
+    forbidden = {Path.cwd().resolve(): "the directory you are in", Path.home().resolve(): "your home directory",
+                 Path("/"): "the root directory"}
+    if resolved in forbidden:
+        raise LabError(f"{flag} {path}: that is {forbidden[resolved]}, which holds files the lab did not write; "
+                       f"give a new directory, e.g. {flag} {example}")
+    if resolved == REPO or resolved in REPO.parents:
+        raise LabError(f"{flag} {path}: that is the uprobe_lab checkout or a directory holding it; "
+                       f"give a new directory, e.g. {flag} {example}")
+    return resolved
+
+
+class Manifest:
+    """The files the lab wrote into one directory, each with the SHA-256 it had when written."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        try:
+            lines = (directory / MANIFEST).read_text().splitlines()
+        except (OSError, UnicodeDecodeError):
+            lines = []
+        self.written = dict(line.split("  ", 1)[::-1] for line in lines if "  " in line)
+
+    def is_ours(self, rel: str) -> bool:
+        """Whether the file at ``rel`` is one the lab wrote and nobody changed since."""
+        path = self.directory / rel
+        return (rel in self.written and path.is_file() and not path.is_symlink()
+                and _sha256(path) == self.written[rel])
+
+    def record(self, rels):
+        """Note ``rels`` (written just now) in the manifest file."""
+        for rel in rels:
+            if (self.directory / rel).is_file():
+                self.written[rel] = _sha256(self.directory / rel)
+        lines = sorted(f"{digest}  {rel}" for rel, digest in self.written.items() if "\n" not in rel)
+        (self.directory / MANIFEST).write_text("".join(line + "\n" for line in lines))
+
+
+class OutputDir:
+    """A directory a command writes into.
+
+    ``claim(name, ...)`` before writing files (refuses a user's file of that name); ``commit()`` after, to record
+    what was written. ``replace_all()`` is for a command that rebuilds the whole directory (the site): it first
+    checks that every file there is the lab's, then removes them."""
+
+    def __init__(self, path, flag: str = "--out", example: str = "charts"):
+        self.flag, self.example, self.given = flag, example, path
+        self.path = _refuse_place(path, flag, example)
+        if self.path.exists() and not self.path.is_dir():
+            raise LabError(f"{flag} {path} is a file, not a directory; give a new directory, e.g. {flag} {example}")
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise LabError(f"{flag} {path}: cannot make the directory ({err.strerror}); "
+                           f"give a directory you can write, e.g. {flag} {example}") from None
+        if not os.access(self.path, os.W_OK | os.X_OK):
+            raise LabError(f"{flag} {path}: the directory is not writable; give one you can write, "
+                           f"e.g. {flag} {example}")
+        self.manifest = Manifest(self.path)
+        self.new: set[str] = set()
+
+    def _refuse(self, users: list[str]):
+        if not users:
+            return
+        shown = ", ".join(users[:3]) + (f" and {len(users) - 3} more" if len(users) > 3 else "")
+        raise LabError(f"{self.flag} {self.given} holds files the lab did not write ({shown}); nothing was changed. "
+                       f"Give a new or empty directory, e.g. {self.flag} {self.example}, or move those files away")
+
+    def claim(self, *names: str) -> list[Path]:
+        """The paths for ``names``, after checking that none of them is a user's file."""
+        self._refuse([n for n in names if ((self.path / n).exists() or (self.path / n).is_symlink())
+                      and not self.manifest.is_ours(n)])
+        self.new.update(names)
+        return [self.path / n for n in names]
+
+    def replace_all(self):
+        """Empty the directory of the lab's own files, refusing (and changing nothing) if any other file is there."""
+        files, dirs = [], []
+        for root, dirnames, filenames in os.walk(self.path):
+            rel_root = Path(root).relative_to(self.path)
+            dirs += [rel_root / d for d in dirnames]
+            files += [(rel_root / f).as_posix() for f in filenames]
+        files = [f for f in files if f != MANIFEST]
+        self._refuse([f for f in files if not self.manifest.is_ours(f)]
+                     + [d.as_posix() for d in dirs if (self.path / d).is_symlink()])
+        for rel in files:
+            (self.path / rel).unlink()
+        for d in sorted(dirs, key=lambda d: len(d.parts), reverse=True):  # deepest first, each empty by now
+            (self.path / d).rmdir()
+        (self.path / MANIFEST).unlink(missing_ok=True)
+        self.manifest = Manifest(self.path)
+
+    @contextmanager
+    def staged(self):
+        """A scratch directory to write into; on success its files are claimed and moved into place together, so a
+        refusal at the end changes nothing either."""
+        scratch = Path(tempfile.mkdtemp(prefix=".uprobe_lab-scratch-", dir=self.path))
+        try:
+            yield scratch
+            names = sorted(p.name for p in scratch.iterdir())
+            self.claim(*names)
+            for name in names:
+                os.replace(scratch / name, self.path / name)
+            self.commit()
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)  # made by mkdtemp above: nobody else's files are in it
+
+    def commit(self, everything: bool = False):
+        """Record what was written: the claimed names, or with ``everything`` every file now in the directory."""
+        if everything:
+            self.new = {p.relative_to(self.path).as_posix() for p in self.path.rglob("*")
+                        if p.is_file() and not p.is_symlink() and p.name != MANIFEST}
+        self.manifest.record(self.new)
+
+
+def output_file(path: str, flag: str = "--out", example: str = "predicted.csv") -> Path:
+    """A single file a command writes: a new file, or one the lab wrote there before (per that directory's manifest).
+    Checked before the work, so a typo does not waste a run."""
+    if not str(path).strip():
+        raise LabError(f"{flag} is empty; give a file name, e.g. {flag} {example}, or drop {flag} to print the table")
+    out = Path(path)
+    if out.is_dir():
+        raise LabError(f"{flag} {path} is a directory; give a file name, e.g. {flag} {out / example}")
+    if not out.parent.is_dir():
+        raise LabError(f"{flag} {path}: {out.parent} is not an existing directory; make it first or write elsewhere")
+    if not os.access(out.parent, os.W_OK | os.X_OK) or (out.exists() and not os.access(out, os.W_OK)):
+        raise LabError(f"{flag} {path} is not writable; give a path you can write, e.g. {flag} {example}")
+    if (out.exists() or out.is_symlink()) and not Manifest(out.parent).is_ours(out.name):
+        raise LabError(f"{flag} {path} already exists and the lab did not write it; nothing was changed. "
+                       f"Give a new file name, e.g. {flag} {example}")
+    return out
+
+
+def record_file(out: Path):
+    """After writing ``out`` (checked by ``output_file``): note it in its directory's manifest, so a rerun may
+    replace it."""
+    Manifest(out.parent).record([out.name])
