@@ -138,3 +138,21 @@ def test_predict_out_refuses_a_users_file_and_replaces_its_own(tmp_path):
     ours.write_text("edited by hand")
     with pytest.raises(LabError, match="did not write it"):
         outputs.output_file(str(ours))
+
+
+def test_a_recording_never_lands_on_a_users_file_and_is_refused_before_the_boots(tmp_path, monkeypatch, capsys):
+    from uprobe_lab.verify import x86_kernels
+
+    mine = tmp_path / "kernels.json"
+    mine.write_text('{"my": "notes"}')
+    monkeypatch.setattr(x86_kernels, "referee", lambda *a, **k: pytest.fail("booted before checking --record"))
+    assert x86_kernels.run_referee(["6.18"], record=mine) == 1
+    assert "did not write it" in capsys.readouterr().err and mine.read_text() == '{"my": "notes"}'
+    with pytest.raises(LabError, match="did not write it"):
+        outputs.write_output(mine, "{}")
+    assert mine.read_text() == '{"my": "notes"}'
+
+
+def test_the_labs_shipped_recordings_may_be_recorded_again():
+    shipped = REPO / "uprobe_lab" / "data" / "native_scaling_6.18.json"
+    assert outputs.output_file(str(shipped)) == shipped  # checked only: nothing is written here

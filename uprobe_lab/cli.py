@@ -8,7 +8,6 @@ import os
 import platform
 import sys
 import warnings
-from pathlib import Path
 
 from . import analyze, bench
 from .arches import ARCHES

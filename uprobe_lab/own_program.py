@@ -34,6 +34,7 @@ from .kernel import KERNELS, get_kernel
 from .native.bpf import BpfCounter
 from .native.example import native_reason
 from .native.host import parse_maps
+from .outputs import write_output
 from .native.perf import UprobeEvent
 from .native.support import check_native_support
 from .program import disassembler
@@ -248,5 +249,5 @@ def record_own_program(tick: Path, path: str | Path = RECORDING) -> dict:
             "command": "uprobe_lab.own_program.record_own_program(build_example(dir))",
             "getpid": run["getpid"], "perf": run["perf"]}
     data["perf"]["commands"] = [c.replace(str(tick), "./tick") for c in data["perf"].get("commands", [])]
-    Path(path).write_text(json.dumps(data, indent=1) + "\n")
+    write_output(path, json.dumps(data, indent=1) + "\n", "path", "own_program.json")
     return data

@@ -22,6 +22,7 @@ from .compare import COMPARE_BENCHES, DEFAULT_HITS, host_bench_snapshot
 from .errors import NativeUnavailable
 from .support import check_native_support
 from .host import host_description
+from ..outputs import write_output
 
 EXAMPLE_PATH = Path(__file__).resolve().parents[1] / "data" / "native_example_6.18.json"
 ENV = "UPROBE_LAB_NATIVE"
@@ -59,7 +60,7 @@ def record_example(path: str | Path = EXAMPLE_PATH, iterations: int = DEFAULT_IT
         "benches": rows,
         "snapshots": snapshots,
     }
-    Path(path).write_text(json.dumps(data, indent=1) + "\n")
+    write_output(path, json.dumps(data, indent=1) + "\n", "path", "example.json")
     return data
 
 

@@ -24,6 +24,7 @@ from typing import Callable, Iterator, NamedTuple
 from ..bench import COMPAT_BENCHES, bench_spec
 from ..model import load_host_recording
 from ..model.profiles import machine_label
+from ..outputs import write_output
 from ..process import LabError
 from ..sites import calls_uprobe_trampoline
 from .bench import pinned_to_one_cpu
@@ -377,8 +378,7 @@ def record_host_prices(path, budget_s: float = 6.0, label: str = "", rounds: int
             "recorded": datetime.date.today().isoformat(), "host": host_description(),
             "command": f"uprobe_lab.native.price_benches.record_host_prices(path, budget_s={budget_s}, rounds={rounds})",
             "rows": rows}
-    with open(path, "w") as f:
-        f.write(json.dumps(data, indent=1) + "\n")
+    write_output(path, json.dumps(data, indent=1) + "\n", "path", "prices.json")
     return data
 
 

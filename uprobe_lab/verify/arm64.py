@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..errors import LabError
 from ..kernel import kernel_for_release
+from ..outputs import output_file, write_output
 from . import arm64_boot as B
 from . import arm64_cases as C
 from . import arm64_guest as G
@@ -136,6 +137,8 @@ def verify_arm64(package: str | None = None, deb: str | None = None, cases=None,
         raise LabError(f"sample {sample}: the arm64 referee runs 0 to {C.MAX_SAMPLE} random words in one boot "
                        "(each runs twice under TCG); for more, run several seeds")
     cases = (cases if cases is not None else C.all_cases()) + C.random_cases(sample, seed)
+    if record:
+        output_file(record, "--record", "run.json")  # refused now, not after the boot
     if deb:
         image, version = B.unpack_deb(Path(deb))
         package = Path(deb).name
@@ -157,7 +160,7 @@ RECORDING = Path(__file__).resolve().parent.parent / "data" / "arm64_referee_6.1
 
 
 def save_recording(report: Report, path: Path) -> None:
-    path.write_text(json.dumps(report.to_json(), separators=(",", ":")) + "\n")
+    write_output(path, json.dumps(report.to_json(), separators=(",", ":")) + "\n")
 
 
 def recorded(path: Path = RECORDING) -> dict:

@@ -33,6 +33,7 @@ import pandas as pd
 
 from ..errors import LabError
 from ..kernel import kernel_for_release
+from ..outputs import output_file, write_output
 from .x86_guest import HITS, REFUSED
 from ..usdt import describe_syscall_result, emulated_syscall_336
 from ..native.compare import site_form, compare, emulator_snapshot
@@ -160,6 +161,8 @@ def run_referee(lines: list[str], record: str | Path | None = None, as_json: boo
     the count that agree; write the reports to ``record`` if given. Exit status 0 when all agree, 1 when
     the kernels cannot be had (the message says why), 2 when some answer differs."""
     try:
+        if record:
+            output_file(record, "--record", "kernels.json")  # refused now, not after the boots
         reports = referee(tuple(lines), progress=None if as_json else print)
     except LabError as err:
         print(f"cannot referee: {err}", file=sys.stderr)
@@ -175,8 +178,8 @@ def run_referee(lines: list[str], record: str | Path | None = None, as_json: boo
                 print(bad.to_string(index=False))
         print(f"{len(verdicts) - len(bad)} of {len(verdicts)} answers agree across {len(reports)} kernels")
     if record:
-        Path(record).write_text(json.dumps({"command": f"python -m uprobe_lab verify --kernels --record {record}",
-                                            "reports": reports}, indent=1) + "\n")
+        write_output(record, json.dumps({"command": f"python -m uprobe_lab verify --kernels --record {record}",
+                                         "reports": reports}, indent=1) + "\n", "--record", "kernels.json")
     return 0 if bad.empty else 2
 
 

@@ -23,6 +23,7 @@ from ..kernel import release_rules
 from ..model import contention
 from ..native.example import native_reason
 from ..native.many_cpus import run_native_benches_on_cpus
+from ..outputs import write_output
 from ..smp import run_on_cpus
 
 KERNELS = ("6.8", "6.10", "6.12", "6.13", "6.14", "6.18")  # each a step of the 2024-25 work, and before it
@@ -236,7 +237,7 @@ def record_native_scaling(path: str | Path = SCALING_PATH) -> dict:
         raise LabError(f"cannot record: {run['reason']}")
     data = {"host": f"{platform.release()}, {len(os.sched_getaffinity(0))} CPUs (a virtual machine)",
             "command": "uprobe_lab.views.many_cpus.record_native_scaling()", "rows": run["rows"]}
-    Path(path).write_text(json.dumps(data, indent=1) + "\n")
+    write_output(path, json.dumps(data, indent=1) + "\n", "path", "scaling.json")
     return data
 
 
