@@ -156,3 +156,16 @@ def test_a_recording_never_lands_on_a_users_file_and_is_refused_before_the_boots
 def test_the_labs_shipped_recordings_may_be_recorded_again():
     shipped = REPO / "uprobe_lab" / "data" / "native_scaling_6.18.json"
     assert outputs.output_file(str(shipped)) == shipped  # checked only: nothing is written here
+
+
+def test_the_example_program_is_never_built_over_a_users_file(tmp_path):
+    from uprobe_lab import own_program
+
+    (tmp_path / "tick").write_text("my own tick")
+    with pytest.raises(LabError, match="did not write it"):
+        own_program.build_example(tmp_path)
+    assert (tmp_path / "tick").read_text() == "my own tick"
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    built = own_program.build_example(fresh)
+    assert own_program.build_example(fresh) == built  # its own build may be replaced

@@ -34,7 +34,7 @@ from .kernel import KERNELS, get_kernel
 from .native.bpf import BpfCounter
 from .native.example import native_reason
 from .native.host import parse_maps
-from .outputs import write_output
+from .outputs import output_file, record_file, write_output
 from .native.perf import UprobeEvent
 from .native.support import check_native_support
 from .program import disassembler
@@ -191,11 +191,12 @@ def build_example(directory: str | Path) -> Path:
         raise LabError("no C compiler here (Debian/Ubuntu: apt install gcc; Fedora: dnf install gcc): the chapter "
                        "goes on with a library every program loads instead")
     source = resources.files("uprobe_lab.data").joinpath("tick.c")
-    out = Path(directory) / "tick"
+    out = output_file(Path(directory) / "tick", "directory", "a new directory")  # never over a program of yours
     with resources.as_file(source) as src:
         done = subprocess.run([cc, "-O2", "-o", str(out), str(src)], capture_output=True, text=True)
     if done.returncode != 0:
         raise LabError(f"{cc} could not build the example: {done.stderr.strip()[-300:]}")
+    record_file(out)
     return out
 
 
