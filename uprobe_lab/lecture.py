@@ -139,7 +139,7 @@ def serve(want: str, voila_args: list[str]) -> int:
     def stop(signum, _frame):
         raise KeyboardInterrupt  # unwinds to the finally below, which stops the server and removes the copy
 
-    for sig in (signal.SIGHUP, signal.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):  # SIGINT too: a script may have started us ignoring it
         signal.signal(sig, stop)
     try:
         env = dict(os.environ, **{presenter.ENV: "1"})
