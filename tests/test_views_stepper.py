@@ -123,6 +123,6 @@ def test_the_step_log_is_styled_by_its_class_monospace_and_at_least_16px():
     box = stepper_widget(lambda: probed_stepper("uprobe_target_push", "6.18"))
     box.step()
     assert "font-size:12px" not in box.output.value.replace(" ", "")
-    assert "<pre class='uprobe-lab-steplog'>step 0:" in box.output.value
+    assert "<div class='uprobe-lab-steplog'>step 0:" in box.output.value
     rule = re.search(r"\.uprobe-lab-steplog\) \{([^}]*)\}", box.output.value).group(1)
     assert "monospace" in rule and int(re.search(r"font-size: (\d+)px", rule).group(1)) >= 16

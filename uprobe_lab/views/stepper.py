@@ -14,9 +14,15 @@ from ..uprobes import CountingConsumer, uprobe_register
 
 
 STEPLOG_CLASS = "uprobe-lab-steplog"  # the step log's class: the slides restyle it by this name
-# :where() gives the rule no weight, so any stylesheet that names the class (the slides') wins over it
-STEPLOG_STYLE = (f"<style>:where(.{STEPLOG_CLASS}) {{font-family: monospace; font-size: 16px; line-height: 1.35}}"
-                 "</style>")
+# A div, not a pre: JupyterLab's own rule for pre (13 px) would outweigh the class. :where() gives the rule no
+# weight, so any stylesheet that names the class (the slides') wins over it.
+STEPLOG_STYLE = (f"<style>:where(.{STEPLOG_CLASS}) {{white-space: pre; font-family: monospace; font-size: 16px; "
+                 "line-height: 1.35; margin: 0.5em 0}</style>")
+
+
+def steplog_html(text: str) -> str:
+    """A step log (the walk as text) as HTML, in the class the slides style."""
+    return f"{STEPLOG_STYLE}<div class='{STEPLOG_CLASS}'>{html.escape(text)}</div>"
 
 
 def _regs_html(regs: dict[str, int]) -> str:
@@ -26,7 +32,7 @@ def _regs_html(regs: dict[str, int]) -> str:
 
 def render_state(stepper: Stepper, stack_words: int = 4) -> str:
     """HTML for the stepper's state: the steps so far, then registers and stack."""
-    lines = "\n".join(html.escape(s.describe()) for s in stepper.steps) or "(not started)"
+    lines = "\n".join(s.describe() for s in stepper.steps) or "(not started)"
     nxt = "finished" if stepper.done else f"next: {stepper.pc:#x} {html.escape(stepper.current_text())}"
     regs = stepper.steps[-1].regs if stepper.steps else {}
     stack = ""
@@ -34,7 +40,7 @@ def render_state(stepper: Stepper, stack_words: int = 4) -> str:
         rows = "".join(f"<tr><td><code>{a:#x}</code></td><td><code>{v:#018x}</code></td></tr>"
                        for a, v in stepper.stack(stack_words))
         stack = f"<b>stack (sp upward)</b><table>{rows}</table>"
-    return (f"{STEPLOG_STYLE}<pre class='{STEPLOG_CLASS}'>{lines}</pre><p><b>{nxt}</b></p>"
+    return (f"{steplog_html(lines)}<p><b>{nxt}</b></p>"
             f"<div style='display:flex;gap:2em'><div>{_regs_html(regs)}</div><div>{stack}</div></div>")
 
 

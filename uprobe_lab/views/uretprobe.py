@@ -79,11 +79,9 @@ class ReturnStepper:
     def widget(self):
         """A kernel selector and a step slider over a copy of this stepper that the widget owns: a kernel it picks
         is recorded again on a new process, and the cells that read this stepper still see what they built."""
-        import html
-
         import ipywidgets as w
 
-        from .stepper import STEPLOG_CLASS, STEPLOG_STYLE
+        from .stepper import steplog_html
 
         own = ReturnStepper(self.kernel, self.saves_regs, list(self.steps))
         own.index = self.index
@@ -92,7 +90,7 @@ class ReturnStepper:
 
         def show(change=None):
             own.index = slider.value
-            out.value = f"{STEPLOG_STYLE}<pre class='{STEPLOG_CLASS}'>{html.escape(own.text())}</pre>"
+            out.value = steplog_html(own.text())
 
         def title_text():
             return f"<b>uretprobe return on {own.kernel}{broken_words(own.kernel, own.saves_regs)}</b>"
