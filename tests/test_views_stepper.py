@@ -126,3 +126,23 @@ def test_the_step_log_is_styled_by_its_class_monospace_and_at_least_16px():
     assert "<div class='uprobe-lab-steplog'>step 0:" in box.output.value
     rule = re.search(r"\.uprobe-lab-steplog\) \{([^}]*)\}", box.output.value).group(1)
     assert "monospace" in rule and int(re.search(r"font-size: (\d+)px", rule).group(1)) >= 16
+
+
+def test_reset_after_a_lab_error_or_a_signal_mid_walk_gives_a_walk_that_steps():
+    box = stepper_widget(lambda: probed_stepper("uprobe_target_ret", "6.18"))
+    buttons = _buttons(box)
+    buttons["Step"].click()
+    box.stepper().proc.call("uprobe_target_ret")  # a cell reaching into the widget's process mid-walk
+    buttons["Step"].click()
+    assert box.stepper() is None and "another call ran this stepper&#x27;s process" in box.output.value
+    assert "press Reset" in box.output.value and buttons["Step"].disabled and not buttons["Reset"].disabled
+    buttons["Reset"].click()
+    assert box.stepper().steps == [] and not buttons["Step"].disabled
+    buttons["Step"].click()
+    box.stepper().proc.force_sig("SIGKILL", "killed from outside")  # the walk dies of a signal
+    buttons["Step"].click()  # ignored: the walk is over
+    assert box.stepper().done and buttons["Step"].disabled and "finished" in box.output.value
+    buttons["Reset"].click()
+    assert box.stepper().proc.signal is None and not buttons["Step"].disabled
+    buttons["Run to end"].click()
+    assert box.stepper().done and box.stepper().steps[-1].signal is None

@@ -55,8 +55,9 @@ def replay(make_stepper, steps: int) -> Stepper:
 
 def _problem_html(err: Exception, picker) -> str:
     """The reason a walk cannot be shown, and the way out, in place of the walk."""
-    way_out = (f"pick another kernel above (kernel {picker.value} cannot run this walk)" if picker
-               else "fix the probe or the program and build the widget again")
+    way_out = "press Reset to start again on a new process; if the same error comes back, " + (
+        f"pick another kernel above (kernel {picker.value} cannot run this walk)" if picker
+        else "fix the probe or the program and build the widget again")
     return (f"<p style='color:#b00'><b>cannot step this walk:</b> {html.escape(str(err))}</p>"
             f"<p>{html.escape(way_out)}</p>")
 
