@@ -69,7 +69,9 @@ def where(proc, addr: int) -> str:
 class Stepper:
     """Runs ``proc`` from ``start`` to ``until`` one instruction per ``step()``.
 
-    The process must record its trace (``record=True``) so each step can show its kernel events.
+    The process must record its trace (``record=True``) so each step can show its kernel events. A stepper goes on
+    only from where its own last step left the process: once another call, run or stepper has moved it, ``step()``
+    refuses (a widget gives each walk a process of its own: uprobe_lab.views.stepper).
     """
 
     def __init__(self, proc, start: int, until: int, regs: tuple[str, ...] = ("ip", "sp", "ax", "cx", "r11")):
