@@ -156,11 +156,14 @@ def widget_step_ms(repeats: int = 20) -> float:
     from uprobe_lab.uprobes import CountingConsumer, uprobe_register
     from uprobe_lab.views.stepper import stepper_widget
 
-    proc = make_process("x86_64", record=True)
-    uprobe_register(proc, "uprobe_target_ret", CountingConsumer())
+    def make():  # a process of the widget's own, as every stepper widget has
+        proc = make_process("x86_64", record=True)
+        uprobe_register(proc, "uprobe_target_ret", CountingConsumer())
+        return proc.stepper("producer_loop", 50, proc.program.resolve("uprobe_target_ret"))
+
     samples = []
     for _ in range(repeats):
-        widget = stepper_widget(lambda: proc.stepper("producer_loop", 50, proc.program.resolve("uprobe_target_ret")))
+        widget = stepper_widget(make)
         t0 = time.perf_counter()
         widget.step()
         samples.append(time.perf_counter() - t0)

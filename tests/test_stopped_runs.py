@@ -273,22 +273,27 @@ def test_call_from_inside_a_consumer_is_refused_and_the_process_stays_usable(arc
 
 
 def test_notebook_01_ret_widget_step_reset_run_to_end_then_back():
+    """Chapter 01's ret stepper, pressed after the cell below it ran its printed walk: the widget's process is its
+    own, so the walk under it cannot break it (it used to end in SIGSEGV at pc=0, then Reset greyed every button)."""
     pytest.importorskip("ipywidgets")
-    from uprobe_lab.views.stepper import stepper_widget
+    from uprobe_lab.views.stepper import probed_stepper, stepper_widget
 
-    proc = ul.new_process(kernel="6.18", record=True)
-    consumer = ul.CountingConsumer()
-    ul.attach(proc, "uprobe_target_ret", consumer)
-    box = stepper_widget(lambda: proc.stepper("uprobe_target_ret"), "a uprobe on ret")
+    box = stepper_widget(lambda: probed_stepper("uprobe_target_ret", "6.18"), "a uprobe on ret")
     step_b, back_b, end_b, reset_b = next(c for c in box.children if hasattr(c, "children") and len(c.children) == 4).children
     assert [b.description for b in (step_b, back_b, end_b, reset_b)] == ["Step", "Back", "Run to end", "Reset"]
     box.step()
-    reset_b.click()
+    printed = probed_stepper("uprobe_target_ret", "6.18")  # the cell's printed walk
+    printed.run_to_end()
     end_b.click()
     stepper = box.stepper()
-    assert stepper.done and stepper.steps[-1].signal is None and proc.signal is None and consumer.hits == 2
-    back_b.click()  # the same run replayed one step shorter, on the same process
-    assert not box.stepper().done and proc.signal is None
+    consumer = stepper.proc.mm.probes[stepper.proc.program.resolve("uprobe_target_ret")].consumers[0]
+    assert stepper.done and stepper.steps[-1].signal is None and stepper.proc is not printed.proc
+    assert consumer.hits == 1 and stepper.steps[-1].text == "ret"
+    reset_b.click()
+    assert box.stepper().steps == [] and not step_b.disabled and box.stepper().proc is not stepper.proc
+    end_b.click()
+    back_b.click()  # the same run replayed one step shorter, on a new process
+    assert not box.stepper().done and box.stepper().proc.signal is None
     end_b.click()
     assert box.stepper().done and box.stepper().steps[-1].signal is None
 

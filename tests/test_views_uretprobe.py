@@ -51,10 +51,11 @@ def test_trampoline_chart():
 
 
 def test_broken_title_only_claims_lost_registers_on_a_syscall_trampoline():
-    st = ReturnStepper("6.11", saves_regs=False)
-    title, picker, slider, _ = st.widget().children
+    box = ReturnStepper("6.11", saves_regs=False).widget()
+    title, picker, slider, _ = box.children
     assert "broken trampoline: no rcx/r11 saves" in title.value
     picker.value = "6.10"  # the int3 trampoline: the walk ends with the caller's rcx/r11 intact
+    st = box.stepper()
     assert st.steps[-1].regs["cx"] == 0xCCCCCCCC and st.steps[-1].regs["r11"] == 0x11111111
     assert "no rcx/r11 saves" not in title.value and "6.10 returns by int3" in title.value
     assert slider.max == len(st.steps) - 1 and st.text() == ReturnStepper("6.10", saves_regs=False).text()

@@ -148,6 +148,7 @@ class EmulatedProcess:
         self._running = False  # inside run(): Unicorn is busy
         self._owner = threading.RLock()  # held by the thread calling or running the process
         self._unfinished = False  # the last run stopped before its end (budget, Ctrl-C, an error)
+        self.runs = 0  # runs started, abandoned or prepared (a stepper's): how a Stepper sees another call moved it
         self.trace = Trace(record=record)
         close_retired()
         self.uc = Uc(self.uc_arch, self.uc_mode)
@@ -376,6 +377,7 @@ class EmulatedProcess:
         if self._unfinished and start != self.pc:
             self.abandon_run()
         close_retired()
+        self.runs += 1
         left, pc = max_insns, start
         try:  # set inside the try, so a Ctrl-C between the two cannot leave the process marked running
             self._running, self._unfinished = True, True
@@ -416,6 +418,7 @@ class EmulatedProcess:
             uprobe_abort_xol(self)
             self.utask.return_instances.clear()
             self._unfinished = False
+            self.runs += 1
         if interrupt.pending:
             deliver(interrupt)
 
@@ -505,11 +508,12 @@ class EmulatedProcess:
     def stepper(self, target, *args: int, regs: tuple[str, ...] | None = None) -> Stepper:
         """A Stepper over a call of ``target``, one instruction per step (needs record=True).
 
-        A new stepper abandons whatever an earlier one left half done (a widget's Reset)."""
+        A new stepper abandons whatever an earlier one left half done; the earlier one then refuses to step."""
         with self.exclusive():
             if self._unfinished:
                 self.abandon_run()
             start, until = self.prepare_call(target, *args)
+            self.runs += 1
         return Stepper(self, start, until, regs or self.STEPPER_REGS)
 
     def __repr__(self) -> str:

@@ -69,7 +69,9 @@ def where(proc, addr: int) -> str:
 class Stepper:
     """Runs ``proc`` from ``start`` to ``until`` one instruction per ``step()``.
 
-    The process must record its trace (``record=True``) so each step can show its kernel events.
+    The process must record its trace (``record=True``) so each step can show its kernel events. A stepper goes on
+    only from where its own last step left the process: once another call, run or stepper has moved it, ``step()``
+    refuses (a widget gives each walk a process of its own: uprobe_lab.views.stepper).
     """
 
     def __init__(self, proc, start: int, until: int, regs: tuple[str, ...] = ("ip", "sp", "ax", "cx", "r11")):
@@ -80,6 +82,7 @@ class Stepper:
         self.pc = start
         self.reg_names = regs
         self.steps: list[Step] = []
+        self._runs = proc.runs  # the process's run count after our own last step: another call changes it
 
     @property
     def done(self) -> bool:
@@ -96,10 +99,15 @@ class Stepper:
     def step(self) -> Step:
         if self.done:
             raise LabError("the run is finished; make a new stepper to go again")
+        if self.proc.runs != self._runs:
+            raise LabError("another call ran this stepper's process since its last step, so its registers and stack "
+                           "are that call's now; make a new stepper (proc.stepper(...); a widget: Reset), or give the "
+                           "other call a process of its own")
         first_event = len(self.proc.trace.events)
         ip, text, at = self.pc, self.current_text(), where(self.proc, self.pc)
         result = self.proc.run(self.pc, self.until, max_insns=1)
         self.pc = result.ip
+        self._runs = self.proc.runs
         regs = self.proc.regs()
         snapshot = {name: regs.get(name) for name in self.reg_names}
         step = Step(len(self.steps), ip, text, at, self.pc, snapshot,

@@ -153,7 +153,7 @@ def notebook_steppers():
             proc = make_process(arch, kernel, record=True, **options)
             consumer = CountingConsumer()
             uprobe_register(proc, target, consumer)
-            if warm:  # views.stepper.warm_stepper: the steady state, after a first call
+            if warm:  # views.stepper.probed_stepper(warm=True): the steady state, after a first call
                 proc.call(target)
                 consumer.hits = 0
             return proc, consumer

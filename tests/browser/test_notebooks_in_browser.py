@@ -431,3 +431,45 @@ def test_exercise_answered_in_jupyterlab(lab_server, browser, screenshot_dir):
     finally:
         context.close()
         _shutdown_kernels(lab_server)
+
+
+def test_chapter_01_steppers_run_to_end_reset_and_again_after_run_all(lab_server, browser, screenshot_dir):
+    """Chapter 01 run top to bottom in JupyterLab, so the printed walks under the push and ret steppers have run;
+    then each stepper: Run to end, Reset, Run to end again - finished each time, no SIGSEGV, Step enabled after
+    Reset (it used to end in SIGSEGV at pc=0 and Reset left every button grey). The step log is at least 16 px,
+    in a monospace font."""
+    rel = "notebooks/01_breakpoint_uprobes.ipynb"
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    t0 = time.monotonic()
+    try:
+        open_and_run_all(page, lab_server, rel)
+        ran_s = time.monotonic() - t0
+        for title in ("a uprobe on push %rbp", "a uprobe on ret"):
+            box = page.locator(WIDGET_VIEWS).filter(
+                has=page.locator("h4", has_text=re.compile(f"^{re.escape(title)}$"))).first
+            box.wait_for(timeout=60_000)
+            box.scroll_into_view_if_needed()
+            log, state = box.locator(".uprobe-lab-steplog"), box.locator("p b").last
+
+            def button(name):
+                return box.locator("button.widget-button", has_text=re.compile(f"^\\s*{name}\\s*$"))
+
+            for round_ in (1, 2):
+                button("Run to end").click()
+                log.filter(has_text=re.compile(r"\(finished\)|-> SIG")).wait_for(timeout=30_000)  # the walk's end
+                text = log.inner_text()
+                assert "SIGSEGV" not in text and "-> SIG" not in text, f"{title}, run {round_}:\n{text}"
+                assert state.inner_text() == "finished" and button("Step").is_disabled()
+                button("Reset").click()
+                log.filter(has_text=re.compile(r"^\(not started\)$")).wait_for(timeout=30_000)
+                assert button("Step").is_enabled() and button("Run to end").is_enabled(), title
+                assert state.inner_text().startswith("next: ")
+            font = log.evaluate("el => [parseFloat(getComputedStyle(el).fontSize), getComputedStyle(el).fontFamily]")
+            assert font[0] >= 16 and "mono" in font[1].lower(), font
+        page.screenshot(path=str(screenshot_dir / "01_steppers_after_reset.png"))
+        print(f"\n01: Run All {ran_s:.1f} s, both steppers run, reset and run again in "
+              f"{time.monotonic() - t0 - ran_s:.1f} s")
+    finally:
+        context.close()
+        _shutdown_kernels(lab_server)

@@ -1,5 +1,8 @@
 """A step-through widget over uprobe_lab.stepper.Stepper: the current instruction, registers,
-the stack and the kernel events of each step."""
+the stack and the kernel events of each step.
+
+The widget owns its process: it builds a new stepper, on a new process, for every Reset, Back and kernel pick,
+so whatever another cell does to a process of its own cannot reach the walk the widget shows."""
 from __future__ import annotations
 
 import html
@@ -10,6 +13,18 @@ from ..stepper import Stepper
 from ..uprobes import CountingConsumer, uprobe_register
 
 
+STEPLOG_CLASS = "uprobe-lab-steplog"  # the step log's class: the slides restyle it by this name
+# A div, not a pre: JupyterLab's own rule for pre (13 px) would outweigh the class. :where() gives the rule no
+# weight, so any stylesheet that names the class (the slides') wins over it.
+STEPLOG_STYLE = (f"<style>:where(.{STEPLOG_CLASS}) {{white-space: pre; font-family: monospace; font-size: 16px; "
+                 "line-height: 1.35; margin: 0.5em 0}</style>")
+
+
+def steplog_html(text: str) -> str:
+    """A step log (the walk as text) as HTML, in the class the slides style."""
+    return f"{STEPLOG_STYLE}<div class='{STEPLOG_CLASS}'>{html.escape(text)}</div>"
+
+
 def _regs_html(regs: dict[str, int]) -> str:
     cells = "".join(f"<tr><td><b>{n}</b></td><td><code>{v:#018x}</code></td></tr>" for n, v in regs.items())
     return f"<table>{cells}</table>"
@@ -17,7 +32,7 @@ def _regs_html(regs: dict[str, int]) -> str:
 
 def render_state(stepper: Stepper, stack_words: int = 4) -> str:
     """HTML for the stepper's state: the steps so far, then registers and stack."""
-    lines = "\n".join(html.escape(s.describe()) for s in stepper.steps) or "(not started)"
+    lines = "\n".join(s.describe() for s in stepper.steps) or "(not started)"
     nxt = "finished" if stepper.done else f"next: {stepper.pc:#x} {html.escape(stepper.current_text())}"
     regs = stepper.steps[-1].regs if stepper.steps else {}
     stack = ""
@@ -25,7 +40,7 @@ def render_state(stepper: Stepper, stack_words: int = 4) -> str:
         rows = "".join(f"<tr><td><code>{a:#x}</code></td><td><code>{v:#018x}</code></td></tr>"
                        for a, v in stepper.stack(stack_words))
         stack = f"<b>stack (sp upward)</b><table>{rows}</table>"
-    return (f"<pre style='font-size:12px'>{lines}</pre><p><b>{nxt}</b></p>"
+    return (f"{steplog_html(lines)}<p><b>{nxt}</b></p>"
             f"<div style='display:flex;gap:2em'><div>{_regs_html(regs)}</div><div>{stack}</div></div>")
 
 
@@ -40,14 +55,19 @@ def replay(make_stepper, steps: int) -> Stepper:
 
 def _problem_html(err: Exception, picker) -> str:
     """The reason a walk cannot be shown, and the way out, in place of the walk."""
-    way_out = (f"pick another kernel above (kernel {picker.value} cannot run this walk)" if picker
-               else "fix the probe or the program and build the widget again")
+    way_out = "press Reset to start again on a new process; if the same error comes back, " + (
+        f"pick another kernel above (kernel {picker.value} cannot run this walk)" if picker
+        else "fix the probe or the program and build the widget again")
     return (f"<p style='color:#b00'><b>cannot step this walk:</b> {html.escape(str(err))}</p>"
             f"<p>{html.escape(way_out)}</p>")
 
 
 def stepper_widget(make_stepper, title: str = "", kernels=None, kernel: str | None = None):
-    """Step / Back / Run to end / Reset buttons over a stepper; ``make_stepper()`` builds a fresh one.
+    """Step / Back / Run to end / Reset buttons over a stepper; ``make_stepper()`` builds a fresh one, on a
+    process of its own (``lambda: probed_stepper("uprobe_target_push", "6.18")``). The widget calls it again for
+    every Reset and Back, so a walk that ended in a signal or a LabError is gone after Reset, and a cell that runs
+    some other process cannot break the walk; a ``make_stepper`` that hands out one shared process
+    (``lambda: proc.stepper(...)``) is refused when the widget is built.
 
     With ``kernels`` (e.g. ``("6.11", "6.16", "6.18")``), ``make_stepper(kernel)`` builds one for a kernel and a
     selector above the buttons switches between them, starting again from the first step.
@@ -114,6 +134,13 @@ def stepper_widget(make_stepper, title: str = "", kernels=None, kernel: str | No
     if picker:
         picker.observe(on_reset, names="value")
     on_reset()
+    if state["stepper"] is not None:  # built twice, so a shared process is refused now, not after a cell broke it
+        first = state["stepper"].proc
+        on_reset()
+        if state["stepper"] is not None and state["stepper"].proc is first:
+            raise LabError("make_stepper() gave the widget the same process twice: another cell running that "
+                           "process would break the walk; build a new process in it each time, e.g. "
+                           "lambda: probed_stepper('uprobe_target_push', '6.18')")
     head = w.HTML(f"<h4>{html.escape(title)}</h4>") if title else w.HTML()
     box = w.VBox([head] + ([picker] if picker else []) + [w.HBox([step_b, back_b, end_b, reset_b]), out])
     box.stepper = lambda: state["stepper"]
@@ -124,11 +151,13 @@ def stepper_widget(make_stepper, title: str = "", kernels=None, kernel: str | No
     return box
 
 
-def warm_stepper(target: str, kernel: str, arch: str = "x86_64") -> Stepper:
-    """A stepper over the *second* call of ``target`` with a counting probe on its first instruction: the steady
-    state a benchmark measures (by then 6.18 has rewritten a probed nop5 into a call)."""
+def probed_stepper(target: str, kernel: str = "6.18", warm: bool = False, arch: str = "x86_64") -> Stepper:
+    """A stepper over a call of ``target`` in a new process with a counting probe on its first instruction: what a
+    widget's ``make_stepper`` calls, so each Reset gets a process of its own. ``warm``: the *second* call, the
+    steady state a benchmark measures (by then 6.18 has rewritten a probed nop5 into a call)."""
 
     proc = make_process(arch, kernel, record=True)
     uprobe_register(proc, target, CountingConsumer())
-    proc.call(target)
+    if warm:
+        proc.call(target)
     return proc.stepper(target)

@@ -77,28 +77,32 @@ class ReturnStepper:
         return self.steps[self.index if i is None else i].describe(regs=True, hide=QUIET_EVENTS)
 
     def widget(self):
+        """A kernel selector and a step slider over a copy of this stepper that the widget owns: a kernel it picks
+        is recorded again on a new process, and the cells that read this stepper still see what they built."""
         import ipywidgets as w
 
-        slider = w.IntSlider(value=self.index, min=0, max=len(self.steps) - 1, description="step")
-        out = w.Output()
+        from .stepper import steplog_html
+
+        own = ReturnStepper(self.kernel, self.saves_regs, list(self.steps))
+        own.index = self.index
+        slider = w.IntSlider(value=own.index, min=0, max=len(own.steps) - 1, description="step")
+        out = w.HTML()
 
         def show(change=None):
-            self.index = slider.value
-            out.clear_output(wait=True)
-            with out:
-                print(self.text())
+            own.index = slider.value
+            out.value = steplog_html(own.text())
 
         def title_text():
-            return f"<b>uretprobe return on {self.kernel}{broken_words(self.kernel, self.saves_regs)}</b>"
+            return f"<b>uretprobe return on {own.kernel}{broken_words(own.kernel, own.saves_regs)}</b>"
 
         title = w.HTML(title_text())
-        picker = w.ToggleButtons(options=list(KERNELS), value=self.kernel, description="kernel")
+        picker = w.ToggleButtons(options=list(KERNELS), value=own.kernel, description="kernel")
 
         def pick(change):  # the same call on another kernel: int3 trampoline before 6.11, syscall from 6.11
-            self.kernel, self.steps = change["new"], record_return_steps(change["new"], self.saves_regs)
-            start = first_step_at(self.steps, "[uprobes]")
+            own.kernel, own.steps = change["new"], record_return_steps(change["new"], own.saves_regs)
+            start = first_step_at(own.steps, "[uprobes]")
             slider.unobserve(show, names="value")
-            slider.max, slider.value = len(self.steps) - 1, start
+            slider.max, slider.value = len(own.steps) - 1, start
             slider.observe(show, names="value")
             title.value = title_text()
             show()
@@ -106,7 +110,9 @@ class ReturnStepper:
         slider.observe(show, names="value")
         picker.observe(pick, names="value")
         show()
-        return w.VBox([title, picker, slider, out])
+        box = w.VBox([title, picker, slider, out])
+        box.stepper, box.output = (lambda: own), out
+        return box
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         """A widget in a front end; the current step as text everywhere else."""
