@@ -16,6 +16,7 @@ from ..uprobes import CountingConsumer, uprobe_register
 from ..x86.constants import EXIT_ADDR
 from ..x86.uretprobe_programs import make_uretprobe_process
 from .charts import events_per_hit_chart
+from .stepper import steplog_html
 
 SHOWN_REGS = ("ax", "cx", "r11", "sp", "ip", "flags")
 QUIET_EVENTS = {"uaccess_bytes", "probe_lookups"}
@@ -80,8 +81,6 @@ class ReturnStepper:
         """A kernel selector and a step slider over a copy of this stepper that the widget owns: a kernel it picks
         is recorded again on a new process, and the cells that read this stepper still see what they built."""
         import ipywidgets as w
-
-        from .stepper import steplog_html
 
         own = ReturnStepper(self.kernel, self.saves_regs, list(self.steps))
         own.index = self.index
