@@ -67,10 +67,10 @@ RULES: list[Rule] = [
     # can_optimize takes any 5-byte insn_is_nop(); merged for 6.19, no modelled version of its own
     Rule("insn_is_nop", "x86_64", (6, 19), "8a5c6cbfe4a3"),
     # handle_swbp skips the probed instruction when a consumer moved ip; stable backports from the review
-    # mails (patch 080/392 of 5.15.197-rc1, 104/529 of 6.6.117-rc1, 208/849 of 6.17.8-rc1; the 5.4, 6.1 and
-    # 6.12 queues are not checked, so those lines are modelled without it)
+    # mails and release announcements (docs/references.md; the 6.1 and 6.12 lines are not checked, so they
+    # are modelled without it)
     Rule("ip_change_skips_insn", "core", (6, 18), "4363264111e1",
-         backports={(5, 15): 197, (6, 6): 117, (6, 17): 8}),
+         backports={(5, 4): 302, (5, 10): 247, (5, 15): 197, (6, 6): 117, (6, 17): 8}),
     Rule("arm64_simulate_nop", "arm64", (6, 13), "ac4ad5c09b34"),  # nop simulated instead of stepped
     # FEAT_HBC's BC.cond (b.cond with bit 4 set) matches insn.h's bcond mask, so it is simulated like b.cond;
     # before, it was stepped out of line, where a taken branch lands relative to the XOL slot
