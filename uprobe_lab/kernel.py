@@ -59,8 +59,8 @@ RULES: list[Rule] = [
     # so a child calling an optimised site calls an unmapped page (this 6.18 host: SIGSEGV). Same series and
     # stable batch as optimize_nop10 (Debian's 7.2.13 is the 7.2 kernel the fork referee ran)
     Rule("copy_uprobe_trampolines_on_fork", "x86_64", (7, 3), "d9a48e77f6fe", backports={(7, 2): 6}),
-    # an emulated CALL pushes its return address on the user shadow stack too (before, a task with a shadow
-    # stack died at the callee's ret); the lab's tasks have no shadow stack: analyze says so
+    # an emulated CALL pushes its return address on the user shadow stack too (before, the shadow stack
+    # missed it, so the callee's ret did not match); the lab's tasks have no shadow stack: analyze says so
     Rule("shstk_emulated_call", "x86_64", (7, 2), "abf08854d224"),
     # branch_setup_xol_ops emulates what insn_is_nop() recognises (NOP but not PAUSE or REX.B NOP, NOPL,
     # native-size mov %reg,%reg, lea 0(%reg),%reg, jmp +0) instead of the x86_nops[] patterns, and
