@@ -107,7 +107,7 @@ def test_mops_refusal_follows_its_release_and_backports(release, refused):
 def test_mops_on_the_named_kernels():
     from uprobe_lab.kernel import KERNELS
 
-    assert [k.arm64_reject_mops for k in KERNELS.values()] == [False, True, True, True, True]  # 6.11 by 6.11.11
+    assert [k.arm64_reject_mops for k in KERNELS.values()] == [False, True, True, True, True, True]  # 6.11 by 6.11.11
 
 def test_decode_fields_of_the_pattern():
     f = decode_fields(0xA9BF7BFD)
@@ -435,6 +435,20 @@ def test_cli_bench_push(stp, expect):
         "events_per_hit"]
     assert {k: ev.get(k) for k in expect} == expect
     assert ev.get("xol_steps", 0) == (1 if stp == "xol" else 0)
+
+
+# 54000050 worked out from the ARM ARM's encoding, not the lab: 0101_0100 | imm19 = 2 (bits 23..5) | bit 4 = 1
+# (BC.cond, FEAT_HBC) | cond 0000 (eq): "bc.eq #8". 54000040 is the same with bit 4 clear: plain b.eq.
+# Where each kernel steps or simulates it: docs/references.md, rule arm64_simulate_bc_cond (7.1; 6.18.34, ...).
+@pytest.mark.parametrize("kernel, action", [("7.3", "simulate"), ("7.1.0", "simulate"), ("6.18.34", "simulate"),
+                                            ("6.18.15", "xol"), ("6.16", "xol"), ("7.0.10", "xol"),
+                                            ("6.18", "simulate")])  # 6.18 as its stable line ended
+def test_cli_analyze_bc_cond_by_kernel(kernel, action):
+    got = _cli("analyze", "--arch", "arm64", "54000050", "--kernel", kernel, "--json")
+    assert (got["mnemonic"], got["action"]) == ("bc.eq", action)
+    if action == "xol":
+        assert "lands relative to the XOL slot" in got["reason"]
+    assert _cli("analyze", "--arch", "arm64", "54000040", "--kernel", kernel, "--json")["action"] == "simulate"
 
 
 def test_cli_analyze():

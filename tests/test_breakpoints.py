@@ -194,10 +194,12 @@ def test_a_moved_ip_skips_the_probed_instruction_from_6_18(site, kernel, returne
 
 @pytest.mark.parametrize("release, skips", [
     ("6.16.12", False), ("6.17.7", False), ("6.17.8", True), ("6.18.0", True), ("6.6.116", False),
-    ("6.6.117", True), ("5.15.197", True), ("7.3.1", True),
+    ("6.6.117", True), ("5.15.197", True), ("7.3.1", True), ("5.4.301", False), ("5.4.302", True),
+    ("5.10.246", False), ("5.10.247", True),
 ])
 def test_the_ip_check_follows_its_release_and_stable_backports(release, skips):
-    # stable review mails: patch 208/849 of 6.17.8-rc1, 104/529 of 6.6.117-rc1, 080/392 of 5.15.197-rc1
+    # stable review mails: patch 208/849 of 6.17.8-rc1, 104/529 of 6.6.117-rc1, 080/392 of 5.15.197-rc1;
+    # the "Linux 5.4.302" and "Linux 5.10.247" announcements list it
     from uprobe_lab.kernel import kernel_for_release
 
     assert kernel_for_release(release).ip_change_skips_insn is skips

@@ -1,6 +1,9 @@
 """The rule table (uprobe_lab.kernel.RULES) is the one place a kernel rule is declared: the modelled versions,
 the release mapping, the CLI and the calibration's kernels all follow from it."""
 import json
+import re
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -12,18 +15,23 @@ from uprobe_lab.x86.constants import EPROTO
 
 
 def test_the_modelled_versions_are_the_oldest_and_each_release_that_changed_a_hit():
-    assert list(KERNELS) == ["6.10", "6.11", "6.16", "6.18", "7.2"]
+    # 7.2 is a modelled version of its own because its stable line took the nop10 series (7.2.6); 7.3 is mainline's
+    assert list(KERNELS) == ["6.10", "6.11", "6.16", "6.18", "7.2", "7.3"]
     many_cpus = ["lockless_consumers", "lockless_lookup", "rcu_tasks_trace", "ri_pool", "singlestep_without_siglock",
                  "speculative_vma_lookup", "srcu_uprobe_lifetime", "treelock_rwlock", "uretprobe_lease",
                  "xol_no_slot_count"]
+    # 6.18 as its stable line ended: with BC.cond (6.18.34)
     assert sorted(KERNELS["6.18"].rules) == sorted(["arm64_refuse_ldr_literal", "arm64_reject_mops", "arm64_simulate_nop",
-                                                    "emulate_all_nops", "ip_change_skips_insn", "optimize_nop5",
-                                                    "trampoline_sls_int3", "uretprobe_syscall", *many_cpus])
+                                                    "arm64_simulate_bc_cond", "emulate_all_nops", "ip_change_skips_insn",
+                                                    "optimize_nop5", "trampoline_sls_int3", "uretprobe_syscall",
+                                                    *many_cpus])
     # of 2024-25's work on many CPUs, 6.10 and 6.11 have only the rwlock (0dc715295d41, merged for 6.10)
     assert [r for r in many_cpus if r in KERNELS["6.11"].rules] == ["treelock_rwlock"]
     # a modelled version reads a stable line as it ended: 6.11.y got both arm64 fixes (6.11.5, 6.11.11)
     assert KERNELS["6.11"].arm64_refuse_ldr_literal and KERNELS["6.11"].arm64_reject_mops
-    assert not KERNELS["7.2"].optimize_nop5 and KERNELS["7.2"].optimize_nop10  # 7.2 moved it to the nop10
+    for name in ("7.2", "7.3"):  # the nop10 series moved the optimisation from the nop5 to the nop10
+        assert not KERNELS[name].optimize_nop5 and KERNELS[name].optimize_nop10
+    assert KERNELS["7.3"].uretprobes_srcu_fast and not KERNELS["7.2"].uretprobes_srcu_fast
 
 
 def test_a_rule_name_nobody_declared_is_an_attribute_error():
@@ -42,7 +50,7 @@ def with_a_7_4_rule(monkeypatch):
 
 
 def test_a_new_rule_is_one_declaration_that_everything_picks_up(with_a_7_4_rule, capsys):
-    assert list(KERNELS)[-1] == "7.4" and KERNELS["7.4"].fake_7_4_rule and not KERNELS["7.2"].fake_7_4_rule
+    assert list(KERNELS)[-1] == "7.4" and KERNELS["7.4"].fake_7_4_rule and not KERNELS["7.3"].fake_7_4_rule
     assert KERNELS["7.4"].optimize_nop10  # the rules before it carry on
     assert kernel_for_release("7.5.1").fake_7_4_rule and not kernel_for_release("7.3.4").fake_7_4_rule
     # the CLI: a modelled version of its own, and the row that answers for a later release
@@ -50,14 +58,103 @@ def test_a_new_rule_is_one_declaration_that_everything_picks_up(with_a_7_4_rule,
     out = capsys.readouterr()
     assert json.loads(out.out)[0]["kernel"] == "7.4" and out.err == ""
     assert cli.kernel_row("7.5.1") == "7.4" and "the lab's 7.4 row answers" in capsys.readouterr().err
-    # the scheme detector: a host of 7.2's nop10 scheme is read as the newest version with that scheme
+    # the scheme detector: a host of the nop10 scheme is read as the newest version with that scheme
     assert classify(-EPROTO, False, True, False)[0] == "7.4"
     # chapter 06's calibration predicts this machine's figures on every modelled version
     rows = example.load_example()["benches"]
     predicted = calibrate.predict_kernels(calibrate.calibrate(rows), rows)
-    assert {"7.2", "7.4", "7.4 low", "7.4 high"} <= set(predicted.columns)
+    assert {"7.3", "7.4", "7.4 low", "7.4 high"} <= set(predicted.columns)
 
 
 def test_the_rule_table_is_back_after_the_fake_rule():
     assert "7.4" not in KERNELS and not any(r.name == "fake_7_4_rule" for r in kernel.RULES)
-    assert classify(-EPROTO, False, True, False)[0] == "7.2"
+    assert classify(-EPROTO, False, True, False)[0] == "7.3"
+
+
+# --- each rule against its row of docs/references.md ("Rule sources") ---
+
+REFERENCES = Path(__file__).resolve().parents[1] / "docs" / "references.md"
+
+
+def _release(text: str) -> tuple[int, int]:
+    major, minor = text.split(".")
+    return int(major), int(minor)
+
+
+def _sublevels(text: str) -> dict[tuple[int, int], int]:
+    found = {}
+    for major, minor, sub in re.findall(r"(\d+)\.(\d+)\.(\d+)", text):
+        found[(int(major), int(minor))] = int(sub)
+    return found
+
+
+def rule_sources() -> dict[str, dict]:
+    """The rows of the table under "## Rule sources": rule -> commit, since, until, backports, removed, source."""
+    text = REFERENCES.read_text()
+    section = text.split("## Rule sources", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 5 or not cells[0].startswith("`"):
+            continue
+        name, commit, mainline, stable, source = cells
+        since, _, until = mainline.partition(", until ")
+        gone = [part for part in stable.split(",") if "gone from" in part]
+        kept = [part for part in stable.split(",") if "gone from" not in part]
+        rows[name.strip("`")] = {"commit": commit, "since": _release(since), "until": _release(until) if until else None,
+                                 "backports": _sublevels(",".join(kept)), "removed": _sublevels(",".join(gone)),
+                                 "source": source}
+    return rows
+
+
+def test_every_rule_has_its_row_of_sources_and_they_agree():
+    rows = rule_sources()
+    assert sorted(rows) == sorted(r.name for r in RULES), "a rule without a row of sources, or a row without a rule"
+    for rule in RULES:
+        row = rows[rule.name]
+        assert re.fullmatch(r"[0-9a-f]{12}", rule.commit), f"{rule.name}: a mainline commit id, 12 hex digits"
+        assert (row["commit"], row["since"], row["until"]) == (rule.commit, rule.since, rule.until), rule.name
+        assert (row["backports"], row["removed"]) == (rule.backports, rule.removed), rule.name
+        assert len(row["source"]) > 20, f"{rule.name}: no source cited"
+
+
+def test_the_table_reader_sees_a_disagreement(monkeypatch, tmp_path):
+    """The check above can fail: a row that names another stable sublevel is caught."""
+    doc = REFERENCES.read_text().replace("| 6.12.77 |", "| 6.12.78 |")
+    fake = tmp_path / "references.md"
+    fake.write_text(doc)
+    monkeypatch.setattr(sys.modules[__name__], "REFERENCES", fake)
+    with pytest.raises(AssertionError, match="rcu_tasks_trace"):
+        test_every_rule_has_its_row_of_sources_and_they_agree()
+
+
+# Releases as the notices say (docs/references.md, "Rule sources"), worked out from them, not from kernel.py:
+# the nop10 series reached mainline in the 7.3 merge window and 7.2.y by 7.2.6 (Debian's 7.2.6-1, whose changelog
+# names no Debian patch); RCU Tasks Trace for uprobes is patch 098/265 of 6.12.77-rc1; BC.cond is 7.1 and patches
+# of 6.6.142-rc1, 6.12.92-rc1, 6.18.34-rc1 and 7.0.11-rc1.
+@pytest.mark.parametrize("release, version, nop5, nop10", [
+    ("7.2.0", None, True, False),  # mainline 7.2: the 6.18 scheme
+    ("7.2.13+deb14-amd64", None, False, True),
+    ("7.2.6+deb13-amd64", None, False, True),
+    ("7.3.4", None, False, True),
+    ("7.1.13+deb13-amd64", None, True, False),
+    ("6.18.15+deb13-amd64", None, True, False),
+])
+def test_kernel_for_release_places_the_nop10_series_where_the_notices_do(release, version, nop5, nop10):
+    k = kernel_for_release(release, version)
+    assert (k.optimize_nop5, k.optimize_nop10, k.copy_uprobe_trampolines_on_fork) == (nop5, nop10, nop10)
+
+
+def test_kernel_for_release_has_rcu_tasks_trace_from_6_12_77():
+    assert not kernel_for_release("6.12.76").rcu_tasks_trace
+    assert kernel_for_release("6.12.77").rcu_tasks_trace
+    assert kernel_for_release("6.12.117+deb13-amd64").rcu_tasks_trace  # Debian's trixie kernel
+    assert not kernel_for_release("6.12.0-foo").rcu_tasks_trace  # a 6.12 of unknown sublevel: mainline 6.12's rules
+
+
+@pytest.mark.parametrize("release, has", [("6.6.141", False), ("6.6.142", True), ("6.12.91", False), ("6.12.92", True),
+                                          ("6.18.15+deb13-arm64", False), ("6.18.34", True), ("7.0.10", False),
+                                          ("7.0.11", True), ("7.1.0", True), ("7.3.4+deb13-arm64", True),
+                                          ("6.16.12", False)])
+def test_kernel_for_release_simulates_bc_cond_from_the_release_that_took_it(release, has):
+    assert kernel_for_release(release).arm64_simulate_bc_cond is has

@@ -173,7 +173,7 @@ def example_profile():
 
 def test_calibrated_profile_predicts_the_kernels():
     pred = calibrate.predict_kernels(example_profile(), EXAMPLE["benches"]).set_index("bench")
-    kernels = ["6.10", "6.11", "6.16", "6.18", "7.2"]
+    kernels = ["6.10", "6.11", "6.16", "6.18", "7.2", "7.3"]
     assert list(pred.columns) == ["measured_on", "measured_mops", "stddev"] + [
         c for k in kernels for c in (k, f"{k} low", f"{k} high", f"{k} change", f"{k} change low", f"{k} change high")]
     assert (pred["measured_on"] == "6.18").all()

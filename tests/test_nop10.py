@@ -68,9 +68,9 @@ def test_analyze_on_73_skips_the_prefix_checks_only_for_an_optimisable_nop10():
     assert ARCH_UPROBE_FLAG_CAN_OPTIMIZE in auprobe.flags and auprobe.action == "emulate"
     with pytest.raises(UnprobeableInstruction, match="CS segment prefix.*crosses a page"):
         arch_uprobe_analyze_insn(NOP10, 0x400FF8, K72)
-    with pytest.raises(UnprobeableInstruction, match="CS segment prefix.*7.2 accepts this nop10"):
+    with pytest.raises(UnprobeableInstruction, match="CS segment prefix.*7.3 accepts this nop10"):
         arch_uprobe_analyze_insn(NOP10, 0x400000, K618)
-    with pytest.raises(UnprobeableInstruction, match="no nop10 path; 7.2 refuses this one too, as it crosses a page"):
+    with pytest.raises(UnprobeableInstruction, match="no nop10 path; 7.3 refuses this one too, as it crosses a page"):
         arch_uprobe_analyze_insn(NOP10, 0x400FF8, K618)
     nop5 = arch_uprobe_analyze_insn(NOP5, 0x400000, K72)
     assert ARCH_UPROBE_FLAG_CAN_OPTIMIZE not in nop5.flags and nop5.action == "emulate"

@@ -156,10 +156,10 @@ def test_read_errors_are_clear(tmp_path):
 def test_cost_table_of_the_demo_elf(tmp_path):
     table = usdt_cost_table(write_demo_elf(tmp_path / "usdt_demo"))
     row = {r["usdt"]: r for r in table.to_dict("records")}
-    assert row["uprobe_lab:nop10"]["7.2 probe"] == "+1" and row["uprobe_lab:nop10"]["7.2 per hit"] == "0 exc + 1 sys"
+    assert row["uprobe_lab:nop10"]["7.3 probe"] == "+1" and row["uprobe_lab:nop10"]["7.3 per hit"] == "0 exc + 1 sys"
     assert row["uprobe_lab:nop10"]["6.18 per hit"] == "1 exc + 0 sys"
-    assert row["uprobe_lab:nop5"]["6.18 per hit"] == "0 exc + 1 sys" and row["uprobe_lab:nop5"]["7.2 per hit"] == "1 exc + 0 sys"
-    assert row["uprobe_lab:nop10_pagecross"]["7.2 probe"] == "+0"
+    assert row["uprobe_lab:nop5"]["6.18 per hit"] == "0 exc + 1 sys" and row["uprobe_lab:nop5"]["7.3 per hit"] == "1 exc + 0 sys"
+    assert row["uprobe_lab:nop10_pagecross"]["7.3 probe"] == "+0"
 
 
 def test_libbpf_choices_per_kernel():
@@ -169,7 +169,7 @@ def test_libbpf_choices_per_kernel():
     from uprobe_lab.views.nop5 import libbpf_choices
     table = libbpf_choices().set_index("kernel")
     assert list(table["syscall 336 off the trampoline"]) == ["-ENOSYS", "-ENXIO", "-EPROTO"]
-    six18, seven2 = "libbpf of the 6.18 tree", "libbpf of the 7.2 tree"
+    six18, seven2 = "libbpf of the 6.18 tree", "libbpf of the 7.3 tree"
     assert table.loc["6.16"].drop("syscall 336 off the trampoline").eq("+0").all()
     assert table.loc["6.18", f"{six18}: nop,nop5"] == "+1"
     assert table.loc["6.18", f"{six18}: nop,nop10"] == "+0"

@@ -269,3 +269,57 @@ def test_real_kernel_shows_the_brk_and_xol_bytes_and_the_bug(referee_report):
     assert by_word[asm.stp(29, 30, 31, -16)].kernel_verdict == "stepped"  # the STP simulation was never merged
     uret = next(j for j in referee_report.judged if j.case.kind == "uretprobe")
     assert uret.kernel_effect == {"x9": "[uprobes]+0x0", "x30": "[uprobes]+0x0"}  # the LR hijack, seen by F
+
+
+# --- FEAT_HBC's BC.cond on a 7.3 kernel (2ccd8ff980b5, 7.1: simulated like b.cond) ---------------------
+
+# bc.eq #8 (54000050: b.cond's 0x54, imm19 = 2, bit 4 set, cond eq), taken (Z set) and not taken, and b.eq #8 beside
+# them; the ARM ARM's encoding, worked out by hand. A CPU without FEAT_HBC treats the BC.cond words as UNDEFINED,
+# so the unprobed runs need QEMU's -cpu max of QEMU 8.2 or later (FEAT_HBC came in with QEMU 8.2).
+HBC_CASES = [C.Case("bc.cond", 0x54000050, nzcv=0x4 << 28), C.Case("bc.cond", 0x54000050),
+             C.Case("branch", 0x54000040, nzcv=0x4 << 28)]
+HBC_PACKAGE = "linux-image-7.3.4+deb13-arm64"  # trixie-backports; the kernel itself is in linux-binary-*
+QEMU_WITH_HBC = (8, 2)
+
+
+def qemu_version() -> tuple[int, int] | None:
+    import re
+    import subprocess
+
+    if shutil.which("qemu-system-aarch64") is None:
+        return None
+    out = subprocess.run(["qemu-system-aarch64", "--version"], capture_output=True, text=True).stdout
+    m = re.search(r"version (\d+)\.(\d+)", out)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+@pytest.fixture(scope="session")
+def bc_cond_report():
+    from uprobe_lab.verify.arm64_boot import RefereeUnavailable
+    version = qemu_version()
+    if version is None:
+        pytest.skip("qemu-system-aarch64 is not installed (apt-get install qemu-system-arm, 8.2 or later)")
+    if version < QEMU_WITH_HBC:
+        pytest.skip(f"qemu-system-aarch64 {version[0]}.{version[1]}: its -cpu max has no FEAT_HBC (QEMU 8.2 on), so "
+                    "the unprobed bc.cond is UNDEFINED; install a newer qemu-system-arm (bookworm-backports)")
+    if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None:
+        pytest.skip("apt-get/dpkg-deb are missing: the referee fetches Debian's arm64 kernel with them")
+    try:
+        return V.verify_arm64(package=HBC_PACKAGE, cases=HBC_CASES)
+    except RefereeUnavailable as err:
+        pytest.skip(f"no arm64 7.3 kernel to boot: {err}")
+
+
+@pytest.mark.qemu
+def test_debian_7_3_simulates_bc_cond_as_the_lab_does(bc_cond_report):
+    assert bc_cond_report.release.startswith("7.3.")
+    assert [(j.case.word, j.kernel_verdict) for j in bc_cond_report.judged] == [
+        (0x54000050, "simulated"), (0x54000050, "simulated"), (0x54000040, "simulated")]
+    assert all(j.agree for j in bc_cond_report.judged), "\n" + bc_cond_report.text()
+
+
+def test_the_lab_steps_bc_cond_on_the_6_18_debian_booted_and_simulates_it_on_7_3():
+    """The lab's side of the referee for the same words: Debian's 6.18.15 predates 6.18.34's backport."""
+    for release, expected in (("6.18.15+deb13-arm64", "stepped"), ("7.3.4+deb13-arm64", "simulated")):
+        verdict, _, _ = _lab_verdicts(0x54000050, release)
+        assert verdict == expected, release

@@ -119,3 +119,13 @@ def test_analyze_table_rows_keep_whole_reasons():
         assert row.reason == analyze_hex(hexbytes, get_kernel("6.11"))["reason"]
     assert len(df.loc[2, "reason"]) > 70 and df.loc[2, "reason"].endswith("pick a neighbouring instruction")
     assert analyze_table(["0f1f440000"]).loc[0, "action"] == analyze_hex("0f1f440000", get_kernel())["action"]
+
+
+def test_an_emulated_call_says_what_a_shadow_stack_task_gets():
+    """abf08854d224 (7.2, perf-urgent-2026-07-05): the kernel pushes an emulated call's return address on the
+    user shadow stack too; the lab's tasks have none, and analyze says both."""
+    for kernel, has in (("7.3", True), ("7.2", True), ("6.18", False)):
+        reason = analyze_hex("e800010000", get_kernel(kernel))["reason"]
+        assert "the lab's tasks have no shadow stack" in reason
+        assert ("pushes the return address there too" in reason) is has
+        assert ("does not push the return address there" in reason) is not has

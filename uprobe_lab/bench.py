@@ -1,7 +1,7 @@
 """The kernel bench's trigger benchmarks, run on the emulator.
 
 Names follow tools/testing/selftests/bpf/benchs/run_bench_uprobes.sh without the ``trig-``
-prefix; 7.2's bench names the x86 ones ``uprobe-nop10``, ``uretprobe-nop10`` and ``usdt-nop10``, 6.18's
+prefix; 7.3's bench names the x86 ones ``uprobe-nop10``, ``uretprobe-nop10`` and ``usdt-nop10``, 6.18's
 ``uprobe-nop5`` and ``usdt-nop5``; the lab keeps all of them, plus ``*-pagecross`` variants whose
 long nop straddles a page. A ``usdt-*`` bench attaches as libbpf does (uprobe_lab.usdt.attach_usdt,
 with the kernel tree's own libbpf, as the kernel's bench links it). A kernel that refuses the probe
@@ -111,7 +111,7 @@ def usdt_events(name: str, kernel=None) -> dict:
     return {"offset": offset, "why": why, "events": events_per_hit(name, "x86_64", kernel)}
 
 
-def usdt_cost_table(path, kernels=("6.16", "6.18", "7.2")):
+def usdt_cost_table(path, kernels=("6.16", "6.18", "7.3")):
     """One row per USDT site of the ELF file ``path``: its shape and, per kernel, where that kernel's
     libbpf probes it (+0: the nop, +1: the long nop) and the exceptions and syscalls a hit costs.
 

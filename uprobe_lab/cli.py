@@ -12,7 +12,7 @@ import warnings
 from . import analyze, bench
 from .arches import ARCHES
 from .errors import LabError
-from .kernel import DEFAULT_KERNEL, KERNELS, row_for_release
+from .kernel import DEFAULT_KERNEL, KERNELS, kernel_for_release, row_for_release
 from .outputs import OutputDir, output_file, record_file
 
 
@@ -233,7 +233,11 @@ def model_rows(names, arch: str, kernel: str, cpu, options: dict) -> list[dict]:
 
 def cmd_analyze(args) -> int:
     options = {"stp": args.stp} if args.stp else {}
-    result = analyze(args.insn, args.arch, args.kernel, **options)
+    kernel = args.kernel
+    if kernel not in KERNELS:  # a release: its own rules, stable backports from its sublevel (6.18.15 vs 6.18.34)
+        kernel = kernel_for_release(kernel)
+        print(f"kernel {args.kernel}: the rule table's {kernel.name}", file=sys.stderr)
+    result = analyze(args.insn, args.arch, kernel, **options)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -423,8 +427,9 @@ def build_parser() -> argparse.ArgumentParser:
     a = sub.add_parser("analyze", help="what the kernel would do with a probe on an instruction")
     a.add_argument("insn", help="x86_64: bytes in memory order (0f1f440000); arm64: the word (a9bf7bfd)")
     a.add_argument("--arch", default="x86_64", choices=list(ARCHES))
-    a.add_argument("--kernel", default=DEFAULT_KERNEL, type=kernel_row,
-                   help=f"a release or a modelled version {', '.join(KERNELS)} (default {DEFAULT_KERNEL})")
+    a.add_argument("--kernel", default=DEFAULT_KERNEL, type=kernel_release,
+                   help=f"a release (6.18.15, $(uname -r)) or a modelled version {', '.join(KERNELS)} "
+                        f"(a stable line as it ended; default {DEFAULT_KERNEL})")
     a.add_argument("--stp", choices=["xol", "simulate"], help="arm64: how a probed stp x29, x30 runs")
     a.add_argument("--json", action="store_true")
     a.set_defaults(func=cmd_analyze)

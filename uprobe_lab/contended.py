@@ -28,7 +28,11 @@ SPINLOCK, ATOMIC, READ, PER_CPU, PER_TASK = "spinlock", "atomic", "read", "per-c
 
 def _read_side(k) -> tuple:
     """One read-side section (its lock and unlock): srcu_read_lock on uprobes_srcu's per-CPU counters until
-    6.13, then rcu_read_lock_trace's per-task nesting count."""
+    6.13, then rcu_read_lock_trace's per-task nesting count; from 7.0 (c27cea4416a3) RCU Tasks Trace is
+    SRCU-fast underneath, so its reader increments a per-CPU counter and issues smp_mb() (a full barrier on
+    the hit, though no line another CPU writes) unless the kernel is built with TASKS_TRACE_RCU_NO_MB."""
+    if k.tasks_trace_srcu_fast:
+        return (("rcu_tasks_trace_srcu_struct (per-CPU counters, smp_mb)", PER_CPU), 2),
     if k.rcu_tasks_trace:
         return (("current->trc_reader_nesting", PER_TASK), 2),
     return (("uprobes_srcu (per-CPU counters)", PER_CPU), 2),
@@ -70,9 +74,15 @@ def handle_singlestep_accesses(k) -> tuple:
 
 def prepare_uretprobe_accesses(k) -> tuple:
     """The return instance: allocated (6.14: from the task's pool), holding the probe by a reference until the
-    return (6.13: by an SRCU lease, __srcu_read_lock now and unlock then)."""
+    return (6.13: by an SRCU lease, __srcu_read_lock now and unlock then; 7.3, 36c8b02c3fe9: an
+    SRCU-fast-updown lease, whose lock and unlock take no smp_mb())."""
     alloc = (("utask->ri_pool", PER_TASK), 1) if k.ri_pool else (("kmalloc (per-CPU slab)", PER_CPU), 1)
-    hold = (("uretprobes_srcu (per-CPU counters)", PER_CPU), 2) if k.uretprobe_lease else (("uprobe->ref", ATOMIC), 2)
+    if k.uretprobes_srcu_fast:
+        hold = (("uretprobes_srcu (SRCU-fast-updown per-CPU counters)", PER_CPU), 2)
+    elif k.uretprobe_lease:
+        hold = (("uretprobes_srcu (per-CPU counters)", PER_CPU), 2)
+    else:
+        hold = (("uprobe->ref", ATOMIC), 2)
     return alloc, hold
 
 

@@ -3,8 +3,10 @@
 Every rule that changed over time is declared once, in :data:`RULES`: the field the arch hook reads, the
 release that brought it (and took it away), the commit and its stable backports. The modelled versions
 (:data:`KERNELS`), the release mapping (:func:`kernel_for_release`) and every selector built on them follow
-from that table; no ``if version >= ...`` stands anywhere else. Sources: the commits named in the table
-(listed, with their releases, in docs/references.md) and the stable review mails named for the backports.
+from that table; no ``if version >= ...`` stands anywhere else. Each rule's mainline release, stable sublevels
+and the notice they were read from are in docs/references.md ("Rule sources"; tests/test_kernel_rules.py holds
+the table and this one to each other). Out of scope: 32-bit tasks' own changes (d55c571e4333, 7.0: "Fix XOL
+allocation failure for 32-bit tasks"); the lab's compat task models only its int3 return path.
 """
 from __future__ import annotations
 
@@ -21,15 +23,19 @@ class Rule:
     """One change to what a probe hit does."""
     name: str  # the attribute the hook reads: kernel.<name>
     arch: str  # "x86_64", "arm64", or "core" (kernel/events/uprobes.c, both arches)
-    since: Release  # the release that brought it
-    commit: str  # the commit (12 hex digits) or, where the lab has none, the series or patch title
-    until: Release | None = None  # the release that took it away
+    since: Release  # the mainline release that brought it
+    commit: str  # the mainline commit, 12 hex digits
+    until: Release | None = None  # the mainline release that took it away
     backports: dict[Release, int] = field(default_factory=dict)  # stable line -> first sublevel with it
+    removed: dict[Release, int] = field(default_factory=dict)  # stable line -> first sublevel without it again
     new_version: bool = False  # it changes an x86 hit's events: the release is a modelled version of its own
 
     def in_release(self, release: Release, sublevel: int | None = None) -> bool:
-        """Whether a kernel of ``release`` has it; a stable line's backport counts from ``sublevel`` (None: the
-        line as it ended, which is how a modelled version reads it)."""
+        """Whether a kernel of ``release`` has it; a stable line's backport (or removal) counts from ``sublevel``
+        (None: the line as it ended, which is how a modelled version reads it)."""
+        gone = self.removed.get(release)
+        if gone is not None and (sublevel is None or sublevel >= gone):
+            return False
         if self.since <= release and (self.until is None or release < self.until):
             return True
         first = self.backports.get(release)
@@ -40,45 +46,59 @@ RULES: list[Rule] = [
     Rule("uretprobe_syscall", "x86_64", (6, 11), "ff474a78cef5", new_version=True),  # return through sys_uretprobe
     # every x86_nops[len] pattern is emulated (1-8: 9-11 have 0x2e)
     Rule("emulate_all_nops", "x86_64", (6, 16), "610f6e14c29d", new_version=True),
-    # a nop5 rewritten into a call to [uprobes-trampoline] + sys_uprobe; 7.2 moved it to the nop10
-    Rule("optimize_nop5", "x86_64", (6, 18), "uprobes/x86: Add support to optimize uprobes", until=(7, 2),
-         new_version=True),
+    # a nop5 rewritten into a call to [uprobes-trampoline] + sys_uprobe; the nop10 series (below) ended it
+    Rule("optimize_nop5", "x86_64", (6, 18), "ba2bfc97b462", until=(7, 3),
+         removed={(7, 2): 6}, new_version=True),
     Rule("trampoline_sls_int3", "x86_64", (6, 18), "354492a0e1bc"),  # an int3 after each trampoline's ret
     # only the nop10 is optimised, into lea -0x80(%rsp),%rsp + call, so the call's push stays below the red
-    # zone; queued on perf/urgent for 7.2: Debian's 7.2.6 and 7.2.13 have it and 6.18.15 has not
-    # (verify/x86_kernels.py, data/x86_kernels_referee.json)
-    Rule("optimize_nop10", "x86_64", (7, 2), "554ba38456da", new_version=True),
+    # zone. Mainline 7.3 (perf-core-2026-08-17); mainline 7.2 has not it. 7.2.y stable took it: Debian's
+    # 7.2.6 has it and its changelog names no Debian patch, only stable updates; 6 is the first sublevel
+    # seen with it, the stable release that took it is unconfirmed (docs/references.md, rule sources)
+    Rule("optimize_nop10", "x86_64", (7, 3), "554ba38456da", backports={(7, 2): 6}, new_version=True),
     # a forked child keeps the [uprobes-trampoline] pages its copied text calls; 6.18 maps them VM_DONTCOPY,
-    # so a child calling an optimised site calls an unmapped page (this 6.18 host: SIGSEGV)
-    Rule("copy_uprobe_trampolines_on_fork", "x86_64", (7, 2), "d9a48e77f6fe"),
+    # so a child calling an optimised site calls an unmapped page (this 6.18 host: SIGSEGV). Same series and
+    # stable batch as optimize_nop10 (Debian's 7.2.13 is the 7.2 kernel the fork referee ran)
+    Rule("copy_uprobe_trampolines_on_fork", "x86_64", (7, 3), "d9a48e77f6fe", backports={(7, 2): 6}),
+    # an emulated CALL pushes its return address on the user shadow stack too (before, the shadow stack
+    # missed it, so the callee's ret did not match); the lab's tasks have no shadow stack: analyze says so
+    Rule("shstk_emulated_call", "x86_64", (7, 2), "abf08854d224"),
     # branch_setup_xol_ops emulates what insn_is_nop() recognises (NOP but not PAUSE or REX.B NOP, NOPL,
     # native-size mov %reg,%reg, lea 0(%reg),%reg, jmp +0) instead of the x86_nops[] patterns, and
     # can_optimize takes any 5-byte insn_is_nop(); merged for 6.19, no modelled version of its own
     Rule("insn_is_nop", "x86_64", (6, 19), "8a5c6cbfe4a3"),
     # handle_swbp skips the probed instruction when a consumer moved ip; stable backports from the review
-    # mails (patch 080/392 of 5.15.197-rc1, 104/529 of 6.6.117-rc1, 208/849 of 6.17.8-rc1; the 5.4, 6.1 and
-    # 6.12 queues are not checked, so those lines are modelled without it)
+    # mails and release announcements (docs/references.md; the 6.1 and 6.12 lines are not checked, so they
+    # are modelled without it)
     Rule("ip_change_skips_insn", "core", (6, 18), "4363264111e1",
-         backports={(5, 15): 197, (6, 6): 117, (6, 17): 8}),
+         backports={(5, 4): 302, (5, 10): 247, (5, 15): 197, (6, 6): 117, (6, 17): 8}),
     Rule("arm64_simulate_nop", "arm64", (6, 13), "ac4ad5c09b34"),  # nop simulated instead of stepped
+    # FEAT_HBC's BC.cond (b.cond with bit 4 set) matches insn.h's bcond mask, so it is simulated like b.cond;
+    # before, it was stepped out of line, where a taken branch lands relative to the XOL slot
+    Rule("arm64_simulate_bc_cond", "arm64", (7, 1), "2ccd8ff980b5",
+         backports={(6, 6): 142, (6, 12): 92, (6, 18): 34, (7, 0): 11}),
     # MOPS (cpy*/set*) prologue/main/epilogue words refused instead of stepped (patch 049/676 of 6.6.64-rc1,
     # 051/817 of 6.11.11-rc1, 007/826 of 6.12.2-rc1; none for 6.1, which predates MOPS: the arm64 referee's
     # 6.1.192 steps MOPS words)
     Rule("arm64_reject_mops", "arm64", (6, 13), "c56c599d9002", backports={(6, 6): 64, (6, 11): 11, (6, 12): 2}),
     # ldr/ldrsw (literal) refused (CVE-2024-50099); before, simulated with a kernel load of the user address
-    Rule("arm64_refuse_ldr_literal", "arm64", (6, 12), "arm64: probes: Remove broken LDR (literal) uprobe support",
-         backports={(6, 1): 114, (6, 11): 5}),
+    Rule("arm64_refuse_ldr_literal", "arm64", (6, 12), "acc450aa0709", backports={(6, 1): 114, (6, 11): 5}),
     # What many CPUs hitting one probe contend on (uprobe_lab.contended records it): the same events on one CPU.
     Rule("treelock_rwlock", "core", (6, 10), "0dc715295d41"),  # uprobes_treelock: a spinlock, then an rwlock
     Rule("lockless_lookup", "core", (6, 12), "cd7bdd9d46a9"),  # find_uprobe_rcu: uprobes_seqcount + rb_find_rcu
     Rule("srcu_uprobe_lifetime", "core", (6, 12), "8617408f7a01"),  # no uprobe refcount for a hit that is not stepped
     Rule("lockless_consumers", "core", (6, 12), "cc01bd044e6a"),  # consumer list under SRCU, not register_rwsem
-    Rule("rcu_tasks_trace", "core", (6, 13), "87195a1ee332"),  # SRCU's per-CPU counters -> a per-task nesting count
+    # SRCU's per-CPU counters -> a per-task nesting count
+    Rule("rcu_tasks_trace", "core", (6, 13), "87195a1ee332", backports={(6, 12): 77}),
     Rule("uretprobe_lease", "core", (6, 13), "dd1a7567784e"),  # return instance holds an SRCU lease, not a refcount
     Rule("xol_no_slot_count", "core", (6, 13), "7a166094bd2b"),  # the XOL area's atomic slot_count went
     Rule("speculative_vma_lookup", "core", (6, 14), "e0925f2dc4de"),  # mm_lock_seq read instead of mmap_read_lock
     Rule("ri_pool", "core", (6, 14), "8622e45b5da1"),  # return instances reused from a per-task pool
     Rule("singlestep_without_siglock", "core", (6, 15), "83179cd67846"),  # handle_singlestep: no sighand->siglock
+    # RCU Tasks Trace re-implemented on SRCU-fast: a reader takes srcu_read_lock_fast() (a per-CPU counter)
+    # plus smp_mb() unless TASKS_TRACE_RCU_NO_MB
+    Rule("tasks_trace_srcu_fast", "core", (7, 0), "c27cea4416a3"),
+    # uretprobes_srcu is SRCU-fast-updown: the uretprobe lease takes no smp_mb() on the hit
+    Rule("uretprobes_srcu_fast", "core", (7, 3), "36c8b02c3fe9"),
 ]
 OLDEST: Release = (6, 10)  # the oldest modelled version: the int3 return trampoline, every long nop stepped
 
@@ -120,8 +140,9 @@ def kernel_of(name: str, release: Release, sublevel: int | None = None) -> Kerne
 
 
 def modelled_versions() -> list[Release]:
-    """The oldest version and each release that brought a rule of its own (new_version), oldest first."""
-    return sorted({OLDEST, *(r.since for r in RULES if r.new_version)})
+    """The oldest version and each release that brought a rule of its own (new_version), or whose stable line
+    took one (7.2: the nop10 series from 7.2.6), oldest first."""
+    return sorted({OLDEST, *(line for r in RULES if r.new_version for line in (r.since, *r.backports))})
 
 
 KERNELS: dict[str, KernelVersion] = {}
@@ -141,13 +162,13 @@ rebuild()
 # One table outside the seeds spans the first (docs/model.md, rule 8).
 # 6.18 is the newest version published figures cover (seeds 000/002 are 6.10 vs 6.11, seeds 003/004
 # 6.11 vs 6.18; the cost model is fitted on all of them, each under its own version) and the version
-# this project's host runs; nothing has been published for 7.2 yet: 6.18 stays the default, 7.2 is
-# one --kernel away (README).
+# this project's host runs; nothing has been published for the nop10 scheme (7.3, and 7.2.y from 7.2.6)
+# yet: 6.18 stays the default, 7.3 is one --kernel away (README).
 DEFAULT_KERNEL = "6.18"
 
 
 def get_kernel(version: str | KernelVersion | None = None) -> KernelVersion:
-    """Look a version up by name ('6.10', '6.11', '6.16', '6.18', '7.2'); None gives the default."""
+    """Look a version up by name ('6.10', '6.11', '6.16', '6.18', '7.2', '7.3'); None gives the default."""
     if isinstance(version, KernelVersion):
         return version
     if isinstance(version, float):  # 6.10 as a number is 6.1
@@ -195,13 +216,21 @@ def row_for_release(release: str) -> tuple[str, str | None]:
 
 def release_rules(release) -> KernelVersion:
     """A modelled version by name, or any other release ('6.13', '6.8.0-45-generic') with every rule of
-    :data:`RULES` it has, under its major.minor name: 6.13 hits like 6.11 on one CPU and has 6.13's locks."""
+    :data:`RULES` it has, under its major.minor name: 6.13 hits like 6.11 on one CPU and has 6.13's locks.
+    A release without a sublevel is the mainline release: 6.12 has SRCU, 6.12.77 RCU Tasks Trace (a backport)."""
     if isinstance(release, KernelVersion) or release is None or str(release) in KERNELS:
         return get_kernel(release)
     rel = _major_minor(str(release))
     if rel is None:
         raise LabError(f"{release!r} is not a kernel release: give one such as 6.13 or 6.8.0-45-generic")
-    return kernel_of(version_name(rel), rel)
+    return kernel_of(version_name(rel), rel, _sublevel(str(release)))
+
+
+def _sublevel(release: str, version: str | None = None) -> int:
+    """The stable sublevel of ``release`` (or of a package ``version`` such as Debian's 6.1.192-3); -1 where none
+    is known: Debian's and Ubuntu's uname -r carry an ABI number (6.1.0-57), not the sublevel."""
+    sub = re.match(r"\d+\.\d+\.(\d+)", version or ("" if re.match(r"\d+\.\d+\.0-", release) else release))
+    return int(sub.group(1)) if sub else -1
 
 
 def kernel_for_release(release: str, version: str | None = None) -> KernelVersion:
@@ -214,8 +243,6 @@ def kernel_for_release(release: str, version: str | None = None) -> KernelVersio
     rel = _major_minor(release)
     if rel is None:
         raise LabError(f"cannot read a kernel version from {release!r} (expected e.g. 6.1.0-57-arm64)")
-    # Debian's uname -r carries the ABI (6.1.0-57), not the sublevel: the package version (6.1.192-3) does
-    sub = re.match(r"\d+\.\d+\.(\d+)", version or ("" if re.match(r"\d+\.\d+\.0-", release) else release))
     detail = f"{release}, {version}" if version else release
     # a release names its line at an unknown sublevel: stable backports count only where the sublevel is known
-    return kernel_of(f"{rel[0]}.{rel[1]} ({detail})", rel, int(sub.group(1)) if sub else -1)
+    return kernel_of(f"{rel[0]}.{rel[1]} ({detail})", rel, _sublevel(release, version))

@@ -8,7 +8,7 @@ there (``arch_uprobe_analyze_insn``), which :func:`probe_verdicts` asks the lab 
 
 What the lab leaves out: a hit's events are those of the kernel bench's target that takes the same path (an
 emulated instruction costs what ``uprobe-nop`` costs, a stepped one what ``uprobe-ret`` costs, an optimised
-long nop what 6.18's ``uprobe-nop5`` or 7.2's ``uprobe-nop10`` costs); what the instruction itself does
+long nop what 6.18's ``uprobe-nop5`` or 7.3's ``uprobe-nop10`` costs); what the instruction itself does
 differently (a ``push`` stores 8 bytes to the stack) is not counted.
 """
 from __future__ import annotations

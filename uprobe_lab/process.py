@@ -432,7 +432,7 @@ class EmulatedProcess:
 
         Every mapping is copied, byte for byte as it is now (text with its int3s and optimised calls
         included), except those mapped VM_DONTCOPY: ``[uprobes]`` always, and x86's
-        ``[uprobes-trampoline]`` before 7.2. The registers are the parent's; ``uprobe_dup_mmap`` gives
+        ``[uprobes-trampoline]`` before 7.3. The registers are the parent's; ``uprobe_dup_mmap`` gives
         the child the parent's probes. The child has its own trace and starts with no return instances.
 
         What the lab leaves out: the fork syscall itself (call ``fork()`` between two calls, not from

@@ -1,4 +1,4 @@
-"""Probe sites as the emulator and the host both show them: mappings, the 6.18 call (7.2: lea and
+"""Probe sites as the emulator and the host both show them: mappings, the 6.18 call (7.3: lea and
 call) into a trampoline page, and the names of the uprobe special mappings.
 
 One definition each, used by the emulated process, the x86 optimisation, native mode and the
@@ -10,12 +10,12 @@ import struct
 from dataclasses import dataclass
 
 UPROBES = "[uprobes]"  # the XOL area: slot 0 = the uretprobe trampoline, then out-of-line copies
-UPROBES_TRAMPOLINE = "[uprobes-trampoline]"  # x86: what an optimised nop5 (6.18) or nop10 (7.2) calls
+UPROBES_TRAMPOLINE = "[uprobes-trampoline]"  # x86: what an optimised nop5 (6.18) or nop10 (7.3) calls
 SPECIAL_MAPPINGS = (UPROBES, UPROBES_TRAMPOLINE)
 
 CALL_INSN_OPCODE = 0xE8  # x86 call rel32
 CALL_INSN_SIZE = 5
-LEA_RSP_MINUS_0X80 = bytes.fromhex("488d642480")  # lea -0x80(%rsp),%rsp: 7.2's optimised nop10 starts so
+LEA_RSP_MINUS_0X80 = bytes.fromhex("488d642480")  # lea -0x80(%rsp),%rsp: 7.3's optimised nop10 starts so
 LEA_INSN_SIZE = 5
 
 
@@ -53,7 +53,7 @@ def call_target(site: bytes, site_addr: int) -> int | None:
 
 def calls_uprobe_trampoline(site: bytes, site_addr: int, maps) -> bool:
     """x86: the site holds ``call`` into a [uprobes-trampoline] mapping (6.18's optimised nop5), or
-    ``lea -0x80(%rsp),%rsp; call`` into one (7.2's optimised nop10: pass all ten bytes)."""
+    ``lea -0x80(%rsp),%rsp; call`` into one (7.3's optimised nop10: pass all ten bytes)."""
     if site[:LEA_INSN_SIZE] == LEA_RSP_MINUS_0X80:
         site, site_addr = site[LEA_INSN_SIZE:], site_addr + LEA_INSN_SIZE
     target = call_target(site, site_addr)
@@ -62,7 +62,7 @@ def calls_uprobe_trampoline(site: bytes, site_addr: int, maps) -> bool:
 
 
 def site_state(site: bytes, site_addr: int, maps) -> str:
-    """An x86 probe site in words, without addresses: ``int3``, ``call [uprobes-trampoline]`` (7.2:
+    """An x86 probe site in words, without addresses: ``int3``, ``call [uprobes-trampoline]`` (7.3:
     ``lea; call [uprobes-trampoline]``), ``call into an unmapped page`` (a forked child's
     optimised site on 6.18), or the bytes (pass ten: enough for a nop10)."""
     lea = site[:LEA_INSN_SIZE] == LEA_RSP_MINUS_0X80

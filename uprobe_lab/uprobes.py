@@ -245,7 +245,7 @@ def uprobe_dup_mmap(oldproc, newproc) -> None:
     miss checks again): its probes are the file's, and the copied text already holds their int3s and
     optimised calls. The lab keys probes per process, so the child gets its own copy of each, with
     the same analysed instruction and consumers and the breakpoint as the copied text has it. The
-    trampoline pages it keeps are those its copy of the mappings holds (7.2: all; 6.18: none).
+    trampoline pages it keeps are those its copy of the mappings holds (7.3: all; 6.18: none).
     """
     old, new = oldproc.mm, newproc.mm
     if old.has_uprobes:

@@ -10,19 +10,19 @@ reads the note and puts a uprobe on the nop. Three site shapes are in use on x86
 * ``nop,nop5``: ``90 0f 1f 44 00 00``. libbpf/usdt c9865d1 (2026-02-09), so that 6.18 could turn
   the nop5 into a call; reverted by b0144b0 (2026-05-06): "Currently kernel implementation of this
   optimization can corrupt red zone and corrupt application";
-* ``nop,nop10``: ``90 66 2e 0f 1f 84 00 00 00 00 00``. libbpf/usdt 9018f82 (2026-07-02), for 7.2,
-  which optimises only this nop10, moving sp below the red zone first.
+* ``nop,nop10``: ``90 66 2e 0f 1f 84 00 00 00 00 00``. libbpf/usdt 9018f82 (2026-07-02), for 7.3
+  (and the 7.2.y stable kernels from 7.2.6), which optimises only this nop10, moving sp below the red zone first.
 
 libbpf (tools/lib/bpf/usdt.c, collect_usdt_targets) probes the long nop at +1 only when its
 feature probe says the kernel has the uprobe syscall and the bytes at the site are the combo it
 knows (has_nop_combo); otherwise the 1-byte nop, which every kernel emulates after an int3. The
 feature probe (tools/lib/bpf/features.c, probe_uprobe_syscall) calls syscall 336 from outside any
 trampoline and expects one errno: ENXIO from the libbpf that knew nop,nop5 (6.18's sys_uprobe),
-EPROTO from the libbpf of the 7.2 tree ("libbpf: Detect uprobe syscall with new error", 8cae54c5).
+EPROTO from the libbpf of the 7.3 tree ("libbpf: Detect uprobe syscall with new error", 8cae54c5).
 The errno is the version check: a nop10-aware libbpf on 6.18 sees ENXIO, keeps the probe on the
 nop, and so never asks 6.18 for a probe on a nop10, which 6.18 refuses (the 0x2e prefix).
-The 7.2 selftest (prog_tests/usdt.c, subtest_optimized_attach_cross_page) says libbpf also keeps
-the probe on the nop when the nop10 crosses a page, which 7.2 cannot optimise (and, with the
+The 7.3 selftest (prog_tests/usdt.c, subtest_optimized_attach_cross_page) says libbpf also keeps
+the probe on the nop when the nop10 crosses a page, which 7.3 cannot optimise (and, with the
 optimisable path closed, refuses for its CS prefix).
 
 What the lab leaves out: argument specs are shown, not parsed; semaphores are read, not
@@ -93,12 +93,12 @@ class Libbpf:
 
 
 LIBBPF_NOP5 = Libbpf("libbpf of the 6.18 tree (nop,nop5; ENXIO)", USDT_SHAPES["nop,nop5"].site, ENXIO, False)
-LIBBPF_NOP10 = Libbpf("libbpf of the 7.2 tree (nop,nop10; EPROTO)", USDT_SHAPES["nop,nop10"].site, EPROTO, True)
+LIBBPF_NOP10 = Libbpf("libbpf of the 7.3 tree (nop,nop10; EPROTO)", USDT_SHAPES["nop,nop10"].site, EPROTO, True)
 LIBBPFS = (LIBBPF_NOP5, LIBBPF_NOP10)
 
 
 def in_tree_libbpf(kernel) -> Libbpf:
-    """The libbpf of a kernel's own tree, which its bench and selftests link: 7.2's knows nop10."""
+    """The libbpf of a kernel's own tree, which its bench and selftests link: 7.3's knows nop10."""
     return LIBBPF_NOP10 if get_kernel(kernel).optimize_nop10 else LIBBPF_NOP5
 
 

@@ -59,9 +59,23 @@ def aarch64_insn_is_class_branch_sys(insn: int) -> bool:
     return (insn >> 25) & 0xE == 0xA  # encoding classes 0b1010 and 0b1011
 
 
-def aarch64_insn_is_branch(insn: int) -> bool:
-    return any(insn_is(n, insn) for n in ("b", "bl", "cbz", "cbnz", "tbz", "tbnz", "ret", "ret_auth",
-                                          "br", "br_auth", "blr", "blr_auth", "bcond"))
+def aarch64_insn_is_bcond(insn: int, kernel=None) -> bool:
+    """insn.h's bcond: 2ccd8ff980b5 (7.1) widened its mask from 0xFF000010 to 0xFF000000, so FEAT_HBC's BC.cond
+    (bit 4 set, e.g. 54000050 bc.eq) is a b.cond too; before, it was no branch at all to the decoder."""
+    if kernel is None or kernel.arm64_simulate_bc_cond:
+        return (insn & 0xFF000000) == 0x54000000
+    return insn_is("bcond", insn)
+
+
+def is_bc_cond(insn: int) -> bool:
+    """FEAT_HBC's BC.cond: a b.cond word with bit 4 set."""
+    return (insn & 0xFF000010) == 0x54000010
+
+
+def aarch64_insn_is_branch(insn: int, kernel=None) -> bool:
+    return aarch64_insn_is_bcond(insn, kernel) or any(
+        insn_is(n, insn) for n in ("b", "bl", "cbz", "cbnz", "tbz", "tbnz", "ret", "ret_auth",
+                                   "br", "br_auth", "blr", "blr_auth"))
 
 
 def aarch64_insn_uses_literal(insn: int) -> bool:
@@ -79,7 +93,7 @@ def aarch64_insn_is_steppable_hint(insn: int) -> bool:
 def not_steppable_reason(insn: int, kernel=None) -> str:
     """'' if aarch64_insn_is_steppable(), else why not (the comments of decode-insn.c)."""
     if aarch64_insn_is_class_branch_sys(insn):
-        if aarch64_insn_is_branch(insn):
+        if aarch64_insn_is_branch(insn, kernel):
             return "a branch writes pc, which would be relative to the XOL slot"
         if insn_is("msr_imm", insn) or insn_is("msr_reg", insn):
             return "MSR can do any number of nasty things during a single-step"
@@ -142,21 +156,29 @@ def arm_probe_decode_insn(insn: int, kernel=None) -> tuple[str, str, str]:
         return "INSN_GOOD_NO_SLOT", "simulate_nop", "nop: simulated (pc += 4), faster than stepping it (6.13)"
     why = not_steppable_reason(insn, kernel)
     if not why:
-        return "INSN_GOOD", "", "single-stepped out of line: BRK, step in the XOL slot, step exception, pc = vaddr + 4"
+        stepped = "single-stepped out of line: BRK, step in the XOL slot, step exception, pc = vaddr + 4"
+        if is_bc_cond(insn):  # only a kernel without 2ccd8ff980b5 gets here with it
+            stepped += ("; this kernel's decoder does not see FEAT_HBC's BC.cond as a branch, so a taken bc.cond "
+                        "lands relative to the XOL slot (simulated like b.cond from 7.1, 2ccd8ff980b5)")
+        return "INSN_GOOD", "", stepped
     old_ldr_literal = kernel is not None and not kernel.arm64_refuse_ldr_literal
-    for names, handler, what in (
-        (("ldr_lit",) if old_ldr_literal else (), "simulate_ldr_literal",
+    bc_cond = is_bc_cond(insn)
+    for matches, handler, what in (
+        (old_ldr_literal and insn_is("ldr_lit", insn), "simulate_ldr_literal",
          "ldr (literal): simulated with a kernel load from the user address (before CVE-2024-50099's fix)"),
-        (("ldrsw_lit",) if old_ldr_literal else (), "simulate_ldrsw_literal",
+        (old_ldr_literal and insn_is("ldrsw_lit", insn), "simulate_ldrsw_literal",
          "ldrsw (literal): simulated with a kernel load from the user address (before CVE-2024-50099's fix)"),
-        (("bcond",), "simulate_b_cond", "b.cond: simulated (pstate flags decide)"),
-        (("cbz", "cbnz"), "simulate_cbz_cbnz", "cbz/cbnz: simulated"),
-        (("tbz", "tbnz"), "simulate_tbz_tbnz", "tbz/tbnz: simulated"),
-        (("adr", "adrp"), "simulate_adr_adrp", "adr/adrp: simulated (pc-relative address computed in the kernel)"),
-        (("b", "bl"), "simulate_b_bl", "b/bl: simulated (bl also sets x30)"),
-        (("br", "blr", "ret"), "simulate_br_blr_ret", "br/blr/ret: simulated"),
+        (aarch64_insn_is_bcond(insn, kernel), "simulate_b_cond",
+         "bc.cond (FEAT_HBC): simulated like b.cond, pstate flags decide (7.1, 2ccd8ff980b5)" if bc_cond
+         else "b.cond: simulated (pstate flags decide)"),
+        (insn_is("cbz", insn) or insn_is("cbnz", insn), "simulate_cbz_cbnz", "cbz/cbnz: simulated"),
+        (insn_is("tbz", insn) or insn_is("tbnz", insn), "simulate_tbz_tbnz", "tbz/tbnz: simulated"),
+        (insn_is("adr", insn) or insn_is("adrp", insn), "simulate_adr_adrp",
+         "adr/adrp: simulated (pc-relative address computed in the kernel)"),
+        (insn_is("b", insn) or insn_is("bl", insn), "simulate_b_bl", "b/bl: simulated (bl also sets x30)"),
+        (any(insn_is(n, insn) for n in ("br", "blr", "ret")), "simulate_br_blr_ret", "br/blr/ret: simulated"),
     ):
-        if any(insn_is(n, insn) for n in names):
+        if matches:
             return "INSN_GOOD_NO_SLOT", handler, what
     return "INSN_REJECTED", "", f"cannot be stepped out of line ({why}) and is not simulated"
 

@@ -18,6 +18,8 @@ from ..process import EmulatedProcess, RegsView, pt_regs_fields
 from ..uprobes import uprobe_abort_xol
 from . import traps
 from .constants import EXIT_ADDR, STACK_SIZE, STACK_TOP, TASK_SIZE
+from .decode import is_bc_cond
+from .simulate import simulate_b_cond
 from .stp import STP_STORES
 from .uprobes import Arm64ArchOps
 
@@ -106,6 +108,8 @@ class Arm64Process(EmulatedProcess):
             traps.exc_brk(self)
         elif intno == EXCP_SWI:
             traps.el0_svc(self)
+        elif intno == EXCP_UDEF and self._bc_cond():
+            pass
         elif intno == EXCP_UDEF:
             pc = self.pc
             uprobe_abort_xol(self)  # undefined in the XOL slot: the signal arrives at the probed address
@@ -114,6 +118,18 @@ class Arm64Process(EmulatedProcess):
             pc = self.pc  # delivers the signal at the probed address (the arm64 referee shows it)
             uprobe_abort_xol(self)
             self.force_sig("SIGSEGV", f"unexpected exception {intno} at {pc:#x}")
+
+    def _bc_cond(self) -> bool:
+        """FEAT_HBC's BC.cond, which Unicorn's CPU lacks (it raises UNDEF): run it as a CPU with FEAT_HBC does, as a
+        b.cond (the hint only steers branch prediction). The referee's QEMU -cpu max has FEAT_HBC."""
+        pc = self.pc
+        word = int.from_bytes(self.read(pc, 4), "little")
+        if not is_bc_cond(word):
+            return False
+        regs = self.regs()
+        simulate_b_cond(self, word, pc, regs)
+        regs.flush()
+        return True
 
     # --- conveniences for notebooks and tests ---
     def prepare_call(self, target, *args: int, stack_top: int | None = None) -> tuple[int, int]:

@@ -20,7 +20,7 @@ ENXIO = 6  # sys_uprobe off the trampoline, 6.18
 EFAULT = 14
 EINVAL = 22
 ENOSYS = 38
-EPROTO = 71  # sys_uprobe off the trampoline, 7.2
+EPROTO = 71  # sys_uprobe off the trampoline, 7.3
 
 # asm/page_64_types.h, 4-level paging: the top of user space; the XOL page goes just below it
 TASK_SIZE = 0x7FFFFFFFF000
@@ -31,7 +31,7 @@ __NR_getpgid = 121
 __NR_futex = 202
 FUTEX_WAKE, FUTEX_PRIVATE_FLAG = 1, 128  # include/uapi/linux/futex.h
 __NR_uretprobe = 335  # v1 of the patch used 462, see URETPROBE_SYSCALL_HISTORY
-__NR_uprobe = 336  # 6.18 and 7.2
+__NR_uprobe = 336  # 6.18 and 7.3
 
 URETPROBE_SYSCALL_HISTORY = [
     (462, "v1 on the list (seed 002)"),

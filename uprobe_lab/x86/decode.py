@@ -17,8 +17,8 @@ kernel does (x86.riprel). Left out: 32-bit and compat tasks, and the kernel deco
 tables (Capstone stands in: an instruction Capstone does not know is refused as -ENOEXEC).
 
 ``can_optimize`` flags the site the kernel's optimised uprobe may rewrite after the first hit
-(6.18: a nop5; 6.19 to 7.1, reached through kernel_for_release: a 5-byte insn_is_nop(); 7.2: only
-the nop10 ``66 2e 0f 1f 84 ..``, which 7.2 accepts without the generic prefix checks); the rewrite
+(6.18: a nop5; 6.19 to 7.1, reached through kernel_for_release: a 5-byte insn_is_nop(); 7.3: only
+the nop10 ``66 2e 0f 1f 84 ..``, which 7.3 accepts without the generic prefix checks); the rewrite
 itself is in x86.optimize.
 """
 from __future__ import annotations
@@ -41,7 +41,7 @@ UPROBE_FIX_SETF = 0x04
 
 ARCH_UPROBE_FLAG_CAN_OPTIMIZE = "can_optimize"
 ARCH_UPROBE_FLAG_OPTIMIZE_FAIL = "optimize_fail"
-NOP10_OPT_INSN_SIZE = 10  # 7.2's OPT_INSN_SIZE: lea (5) + call (5)
+NOP10_OPT_INSN_SIZE = 10  # 7.3's OPT_INSN_SIZE: lea (5) + call (5)
 NOP10_PREFIX = bytes.fromhex("662e0f1f84")  # is_optimizable_nop10(): the rest are SIB/disp32 operands
 
 
@@ -65,7 +65,7 @@ GOOD_INSNS_64 = _bitmap("""
 # What the verdict says when OPCODE1 of a VEX/EVEX instruction collides with a branch or nop.
 KERNEL_BUG_VEX = ("KERNEL BUG: branch_setup_xol_ops() reads the opcode byte after the {kind} prefix as a "
                   "one-byte opcode, so this {kind} instruction is emulated as {what} and never runs "
-                  "(every modelled kernel: no upstream fix found, 7.2 included)")
+                  "(every modelled kernel: no upstream fix found, 7.3 included)")
 
 
 LEGACY_PREFIXES = {0xF0, 0xF2, 0xF3, 0x2E, 0x36, 0x3E, 0x26, 0x64, 0x65, 0x66, 0x67}
@@ -249,12 +249,22 @@ def insn_is_nop(insn: Insn) -> bool:
     return False
 
 
+def shstk_note(kernel: KernelVersion) -> str:
+    """What an emulated call does to a task's user shadow stack (x86 CET), which the lab's tasks do not have."""
+    if kernel.shstk_emulated_call:
+        return ("with a user shadow stack the kernel pushes the return address there too (7.2, abf08854d224), "
+                "so the callee's ret matches it; the lab's tasks have no shadow stack")
+    return ("with a user shadow stack this kernel does not push the return address there, so the callee's ret "
+            "does not match it (a control-protection fault; fixed in 7.2, abf08854d224); the lab's tasks have "
+            "no shadow stack")
+
+
 def branch_setup_xol_ops(auprobe: ArchUprobe, insn: Insn, kernel: KernelVersion) -> bool:
     """Emulate nops, jmp, call rel32 and jcc: the switch is on OPCODE1 alone, so VEX/EVEX opcode bytes
     that collide are emulated too (``KERNEL_BUG_VEX``); the offset is the instruction's immediate.
 
     Which nops: up to 6.18 the x86_nops[] patterns and prefix* + 0x90; since 8a5c6cbfe4a3 (6.19, and
-    the lab's 7.2) whatever insn_is_nop() recognises, and 0x90 is no longer a case of the switch."""
+    the lab's 7.3) whatever insn_is_nop() recognises, and 0x90 is no longer a case of the switch."""
     opc1 = insn.opcode[0]
     if kernel.insn_is_nop:
         if insn_is_nop(insn):
@@ -273,7 +283,7 @@ def branch_setup_xol_ops(auprobe: ArchUprobe, insn: Insn, kernel: KernelVersion)
     elif opc1 in (0xEB, 0xE9):
         what = "jmp: emulated (ip += offset)"
     elif opc1 == 0xE8:
-        what = "call rel32: emulated (push the return address, ip += offset)"
+        what = "call rel32: emulated (push the return address, ip += offset); " + shstk_note(kernel)
     elif opc1 == 0x0F and len(insn.opcode) == 2 and insn.opcode[1] - 0x10 in JCC_TAKEN:
         opc1 = insn.opcode[1] - 0x10  # jcc near checks the same condition as jcc short
         what = "jcc near: emulated (flags decide)"
@@ -312,7 +322,7 @@ def push_setup_xol_ops(auprobe: ArchUprobe, insn: Insn) -> bool:
 def arch_uprobe_analyze_insn(raw: bytes, vaddr: int, kernel: KernelVersion) -> ArchUprobe:
     """Decide, as the kernel does, how a probe on these bytes will run: emulate, xol, or refuse.
 
-    7.2 asks can_optimize first and skips uprobe_init_insn for an optimisable nop10 (whose 0x2e, a
+    7.3 asks can_optimize first and skips uprobe_init_insn for an optimisable nop10 (whose 0x2e, a
     CS prefix, is_prefix_bad would refuse); a nop10 that crosses a page takes the generic checks and
     is refused. 6.18 checks every instruction first and flags an optimisable nop5 after.
     """
@@ -327,9 +337,9 @@ def arch_uprobe_analyze_insn(raw: bytes, vaddr: int, kernel: KernelVersion) -> A
     auprobe = ArchUprobe(insn.raw, bytes(raw[:MAX_UINSN_BYTES]), insn, vaddr, "default", "")
     if optimizable:
         auprobe.flags.add(ARCH_UPROBE_FLAG_CAN_OPTIMIZE)
-    if optimizable and kernel.optimize_nop10:  # 7.2's insn_is_nop() takes it for a nop: a jump of 0
+    if optimizable and kernel.optimize_nop10:  # 7.3's insn_is_nop() takes it for a nop: a jump of 0
         auprobe.ops, auprobe.branch_opc1, auprobe.branch_offs = "branch", insn.opcode[0], 0
-        auprobe.reason = ("the optimisable nop10 (7.2): emulated as a nop on its first (int3) hit, then "
+        auprobe.reason = ("the optimisable nop10 (7.3; 7.2.y from 7.2.6): emulated as a nop on its first (int3) hit, then "
                           "rewritten into lea -0x80(%rsp),%rsp; call [uprobes-trampoline]")
         return auprobe
     if branch_setup_xol_ops(auprobe, insn, kernel) or push_setup_xol_ops(auprobe, insn):
@@ -366,7 +376,7 @@ def arch_uprobe_analyze_insn(raw: bytes, vaddr: int, kernel: KernelVersion) -> A
 
 
 def is_optimizable_nop10(insn: Insn) -> bool:
-    """7.2: a 10-byte nop whose first five bytes are ``66 2e 0f 1f 84`` (nopw %cs:disp32(base,index)).
+    """7.3: a 10-byte nop whose first five bytes are ``66 2e 0f 1f 84`` (nopw %cs:disp32(base,index)).
 
     Only this form: unoptimising leaves the call's bytes in the last five, which must stay operands.
     Those five bytes already make it a nopw (opcode 0f 1f, ModRM 0x84: reg 0), so, as in the kernel,
@@ -376,12 +386,12 @@ def is_optimizable_nop10(insn: Insn) -> bool:
 
 def can_optimize(insn: Insn, vaddr: int, kernel: KernelVersion) -> bool:
     """6.18: a 5-byte nop (0x90 with prefixes, or NOPL 0f 1f /0); 6.19 to 7.1: any 5-byte instruction
-    insn_is_nop() recognises; 7.2: the nop10 above. None may cross a page.
+    insn_is_nop() recognises; 7.3: the nop10 above. None may cross a page.
 
     6.18's static insn_is_nop() in uprobes.c tests only OPCODE1 == 0x90, so a 5-byte VEX instruction with
     that opcode byte (kmovw k, k: c4 e1 f8 90 c1) passes too (KERNEL_BUG_VEX). 8a5c6cbfe4a3 (6.19) replaced
     it and insn_is_nopl() with the shared insn_is_nop(): no VEX, no PAUSE, no REX.B 90, but a 5-byte
-    ``jmp +0`` (e9 00 00 00 00) or a prefixed ``mov %reg,%reg`` now qualifies. 7.2 compares the nop10's bytes.
+    ``jmp +0`` (e9 00 00 00 00) or a prefixed ``mov %reg,%reg`` now qualifies. 7.3 compares the nop10's bytes.
     Left out: the kernel's ``insn->x86_64`` test (the lab's tasks are all 64-bit)."""
     if kernel.optimize_nop10:
         ok = is_optimizable_nop10(insn)
@@ -397,13 +407,13 @@ def can_optimize(insn: Insn, vaddr: int, kernel: KernelVersion) -> bool:
 
 
 def _nop10_hint(insn: Insn, vaddr: int, kernel: KernelVersion) -> str:
-    """Why a refused ``66 2e 0f 1f 84 ..`` nop10 is refused here when 7.2 optimises it."""
+    """Why a refused ``66 2e 0f 1f 84 ..`` nop10 is refused here when 7.3 optimises it."""
     if not is_optimizable_nop10(insn):
         return ""
     crosses = PAGE_SIZE - (vaddr & (PAGE_SIZE - 1)) < insn.length
     if kernel.optimize_nop10:
         return (f". {kernel.name} skips these checks only for a nop10 it can optimise, and this one crosses a page "
                 f"({vaddr:#x} + 10 > the page end): libbpf keeps a USDT probe on the preceding 1-byte nop")
-    later = ("7.2 refuses this one too, as it crosses a page" if crosses else
-             "7.2 accepts this nop10 and optimises it into lea; call")
+    later = ("7.3 refuses this one too, as it crosses a page" if crosses else
+             "7.3 accepts this nop10 and optimises it into lea; call")
     return f". {kernel.name} has no nop10 path; {later}"

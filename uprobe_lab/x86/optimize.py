@@ -1,4 +1,4 @@
-"""The optimised uprobe: twin of the optimisation half of arch/x86/kernel/uprobes.c, 6.18 and 7.2.
+"""The optimised uprobe: twin of the optimisation half of arch/x86/kernel/uprobes.c, 6.18 and 7.3.
 
 A probe on an optimisable nop is hit once through int3 like any other (the nop is emulated). Right
 after that first hit ``arch_uprobe_optimize`` rewrites the site into a call to a trampoline in a
@@ -9,7 +9,8 @@ returns by sysret. No exception, no emulation, no single-step.
 * **6.18** optimises a 5-byte nop into ``call tramp``. The call pushes its return address at
   sp-8, inside the 128-byte red zone a leaf function may keep live data in: the hazard libbpf/usdt
   cited when it reverted its ``nop; nop5`` USDT sites (b0144b0, 2026-05-06).
-* **7.2** (554ba38456da "uprobes/x86: Move optimized uprobe from nop5 to nop10") optimises only the
+* **7.3** (554ba38456da "uprobes/x86: Move optimized uprobe from nop5 to nop10"; 7.2.y stable from 7.2.6
+  at the latest) optimises only the
   10-byte nop ``66 2e 0f 1f 84 00 00 00 00 00`` into ``lea -0x80(%rsp),%rsp; call tramp``; the
   trampoline returns with ``ret $0x80`` and sys_uprobe uses ip = return address - 10 and
   sp + 4*8 + 0x80, so the red zone survives. A nop5 stays on the int3 path (emulated), and 6.18
@@ -17,18 +18,18 @@ returns by sysret. No exception, no emulation, no single-step.
   site a kernel accepts is decided in x86.decode (can_optimize).
 
 The site is rewritten while other threads may be executing it, so the write is staged with int3:
-int3 on byte 0, sync every CPU, the other bytes, sync, byte 0, sync (6.18 ``int3_update``; 7.2
+int3 on byte 0, sync every CPU, the other bytes, sync, byte 0, sync (6.18 ``int3_update``; 7.3
 ``int3_update_optimize`` / ``int3_update_unoptimize``, which restores only bytes 1..4 of the nop10
 and leaves ``e8 rel32`` in bytes 5..9: a thread already past the lea must still find the call).
 Each write and each sync is counted (``text_patches``, ``cpu_syncs``) and kept, with what a CPU
 entering the site at that moment would decode, in ``patch_log(proc)``.
 
 A forked child (``EmulatedProcess.fork``) inherits the rewritten site with the text, but 6.18 maps the
-trampoline VM_DONTCOPY, so the child's call goes to an unmapped page (SIGSEGV, as the host shows); 7.2
+trampoline VM_DONTCOPY, so the child's call goes to an unmapped page (SIGSEGV, as the host shows); 7.3
 (d9a48e77f6fe "uprobes/x86: Allow to copy uprobe trampolines on fork") copies it.
 
 Also here, clearly apart from the merged forms: ``sys_uprobe_sigill``, the RFC/v1 behaviour for a
-caller outside the trampoline (SIGILL instead of 6.18's -ENXIO / 7.2's -EPROTO).
+caller outside the trampoline (SIGILL instead of 6.18's -ENXIO / 7.3's -EPROTO).
 
 What the lab leaves out: shadow stacks (shstk_pop/shstk_push), the mmap lock and its speculative
 lookup, seccomp, the ``.mremap`` hook, compat tasks, the write verification callback (verify_insn) and the page-cache write path of ``uprobe_write``
@@ -54,12 +55,12 @@ INT_MAX = 2**31 - 1
 INT_MIN = -(2**31)
 UPROBE_SYSCALL_ARGS_SIZE = 4 * 8  # struct uprobe_syscall_args { ax; r11; cx; retaddr; }
 
-# --- 7.2: the nop10 form ----------------------------------------------------------------------
+# --- 7.3: the nop10 form ----------------------------------------------------------------------
 REDZONE_SIZE = 0x80
 
 
 def opt_insn_size(kernel: KernelVersion) -> int:
-    """Bytes an optimised site spans: the call (6.18), or the lea and the call (7.2)."""
+    """Bytes an optimised site spans: the call (6.18), or the lea and the call (7.3)."""
     return NOP10_OPT_INSN_SIZE if kernel.optimize_nop10 else CALL_INSN_SIZE
 
 
@@ -68,7 +69,7 @@ def opt_insn_size(kernel: KernelVersion) -> int:
 def uprobe_trampoline_code(nop10: bool = False) -> bytes:
     """uprobe_trampoline_entry: save rcx/r11/rax, syscall 336, restore, ret, int3 (SLS).
 
-    ``nop10=True`` gives 7.2's, which returns with ``ret $0x80``: it pops the return address and
+    ``nop10=True`` gives 7.3's, which returns with ``ret $0x80``: it pops the return address and
     then undoes the ``lea -0x80(%rsp),%rsp`` at the site.
     """
     saves = asm.push("rcx") + asm.push("r11") + asm.push("rax")
@@ -127,7 +128,7 @@ def find_nearest_trampoline(proc, vaddr: int) -> int | None:
 def get_uprobe_trampoline(proc, vaddr: int) -> int | None:
     """A reachable [uprobes-trampoline] page: an existing one if any, else a new one (never unmapped).
 
-    6.18 keeps them on an hlist with hlist_add_head, so the newest reachable one wins; 7.2 (which
+    6.18 keeps them on an hlist with hlist_add_head, so the newest reachable one wins; 7.3 (which
     dropped struct uprobe_trampoline) walks the mm's VMAs, so the lowest reachable one wins.
     """
     size = opt_insn_size(proc.kernel)
@@ -222,7 +223,7 @@ def int3_update(proc, vaddr: int, new: bytes, optimize: bool) -> None:
 
 
 def int3_update_unoptimize(proc, vaddr: int, insn: bytes) -> None:
-    """7.2: back from ``lea; call`` to the nop10, leaving the call's five bytes in place.
+    """7.3: back from ``lea; call`` to the nop10, leaving the call's five bytes in place.
 
     1. int3 on byte 0 -> sync; 2. bytes 1..4 of the nop (``2e 0f 1f 84``) -> sync; 3. byte 0 -> sync.
     ``66 2e 0f 1f 84 e8 d0 d1 d2 d3`` is the nop10 again from byte 0 (the call's bytes are its SIB and
@@ -241,7 +242,7 @@ def int3_update_unoptimize(proc, vaddr: int, insn: bytes) -> None:
 
 
 def optimized_insn(proc, vaddr: int, tramp: int) -> bytes:
-    """The bytes an optimised site holds: ``call tramp`` (6.18), or ``lea -0x80(%rsp),%rsp; call tramp`` (7.2)."""
+    """The bytes an optimised site holds: ``call tramp`` (6.18), or ``lea -0x80(%rsp),%rsp; call tramp`` (7.3)."""
     if proc.kernel.optimize_nop10:
         return LEA_RSP_MINUS_0X80 + asm.call_rel32(vaddr + LEA_INSN_SIZE, tramp)
     return asm.call_rel32(vaddr, tramp)
@@ -252,7 +253,7 @@ def swbp_optimize(proc, auprobe, vaddr: int, tramp: int) -> None:
 
 
 def swbp_unoptimize(proc, auprobe, vaddr: int) -> None:
-    """Back to the original instruction (7.2: bytes 0..4 only, see int3_update_unoptimize)."""
+    """Back to the original instruction (7.3: bytes 0..4 only, see int3_update_unoptimize)."""
     if proc.kernel.optimize_nop10:
         int3_update_unoptimize(proc, vaddr, auprobe.insn)
     else:
@@ -260,7 +261,7 @@ def swbp_unoptimize(proc, auprobe, vaddr: int) -> None:
 
 
 def is_optimized(proc, vaddr: int) -> bool:
-    """Twin of is_optimized(): the site holds ``call rel32`` (7.2: ``lea; call``, is_opt_insns) into a trampoline page."""
+    """Twin of is_optimized(): the site holds ``call rel32`` (7.3: ``lea; call``, is_opt_insns) into a trampoline page."""
     if proc.kernel.optimize_nop10 and proc.read(vaddr, LEA_INSN_SIZE) != LEA_RSP_MINUS_0X80:
         return False
     return calls_uprobe_trampoline(proc.read(vaddr, opt_insn_size(proc.kernel)), vaddr, proc.mappings)
@@ -309,11 +310,11 @@ def set_orig_insn(proc, auprobe: ArchUprobe, vaddr: int) -> None:
 def sys_uprobe(proc, regs, outside: str = "errno") -> int:
     """The uprobe syscall (336): consumers run with the probe site's registers.
 
-    Called from anywhere but a trampoline page it fails: -ENXIO on 6.18, -EPROTO on 7.2 (libbpf's
+    Called from anywhere but a trampoline page it fails: -ENXIO on 6.18, -EPROTO on 7.3 (libbpf's
     feature probe expects exactly the one its own kernel gives); ``outside="sigill"`` gives the RFC
     and early versions' SIGILL instead. Stack at entry (sp upwards): the trampoline's pushes ax,
     r11, cx, then the site call's return address. Consumers see ip = return address - the optimised
-    site's size (5 or 10) and sp = entry sp + 4*8 (+ 0x80 on 7.2, undoing the lea): the probe site's
+    site's size (5 or 10) and sp = entry sp + 4*8 (+ 0x80 on 7.3, undoing the lea): the probe site's
     own registers. Unless a consumer moved sp, the (possibly changed) registers go back on the stack,
     a moved ip replaces the return address, and the syscall returns by sysret into the trampoline;
     if a consumer moved sp, it returns by iret straight to the ip (past the site if ip is unchanged).

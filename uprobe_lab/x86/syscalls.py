@@ -2,7 +2,7 @@
 and the few entries of syscall_64.tbl a probed program needs.
 
 Only getpgid (the bench's syscall-count producer), futex's FUTEX_WAKE (the price benches' page-pin pair),
-uretprobe (6.11+) and uprobe (6.18, 7.2) are served; every other number returns -ENOSYS.
+uretprobe (6.11+) and uprobe (6.18, 7.3) are served; every other number returns -ENOSYS.
 """
 from __future__ import annotations
 
