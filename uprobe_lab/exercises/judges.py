@@ -7,7 +7,7 @@ import math
 import sys
 from typing import Any, Callable
 
-from ..errors import LabError, is_int
+from ..errors import LabError, is_int, shown
 
 # the lab's short names (pt_regs style) and 32-bit names -> the 64-bit names a learner reads in a listing
 REGISTER_ALIASES = {"ax": "rax", "eax": "rax", "cx": "rcx", "ecx": "rcx", "dx": "rdx", "edx": "rdx", "bx": "rbx",
@@ -19,18 +19,6 @@ MAX_TEXT = 200  # characters: the longest answer is a few words or an instructio
 MAX_ITEMS = 32  # entries of a list, set or dict: the largest answer has a handful
 MAX_BITS = 1000  # an int beyond this is beyond a float, and beyond any count, offset or rate asked
 MAX_DEPTH = 4  # containers in containers: the deepest answer is a dict in a dict in a tuple
-
-
-def shown(value: Any, limit: int = 60) -> str:
-    """``repr(value)`` for a message: at most about ``limit`` characters, and never an error of its own (a huge
-    int, a string of a million characters, an object whose repr raises)."""
-    if is_int(value) and value.bit_length() > 3 * limit:
-        return f"an int of {value.bit_length():,} bits"
-    try:
-        text = " ".join(repr(value).split())  # one line: a Series' repr has several
-    except Exception:
-        return f"an object ({type(value).__name__}) that cannot be printed"
-    return text if len(text) <= limit else f"{text[:limit - 15]}... ({len(text):,} characters)"
 
 
 def listed(items, limit: int = 6) -> str:
