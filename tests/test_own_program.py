@@ -158,12 +158,18 @@ def test_an_ifunc_resolves_to_its_resolver_and_a_versioned_name_to_its_default()
     functions = readelf_functions(libc)
     ifunc = next(((n, v) for n, v, kind, _ in functions if kind == "IFUNC" and n == "strlen"), None)
     default = next(((n, v, ver) for n, v, _, ver in functions if n == "memcpy" and ver.startswith("@@")), None)
-    if ifunc is None or default is None:
-        pytest.skip("this libc has no IFUNC strlen or no default memcpy version (not glibc on x86-64?)")
+    compat = next(((n, v, ver) for n, v, _, ver in functions if n == "memcpy" and not ver.startswith("@@")), None)
+    if ifunc is None or default is None or compat is None:
+        pytest.skip("this libc has no IFUNC strlen or not two memcpy versions (not glibc on x86-64?)")
     site = function_site(libc, "strlen")
     assert (site.vaddr, site.ifunc) == (ifunc[1], True)
     site = function_site(libc, "memcpy")
-    assert (site.vaddr, "@@" + site.version) == (default[1], default[2])
+    assert (site.symbol, site.vaddr, "@@" + site.version) == ("memcpy", default[1], default[2])
+    assert function_site(libc, "memcpy" + default[2]) == site
+    site = function_site(libc, "memcpy" + compat[2])  # asked by name, as nm -D writes it
+    assert (site.symbol, site.vaddr, "@" + site.version) == ("memcpy", compat[1], compat[2])
+    with pytest.raises(LabError, match="no function 'memcpy@GLIBC_0.1' .* the closest it defines: memcpy"):
+        function_site(libc, "memcpy@GLIBC_0.1")
     assert not function_site(libc, "getpid").ifunc  # a plain FUNC
 
 

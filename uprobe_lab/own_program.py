@@ -108,7 +108,8 @@ def shorten(text: str, limit: int = 200) -> str:
 
 def function_site(path: str | Path, symbol: str) -> FunctionSite:
     """Find ``symbol`` (a function) in the ELF file ``path`` as a program binds it: in its .symtab, or .dynsym
-    where the file is stripped; of two versions the default one (``@@``); an IFUNC too (see FunctionSite)."""
+    where the file is stripped; of two versions the default one (``@@``) unless ``symbol`` names one
+    (``memcpy@GLIBC_2.2.5``); an IFUNC too (see FunctionSite)."""
     from elftools.elf.elffile import ELFFile
 
     if not isinstance(symbol, str) or not symbol:
@@ -134,7 +135,7 @@ def function_site(path: str | Path, symbol: str) -> FunctionSite:
             raise LabError(f"{path} is not an ELF file pyelftools can read to its end ({type(err).__name__}: "
                            f"{shorten(str(err), 100)}): is it cut short? (`readelf -a` says what is wrong)") from None
     if found is None:
-        near = difflib.get_close_matches(symbol, names, n=5)
+        near = difflib.get_close_matches(symbol.partition("@")[0], names, n=5)  # without a version asked for
         raise LabError(f"no function {shown(symbol)} defined in {path}"
                        + (f"; the closest it defines: {', '.join(near)}" if near else "")
                        + f". List them all with `nm -D --defined-only {path}` (or `nm` for an unstripped file); "
@@ -142,13 +143,16 @@ def function_site(path: str | Path, symbol: str) -> FunctionSite:
     if offset < 0 or not code:
         raise LabError(f"{path} has no code for {symbol} where its symbol says (file offset {offset:#x}): is the "
                        "file cut short or damaged? (`readelf -a` says what is wrong)")
-    return FunctionSite(str(path), symbol, found["st_value"], offset, found["st_size"], code,
+    return FunctionSite(str(path), found.name, found["st_value"], offset, found["st_size"], code,
                         ifunc=found["st_info"]["type"] != "STT_FUNC", version=version)
 
 
 def _function_symbol(elf, symbol: str):
     """(the symbol ``symbol`` defined as a function, its version, every function name) from the first table that
-    has it; of several versions the default one. (None, "", names) where none defines it."""
+    has it; of several versions the default one, or the one named (``memcpy@GLIBC_2.2.5``, as ``nm -D`` writes it).
+    (None, "", names) where none defines it."""
+    symbol, _, wanted = symbol.partition("@")
+    wanted = wanted.lstrip("@")
     names = set()
     for name in (".symtab", ".dynsym"):
         table = elf.get_section_by_name(name)
@@ -162,6 +166,7 @@ def _function_symbol(elf, symbol: str):
             names.add(sym.name)
             if sym.name == symbol:
                 found.append((versions.get_symbol(i)["ndx"] if versions else 0, sym))
+        found = [(ndx, sym) for ndx, sym in found if not wanted or _version_name(elf, ndx) == wanted]
         if found:
             ndx, sym = min(found, key=lambda v: isinstance(v[0], int) and v[0] & VERSYM_HIDDEN != 0)
             return sym, _version_name(elf, ndx), names
