@@ -1,8 +1,11 @@
 """Probing a program of your own: the probe site from the ELF file, the kernels' verdicts, a real probe here."""
 import os
+import random
+import re
 import shutil
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -51,6 +54,123 @@ def test_a_bad_path_names_the_problem(args, words):
 def test_a_missing_symbol_names_the_way_to_list_them(tick):
     with pytest.raises(LabError, match="nm -D --defined-only"):
         function_site(tick, "no_such_function")
+
+
+def test_a_missing_symbol_names_the_closest_functions(tick):
+    with pytest.raises(LabError, match="no function 'tik' defined in .*; the closest it defines: tick"):
+        function_site(tick, "tik")  # tick.c defines tick
+
+
+def not_a_program(kind: str, tmp_path) -> str:
+    """A path to something that is no ELF program: made in ``tmp_path`` where it is a file of our own."""
+    if kind == "fifo":
+        os.mkfifo(tmp_path / "fifo")
+        return str(tmp_path / "fifo")
+    if kind == "directory":
+        return str(tmp_path)
+    (tmp_path / "text").write_text("#!/bin/sh\n")
+    return str(tmp_path / "text")
+
+
+# (the path, or how to make it; words of the error)
+NOT_PROGRAMS = {
+    "None": (None, "give the path of an ELF executable or library as a str or Path, got None"),
+    "an int": (5, "as a str or Path, got 5"),
+    "a NUL in the path": ("/bin/t\0rue", "holds a NUL byte, which no file name can"),
+    "a path of 100k characters": ("x" * 100_000, "cannot open xxxxx.*\\(100,000 characters\\): File name too long"),
+    "/proc/self/mem": ("/proc/self/mem", "/proc/self/mem is an empty file \\(a /proc file reads as one\\)"),
+    "/dev/null": ("/dev/null", "/dev/null is a device"),
+    "a directory": ("directory", "is a directory: give the path of an ELF executable or library"),
+    "a FIFO": ("fifo", "is a FIFO: give the path"),
+    "a script": ("text", "is not an ELF file"),
+}
+
+
+@pytest.mark.parametrize("case", NOT_PROGRAMS)
+def test_what_is_no_program_is_named_without_blocking(case, tmp_path):
+    path, words = NOT_PROGRAMS[case]
+    if path in ("directory", "fifo", "text"):
+        path = not_a_program(path, tmp_path)
+    raised = []
+    thread = threading.Thread(target=lambda: raised.append(pytest.raises(LabError, function_site, path, "main")))
+    thread.start()
+    thread.join(10)
+    if thread.is_alive():  # the open waits for a writer: give it one, so the thread ends, and fail
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+        thread.join()
+        pytest.fail(f"function_site blocked on {case}")
+    assert re.search(words, str(raised[0].value)), str(raised[0].value)
+    assert len(str(raised[0].value)) < 600
+
+
+@pytest.mark.parametrize("symbol", [None, "", 7, b"tick"])
+def test_a_symbol_is_named_by_a_string(tick, symbol):
+    with pytest.raises(LabError, match="name the function as a string, e.g. 'getpid'"):
+        function_site(tick, symbol)
+
+
+def test_a_path_may_be_bytes(tick):
+    assert function_site(os.fsencode(tick), "tick") == function_site(tick, "tick")
+
+
+def damaged(data: bytes, n: int) -> bytes:
+    """Variant ``n`` of an ELF file: cut short at a place of the header or the tables, or with bytes changed."""
+    cuts = [0, 1, 4, 16, 52, 63, 64, 65, 200, 1000, 4096, len(data) // 2, len(data) - 1]
+    if n < len(cuts):
+        return data[:cuts[n]]
+    rng = random.Random(n)  # a byte changed where the parser reads: the header, the tables or anywhere
+    out = bytearray(data)
+    for _ in range(rng.randint(1, 16)):
+        out[rng.randrange(min(len(out), rng.choice([64, 4096, len(out)])))] = rng.randrange(256)
+    return bytes(out)
+
+
+def test_a_damaged_elf_file_gets_a_clear_error_or_its_site(tick, tmp_path):
+    data = tick.read_bytes()
+    for n in range(200):
+        path = tmp_path / f"damaged{n}"
+        path.write_bytes(damaged(data, n))
+        for symbol in ("tick", "main", "no_such_function"):
+            try:
+                site = function_site(path, symbol)
+            except LabError as err:
+                assert len(str(err)) < 800, (n, symbol, str(err))
+            else:
+                assert site.symbol == symbol and site.code, (n, symbol)
+
+
+def readelf_functions(path) -> list[tuple[str, int, str, str]]:
+    """readelf's dynamic symbols that are functions: (name, value, type FUNC or IFUNC, version with its @ or @@)."""
+    out = subprocess.run(["readelf", "-W", "--dyn-syms", str(path)], capture_output=True, text=True).stdout
+    rows = []
+    for line in out.splitlines():
+        f = line.split()
+        if len(f) >= 8 and f[3] in ("FUNC", "IFUNC") and f[6] != "UND":
+            name, at, version = re.match(r"([^@]+)(@*)(.*)", f[7]).groups()
+            rows.append((name, int(f[1], 16), f[3], at + version))
+    return rows
+
+
+def test_an_ifunc_resolves_to_its_resolver_and_a_versioned_name_to_its_default():
+    """glibc's strlen is an IFUNC, and its memcpy has two versions: the compat memcpy@GLIBC_2.2.5 and the
+    default memcpy@@GLIBC_2.14 a program linked now binds. readelf, not the lab, says where each is."""
+    libc = loaded_library("libc.so")
+    functions = readelf_functions(libc)
+    ifunc = next(((n, v) for n, v, kind, _ in functions if kind == "IFUNC" and n == "strlen"), None)
+    default = next(((n, v, ver) for n, v, _, ver in functions if n == "memcpy" and ver.startswith("@@")), None)
+    compat = next(((n, v, ver) for n, v, _, ver in functions if n == "memcpy" and not ver.startswith("@@")), None)
+    if ifunc is None or default is None or compat is None:
+        pytest.skip("this libc has no IFUNC strlen or not two memcpy versions (not glibc on x86-64?)")
+    site = function_site(libc, "strlen")
+    assert (site.vaddr, site.ifunc) == (ifunc[1], True)
+    site = function_site(libc, "memcpy")
+    assert (site.symbol, site.vaddr, "@@" + site.version) == ("memcpy", default[1], default[2])
+    assert function_site(libc, "memcpy" + default[2]) == site
+    site = function_site(libc, "memcpy" + compat[2])  # asked by name, as nm -D writes it
+    assert (site.symbol, site.vaddr, "@" + site.version) == ("memcpy", compat[1], compat[2])
+    with pytest.raises(LabError, match="no function 'memcpy@GLIBC_0.1' .* the closest it defines: memcpy"):
+        function_site(libc, "memcpy@GLIBC_0.1")
+    assert not function_site(libc, "getpid").ifunc  # a plain FUNC
 
 
 def test_verdicts_follow_the_first_instruction(tick):

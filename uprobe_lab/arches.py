@@ -13,7 +13,7 @@ from typing import Callable
 
 from .arm64 import analyze as arm64_analyze, programs as arm64_programs
 from .arm64.process import Arm64Process
-from .errors import LabError, is_int
+from .errors import LabError, is_int, shown
 from .process import EmulatedProcess
 from .smp import MAX_CPUS
 from .x86 import analyze as x86_analyze, programs as x86_programs
@@ -38,8 +38,8 @@ def get_arch(name: str) -> Arch:
     """The row for an architecture name ('x86_64', 'arm64')."""
     try:
         return ARCHES[name]
-    except KeyError:
-        raise LabError(f"unknown architecture {name!r}: the lab emulates {', '.join(ARCHES)}") from None
+    except (KeyError, TypeError):  # TypeError: a list or dict is no name
+        raise LabError(f"unknown architecture {shown(name)}: the lab emulates {', '.join(ARCHES)}") from None
 
 
 def check_options(func: Callable, options: dict, what: str) -> None:

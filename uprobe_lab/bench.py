@@ -19,7 +19,7 @@ from .arches import make_process
 from .kernel import get_kernel, release_rules
 from .process import MAX_INSNS
 from .smp import run_on_cpus
-from .errors import LabError, is_int
+from .errors import LabError, is_int, shown
 from .trace import EVENT_KINDS, per_hit
 from .uprobes import CountingConsumer, UnprobeableInstruction, uprobe_register
 from .usdt import USDT_SHAPES, attach_usdt, read_usdt_sites, site_bench
@@ -56,6 +56,8 @@ class BenchSpec:
 
 
 def bench_spec(name: str, arch: str = "x86_64") -> BenchSpec:
+    if not isinstance(name, str):
+        raise LabError(f"the bench is named by a string such as 'uprobe-nop', got {shown(name)}")
     if name == "usermode-count":
         return BenchSpec(name, "uprobe_target_nop", None)
     if name == "syscall-count":
@@ -77,7 +79,7 @@ def bench_spec(name: str, arch: str = "x86_64") -> BenchSpec:
         if arch != "x86_64":
             raise LabError(f"{name} is x86-64 only (the kernel bench builds it under #ifdef __x86_64__)")
         return BenchSpec(name, USDT_TARGETS[target], kind)
-    raise LabError(f"unknown bench {name!r}; known: {', '.join(bench_names(arch))}")
+    raise LabError(f"unknown bench {shown(name)}; known: {', '.join(bench_names(arch))}")
 
 
 def bench_names(arch: str = "x86_64") -> list[str]:

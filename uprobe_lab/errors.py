@@ -19,3 +19,15 @@ class SymbolNotFound(LabError, KeyError):
 def is_int(value) -> bool:
     """An int as an argument means one: True and False are ints to Python, not counts or addresses."""
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def shown(value, limit: int = 60) -> str:
+    """``repr(value)`` for a message: at most about ``limit`` characters, and never an error of its own (a huge
+    int, a string of a million characters, an object whose repr raises)."""
+    if is_int(value) and value.bit_length() > 3 * limit:
+        return f"an int of {value.bit_length():,} bits"
+    try:
+        text = " ".join(repr(value).split())  # one line: a Series' repr has several
+    except Exception:
+        return f"an object ({type(value).__name__}) that cannot be printed"
+    return text if len(text) <= limit else f"{text[:limit - 15]}... ({len(text):,} characters)"

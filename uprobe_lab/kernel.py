@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .errors import LabError
+from .errors import LabError, shown
 
 Release = tuple[int, int]  # (major, minor)
 
@@ -174,12 +174,15 @@ def get_kernel(version: str | KernelVersion | None = None) -> KernelVersion:
     if isinstance(version, float):  # 6.10 as a number is 6.1
         raise LabError(f"write the kernel version as a string, e.g. '6.10': as a number, {version!r} loses its "
                        f"trailing zero; the lab models {', '.join(KERNELS)}")
-    name = DEFAULT_KERNEL if version is None else str(version)
+    if not isinstance(version, (str, type(None))):
+        raise LabError(f"write the kernel version as a string, e.g. '6.10', got {shown(version)}; the lab models "
+                       f"{', '.join(KERNELS)}")
+    name = DEFAULT_KERNEL if version is None else version
     try:
         return KERNELS[name]
     except KeyError:
         raise LabError(
-            f"unknown kernel version {name!r}: the lab models {', '.join(KERNELS)} "
+            f"unknown kernel version {shown(name)}: the lab models {', '.join(KERNELS)} "
             f"(the versions where a probe hit's cost changed)"
         ) from None
 

@@ -13,11 +13,13 @@ differently (a ``push`` stores 8 bytes to the stack) is not counted.
 """
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import platform
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -29,7 +31,7 @@ import pandas as pd
 
 from . import analyze
 from .bench import events_per_hit
-from .errors import LabError
+from .errors import LabError, is_int, shown
 from .kernel import KERNELS, get_kernel
 from .native.bpf import BpfCounter
 from .native.example import native_reason
@@ -40,19 +42,32 @@ from .native.support import check_native_support
 from .program import disassembler
 from .x86.decode import can_optimize, insn_decode
 
+MAX_CALLS = 10_000_000  # calls of measure_probe: a probed call costs microseconds, so this is minutes already
 SAME_PATH = {"emulate": "uprobe-nop", "xol": "uprobe-ret"}  # the bench target whose hit takes the same path
+
+
+FUNCTION_TYPES = ("STT_FUNC", "STT_LOOS")  # STT_LOOS: pyelftools' name for type 10, the GNU ABI's STT_GNU_IFUNC
+VERSYM_HIDDEN = 0x8000  # .gnu.version: set on a version that is not the default (name@V, not name@@V)
 
 
 @dataclass(frozen=True)
 class FunctionSite:
     """Where a function starts: in memory (``vaddr``, as the ELF file says) and in the file (``file_offset``:
-    what a uprobe is given), with the first bytes there."""
+    what a uprobe is given), with the first bytes there.
+
+    ``ifunc``: the symbol is an IFUNC (STT_GNU_IFUNC, ``i`` in ``nm``; glibc's ``strlen``, ``memcpy``): what
+    stands at its address is the resolver, which the dynamic linker calls once to pick the implementation callers
+    are bound to. A uprobe on the name (here, ``perf probe``, bpftrace) probes the resolver's entry: it is hit
+    when a program binds the name, not on each call. ``version``: the symbol version (``GLIBC_2.14``), the
+    default one (``memcpy@@GLIBC_2.14``) that a program linked now binds, not an old one kept for old programs."""
     path: str
     symbol: str
     vaddr: int
     file_offset: int
     size: int
     code: bytes
+    ifunc: bool = False
+    version: str = ""
 
     def listing(self, n: int = 4) -> list[str]:
         """The first ``n`` instructions, as objdump shows them."""
@@ -62,52 +77,127 @@ class FunctionSite:
                 for _, i in zip(range(n), md.disasm(code, self.vaddr))]
 
 
+def open_elf_file(path) -> tuple[Path, object]:
+    """``path`` opened for reading, refused with a LabError unless it is a regular file with contents: a FIFO
+    would block the open until a writer comes (opened non-blocking, then looked at), a directory or a device is
+    no program, and a /proc file such as /proc/self/mem reads as empty or not at all."""
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise LabError(f"give the path of an ELF executable or library as a str or Path, got {shown(path)}")
+    path = Path(os.fsdecode(path))
+    if "\0" in str(path):
+        raise LabError(f"the path {shown(str(path))} holds a NUL byte, which no file name can: give the "
+                       "path of an ELF executable or library")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as err:
+        raise LabError(f"cannot open {shorten(str(path))}: {err.strerror}; give the path of an ELF executable or "
+                       "library") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
+        os.close(fd)
+        kind = ("an empty file (a /proc file reads as one)" if stat.S_ISREG(st.st_mode) else
+                {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a device", stat.S_IFBLK: "a device",
+                 stat.S_IFSOCK: "a socket"}.get(stat.S_IFMT(st.st_mode), "not a regular file"))
+        raise LabError(f"{shorten(str(path))} is {kind}: give the path of an ELF executable or library")
+    return path, os.fdopen(fd, "rb")
+
+
+def shorten(text: str, limit: int = 200) -> str:
+    """A path or a parser's message for an error: cut to ``limit`` characters."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
 def function_site(path: str | Path, symbol: str) -> FunctionSite:
-    """Find ``symbol`` (a function) in the ELF file ``path``: its .symtab, or .dynsym where the file is stripped."""
-    from elftools.common.exceptions import ELFError
+    """Find ``symbol`` (a function) in the ELF file ``path`` as a program binds it: in its .symtab, or .dynsym
+    where the file is stripped; of two versions the default one (``@@``) unless ``symbol`` names one
+    (``memcpy@GLIBC_2.2.5``); an IFUNC too (see FunctionSite)."""
     from elftools.elf.elffile import ELFFile
 
-    path = Path(path)
-    try:
-        f = path.open("rb")
-    except OSError as err:
-        raise LabError(f"cannot open {path}: {err.strerror}; give the path of an ELF executable or library") from None
+    if not isinstance(symbol, str) or not symbol:
+        raise LabError(f"name the function as a string, e.g. 'getpid', got {shown(symbol)}")
+    path, f = open_elf_file(path)
     with f:
         try:
             elf = ELFFile(f)
-        except ELFError:
+        except Exception:  # ELFError, or what the parser meets in a file that only starts like one
             raise LabError(f"{path} is not an ELF file: give an executable or a shared library "
                            "(`file PATH` says what it is)") from None
         if elf["e_machine"] != "EM_X86_64":
             raise LabError(f"{path} is for {elf['e_machine']}: the lab probes x86-64 ELF files here "
                            "(arm64 words: uprobe_lab.analyze(word, arch='arm64'))")
-        found = None
-        for name in (".symtab", ".dynsym"):
-            table = elf.get_section_by_name(name)
-            if table is None:
-                continue
-            for sym in table.get_symbol_by_name(symbol) or []:
-                if sym["st_info"]["type"] == "STT_FUNC" and sym["st_shndx"] != "SHN_UNDEF":
-                    found = sym
-                    break
-            if found:
-                break
-        if found is None:
-            raise LabError(f"no function {symbol!r} defined in {path}: list what it has with "
-                           f"`nm -D --defined-only {path}` (or `nm` for an unstripped file); a function the "
-                           "program imports is probed in the library that defines it (`ldd` names it)")
-        section = elf.get_section(found["st_shndx"])
-        offset = found["st_value"] - section["sh_addr"] + section["sh_offset"]
-        f.seek(offset)
-        code = f.read(max(16, min(found["st_size"], 64)))
-    return FunctionSite(str(path), symbol, found["st_value"], offset, found["st_size"], code)
+        try:
+            found, version, names = _function_symbol(elf, symbol)
+            if found is not None:
+                section = elf.get_section(found["st_shndx"])
+                offset = found["st_value"] - section["sh_addr"] + section["sh_offset"]
+                f.seek(max(offset, 0))
+                code = f.read(max(16, min(found["st_size"], 64)))
+        except Exception as err:  # a file cut short or damaged: pyelftools raises what its parser met
+            raise LabError(f"{path} is not an ELF file pyelftools can read to its end ({type(err).__name__}: "
+                           f"{shorten(str(err), 100)}): is it cut short? (`readelf -a` says what is wrong)") from None
+    if found is None:
+        near = difflib.get_close_matches(symbol.partition("@")[0], names, n=5)  # without a version asked for
+        raise LabError(f"no function {shown(symbol)} defined in {path}"
+                       + (f"; the closest it defines: {', '.join(near)}" if near else "")
+                       + f". List them all with `nm -D --defined-only {path}` (or `nm` for an unstripped file); "
+                       "a function the program imports is probed in the library that defines it (`ldd` names it)")
+    if offset < 0 or not code:
+        raise LabError(f"{path} has no code for {symbol} where its symbol says (file offset {offset:#x}): is the "
+                       "file cut short or damaged? (`readelf -a` says what is wrong)")
+    return FunctionSite(str(path), found.name, found["st_value"], offset, found["st_size"], code,
+                        ifunc=found["st_info"]["type"] != "STT_FUNC", version=version)
+
+
+def _function_symbol(elf, symbol: str):
+    """(the symbol ``symbol`` defined as a function, its version, every function name) from the first table that
+    has it; of several versions the default one, or the one named (``memcpy@GLIBC_2.2.5``, as ``nm -D`` writes it).
+    (None, "", names) where none defines it."""
+    symbol, _, wanted = symbol.partition("@")
+    wanted = wanted.lstrip("@")
+    names = set()
+    for name in (".symtab", ".dynsym"):
+        table = elf.get_section_by_name(name)
+        if table is None:
+            continue
+        versions = elf.get_section_by_name(".gnu.version") if name == ".dynsym" else None
+        found = []
+        for i, sym in enumerate(table.iter_symbols()):
+            if sym["st_info"]["type"] not in FUNCTION_TYPES or not isinstance(sym["st_shndx"], int):
+                continue  # data, or not defined here (SHN_UNDEF: imported; SHN_ABS)
+            names.add(sym.name)
+            if sym.name == symbol:
+                found.append((versions.get_symbol(i)["ndx"] if versions else 0, sym))
+        found = [(ndx, sym) for ndx, sym in found if not wanted or _version_name(elf, ndx) == wanted]
+        if found:
+            ndx, sym = min(found, key=lambda v: isinstance(v[0], int) and v[0] & VERSYM_HIDDEN != 0)
+            return sym, _version_name(elf, ndx), names
+    return None, "", sorted(names)
+
+
+def _version_name(elf, ndx) -> str:
+    """The name of version index ``ndx`` (.gnu.version_d), "" where the symbol has none."""
+    defined = elf.get_section_by_name(".gnu.version_d")
+    if not isinstance(ndx, int) or defined is None:
+        return ""
+    version = defined.get_version(ndx & ~VERSYM_HIDDEN)
+    return next(version[1]).name if version else ""
 
 
 def hit_verdict(code: bytes, vaddr: int, kernel) -> dict:
     """What ``kernel`` does with a uprobe on the first instruction of ``code`` at ``vaddr`` (emulate, xol, optimise
     after its first hit, or reject at attach) and the exceptions and syscalls of a hit in the steady state."""
+    if isinstance(code, str):  # hex text, as analyze() takes it
+        try:
+            code = bytes.fromhex(code)
+        except ValueError:
+            raise LabError(f"{shown(code)} is not hex bytes: give the instruction's bytes, "
+                           "e.g. b'\\x55' or '55'") from None
+    if not isinstance(code, (bytes, bytearray)) or not code:
+        raise LabError(f"give the instruction's bytes, e.g. b'\\x55' or '55', got {shown(code)}")
+    if not is_int(vaddr) or not 0 <= vaddr < 1 << 64:
+        raise LabError(f"vaddr is the instruction's address, an int from 0 to 2**64 - 1, got {shown(vaddr)}")
     kernel = get_kernel(kernel)
-    insn = insn_decode(code, vaddr)
+    insn = insn_decode(bytes(code), vaddr)
     verdict = analyze(code[:insn.length].hex(), "x86_64", kernel, vaddr=vaddr)  # where it is decides some verdicts
     action, bench = verdict["action"], SAME_PATH.get(verdict["action"])
     if action != "reject" and can_optimize(insn, vaddr, kernel):
@@ -134,8 +224,13 @@ def measure_probe(site: FunctionSite, call, calls: int = 200_000, repeats: int =
     """A real uprobe on ``site`` on this machine (perf's uprobe PMU, this process only, the kernel bench's BPF
     counter as its consumer) while ``call()`` runs ``calls`` times: the hits counted, and the time per call
     without and with the probe (the best of ``repeats``). NativeUnavailable where native probes cannot run."""
-
-
+    if not isinstance(site, FunctionSite):
+        raise LabError(f"measure_probe needs the site to probe, got {shown(site)}: function_site(path, name) finds it")
+    if not callable(call):
+        raise LabError(f"call is the function that calls the probed one, e.g. os.getpid, got {shown(call)}")
+    if not (is_int(calls) and is_int(repeats) and 1 <= calls <= MAX_CALLS and 1 <= repeats <= 100):
+        raise LabError(f"calls is an int from 1 to {MAX_CALLS:,} and repeats one from 1 to 100, got "
+                       f"calls={shown(calls)}, repeats={shown(repeats)}")
     check_native_support(None)
 
     def per_call() -> float:

@@ -18,7 +18,7 @@ from unicorn import UC_PROT_EXEC, UC_PROT_READ, UC_PROT_WRITE, Uc, UcError
 
 from .arch_ops import ArchOps
 from .constants import MASK64, PAGE_SIZE
-from .errors import LabError, ProcessKilled, is_int
+from .errors import LabError, ProcessKilled, is_int, shown
 from .contended import accesses
 from .kernel import KernelVersion, get_kernel
 from .sites import Mapping, mapping_at
@@ -51,6 +51,12 @@ class RunResult:
 def sys_getpgid(proc, regs) -> int:
     """getpgid(2) (kernel/sys.c): the lab's one process leads its own group, pid 1."""
     return 1
+
+
+def check_max_insns(max_insns) -> None:
+    """A run's budget: an int of instructions, up to the largest a run takes."""
+    if not is_int(max_insns) or not 0 < max_insns <= MAX_INSNS:
+        raise LabError(f"max_insns must be an int from 1 to {MAX_INSNS:_}, got {shown(max_insns)}")
 
 
 def raise_for(result: RunResult) -> None:
@@ -350,8 +356,7 @@ class EmulatedProcess:
         Ctrl-C stops the run at the end of the kernel entry under way, leaves the process usable
         and raises KeyboardInterrupt here. The CPU runs in slices of ``RUN_SLICE`` instructions, so
         Ctrl-C is seen even in code that never enters the kernel model."""
-        if not is_int(max_insns) or not 0 < max_insns <= MAX_INSNS:
-            raise LabError(f"max_insns must be an int from 1 to {MAX_INSNS:_}, got {max_insns!r}")
+        check_max_insns(max_insns)
         if self.signal:
             raise ProcessKilled(f"the process already died of {self.signal} ({self.signal_reason}); make a new one")
         with self.exclusive():

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 
 from unicorn import UcError
 
-from .errors import LabError, ProcessKilled, is_int
+from .errors import LabError, ProcessKilled, is_int, shown
 from .interrupt import deliver, sigint_stops
-from .process import MAX_INSNS, EmulatedProcess
+from .process import DEFAULT_MAX_INSNS, MAX_INSNS, EmulatedProcess, check_max_insns
 from .uprobes import UprobeTask
 
 MAX_CPUS = 256  # the kernel bench's MAX_CPUS
@@ -36,7 +36,7 @@ SWITCH_ON_EXIT = 0.5  # how often a return to user mode switches threads
 class Thread:
     """One producer thread: its CPU, what the scheduler switches (registers and per-task state), whether it sleeps."""
     cpu: int
-    stack_top: int
+    stack_top: int | None = None  # mapped by Scheduler.run; None: CPU 0 runs on the process's [stack]
     context: object = None  # Unicorn's saved registers
     task_state: dict = field(default_factory=dict)  # the process's TASK_STATE attributes while switched out
     done: bool = False
@@ -70,7 +70,7 @@ class Scheduler:
         self.rng = random.Random(seed)
         self.max_slice = max_slice
         self.switch_on_exit = switch_on_exit
-        self.threads = [Thread(cpu, thread_stack_top(proc, cpu)) for cpu in range(cpus)]
+        self.threads = [Thread(cpu) for cpu in range(cpus)]
         self.current: Thread | None = None
         self.sleeps = 0  # how many times a thread went to sleep (XOL slots all taken)
         self.most_asleep = 0
@@ -113,8 +113,10 @@ class Scheduler:
         t.task_state = {name: getattr(proc, name) for name in proc.TASK_STATE}
 
     def run(self, target, *args: int, max_insns: int) -> None:
-        """Each thread calls ``target(*args)``; returns when all have returned. A signal kills them all."""
+        """Each thread calls ``target(*args)``; returns when all have returned. A signal kills them all. The
+        threads together run at most ``max_insns`` instructions."""
         proc = self.proc
+        check_max_insns(max_insns)
         if proc.signal:
             raise ProcessKilled(f"the process already died of {proc.signal} ({proc.signal_reason}); make a new one")
         with proc.exclusive():
@@ -122,6 +124,7 @@ class Scheduler:
                 proc.abandon_run()
             until = None
             for t in self.threads:
+                t.stack_top = thread_stack_top(proc, t.cpu)  # mapped holding the process: no other call maps
                 t.task_state = {name: getattr(proc, name) for name in proc.TASK_STATE}
                 t.task_state["utask"] = UprobeTask()
                 self._switch_in(t)
@@ -171,7 +174,8 @@ class Scheduler:
                         break
                     if left <= 0:
                         raise LabError(f"the threads ran {max_insns:_} instructions without all returning; give "
-                                       "a larger max_insns, or fewer iterations")
+                                       "a larger max_insns (an argument of call_on_cpus and run_on_cpus), or "
+                                       "fewer iterations")
         finally:
             proc._running = False
             for t in self.threads:  # the scheduler's threads end with the run: nothing of theirs stays pending
@@ -195,6 +199,10 @@ def run_on_cpus(proc: EmulatedProcess, cpus: int, target, *args: int, seed: int 
     return scheduler
 
 
-def call_on_cpus(proc: EmulatedProcess, target, *args: int, seed: int = 0) -> Scheduler:
-    """Call ``target(*args)`` on each of the process's CPUs at once (``new_process(cpus=N)``): :func:`run_on_cpus`."""
-    return run_on_cpus(proc, proc.cpus, target, *args, seed=seed)
+def call_on_cpus(proc: EmulatedProcess, target, *args: int, seed: int = 0,
+                 max_insns: int = DEFAULT_MAX_INSNS) -> Scheduler:
+    """Call ``target(*args)`` on each of the process's CPUs at once (``new_process(cpus=N)``): :func:`run_on_cpus`.
+    ``max_insns`` bounds all the threads' instructions together, with the default budget of ``proc.call``."""
+    if not isinstance(proc, EmulatedProcess):
+        raise LabError(f"call_on_cpus() needs a process, got {shown(proc)}: make one with new_process(cpus=N)")
+    return run_on_cpus(proc, proc.cpus, target, *args, seed=seed, max_insns=max_insns)

@@ -17,7 +17,7 @@ from typing import Callable
 
 from .arch_ops import ArchUprobe
 from .constants import MASK64, PAGE_SIZE
-from .errors import LabError, is_int
+from .errors import LabError, is_int, shown
 from .program import resolve_probe_address
 from .sites import UPROBES
 
@@ -218,7 +218,12 @@ def install_breakpoint(proc, uprobe: Uprobe) -> None:
 
 def uprobe_unregister(proc, uprobe: Uprobe, consumer: UprobeConsumer) -> None:
     """Detach a consumer; the last one out restores the original instruction (set_orig_insn)."""
-    if proc.mm.probes.get(getattr(uprobe, "vaddr", None)) is not uprobe:
+    if not hasattr(proc, "arch_ops"):
+        raise LabError(f"detach() needs the process the probe is in, got {shown(proc)}")
+    if not isinstance(uprobe, Uprobe):
+        raise LabError(f"detach() needs the probe attach() returned, got {shown(uprobe)}: "
+                       "probe = attach(proc, target, consumer); detach(proc, probe, consumer)")
+    if proc.mm.probes.get(uprobe.vaddr) is not uprobe:
         raise LabError(f"{uprobe!r} is not a probe of this process; detach it from the process attach() "
                        "was given (attach returns the probe of that process)")
     if consumer not in uprobe.consumers:

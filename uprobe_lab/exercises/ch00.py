@@ -62,7 +62,7 @@ answer = (proc.trace.counts["consumers"], proc.trace.counts["exc_bp"])""",
 
 def _pair(answer, expected, names) -> tuple[bool, str]:
     if not isinstance(answer, (tuple, list)) or len(answer) != len(expected):
-        raise LabError(f"{answer!r}: give a tuple of {len(expected)} numbers ({', '.join(names)})")
+        raise LabError(f"{j.shown(answer)}: give a tuple of {len(expected)} numbers ({', '.join(names)})")
     wrong = [f"{n}: not {a}" for n, a, e in zip(names, answer, expected) if j.as_number(a) != e]
     return (not wrong), "; ".join(wrong) + ("." if wrong else "")
 
@@ -83,8 +83,9 @@ def _own_bill(answer, lab) -> tuple[bool, str]:
 
 def _checked_call(target: str) -> dict:
     proc = new_process(kernel=KERNEL)
-    if target not in proc.program.symbols:
-        raise LabError(f"no symbol {target!r} in the bench program; pick one of {', '.join(proc.program.symbols)}")
+    if not isinstance(target, str) or target not in proc.program.symbols:
+        raise LabError(f"no symbol {j.shown(target)} in the bench program; pick one of "
+                       f"{', '.join(proc.program.symbols)}")
     return one_call(target)
 
 

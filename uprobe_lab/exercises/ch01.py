@@ -11,7 +11,8 @@ CLASSIFY = ("6a 01", "eb fe", "74 05", "0f 0b", "ff d0", "cd 80")
 
 
 def _hex(text) -> str:
-    return " ".join(j.word(text).replace(" ", "")[i:i + 2] for i in range(0, len(j.word(text).replace(" ", "")), 2))
+    digits = j.word(text).replace(" ", "")
+    return " ".join(digits[i:i + 2] for i in range(0, len(digits), 2))
 
 
 def _actions(kernel: str, insns=CLASSIFY) -> dict:
@@ -100,7 +101,7 @@ def _own_insn(answer, lab) -> tuple[bool, str]:
     insn, action = answer
     said = j.word(action)
     if said not in ACTIONS:
-        raise LabError(f"{action!r} is not one of {', '.join(ACTIONS)}")
+        raise LabError(f"{j.shown(action)} is not one of {', '.join(ACTIONS)}")
     verdict = lab(str(insn).replace(" ", ""))
     if verdict["action"] == said:
         return True, f"{verdict['mnemonic']} {verdict['op_str']}: {said}, as you said."

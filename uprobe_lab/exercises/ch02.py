@@ -178,9 +178,9 @@ def bench_bill(kinds: tuple[str, ...], benches: tuple[str, ...], what: str):
                            + "{" + ", ".join(f"{k!r}: ..." for k in kinds) + "})")
         bench, kernel, said = j.word(answer[0]), str(answer[1]), {j.word(k): v for k, v in answer[2].items()}
         if bench not in benches:
-            raise LabError(f"{answer[0]!r} is not {what}; pick one of {', '.join(benches)}")
+            raise LabError(f"{j.shown(answer[0])} is not {what}; pick one of {', '.join(benches)}")
         if kernel not in KERNELS:
-            raise LabError(f"kernel {answer[1]!r}: pick one of {', '.join(KERNELS)}")
+            raise LabError(f"kernel {j.shown(answer[1])}: pick one of {', '.join(KERNELS)}")
         unknown = [k for k in said if k not in EVENT_KINDS]
         if unknown:
             raise j.not_known(unknown, EVENT_KINDS, "an event kind", "kinds")

@@ -38,9 +38,9 @@ def _exceptions_judge():
 
     def judge(answer, expected):
         if isinstance(answer, (tuple, list, dict, set)):
-            raise LabError(f"{answer!r}: give the number of exceptions only, e.g. 1")
+            raise LabError(f"{j.shown(answer)}: give the number of exceptions only, e.g. 1")
         if not j.as_number(answer).is_integer():
-            raise LabError(f"{answer!r} is not a count of exceptions (a kernel release?): the question asks how "
+            raise LabError(f"{j.shown(answer)} is not a count of exceptions (a kernel release?): the question asks how "
                            f"many exceptions a hit costs, a whole number")
         ok, reason = count(answer, expected)
         return ok, reason if ok else (f"{reason} Which modelled kernel's rules apply here, and what do they "
@@ -103,7 +103,7 @@ def _priced_hit(bench: str, kernel: str) -> dict:
     """The lab's side of 06.3: the recorded profile's figure for ``bench`` on ``kernel`` (``mops``, ``low``,
     ``high``) and the events of a hit, counted per price."""
     if bench not in bench_names("x86_64"):
-        raise LabError(f"{bench!r} is not a bench; the benches: {', '.join(bench_names('x86_64'))}")
+        raise LabError(f"{j.shown(bench)} is not a bench; the benches: {', '.join(bench_names('x86_64'))}")
     counts = model.price_counts(model.events_for(bench, "x86_64", kernel))
     mops, low, high = recorded_profile().interval(bench, kernel)
     return {"mops": mops, "low": low, "high": high, **{p: float(n) for p, n in zip(model.PRICE_NAMES, counts) if n}}

@@ -105,7 +105,7 @@ answer = {"31": xol_slots(31)["slept for a slot"] > 0, "200": xol_slots(200)["sl
 
 def _bill(bench: str, release: str) -> dict[str, float]:
     if bench not in bench_names("x86_64"):
-        raise LabError(f"{bench!r} is not a bench; the benches: {', '.join(bench_names('x86_64'))}")
+        raise LabError(f"{j.shown(bench)} is not a bench; the benches: {', '.join(bench_names('x86_64'))}")
     release_rules(release)  # a clear error for a release the lab cannot read
     return {"shared writes": shared_writes(bench, [release])[release]}
 

@@ -128,7 +128,7 @@ def _judge_open(answer: Any, lab: Remembered) -> tuple[bool, str]:
     try:
         code = bytes.fromhex(insn)
     except ValueError:
-        raise LabError(f"{answer[0]!r}: give the instruction's bytes in hex, e.g. \"4889e5\"") from None
+        raise LabError(f"{j.shown(answer[0])}: give the instruction's bytes in hex, e.g. \"4889e5\"") from None
     want = lab(code.hex(), kernel)
     missing = [k for k in PREDICTED if k not in said]
     wrong = [f"No prediction for {', '.join(missing)} (the question asks for {', '.join(PREDICTED)})"] \

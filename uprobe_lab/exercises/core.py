@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..errors import LabError
+from .judges import plain, shown
 
 KINDS = ("predict", "break it", "open")
 
@@ -118,10 +119,12 @@ def all_exercises() -> dict[str, Exercise]:
 
 
 def get(ex_id: str) -> Exercise:
-    ex_id = str(ex_id).strip()
+    if not isinstance(ex_id, str):
+        raise LabError(f"name the exercise by its id, a string such as '01.1', got {shown(ex_id)}")
+    ex_id = ex_id.strip()
     _load(ex_id.split(".")[0])
     if ex_id not in _REGISTRY:
-        raise LabError(f"no exercise {ex_id!r}; the exercises are {', '.join(all_exercises())}")
+        raise LabError(f"no exercise {shown(ex_id)}; the exercises are {', '.join(all_exercises())}")
     return _REGISTRY[ex_id]
 
 
@@ -132,22 +135,37 @@ def chapter(number: str) -> list[Exercise]:
 
 
 def check(ex_id: str, answer: Any) -> Verdict:
-    """Right or not, and why: the lab computes the answer now and compares."""
+    """Right or not, and why: the lab computes the answer now and compares. Any value gets a verdict (a numpy or
+    pandas value is read as its Python value); only an unknown exercise id raises."""
     ex = get(ex_id)
-    if answer is None or answer is ... or answer == "":
+    try:
+        answer = plain(answer)
+    except Exception as err:  # a value no question asks for (an array of many values, a huge text)
+        return _unreadable(ex, answer, err)
+    if answer is None or answer is ... or (isinstance(answer, str) and not answer.strip()):
         return Verdict(ex.id, False, f"Replace None with your answer and run the cell again. Stuck? "
                                     f"hint({ex.id!r})", answered=False)
     expected = ex.expected()
     try:
         ok, reason = ex.judge(answer, expected)
-    except LabError as err:  # an answer in a form the checker cannot read: say which form it wants
-        return Verdict(ex.id, False, str(err).rstrip(".") + ".")
+        ok = bool(ok)
+    except Exception as err:
+        return _unreadable(ex, answer, err)
     if not ok:
         _MISSES[ex.id] = _MISSES.get(ex.id, 0) + 1
         if _MISSES[ex.id] < TRIES_BEFORE_WHY:  # the lab's answer stays back: what is wrong, and where to look
             return Verdict(ex.id, False, (reason + " " if reason else "") + f"Try again; hint({ex.id!r}) helps, and "
                            f"solution({ex.id!r}) shows the way.")
     return Verdict(ex.id, ok, (reason + " " if reason else "") + ex.why(expected))
+
+
+def _unreadable(ex: Exercise, answer: Any, err: Exception) -> Verdict:
+    """The verdict on an answer the checker cannot read: a LabError says which form it wants; anything else was
+    raised by the answer's own methods (__eq__, __str__, ...) or by a form no judge foresaw."""
+    if isinstance(err, LabError):
+        return Verdict(ex.id, False, str(err).rstrip(".") + ".")
+    return Verdict(ex.id, False, f"The checker cannot read {shown(answer)} ({type(err).__name__}): give the answer "
+                                 f"in the form the question shows; hint({ex.id!r}) has an example.")
 
 
 def hint(ex_id: str) -> str:

@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import difflib
+import itertools
+import math
+import sys
 from typing import Any, Callable
 
-from ..errors import LabError
+from ..errors import LabError, is_int, shown
 
 # the lab's short names (pt_regs style) and 32-bit names -> the 64-bit names a learner reads in a listing
 REGISTER_ALIASES = {"ax": "rax", "eax": "rax", "cx": "rcx", "ecx": "rcx", "dx": "rdx", "edx": "rdx", "bx": "rbx",
@@ -12,20 +15,86 @@ REGISTER_ALIASES = {"ax": "rax", "eax": "rax", "cx": "rcx", "ecx": "rcx", "dx": 
                     "eflags": "rflags"}
 
 
+MAX_TEXT = 200  # characters: the longest answer is a few words or an instruction's hex bytes
+MAX_ITEMS = 32  # entries of a list, set or dict: the largest answer has a handful
+MAX_BITS = 1000  # an int beyond this is beyond a float, and beyond any count, offset or rate asked
+MAX_DEPTH = 4  # containers in containers: the deepest answer is a dict in a dict in a tuple
+
+
+def listed(items, limit: int = 6) -> str:
+    """Items for a message, a short string as it is and anything else :func:`shown`: the first ``limit``, then
+    how many more."""
+    items = list(items)
+    more = f" and {len(items) - limit} more" if len(items) > limit else ""
+    return ", ".join(i if isinstance(i, str) and len(i) <= 100 else shown(i) for i in items[:limit]) + more
+
+
+def plain(answer: Any, depth: int = 0) -> Any:
+    """The answer as the judges read it: a numpy or pandas scalar as its Python value, a one-element array or
+    Series as that element (inside a tuple or dict a longer one as a list), pd.NA as None, a generator as a list,
+    containers item by item. LabError for what no question asks: an array or Series of several values, a text or
+    a container too long to be an answer, an int beyond any figure."""
+    top, what = depth == 0, type(answer).__name__
+    np, pd = sys.modules.get("numpy"), sys.modules.get("pandas")  # a value of theirs needs them imported
+    if pd is not None:
+        if answer is pd.NA or answer is pd.NaT:
+            return None
+        if isinstance(answer, (pd.Series, pd.Index)) or (
+                isinstance(answer, pd.DataFrame) and (top or answer.size == 1)):  # 05.5's table stays one
+            answer = answer.to_numpy()
+    if np is not None:
+        if isinstance(answer, np.generic):
+            return plain(answer.item(), depth)
+        if isinstance(answer, np.ndarray):
+            if answer.size == 1:
+                return plain(answer.reshape(-1)[0], depth)
+            if top:
+                what = "an array" if what == "ndarray" else f"a{'n' * (what[0] in 'AEIOU')} {what}"
+                raise LabError(f"{what} of {answer.size} values: give one value, or the list, set or dict the "
+                               "question asks for (.tolist() makes a list)")
+            answer = answer.tolist()  # inside a tuple or dict: judged as the list it holds
+    if isinstance(answer, (str, bytes, bytearray)):
+        if len(answer) > MAX_TEXT:
+            raise LabError(f"a text of {len(answer):,} characters: the answers here are short (a number, a word, "
+                           "an instruction's hex bytes)")
+        return answer
+    if is_int(answer) and answer.bit_length() > MAX_BITS:
+        raise LabError(f"{shown(answer)} is beyond any answer here: give a number such as 2, 31.4 or 0x14f")
+    if depth < MAX_DEPTH and (isinstance(answer, (list, tuple, set, frozenset, dict)) or hasattr(answer, "__next__")):
+        if hasattr(answer, "__next__"):  # a generator, read once; an endless one stops at the limit
+            answer = list(itertools.islice(answer, MAX_ITEMS + 1))
+            if len(answer) > MAX_ITEMS:
+                raise LabError(f"an iterator of more than {MAX_ITEMS} items: the answers here have a handful")
+        if len(answer) > MAX_ITEMS:
+            raise LabError(f"a {type(answer).__name__} of {len(answer):,} items: the answers here have a handful")
+        if isinstance(answer, dict):
+            return {plain(k, depth + 1): plain(v, depth + 1) for k, v in answer.items()}
+        kind = next(k for k in (list, tuple, set, frozenset) if isinstance(answer, k))  # a namedtuple: a tuple
+        return kind(plain(a, depth + 1) for a in answer)
+    return answer
+
+
 def as_number(answer: Any) -> float:
     """A number from an int, a float or a string: "31.4", "31.4%", "2x", or an integer in Python's
-    notation ("0x14f", as a disassembler prints an immediate)."""
+    notation ("0x14f", as a disassembler prints an immediate). NaN and infinity are refused: no count or rate
+    is either."""
     if isinstance(answer, bool):
         raise LabError(f"{answer!r} is a truth value; the answer is a number")
     text = str(answer).strip()
     try:
-        return float(text.rstrip("%x"))
+        got = float(text.rstrip("%x"))
     except ValueError:
-        pass
-    try:
-        return float(int(text, 0))
-    except ValueError:
-        raise LabError(f"{answer!r} is not a number; give one, e.g. 2, 31.4 or 0x14f") from None
+        try:
+            got = float(int(text, 0))
+        except ValueError:
+            raise LabError(f"{shown(answer)} is not a number; give one, e.g. 2, 31.4 or 0x14f") from None
+        except OverflowError:  # an integer literal beyond a float
+            got = math.inf
+    if math.isnan(got):
+        raise LabError(f"{shown(answer)} is not a number (NaN); give one, e.g. 2, 31.4 or 0x14f")
+    if math.isinf(got):
+        raise LabError(f"{shown(answer)} is beyond any answer here: give a number such as 2, 31.4 or 0x14f")
+    return got
 
 
 def not_known(names, known, what: str, plural: str) -> LabError:
@@ -33,9 +102,9 @@ def not_known(names, known, what: str, plural: str) -> LabError:
     known = list(known)
     parts = []
     for name in names:
-        near = difflib.get_close_matches(name, known, n=1)
-        parts.append(f"{name!r}" + (f" (did you mean {near[0]!r}?)" if near else ""))
-    return LabError(f"{', '.join(parts)}: not {what}; the {plural} are {', '.join(known)}")
+        near = difflib.get_close_matches(name, known, n=1) if isinstance(name, str) else []
+        parts.append(shown(name) + (f" (did you mean {near[0]!r}?)" if near else ""))
+    return LabError(f"{listed(parts)}: not {what}; the {plural} are {', '.join(known)}")
 
 
 def word(text: Any) -> str:
@@ -82,7 +151,7 @@ def choice(options: tuple[str, ...], normalise: Callable[[Any], str] = word) -> 
     def judge(answer, expected):
         got = normalise(answer)
         if got not in options:
-            raise LabError(f"{answer!r} is not one of the choices: {', '.join(options)}")
+            raise LabError(f"{shown(answer)} is not one of the choices: {', '.join(options)}")
         return (True, "") if got == expected else (False, f"Not {got}.")
     return judge
 
@@ -95,14 +164,14 @@ def truth(answer: Any) -> bool:
         return True
     if w in ("no", "false", "n"):
         return False
-    raise LabError(f"{answer!r}: answer True or False")
+    raise LabError(f"{shown(answer)}: answer True or False")
 
 
 def same_set(normalise: Callable[[Any], str] = word, what: str = "") -> Callable[[Any, set], tuple[bool, str]]:
     """The same members; the reason names the missing and the extra ones."""
     def judge(answer, expected):
         if isinstance(answer, (str, bytes)) or not hasattr(answer, "__iter__"):
-            raise LabError(f"{answer!r}: give a set or list, e.g. {{'a', 'b'}}")
+            raise LabError(f"{shown(answer)}: give a set or list, e.g. {{'a', 'b'}}")
         got = {normalise(a) for a in answer}
         missing, extra = sorted(expected - got), sorted(got - expected)
         if not missing and not extra:
@@ -111,7 +180,7 @@ def same_set(normalise: Callable[[Any], str] = word, what: str = "") -> Callable
         if missing:
             parts.append(f"Missing {len(missing)} {what}".rstrip())
         if extra:
-            parts.append(f"should not be there: {', '.join(map(str, extra))}")
+            parts.append(f"should not be there: {listed(extra)}")
         text = "; ".join(parts)
         return False, text[0].upper() + text[1:] + "."
     return judge
@@ -128,8 +197,8 @@ def per_item(normalise_key: Callable[[Any], Any], judge_value: Callable[[Any, An
         unanswered = [k for k in expected if k not in got]
         unasked = [k for k in got if k not in expected]
         if unanswered or unasked:
-            said = [f"no answer for {', '.join(map(str, unanswered))}"] if unanswered else []
-            said += [f"not asked: {', '.join(map(str, unasked))} (the question asks for "
+            said = [f"no answer for {listed(unanswered)}"] if unanswered else []
+            said += [f"not asked: {listed(unasked)} (the question asks for "
                      f"{', '.join(map(str, expected))})"] if unasked else []
             text = "; ".join(said)
             return False, text[0].upper() + text[1:] + "."

@@ -12,9 +12,10 @@ from typing import Callable
 
 from .. import analyze
 from ..bench import bench_process, events_per_hit
-from ..errors import LabError
+from ..errors import LabError, is_int
 from ..x86 import constants as x86
 from ..views.many_cpus import shared_writes
+from .judges import listed, plain, shown, word
 from ..x86.uretprobe import uretprobe_syscall_args
 
 
@@ -139,23 +140,44 @@ class QuizResult:
         return "<br>".join(html.escape(line) for line in str(self).splitlines())
 
 
+def question_id(key) -> str | None:
+    """The question a key of the answers names: "Q3", "q3", "3" and 3 all name Q3 (quiz() numbers them 1 to 10);
+    None for a key that names none."""
+    if is_int(key):
+        key = str(key)
+    if not isinstance(key, str):
+        return None
+    key = key.strip().upper()
+    key = key if key.startswith("Q") else "Q" + key
+    return key if key in {q.id for q in QUESTIONS} else None
+
+
 def check_quiz(answers: dict) -> QuizResult:
     """Score ``answers`` ({"Q1": "b", ...}; letters, any case). An unanswered question scores nothing."""
     if not isinstance(answers, dict):
         raise LabError('answer the quiz with a dict of letters: {"Q1": "b", "Q2": "a", ...}')
-    known = {q.id for q in QUESTIONS}
-    unknown = [k for k in answers if str(k).upper() not in known]
+    unknown = [k for k in answers if question_id(k) is None]
     if unknown:
-        raise LabError(f"no question {', '.join(map(str, unknown))}: the questions are Q1 to Q{len(QUESTIONS)}")
-    given = {str(k).upper(): str(v).strip().lower() for k, v in answers.items()}
+        raise LabError(f"no question {listed(unknown)}: the questions are Q1 to Q{len(QUESTIONS)}")
+    given = {}
+    for key, letter in answers.items():
+        q = question_id(key)
+        if q in given:  # "q1" and "Q1": which one the learner meant is theirs to say
+            raise LabError(f"{shown(given[q][0])} and {shown(key)} both answer {q}: keep one of them")
+        given[q] = key, letter
     score, lines = 0, []
     for q in QUESTIONS:
-        got = given.get(q.id)
-        if got is None:
+        said = given.get(q.id, (None, None))[1]
+        try:
+            said = plain(said)  # a numpy string or pd.NA as the str or None it stands for
+        except Exception:  # a text too long to be a letter, ...: shown below as not a choice
+            pass
+        if said is None:
             lines.append(f"{q.id}: not answered")
             continue
+        got = word(said) if isinstance(said, str) else None
         if got not in q.choices:
-            lines.append(f"{q.id}: {got!r} is not one of {', '.join(q.choices)}")
+            lines.append(f"{q.id}: {shown(said)} is not one of {', '.join(q.choices)}")
             continue
         right = got == q.answer()
         score += right

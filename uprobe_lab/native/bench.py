@@ -26,7 +26,7 @@ except ImportError:  # not POSIX: no native bench runs, but the package still im
     fcntl = None
 
 from ..bench import bench_names, bench_spec, refused_row
-from ..errors import is_int
+from ..errors import is_int, shown
 from ..sites import LEA_RSP_MINUS_0X80, calls_uprobe_trampoline
 from ..usdt import LIBBPFS, has_uprobe_syscall, usdt_probe_offset
 from .bpf import BpfCounter
@@ -200,6 +200,14 @@ def run_native_benches(names: Iterable[str] | None = None, iterations: int = DEF
     """
     if isinstance(names, str):
         raise ValueError(f"names is a list of bench names: run_native_benches([{names!r}])")
+    if names is not None:
+        try:
+            names = list(names)
+        except TypeError:
+            raise ValueError(f"names is a list of bench names, e.g. ['uprobe-nop'], got {shown(names)}") from None
+        if not all(isinstance(n, str) for n in names):
+            raise ValueError(f"bench names are strings such as 'uprobe-nop', got "
+                             f"{shown(next(n for n in names if not isinstance(n, str)))}")
     if not (is_int(iterations) and is_int(repeats)):
         raise ValueError(f"iterations and repeats are ints, got {iterations!r} and {repeats!r}")
     if iterations < 1 or repeats < 1:
@@ -209,9 +217,9 @@ def run_native_benches(names: Iterable[str] | None = None, iterations: int = DEF
     arch = check_native_support(arch)
     with pinned_to_one_cpu(), NativeCode(arch) as nc:
         have = available_benches(nc.program)
-        wanted = [n for n in BENCH_NAMES if n in have] if names is None else list(names)
+        wanted = [n for n in BENCH_NAMES if n in have] if names is None else names
         unknown = [n for n in wanted if n not in have]
         if unknown:
-            raise ValueError(f"unknown native bench(es) {', '.join(unknown)} on {arch}; "
+            raise ValueError(f"unknown native bench(es) {', '.join(map(shown, unknown))} on {arch}; "
                              f"known: {', '.join(have)}")
         return [run_bench(nc, n, iterations, repeats, progress) for n in wanted]

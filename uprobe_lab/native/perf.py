@@ -18,6 +18,8 @@ import struct
 import threading
 from typing import Iterator
 
+from ..errors import LabError, is_int, shown
+from ..uprobes import ENOTSUPP
 from .arch import perf_event_open_nr
 from .errors import NativeUnavailable, no_uprobe_pmu, permission_denied
 from .libc import libc as _libc
@@ -188,12 +190,40 @@ def perf_event_open(attr: PerfEventAttr, pid: int = 0, cpu: int = -1, group_fd: 
     return fd
 
 
+class ProbeRefused(LabError, OSError):
+    """perf_event_open refused a uprobe for a reason of the caller's (no such file, an offset past its end, an
+    instruction the kernel does not probe): a LabError whose message names it and the way out, and an OSError
+    with the kernel's errno for code that tells the reasons apart (ENOTSUPP: the instruction)."""
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+def probe_refused(err: OSError, path: str, offset: int) -> ProbeRefused:
+    """The kernel's errno from opening a uprobe on ``path`` at ``offset``, said in words."""
+    name = path if len(path) <= 200 else shown(path, 200)
+    where = f"offset {offset:#x} of {name}"
+    if err.errno == errno.ENOENT:
+        said = f"no file {name}: give the path of an ELF file that exists"
+    elif err.errno == ENOTSUPP:  # prepare_uprobe(): arch_uprobe_analyze_insn refused the bytes there
+        said = (f"the kernel refuses to probe the instruction at {where} (ENOTSUPP): is the offset where an "
+                "instruction starts? uprobe_lab.analyze(bytes) says what a kernel does with those bytes")
+    elif err.errno == errno.EINVAL and not os.path.isfile(path):
+        said = f"{name} is not a regular file: a uprobe goes on an executable or a library"
+    elif err.errno == errno.EINVAL and offset >= os.path.getsize(path):
+        said = f"{where} is past the file's end ({os.path.getsize(path):,} bytes): give a file offset inside it"
+    else:
+        said = (f"perf_event_open refused a uprobe at {where} "
+                f"({errno.errorcode.get(err.errno, err.errno)}: {os.strerror(err.errno)})")
+    return ProbeRefused(err.errno, said)
+
+
 def open_uprobe(path: str, offset: int, retprobe: bool = False, *, disabled: bool = False, pid: int = 0,
                 cpu: int = -1) -> int:
     """Attach a uprobe to process ``pid`` (0: this one; -1: every process, which needs a ``cpu``) on ``cpu``
     (-1: any) and return its fd.
 
-    EACCES/EPERM become NativeUnavailable; other errors stay OSError with the errno.
+    EACCES/EPERM become NativeUnavailable; other errors ProbeRefused, an OSError with the errno.
     """
     path_buf = ctypes.create_string_buffer(os.fsencode(path))
     attr = uprobe_attr(path_buf, offset, retprobe, disabled=disabled)
@@ -202,7 +232,7 @@ def open_uprobe(path: str, offset: int, retprobe: bool = False, *, disabled: boo
     except OSError as err:
         if err.errno in (errno.EACCES, errno.EPERM):
             raise permission_denied(err) from None
-        raise
+        raise probe_refused(err, os.fsdecode(path), offset) from None
     finally:
         del path_buf  # the kernel copied the path during the call
 
@@ -237,6 +267,13 @@ class UprobeEvent:
     """
 
     def __init__(self, path: str, offset: int, retprobe: bool = False, pid: int = 0, cpu: int = -1):
+        if not isinstance(path, (str, bytes, os.PathLike)) or "\0" in os.fsdecode(path):
+            raise LabError(f"a uprobe goes on a file: give its path (a str or Path without NUL), got {shown(path)}")
+        if not is_int(offset) or not 0 <= offset < 1 << 63:
+            raise LabError(f"the offset is where in the file the probe goes, an int from 0, got {shown(offset)} "
+                           "(function_site(path, name).file_offset is a function's)")
+        if not (is_int(pid) and is_int(cpu)):
+            raise LabError(f"pid and cpu are ints (0: this process; -1: any CPU), got {shown(pid)} and {shown(cpu)}")
         self.path = os.fspath(path)
         self.offset = offset
         self.retprobe = retprobe
