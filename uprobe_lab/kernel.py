@@ -79,6 +79,9 @@ RULES: list[Rule] = [
     Rule("speculative_vma_lookup", "core", (6, 14), "e0925f2dc4de"),  # mm_lock_seq read instead of mmap_read_lock
     Rule("ri_pool", "core", (6, 14), "8622e45b5da1"),  # return instances reused from a per-task pool
     Rule("singlestep_without_siglock", "core", (6, 15), "83179cd67846"),  # handle_singlestep: no sighand->siglock
+    # The kernel bench's consumer (kernel/trace/trace_uprobe.c) on every hit: the filter's rwlock, its hit count.
+    Rule("perf_filter_nr_systemwide", "core", (6, 10), "cdf355cc60e3"),  # uprobe_perf_filter: no read_lock
+    Rule("per_cpu_nhit", "core", (6, 12), "10cdb82aa77f"),  # trace_uprobe's nhit++: per-CPU, not shared
 ]
 OLDEST: Release = (6, 10)  # the oldest modelled version: the int3 return trampoline, every long nop stepped
 
