@@ -50,7 +50,8 @@ pointers and longs 8 bytes, ``spinlock_t``/``atomic_t``/``refcount_t`` 4, ``rb_n
 
 What the lab leaves out: the rare paths (``register_rwsem`` after UPROBE_HANDLER_REMOVE, the fallback to
 ``mmap_read_lock`` when the address space changed under a speculative lookup, the lease expiring after 100 ms),
-the int3's read of area->vaddr where no hit writes its line (every version but 6.12), a step landing on another
+the int3's read of area->vaddr where no hit writes its line (every version but 6.12; on 6.12 it is counted even
+before the process has an XOL area, when no hit writes the line either, so it moves nothing), a step landing on another
 slot than the lowest when steps overlap (one slot line is followed), the neighbours of kmalloc-8's bitmap and
 the slab allocator's internals.
 """
