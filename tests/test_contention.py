@@ -96,3 +96,21 @@ def test_the_protocol_scores_every_held_out_row_once(version):
     assert (held["producers"] >= 2).all() and not held.duplicated(["table", "variant", "bench", "producers"]).any()
     assert (held["low"] < held["model_mops"]).all() and (held["model_mops"] < held["high"]).all()
     assert len(result["peaks"]) == held.groupby(["table", "variant", "bench"]).ngroups
+
+
+def test_an_unseen_machines_table_is_predicted_with_its_own_no_probe_curve():
+    t = contention.scaling_table()
+    # a Xeon table as if it came from a 16-core machine of its own: its rows, its 1-CPU rows as T1
+    table = t[(t["table"] == "andrii-reuse-ri-commit-2024-12") & t["producers"].isin([1, 2, 16])].copy()
+    table["machine"] = "sixteen-core"
+    flat = contention.predict_unseen(table, 16, {1: 10.0, 2: 10.0, 16: 10.0})
+    slower = contention.predict_unseen(table, 16, {1: 10.0, 2: 10.0, 16: 8.0})
+    assert set(flat["producers"]) == {2, 16} and (flat["C"] == 16).all()
+    at16 = flat["producers"] == 16
+    # a machine whose own loop keeps 80% of its per-CPU rate at 16 gives at most 80% of the flat machine's total
+    # there (less only where the curve is line-bound, which m does not touch); at 2 CPUs, the same
+    assert (slower.loc[at16, "model_mops"] <= flat.loc[at16, "model_mops"] + 1e-9).all()
+    assert (slower.loc[at16, "model_mops"] >= 0.8 * flat.loc[at16, "model_mops"] - 1e-9).all()
+    assert np.allclose(slower.loc[~at16, "model_mops"], flat.loc[~at16, "model_mops"])
+    with pytest.raises(LabError, match="1-CPU rate"):
+        contention.predict_unseen(table, 16, {16: 8.0})

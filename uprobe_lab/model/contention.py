@@ -69,10 +69,11 @@ def transfers(bench: str, config: str, cpus: int) -> dict[str, float]:
     return row["transfers_per_hit"]
 
 
-def model_rows(tables):
-    """The rows of ``tables`` the model can use, with their inputs: T1_ns (the variant's 1-CPU time), S (all lines'
-    transfers per hit), M (the busiest line's) and C (the machine's cores). Rows with N >= 2 only."""
-    t = scaling_table()
+def model_rows(tables, t=None, cores: dict[str, int] | None = None):
+    """The rows of ``tables`` (of ``t``, by default scaling.csv) the model can use, with their inputs: T1_ns (the
+    variant's 1-CPU time), S (all lines' transfers per hit), M (the busiest line's) and C (the machine's cores:
+    MACHINE_CORES, or ``cores``). Rows with N >= 2 only."""
+    t = scaling_table() if t is None else t
     t = t[t["table"].isin(tables) & (t["config"] != "") & t["producers"].notna()].copy()
     one = t[t["producers"] == 1].set_index(CURVE)["total_mops"]
     t = t[t["producers"] >= 2].copy()
@@ -81,7 +82,7 @@ def model_rows(tables):
     per_line = [transfers(b, c, int(n)) for b, c, n in zip(t["bench"], t["config"], t["producers"])]
     t["S"] = [sum(d.values()) for d in per_line]
     t["M"] = [max(d.values(), default=0.0) for d in per_line]
-    t["C"] = t["machine"].map(MACHINE_CORES)
+    t["C"] = t["machine"].map({**MACHINE_CORES, **(cores or {})})
     return t.reset_index(drop=True)
 
 
@@ -128,6 +129,22 @@ def unseen_machine_params(params: dict) -> tuple:
     tau0 = float(np.exp(np.log(values[:, 0]).mean()))
     gamma, kappa = (float(np.exp(np.log1p(values[:, i]).mean()) - 1) for i in (1, 3))
     return tau0, gamma, ETA_SMT, kappa
+
+
+def predict_unseen(table, cores: int, no_probe_per_cpu: dict[int, float] | None = None):
+    """v2 on a table of a machine with no fitting rows (scaling.csv's columns: table, machine, variant, config,
+    bench, producers, total_mops; each curve with its 1-CPU row): the fitted machines' parameters
+    (:func:`unseen_machine_params`), C = ``cores`` and, where given, m(N) from the machine's own no-probe loop
+    (``no_probe_per_cpu``: N -> M/s per CPU, with N = 1). Returns its rows with N >= 2 and ``model_mops``."""
+    if no_probe_per_cpu is not None and 1 not in no_probe_per_cpu:
+        raise LabError("no_probe_per_cpu needs the 1-CPU rate (key 1): m(N) is the rate at N over the rate at 1")
+    fitting = model_rows(FIT_TABLES)
+    params = unseen_machine_params({m: fit(r, 2) for m, r in fitting.groupby("machine")})
+    rows = model_rows(table["table"].unique(), table, {machine: cores for machine in table["machine"].unique()})
+    if no_probe_per_cpu is not None:
+        rows["m"] = rows["producers"].map(lambda n: no_probe_per_cpu.get(int(n), np.nan) / no_probe_per_cpu[1])
+    rows["model_mops"] = predict(params, rows)
+    return rows
 
 
 def predict(params: tuple, rows) -> np.ndarray:
