@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import textwrap
 from pathlib import Path
 
 import pandas as pd
@@ -96,16 +97,13 @@ def lines_written(bench: str = "uprobe-nop", kernels=KERNELS) -> dict[str, int]:
 
 
 def lines_figure(bench: str = "uprobe-nop", kernel: str = "6.10", cpus: int = 8) -> Figure:
-    """Each cache line a box, lit by what one hit does to it on ``kernel`` (its strongest access: a write over a
-    read); under it, how often the line moved to another CPU per hit with ``cpus`` threads."""
+    """Each cache line a box, lit by what one hit does to it on ``kernel``; under it, how often the line moved to
+    another CPU per hit with ``cpus`` threads."""
     r = run_bench_on_cpus(bench, "x86_64", kernel, iterations=20, cpus=cpus)
-    touched = {}
+    touched = {}  # line -> {kind: accesses per hit}
     for key, v in r["shared_per_hit"].items():
         line, kind = key.rsplit(" (", 1)
-        kind = kind[:-1]
-        old_kind, old_n = touched.get(line, (kind, 0))
-        strongest = min(old_kind, kind, key=list(KIND_COLOR).index)
-        touched[line] = (strongest, old_n + v)
+        touched.setdefault(line, {})[kind[:-1]] = v
     states = all_states()
     cols = 4
     rows = -(-len(states) // cols)
@@ -118,15 +116,17 @@ def lines_figure(bench: str = "uprobe-nop", kernel: str = "6.10", cpus: int = 8)
     ax.axis("off")
     for i, state in enumerate(states):
         x, y = i % cols, rows - 1 - i // cols
-        kind, n = touched.get(state, (None, 0))
+        kinds = sorted(touched.get(state, {}).items(), key=lambda kv: list(KIND_COLOR).index(kv[0]))
+        kind = kinds[0][0] if kinds else None  # the box takes its strongest access's colour: a write over a read
         ax.add_patch(FancyBboxPatch((x + 0.04, y + 0.08), 0.92, 0.84, boxstyle="round,pad=0.01",
                                     facecolor=KIND_COLOR[kind], edgecolor="#555555"))
         moved = r["transfers_per_hit"].get(state, 0.0)
-        detail = f"{n:g}x {kind}" if kind else "-"
+        detail = ", ".join(f"{n:g}x {k}" for k, n in kinds) or "-"
         if kind in ("spinlock", "atomic", "write", "read") and cpus > 1:
             detail += f"\nmoves {moved:.2f}/hit"
-        ax.text(x + 0.5, y + 0.64, state.replace(" (", "\n(").replace(": ", ":\n", 1), ha="center", va="center",
-                fontsize=8, fontweight="bold")
+        structure, _, fields = state.replace(" (", "\n(").partition(": ")
+        label = structure + ("\n" + "\n".join(textwrap.wrap(fields, 30)) if fields else "")
+        ax.text(x + 0.5, y + 0.64, label, ha="center", va="center", fontsize=8, fontweight="bold")
         ax.text(x + 0.5, y + 0.27, detail, ha="center", va="center", fontsize=9)
     ax.legend(handles=[Patch(facecolor=c, edgecolor="#555555") for c in KIND_COLOR.values()],
               labels=list(KIND_WORDS.values()), loc="upper center", bbox_to_anchor=(0.5, 0.02), ncol=3, fontsize=9,
