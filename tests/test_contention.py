@@ -63,11 +63,54 @@ def test_the_fit_finds_the_parameters_that_made_a_curve():
     assert contention.fit(rows) == pytest.approx((tau0, 0.02, 0.3))
 
 
+def test_v2s_machine_term_lowers_each_cpus_rate_and_a_measured_one_replaces_it():
+    rows = _rows([1, 11, 80], 300.0, 0.0, 0.0)
+    # no shared line: (cores' worth) / (1 + kappa (N - 1)) / T1; at 80 on 40 cores, 40 + 0.3 x 40 = 52 cores' worth
+    x = contention.curve(200.0, 0.0, 0.3, rows, kappa=0.01)
+    assert np.allclose(x, np.array([1, 11 / 1.1, 52 / 1.79]) / 300.0 * 1e3)
+    rows["m"] = [np.nan, 0.5, np.nan]  # a no-probe loop measured at half its 1-CPU rate per CPU at 11
+    x = contention.curve(200.0, 0.0, 0.3, rows, kappa=0.01)
+    assert np.allclose(x, np.array([1, 11 * 0.5, 52 / 1.79]) / 300.0 * 1e3)
+
+
+def test_the_v2_fit_finds_the_machine_term_that_made_a_curve():
+    n = np.array([2, 4, 8, 16, 32, 48, 64, 80])
+    rows = _rows(np.tile(n, 2), 300.0, np.r_[np.full(8, 0.5), np.zeros(8)], np.r_[np.full(8, 0.5), np.zeros(8)])
+    tau0 = contention.TAU0_NS[30]
+    rows["total_mops"] = contention.curve(tau0, 0.02, contention.ETA_SMT, rows, kappa=0.012)
+    assert contention.fit(rows, version=2) == pytest.approx((tau0, 0.02, 0.3, 0.012))
+
+
+def test_a_machine_without_fitting_rows_takes_the_fitted_machines_geometric_mean():
+    params = {"a": (100.0, 0.0, 0.3, 0.0), "b": (400.0, 0.21, 0.3, 0.02)}
+    # sqrt(100 x 400) = 200; sqrt(1 x 1.21) - 1 = 0.1; sqrt(1 x 1.02) - 1 = 0.00995
+    assert contention.unseen_machine_params(params) == pytest.approx((200.0, 0.1, 0.3, 0.00995), rel=1e-3)
+
+
 @pytest.mark.slow
-def test_the_protocol_scores_every_held_out_row_once():
-    result = contention.evaluate()
+@pytest.mark.parametrize("version", [1, 2])
+def test_the_protocol_scores_every_held_out_row_once(version):
+    result = contention.evaluate(version)
     held = result["held_out"]
     assert set(held["table"]) == set(contention.HELD_OUT_TABLES)
     assert (held["producers"] >= 2).all() and not held.duplicated(["table", "variant", "bench", "producers"]).any()
     assert (held["low"] < held["model_mops"]).all() and (held["model_mops"] < held["high"]).all()
     assert len(result["peaks"]) == held.groupby(["table", "variant", "bench"]).ngroups
+
+
+def test_an_unseen_machines_table_is_predicted_with_its_own_no_probe_curve():
+    t = contention.scaling_table()
+    # a Xeon table as if it came from a 16-core machine of its own: its rows, its 1-CPU rows as T1
+    table = t[(t["table"] == "andrii-reuse-ri-commit-2024-12") & t["producers"].isin([1, 2, 16])].copy()
+    table["machine"] = "sixteen-core"
+    flat = contention.predict_unseen(table, 16, {1: 10.0, 2: 10.0, 16: 10.0})
+    slower = contention.predict_unseen(table, 16, {1: 10.0, 2: 10.0, 16: 8.0})
+    assert set(flat["producers"]) == {2, 16} and (flat["C"] == 16).all()
+    at16 = flat["producers"] == 16
+    # a machine whose own loop keeps 80% of its per-CPU rate at 16 gives at most 80% of the flat machine's total
+    # there (less only where the curve is line-bound, which m does not touch); at 2 CPUs, the same
+    assert (slower.loc[at16, "model_mops"] <= flat.loc[at16, "model_mops"] + 1e-9).all()
+    assert (slower.loc[at16, "model_mops"] >= 0.8 * flat.loc[at16, "model_mops"] - 1e-9).all()
+    assert np.allclose(slower.loc[~at16, "model_mops"], flat.loc[~at16, "model_mops"])
+    with pytest.raises(LabError, match="1-CPU rate"):
+        contention.predict_unseen(table, 16, {16: 8.0})

@@ -17,16 +17,17 @@ from uprobe_lab.x86.constants import EPROTO
 def test_the_modelled_versions_are_the_oldest_and_each_release_that_changed_a_hit():
     # 7.2 is a modelled version of its own because its stable line took the nop10 series (7.2.6); 7.3 is mainline's
     assert list(KERNELS) == ["6.10", "6.11", "6.16", "6.18", "7.2", "7.3"]
-    many_cpus = ["lockless_consumers", "lockless_lookup", "rcu_tasks_trace", "ri_pool", "singlestep_without_siglock",
-                 "speculative_vma_lookup", "srcu_uprobe_lifetime", "treelock_rwlock", "uretprobe_lease",
-                 "xol_no_slot_count"]
+    many_cpus = ["lockless_consumers", "lockless_lookup", "per_cpu_nhit", "perf_filter_nr_systemwide", "rcu_tasks_trace",
+                 "ri_pool", "singlestep_without_siglock", "speculative_vma_lookup", "srcu_uprobe_lifetime",
+                 "treelock_rwlock", "uretprobe_lease", "xol_no_slot_count"]
     # 6.18 as its stable line ended: with BC.cond (6.18.34)
     assert sorted(KERNELS["6.18"].rules) == sorted(["arm64_refuse_ldr_literal", "arm64_reject_mops", "arm64_simulate_nop",
                                                     "arm64_simulate_bc_cond", "emulate_all_nops", "ip_change_skips_insn",
                                                     "optimize_nop5", "trampoline_sls_int3", "uretprobe_syscall",
                                                     *many_cpus])
-    # of 2024-25's work on many CPUs, 6.10 and 6.11 have only the rwlock (0dc715295d41, merged for 6.10)
-    assert [r for r in many_cpus if r in KERNELS["6.11"].rules] == ["treelock_rwlock"]
+    # of 2024-25's work on many CPUs, 6.10 and 6.11 have only the rwlock (0dc715295d41) and the filter's lockless
+    # check (cdf355cc60e3), both merged for 6.10
+    assert [r for r in many_cpus if r in KERNELS["6.11"].rules] == ["perf_filter_nr_systemwide", "treelock_rwlock"]
     # a modelled version reads a stable line as it ended: 6.11.y got both arm64 fixes (6.11.5, 6.11.11)
     assert KERNELS["6.11"].arm64_refuse_ldr_literal and KERNELS["6.11"].arm64_reject_mops
     for name in ("7.2", "7.3"):  # the nop10 series moved the optimisation from the nop5 to the nop10

@@ -26,37 +26,47 @@ def test_every_thread_hits_exactly_its_iterations(arch, kernel, name):
         assert row["events_per_hit"]["consumers"] == 1
 
 
-# (state, kind) -> accesses per hit, as the kernel source has them
-NOP_6_8 = {"mm->mmap_lock (atomic)": 2, "uprobes_treelock (spinlock)": 2, "uprobe->ref (atomic)": 2,
-           "uprobe->register_rwsem (atomic)": 2}
-NOP_6_10 = {**{k: v for k, v in NOP_6_8.items() if "treelock" not in k}, "uprobes_treelock (atomic)": 2}
-NOP_6_12 = {"mm->mmap_lock (atomic)": 2, "uprobes_seqcount (read)": 1, "uprobes_srcu (per-CPU counters) (per-cpu)": 2}
-NOP_6_13 = {"mm->mmap_lock (atomic)": 2, "uprobes_seqcount (read)": 1, "current->trc_reader_nesting (per-task)": 2}
-NOP_6_14 = {"mm->mm_lock_seq (read)": 1, "uprobes_seqcount (read)": 1, "current->trc_reader_nesting (per-task)": 2}
-XOL_6_12 = {"uprobe->ref (atomic)": 2, "xol_area->bitmap (atomic)": 2, "xol_area->slot_count (atomic)": 2,
-            "sighand->siglock (spinlock)": 2}
+# (cache line, kind) -> accesses per hit, as the kernel source has them. Lines by hand from the layouts
+# (x86-64, no lock debugging): struct uprobe's rb_node (0-23), ref (24) and register_rwsem.count (32) share the
+# line at +0; trace_uprobe's nhit is at 104 (devent 24 + consumer 32 + path 16 + inode, filename, offset,
+# ref_ctr_offset 8 each), on the line at +64; 6.12's xol_area {wq 24, slot_count 4 + 4, bitmap, page, vaddr} is
+# 56 bytes, one line, where 6.8-6.11's put vaddr at 88 or 96, past the line of slot_count (24).
+MMAP = {"struct mm_struct: mmap_lock (atomic)": 2}
+UPROBE = "struct uprobe +0: rb_node, ref, register_rwsem"
+NHIT = {"struct trace_uprobe +64: nhit (write)": 1}  # tu->nhit++ until 10cdb82aa77f (6.12)
+FILTER = {"struct trace_probe_event: filter.rwlock (atomic)": 2}  # read_lock + read_unlock until cdf355cc60e3 (6.10)
+NOP_6_8 = {**MMAP, "uprobes_treelock +0: rwlock or spinlock (spinlock)": 2, f"{UPROBE} (atomic)": 4, **NHIT, **FILTER}
+NOP_6_10 = {**MMAP, "uprobes_treelock +0: rwlock or spinlock (atomic)": 2, f"{UPROBE} (atomic)": 4, **NHIT}
+LOCKLESS = {"uprobes_seqcount +0: sequence (read)": 1, f"{UPROBE} (read)": 1}  # rb_find_rcu reads rb_node
+AREA_6_12 = "struct xol_area +0: wq, slot_count, bitmap, page, vaddr"
+NOP_6_12 = {**MMAP, **LOCKLESS, "uprobes_srcu (per-CPU counters) (per-cpu)": 2, f"{AREA_6_12} (read)": 1}
+NOP_6_13 = {**MMAP, **LOCKLESS, "current->trc_reader_nesting (per-task)": 2}
+NOP_6_14 = {"struct mm_struct: mm_lock_seq (read)": 1, **LOCKLESS, "current->trc_reader_nesting (per-task)": 2}
+# a step: the copy into slot 1's first line, a bitmap bit taken and freed, slot_count until 6.13, the siglock
+STEP = {"[uprobes] slot 1 +0: ixol (write)": 1, "xol_area->bitmap[] +0: slots 0-31 (atomic)": 2,
+        "struct sighand_struct +0: siglock (spinlock)": 2}
 
 
 @pytest.mark.parametrize("name, kernel, shared", [
     ("uprobe-nop", "6.8", NOP_6_8),  # spin_lock(&uprobes_treelock), get/put_uprobe, down_read(register_rwsem)
-    ("uprobe-nop", "6.10", NOP_6_10),  # 0dc715295d41: read_lock
-    ("uprobe-nop", "6.12", NOP_6_12),  # cd7bdd9d46a9, 8617408f7a01, cc01bd044e6a: seqcount, SRCU, no refcount
-    ("uprobe-nop", "6.13", NOP_6_13),  # 87195a1ee332: RCU Tasks Trace
+    ("uprobe-nop", "6.10", NOP_6_10),  # 0dc715295d41: read_lock; cdf355cc60e3: no filter lock
+    ("uprobe-nop", "6.12", NOP_6_12),  # cd7bdd9d46a9, 8617408f7a01, cc01bd044e6a, 10cdb82aa77f
+    ("uprobe-nop", "6.13", NOP_6_13),  # 87195a1ee332: RCU Tasks Trace; 7a166094bd2b: no slot_count by vaddr
     ("uprobe-nop", "6.14", NOP_6_14),  # e0925f2dc4de: no mmap_lock
     ("uprobe-nop", "6.18", NOP_6_14),
-    # a uretprobe adds the return instance's reference and the return consumers' rwsem...
-    ("uretprobe-nop", "6.10", {**NOP_6_10, "uprobe->ref (atomic)": 4, "uprobe->register_rwsem (atomic)": 4,
-                               "kmalloc (per-CPU slab) (per-cpu)": 1}),
+    # a uretprobe adds the return instance's reference and the return consumers' rwsem, on the same line...
+    ("uretprobe-nop", "6.10", {**NOP_6_10, f"{UPROBE} (atomic)": 8, "kmalloc (per-CPU slab) (per-cpu)": 1}),
     # ...then an SRCU lease (dd1a7567784e) and the return's own read section
     ("uretprobe-nop", "6.13", {**NOP_6_13, "current->trc_reader_nesting (per-task)": 4,
                                "kmalloc (per-CPU slab) (per-cpu)": 1, "uretprobes_srcu (per-CPU counters) (per-cpu)": 2}),
     ("uretprobe-nop", "6.14", {**NOP_6_14, "current->trc_reader_nesting (per-task)": 4,  # 8622e45b5da1: ri_pool
                                "utask->ri_pool (per-task)": 1, "uretprobes_srcu (per-CPU counters) (per-cpu)": 2}),
     # a stepped ret: before 6.12 the lookup's reference covers the step
-    ("uprobe-ret", "6.10", {**NOP_6_10, **{k: v for k, v in XOL_6_12.items() if "ref" not in k}}),
-    ("uprobe-ret", "6.12", {**NOP_6_12, **XOL_6_12}),  # try_get_uprobe in pre_ssout
-    ("uprobe-ret", "6.13", {**NOP_6_13, **{k: v for k, v in XOL_6_12.items() if "slot_count" not in k}}),  # 7a166094bd2b
-    ("uprobe-ret", "6.15", {**NOP_6_14, "uprobe->ref (atomic)": 2, "xol_area->bitmap (atomic)": 2}),  # 83179cd67846
+    ("uprobe-ret", "6.10", {**NOP_6_10, **STEP, "struct xol_area +0: wq, slot_count, bitmap (atomic)": 2}),
+    ("uprobe-ret", "6.12", {**NOP_6_12, **STEP, f"{UPROBE} (atomic)": 2, f"{AREA_6_12} (atomic)": 2}),  # try_get
+    ("uprobe-ret", "6.13", {**NOP_6_13, **STEP, f"{UPROBE} (atomic)": 2}),  # 7a166094bd2b
+    ("uprobe-ret", "6.15", {**NOP_6_14, **{k: v for k, v in STEP.items() if "siglock" not in k},  # 83179cd67846
+                            f"{UPROBE} (atomic)": 2}),
 ])
 def test_each_kernel_shares_what_its_source_shares(name, kernel, shared):
     assert run_bench_on_cpus(name, "x86_64", kernel, iterations=10, cpus=1)["shared_per_hit"] == shared
@@ -77,11 +87,11 @@ def test_lines_move_between_cpus_only_where_a_hit_writes_shared_state(kernel, bu
     assert one["line_transfers_per_hit"] == 0
     if busy:  # the mmap_lock line (and before 6.12 more) changes hands on most hits
         assert many["line_transfers_per_hit"] > 0.3
-    else:  # read-only lines: each of the 7 other CPUs fetches the two once
+    else:  # read-only lines (mm_lock_seq, uprobes_seqcount, the probe's first line): the 7 other CPUs fetch each once
         proc, _, target = bench_process("uprobe-nop", "x86_64", release_rules(kernel))
         proc.call("producer_loop", 1, target)
         run_on_cpus(proc, 8, "producer_loop", 100, target)
-        assert proc.trace.counts["line_transfers"] == 7 * 2
+        assert proc.trace.counts["line_transfers"] == 7 * 3
 
 
 def test_more_threads_than_xol_slots_sleep_until_one_is_freed():

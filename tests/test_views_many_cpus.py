@@ -9,14 +9,31 @@ from native_support import native
 def test_the_shared_state_table_has_a_column_per_kernel_and_the_kernels_accesses():
     table = v.shared_per_hit("uprobe-nop")
     assert list(table.columns) == list(v.KERNELS)
-    assert table.loc["uprobes_treelock", "6.8"] == "2 spinlock" and table.loc["uprobes_treelock", "6.10"] == "2 atomic"
-    assert not any("atomic" in cell or "spinlock" in cell for cell in table["6.14"])
-    assert v.shared_writes("uprobe-nop", ["6.8", "6.14"]) == {"6.8": 8, "6.14": 0}
+    tree = "uprobes_treelock +0: rwlock or spinlock"
+    assert table.loc[tree, "6.8"] == "2 spinlock" and table.loc[tree, "6.10"] == "2 atomic"
+    # 6.12's lockless lookup reads the line its stepped hits write (try_get_uprobe): one row, both accesses
+    assert v.shared_per_hit("uprobe-ret", ["6.12"]).loc["struct uprobe +0: rb_node, ref, register_rwsem", "6.12"] == \
+        "2 atomic, 1 read"
+    assert not any("atomic" in cell or "spinlock" in cell or "write" in cell for cell in table["6.14"])
+    # 6.8: mmap_lock 2, the tree's spinlock 2, the probe's line 4 (get/put_uprobe, down/up_read), nhit++ 1, the
+    # filter's read_lock/unlock 2
+    assert v.shared_writes("uprobe-nop", ["6.8", "6.14"]) == {"6.8": 11, "6.14": 0}
+
+
+def test_a_hit_writes_lines_not_fields():
+    # by hand from the layouts (uprobe_lab.contended): 6.8 mmap_lock, uprobes_treelock, struct uprobe +0 (ref and
+    # register_rwsem together), trace_uprobe +64 (nhit), the filter's rwlock; 6.10 drops the filter lock
+    # (cdf355cc60e3); 6.12 leaves mmap_lock alone (nhit per-CPU, 10cdb82aa77f); 6.14 nothing
+    assert v.lines_written("uprobe-nop") == {"6.8": 5, "6.10": 4, "6.12": 1, "6.13": 1, "6.14": 0, "6.18": 0}
+    # a stepped ret adds the slot's first line, the bitmap's line, xol_area's slot_count line (until 6.13; on 6.12
+    # the line of vaddr too, so no new line there) and the siglock (until 6.15), and from 6.12 the probe's line again
+    assert v.lines_written("uprobe-ret") == {"6.8": 9, "6.10": 8, "6.12": 6, "6.13": 5, "6.14": 4, "6.18": 3}
 
 
 def test_every_state_any_kernel_touches_has_a_box():
     states = v.all_states()
-    assert {"mm->mmap_lock", "uprobes_treelock", "sighand->siglock", "utask->ri_pool"} <= set(states)
+    assert {"struct mm_struct: mmap_lock", "uprobes_treelock +0: rwlock or spinlock", "struct sighand_struct +0: siglock",
+            "utask->ri_pool"} <= set(states)
     assert len(states) == len(set(states))
 
 

@@ -271,7 +271,7 @@ def format_table(results: list[dict]) -> str:
         if r.get("refused"):
             lines.append(f"{r['bench']:<25}: {r['refused']}")
         elif r.get("mode") == "emulated" and "cpus" in r:
-            shared = sum(v for k, v in r["shared_per_hit"].items() if k.endswith(("(atomic)", "(spinlock)")))
+            shared = sum(v for k, v in r["shared_per_hit"].items() if k.endswith(("(atomic)", "(spinlock)", "(write)")))
             waits = f" xol_waits={r['xol_waits']}" if r["xol_waits"] else ""
             lines.append(f"{r['bench'] + ' (' + format(r['cpus'], '2') + ' cpus)':<25}: {r['hits']} hits exact "
                          f"[{r['arch']} {r['kernel']}] shared writes/hit={shared:g} line transfers/hit="

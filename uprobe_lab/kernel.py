@@ -99,6 +99,9 @@ RULES: list[Rule] = [
     Rule("tasks_trace_srcu_fast", "core", (7, 0), "c27cea4416a3"),
     # uretprobes_srcu is SRCU-fast-updown: the uretprobe lease takes no smp_mb() on the hit
     Rule("uretprobes_srcu_fast", "core", (7, 3), "36c8b02c3fe9"),
+    # The kernel bench's consumer (kernel/trace/trace_uprobe.c) on every hit: the filter's rwlock, its hit count.
+    Rule("perf_filter_nr_systemwide", "core", (6, 10), "cdf355cc60e3"),  # uprobe_perf_filter: no read_lock
+    Rule("per_cpu_nhit", "core", (6, 12), "10cdb82aa77f"),  # trace_uprobe's nhit++: per-CPU, not shared
 ]
 OLDEST: Release = (6, 10)  # the oldest modelled version: the int3 return trampoline, every long nop stepped
 

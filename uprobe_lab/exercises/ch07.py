@@ -23,8 +23,8 @@ def _first_release_without_shared_writes(bench: str) -> str:
 exercise(
     id="07.1", kind="predict", title="A uretprobe on 6.12",
     question="The chapter counted what a `uprobe-nop` hit writes that other CPUs also write. Now a `uretprobe-nop` "
-             "hit (entry and return) on 6.12: how many writes per hit to shared lines (atomic and spinlock "
-             "accesses, each lock and unlock one)? A whole number (exact).",
+             "hit (entry and return) on 6.12: how many writes per hit to shared lines (atomic, spinlock and "
+             "plain-store accesses, each lock and unlock one)? A whole number (exact).",
     hint="Start from 6.12's uprobe-nop column, then add what the return instance needs to keep the probe alive "
          "until the function returns on 6.12 (the lease came one release later).",
     solution="""from uprobe_lab.views.many_cpus import shared_writes
@@ -127,14 +127,16 @@ def _counted(bench: str, release: str, bill: dict) -> str:
 exercise(
     id="07.4", kind="open", title="Your bench, your release",
     question="Pick a bench and a kernel release (any from 6.8 on, e.g. your distribution's), predict how many writes "
-             "per hit it makes to lines other CPUs share (atomic and spinlock accesses, each lock and unlock one; "
-             "exact), then check: `answer = (bench, release, writes)`, e.g. `(\"uprobe-push\", \"6.10\", 10)`.",
-    hint="Add up the steps of the hit: the lookup, the consumers, the step out of line (slot bitmap, the "
-         "probe's reference, siglock), the return instance.",
+             "per hit it makes to lines other CPUs share (atomic, spinlock and plain-store accesses, each lock and "
+             "unlock one; exact), then check: `answer = (bench, release, writes)`, e.g. `(\"uprobe-push\", \"6.10\", 10)`.",
+    hint="Add up the steps of the hit: the lookup, the consumers (before 6.12 the bench's consumer counts every "
+         "hit in a shared nhit), the step out of line (the copy into the slot, the slot bitmap, the probe's "
+         "reference, siglock), the return instance.",
     solution="""from uprobe_lab.views.many_cpus import shared_writes
 answer = ("uprobe-ret", "6.13", shared_writes("uprobe-ret", ["6.13"])["6.13"])""",
     explanation="uprobe-ret on 6.13: mmap_lock (2), the step's reference on the probe (2), the slot's bitmap bit "
-                "(2), sighand->siglock (2): 8. 6.14 drops mmap_lock, 6.15 the siglock.",
+                "(2), the instruction copied into the slot (1), sighand->siglock (2): 9. 6.14 drops mmap_lock, "
+                "6.15 the siglock.",
     expected=lambda: Remembered(_bill),
     judge=_judge_open,
     why=Remembered.why("The lab counted the accesses of that release's rules (uprobe_lab.contended).", _counted),

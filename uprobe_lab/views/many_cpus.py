@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import textwrap
 from pathlib import Path
 
 import pandas as pd
@@ -28,17 +29,18 @@ from ..smp import run_on_cpus
 
 KERNELS = ("6.8", "6.10", "6.12", "6.13", "6.14", "6.18")  # each a step of the 2024-25 work, and before it
 BENCHES = ("uprobe-nop", "uretprobe-nop", "uprobe-ret")
-KIND_COLOR = {"spinlock": "#d7301f", "atomic": "#fc8d59", "read": "#fee08b", "per-cpu": "#91cf60",
+KIND_COLOR = {"spinlock": "#d7301f", "atomic": "#fc8d59", "write": "#fdae61", "read": "#fee08b", "per-cpu": "#91cf60",
               "per-task": "#1a9850", None: "#eeeeee"}
 KIND_WORDS = {"spinlock": "spinlock: CPUs wait their turn", "atomic": "atomic write of a shared line",
-              "read": "read of a line nobody writes on a hit", "per-cpu": "this CPU's own counter",
-              "per-task": "this task's own field", None: "not touched"}
+              "write": "plain store to a shared line", "read": "read of a shared line",
+              "per-cpu": "this CPU's own counter", "per-task": "this task's own field", None: "not touched"}
 CPU_WAIT_S = 10  # how long the chapter waits for a CPU another lab bench holds before it shows the recording
 SCALING_PATH = Path(__file__).resolve().parents[1] / "data" / "native_scaling_6.18.json"
 
 
 def all_states() -> list[str]:
-    """Every kernel state some modelled kernel's hit touches, in hit-path order."""
+    """Every cache line (uprobe_lab.contended.Line's name) or per-CPU/per-task state some modelled kernel's hit
+    touches, in hit-path order."""
     seen = {}
     for k in KERNELS + ("7.2",):
         a = contended.accesses(release_rules(k))
@@ -63,29 +65,45 @@ def exact_hits(benches=("uprobe-nop", "uprobe-ret"), kernels=("6.8", "6.18"), cp
 
 
 def shared_per_hit(bench: str = "uprobe-nop", kernels=KERNELS) -> pd.DataFrame:
-    """Accesses per hit to each kernel state (rows), per kernel (columns): '2 atomic', '1 read', '' (untouched)."""
+    """Accesses per hit to each cache line (rows, 'structure +offset: fields'), per kernel (columns): '2 atomic',
+    '1 read', '' (untouched); several accesses of one line are one line, as '4 atomic' or '1 read, 2 atomic'."""
     table = {}
     for k in kernels:
         row = run_bench_on_cpus(bench, "x86_64", k, iterations=5, cpus=1)["shared_per_hit"]
-        table[k] = {key.rsplit(" (", 1)[0]: f"{v:g} {key.rsplit(' (', 1)[1][:-1]}" for key, v in row.items()}
+        cells = {}
+        for key, v in row.items():
+            line, kind = key.rsplit(" (", 1)
+            cells.setdefault(line, []).append(f"{v:g} {kind[:-1]}")
+        table[k] = {line: ", ".join(sorted(parts, key=lambda p: p.endswith("read")))
+                    for line, parts in cells.items()}
     frame = pd.DataFrame(table).reindex([s for s in all_states() if any(s in t for t in table.values())])
     return frame.fillna("").rename_axis(f"{bench}: per hit")
 
 
+def _written(bench: str, kernel: str) -> dict[str, float]:
+    """One hit's writes to shared lines on ``kernel``: 'line (kind)' -> accesses per hit."""
+    row = run_bench_on_cpus(bench, "x86_64", kernel, iterations=5, cpus=1)["shared_per_hit"]
+    return {key: v for key, v in row.items() if key.endswith(tuple(f"({w})" for w in contended.WRITES))}
+
+
 def shared_writes(bench: str = "uprobe-nop", kernels=KERNELS) -> dict[str, float]:
-    """Writes per hit to lines other CPUs also write (spinlock and atomic accesses), per kernel."""
-    out = {}
-    for k in kernels:
-        row = run_bench_on_cpus(bench, "x86_64", k, iterations=5, cpus=1)["shared_per_hit"]
-        out[k] = sum(v for key, v in row.items() if key.endswith(("(atomic)", "(spinlock)")))
-    return out
+    """Writes per hit to lines other CPUs also touch (spinlock, atomic and plain-store accesses), per kernel."""
+    return {k: sum(_written(bench, k).values()) for k in kernels}
+
+
+def lines_written(bench: str = "uprobe-nop", kernels=KERNELS) -> dict[str, int]:
+    """How many distinct cache lines one hit writes that other CPUs' hits also touch, per kernel."""
+    return {k: len({key.rsplit(" (", 1)[0] for key in _written(bench, k)}) for k in kernels}
 
 
 def lines_figure(bench: str = "uprobe-nop", kernel: str = "6.10", cpus: int = 8) -> Figure:
-    """Each kernel state a box, lit by what one hit does to it on ``kernel``; under it, how often its cache line
-    moved to another CPU per hit with ``cpus`` threads."""
+    """Each cache line a box, lit by what one hit does to it on ``kernel``; under it, how often the line moved to
+    another CPU per hit with ``cpus`` threads."""
     r = run_bench_on_cpus(bench, "x86_64", kernel, iterations=20, cpus=cpus)
-    touched = {key.rsplit(" (", 1)[0]: (key.rsplit(" (", 1)[1][:-1], v) for key, v in r["shared_per_hit"].items()}
+    touched = {}  # line -> {kind: accesses per hit}
+    for key, v in r["shared_per_hit"].items():
+        line, kind = key.rsplit(" (", 1)
+        touched.setdefault(line, {})[kind[:-1]] = v
     states = all_states()
     cols = 4
     rows = -(-len(states) // cols)
@@ -98,15 +116,17 @@ def lines_figure(bench: str = "uprobe-nop", kernel: str = "6.10", cpus: int = 8)
     ax.axis("off")
     for i, state in enumerate(states):
         x, y = i % cols, rows - 1 - i // cols
-        kind, n = touched.get(state, (None, 0))
+        kinds = sorted(touched.get(state, {}).items(), key=lambda kv: list(KIND_COLOR).index(kv[0]))
+        kind = kinds[0][0] if kinds else None  # the box takes its strongest access's colour: a write over a read
         ax.add_patch(FancyBboxPatch((x + 0.04, y + 0.08), 0.92, 0.84, boxstyle="round,pad=0.01",
                                     facecolor=KIND_COLOR[kind], edgecolor="#555555"))
         moved = r["transfers_per_hit"].get(state, 0.0)
-        detail = f"{n:g}x {kind}" if kind else "-"
-        if kind in ("spinlock", "atomic", "read") and cpus > 1:
+        detail = ", ".join(f"{n:g}x {k}" for k, n in kinds) or "-"
+        if kind in ("spinlock", "atomic", "write", "read") and cpus > 1:
             detail += f"\nmoves {moved:.2f}/hit"
-        ax.text(x + 0.5, y + 0.64, state.replace(" (", "\n("), ha="center", va="center", fontsize=9,
-                fontweight="bold")
+        structure, _, fields = state.replace(" (", "\n(").partition(": ")
+        label = structure + ("\n" + "\n".join(textwrap.wrap(fields, 30)) if fields else "")
+        ax.text(x + 0.5, y + 0.64, label, ha="center", va="center", fontsize=8, fontweight="bold")
         ax.text(x + 0.5, y + 0.27, detail, ha="center", va="center", fontsize=9)
     ax.legend(handles=[Patch(facecolor=c, edgecolor="#555555") for c in KIND_COLOR.values()],
               labels=list(KIND_WORDS.values()), loc="upper center", bbox_to_anchor=(0.5, 0.02), ncol=3, fontsize=9,
