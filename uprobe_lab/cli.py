@@ -194,6 +194,11 @@ def cmd_bench(args) -> int:
         args.arch = args.arch or "x86_64"
         results = model_rows(args.names or bench.bench_names(args.arch), args.arch, kernel, args.cpu, options)
     print(json.dumps(results, indent=2) if args.json else bench.format_table(results))
+    if args.mode == "native":  # after the table, which stays whole
+        from .native.bench import spread_note
+
+        for note in filter(None, map(spread_note, results)):
+            print(f"warning: {note}", file=sys.stderr)
     return 0
 
 
@@ -488,10 +493,22 @@ def kernel_row(release: str) -> str:
     return row
 
 
+@contextlib.contextmanager
+def plain_warnings():
+    """Warnings printed on stderr as they come, one line each, not Python's two with the line that issued them."""
+    def show(message, category, filename, lineno, file=None, line=None):
+        print(f"warning: {message}", file=sys.stderr, flush=True)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        with plain_warnings():
+            return args.func(args)
     except LabError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
