@@ -291,3 +291,29 @@ def test_kernel_refuses_what_is_no_release_with_the_list(capsys):
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert "'banana' is not a kernel release" in err and "6.10, 6.11, 6.16, 6.18, 7.2" in err
+
+
+@pytest.mark.slow
+def test_predict_on_a_million_rows_over_125k_releases_is_quick(tmp_path):
+    """125_000 releases of the 6.11..6.15 lines, eight benches each: 6.11 answers for all of them, so carried to
+    6.11 every bench keeps its rate (the same events: a speedup of exactly 1). It once took 164 s of CPU."""
+    import resource
+    import subprocess
+    import sys
+
+    rates = {"usermode-count": 500.0, "syscall-count": 20.0, "uprobe-nop": 3.0, "uretprobe-nop": 1.6,
+             "uprobe-push": 2.9, "uretprobe-push": 1.5, "uprobe-ret": 1.2, "uretprobe-ret": 0.9}
+    path = tmp_path / "many.csv"
+    with open(path, "w") as f:
+        f.write(HEADER)
+        for i in range(125_000):
+            f.writelines(f"x86_64,6.{11 + i % 5}.{i // 5},{bench},{mops}\n" for bench, mops in rates.items())
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out = subprocess.run([sys.executable, "-m", "uprobe_lab", "predict", "--measured", str(path), "--to", "6.11"],
+                         capture_output=True, text=True, timeout=300)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    assert out.returncode == 0, out.stderr
+    cpu_s = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    assert cpu_s < 20, cpu_s  # CPU, not wall time: a busy machine does not fail it
+    got = {line.split(",")[0]: float(line.split(",")[1]) for line in out.stdout.splitlines()[1:]}
+    assert got == pytest.approx(rates, rel=1e-4)
