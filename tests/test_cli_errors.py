@@ -293,6 +293,34 @@ def test_kernel_refuses_what_is_no_release_with_the_list(capsys):
     assert "'banana' is not a kernel release" in err and "6.10, 6.11, 6.16, 6.18, 7.2" in err
 
 
+# --- bench -p on the emulator --------------------------------------------------------------------
+
+def test_too_many_emulated_calls_say_what_to_lower(capsys):
+    """-p 51 at the default 20_000 calls is 1_020_000 calls, past the emulator's 1_000_000: the most per CPU is
+    1_000_000 // 51 = 19_607 (by hand). Native mode is named only where the machine has 51 CPUs."""
+    err = fails_cleanly(capsys, ["bench", "uprobe-nop", "-p", "51"],
+                        "give at most 19_607 iterations (--iterations 19607)")
+    assert ("--mode native" in err) == (len(os.sched_getaffinity(0)) >= 51)
+    fails_cleanly(capsys, ["bench", "uprobe-nop", "-p", "257"], "-p) is an int from 1 to 256")
+
+
+@pytest.mark.parametrize("release, row, rule", [
+    # worked out from kernel.RULES by hand: 9.9 is past every rule, whose newest for x86 is 7.2's optimize_nop10;
+    # 6.13 hits as 6.11 (the newest modelled version not newer) and has the 6.13 core rules (xol_no_slot_count...)
+    ("9.9", "7.2", "from 7.2"), ("99999999999999999999.1", "7.2", "from 7.2"), ("6.13", "6.11", "from 6.13"),
+])
+def test_p_with_a_release_says_which_rules_answer(capsys, release, row, rule):
+    assert cli.main(["bench", "uprobe-nop", "-p", "2", "--kernel", release, "--iterations", "10"]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith(f"kernel {release}: the emulator runs the lab's rules of every release up to it: a hit "
+                          f"on one CPU is the {row} row's") and rule in err
+
+
+def test_p_with_a_modelled_version_says_nothing(capsys):
+    assert cli.main(["bench", "uprobe-nop", "-p", "2", "--kernel", "6.18", "--iterations", "10"]) == 0
+    assert capsys.readouterr().err == ""
+
+
 @pytest.mark.slow
 def test_predict_on_a_million_rows_over_125k_releases_is_quick(tmp_path):
     """125_000 releases of the 6.11..6.15 lines, eight benches each: 6.11 answers for all of them, so carried to

@@ -12,7 +12,7 @@ import warnings
 from . import analyze, bench
 from .arches import ARCHES
 from .errors import LabError
-from .kernel import DEFAULT_KERNEL, KERNELS, row_for_release
+from .kernel import DEFAULT_KERNEL, KERNELS, RULES, release_rules, row_for_release, version_name
 from .outputs import OutputDir, output_file, record_file
 
 
@@ -135,6 +135,10 @@ def cmd_bench(args) -> int:
         raise LabError("-p is a --mode emulated or --mode native setting: the model prices one CPU's hit; drop -p")
     # with -p the emulator runs the release's own rules (6.13's locks); otherwise the modelled row that answers
     kernel = args.kernel if args.cpus is not None else kernel_row(args.kernel) if args.kernel else DEFAULT_KERNEL
+    if args.cpus is not None and args.kernel and args.mode == "emulated":
+        note = release_rules_note(args.kernel, args.arch or "x86_64")
+        if note:
+            print(note, file=sys.stderr)
     if args.cpu and args.mode != "model":
         runs = "this machine's own CPU" if args.mode == "native" else "the emulator, which counts events, not time"
         raise LabError(f"--cpu is a --mode model setting (the CPU profile whose prices the model uses); --mode "
@@ -144,19 +148,14 @@ def cmd_bench(args) -> int:
     if args.mode == "emulated":
         args.arch = args.arch or "x86_64"
         names = args.names or bench.bench_names(args.arch)
-        update, close = _progress(len(names), not args.json)
-        try:
-            if args.cpus is None:
+        if args.cpus is None:
+            update, close = _progress(len(names), not args.json)
+            try:
                 results = bench.run_benches(names, args.arch, kernel, args.iterations, progress=update, **options)
-            else:
-                results = []
-                for name in names:
-                    results.append(bench.run_bench_on_cpus(name, args.arch, kernel, args.iterations, args.cpus,
-                                                           **options))
-                    if update:
-                        update(name)
-        finally:
-            close()
+            finally:
+                close()
+        else:
+            results = _emulated_on_cpus(names, args, kernel, options)
     elif args.mode == "native":
         ignored = [flag for flag, value in (("--kernel", args.kernel), ("--stp", args.stp)) if value]
         if ignored:
@@ -200,6 +199,23 @@ def cmd_bench(args) -> int:
         for note in filter(None, map(spread_note, results)):
             print(f"warning: {note}", file=sys.stderr)
     return 0
+
+
+def _emulated_on_cpus(names, args, kernel, options) -> list[dict]:
+    """``bench -p N`` on the emulator, with a bar of the calls made on stderr once a run takes over a second."""
+    from tqdm import tqdm
+
+    calls = args.iterations * args.cpus
+    results = []
+    with tqdm(total=len(names) * calls, unit="call", desc="emulated", file=sys.stderr, leave=False,
+              disable=args.json, delay=1.0) as bar:
+        for name in names:
+            done = bar.n
+            bar.set_description(name, refresh=False)
+            results.append(bench.run_bench_on_cpus(name, args.arch, kernel, args.iterations, args.cpus,
+                                                   progress=lambda n: bar.update(done + n - bar.n), **options))
+            bar.update(done + calls - bar.n)
+    return results
 
 
 def model_rows(names, arch: str, kernel: str, cpu, options: dict) -> list[dict]:
@@ -479,6 +495,21 @@ def kernel_release(release: str) -> str:
     except LabError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
     return release
+
+
+def release_rules_note(release: str, arch: str) -> str | None:
+    """What answers for a release with -p (the emulator runs its own rules), unless it is a modelled version."""
+    text = str(release).strip()
+    if text in KERNELS:
+        return None
+    row, _ = row_for_release(text)
+    rules = release_rules(text).rules
+    newest = max((r for r in RULES if r.name in rules and r.arch in (arch, "core")), key=lambda r: r.since,
+                 default=None)
+    has = (f"the newest rule it has is {newest.name}, from {version_name(newest.since)}" if newest
+           else "it has none of the lab's rules")
+    return (f"kernel {text}: the emulator runs the lab's rules of every release up to it: a hit on one CPU is the "
+            f"{row} row's, and {has}")
 
 
 def kernel_row(release: str) -> str:
