@@ -293,6 +293,45 @@ def test_kernel_refuses_what_is_no_release_with_the_list(capsys):
     assert "'banana' is not a kernel release" in err and "6.10, 6.11, 6.16, 6.18, 7.2" in err
 
 
+# --- predict --measured: JSON as bench --json writes it, and what it cannot be ---------------------
+
+NATIVE_ROW = {"bench": "uprobe-nop", "arch": "x86_64", "mode": "native", "kernel": "6.18.5", "iterations": 100_000,
+              "repeats": 5, "hits": 500_000, "mops": 3.1, "stddev": 0.1}
+
+
+def test_json_after_a_byte_order_mark_is_read_as_json(tmp_path):
+    """Windows editors start a UTF-8 file with EF BB BF; the rows after it are the same rows."""
+    plain, marked = tmp_path / "plain.json", tmp_path / "marked.json"
+    plain.write_text(json.dumps([NATIVE_ROW]))
+    marked.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
+    assert cli.read_measured(str(marked)).equals(cli.read_measured(str(plain)))
+
+
+@pytest.mark.parametrize("rows, words", [
+    ([{**NATIVE_ROW, "bench": "uprobe-nop10", "refused": "refused by this kernel (6.18) at attach"}],
+     ["holds only rows the kernel refused at attach (1)", "nothing was measured"]),
+    ([], ["holds no bench rows"]),
+    ([{k: v for k, v in NATIVE_ROW.items() if k != "mops"}], ["row 1 ('uprobe-nop') has no mops;"]),
+    ([{k: v for k, v in NATIVE_ROW.items() if k not in ("arch", "kernel")}], ["has no arch and no kernel;"]),
+    ([{**NATIVE_ROW, "repeats": 10 ** 400}], ["row 1 ('uprobe-nop') has repeats 1000", "(401 characters)",
+                                              "is not a number"]),
+    ([{**NATIVE_ROW, "repeats": -5}], ["has repeats -5: the number of timed intervals, 1 or more"]),
+    ([{**NATIVE_ROW, "stddev": [1]}], ["has stddev [1], which is not a number"]),
+    ([{**NATIVE_ROW, "mode": ["native"]}], ["holds ['native'] rows; only native rows"]),
+])
+def test_predict_names_what_a_json_row_lacks(tmp_path, capsys, rows, words):
+    path = tmp_path / "rows.json"
+    path.write_text(json.dumps(rows))
+    err = fails_cleanly(capsys, ["predict", "--measured", str(path), "--to", "6.18"], str(path), *words)
+    assert "stray quote" not in err and "header but no rows" not in err
+
+
+def test_predict_refuses_a_number_too_long_to_read(tmp_path, capsys):
+    path = tmp_path / "rows.json"
+    path.write_text('[{"bench": "uprobe-nop", "mops": %s}]' % ("1" * 5000))  # past Python's 4300 digits
+    fails_cleanly(capsys, ["predict", "--measured", str(path), "--to", "6.18"], "holds a number too long to read")
+
+
 # --- bench -p on the emulator --------------------------------------------------------------------
 
 def test_too_many_emulated_calls_say_what_to_lower(capsys):

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import argparse
+import codecs
 import contextlib
 import json
+import math
 import os
 import platform
 import sys
@@ -28,6 +30,21 @@ def _progress(total: int, enabled: bool):
 MAX_ITERATIONS = 1 << 64  # the producer loop counts in one 64-bit register
 
 
+def _finite(value) -> float | None:
+    """``value`` as a finite float (a JSON number or numeric text), else None."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def _brief(value, most: int = 40) -> str:
+    """A value as a message shows it: its repr, cut short."""
+    text = repr(value)
+    return text if len(text) <= most else f"{text[:most - 15]}... ({len(text)} characters)"
+
+
 def native_json_rows(path: str, text: str, shape: str):
     """``bench --mode native --json``'s output (or a recording's ``{"benches": [...]}``) as the
     ``--measured`` table (all text, as a CSV reads): arch, kernel (the release measured), bench, mops, and
@@ -38,25 +55,42 @@ def native_json_rows(path: str, text: str, shape: str):
 
     try:
         rows = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise LabError(f"--measured {path} is not well-formed JSON ({err}); give {shape}") from None
     except RecursionError:  # the parser recurses once per bracket: bench --json nests three deep
         raise LabError(f"--measured {path}: its JSON nests too deep to be bench rows; give {shape}") from None
+    except ValueError as err:  # not JSON, or an integer too long for Python to read (over 4300 digits)
+        what = "holds a number too long to read" if "digits" in str(err) else f"is not well-formed JSON ({err})"
+        raise LabError(f"--measured {path} {what}; give {shape}") from None
     if isinstance(rows, dict) and "benches" in rows:
         rows = rows["benches"]
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
         raise LabError(f"--measured {path}: expected a JSON list of bench rows, as bench --json prints; give {shape}")
-    rows = [r for r in rows if not r.get("refused")]
-    modes = {r.get("mode") for r in rows} - {"native"}
+    measured = [r for r in rows if not r.get("refused")]
+    if not measured:
+        held = f"only rows the kernel refused at attach ({len(rows)})" if rows else "no bench rows"
+        raise LabError(f"--measured {path} holds {held}: nothing was measured; give {shape}")
+    modes = {str(r.get("mode")) for r in measured if r.get("mode") not in ("native", None, "")}
     if modes:
-        raise LabError(f"--measured {path} holds {', '.join(sorted(map(str, modes)))} rows; only native rows are "
+        raise LabError(f"--measured {path} holds {', '.join(sorted(modes))} rows; only native rows are "
                        f"measurements of your kernel; give {shape}")
-    table = pd.DataFrame([{k: str(r.get(k, "")) for k in ("arch", "kernel", "bench", "mops")} for r in rows],
+    for i, r in enumerate(measured, 1):
+        label = f"row {i} ({_brief(r.get('bench'))})" if r.get("bench") not in (None, "") else f"row {i}"
+        missing = [k for k in ("arch", "kernel", "bench", "mops", "mode") if r.get(k) in (None, "")]
+        if missing:
+            raise LabError(f"--measured {path}: {label} has no {' and no '.join(missing)}; each row needs arch, "
+                           f"kernel, bench, mops and mode, as bench --mode native --json prints them; give {shape}")
+        for k in ("mops", "stddev", "repeats"):
+            if k in r and _finite(r[k]) is None:
+                raise LabError(f"--measured {path}: {label} has {k} {_brief(r[k])}, which is not a number a bench "
+                               f"run gives; give {shape}")
+        if not 1 <= _finite(r.get("repeats", 1) or 1) <= MAX_ITERATIONS:
+            raise LabError(f"--measured {path}: {label} has repeats {_brief(r['repeats'])}: the number of timed "
+                           f"intervals, 1 or more; give {shape}")
+    table = pd.DataFrame([{k: str(r.get(k, "")) for k in ("arch", "kernel", "bench", "mops")} for r in measured],
                          columns=["arch", "kernel", "bench", "mops"])
-    if all("stddev" in r and r.get("mops") for r in rows):
+    if all("stddev" in r for r in measured):
         try:
-            table["rel_err"] = [str(figure_rel_err(r)) for r in rows]
-        except (TypeError, ValueError):
+            table["rel_err"] = [str(figure_rel_err(r)) for r in measured]
+        except (TypeError, ValueError):  # repeats "5.5", say
             raise LabError(f"--measured {path}: a row's mops, stddev or repeats is not a number; give {shape}") from None
     return table
 
@@ -81,8 +115,8 @@ def read_measured(path: str):
             head = f.read(4096)
         if b"\0" in head:
             raise UnicodeDecodeError("utf-8", head, head.index(b"\0"), len(head), "NUL byte")
-        if head.lstrip()[:1] in (b"[", b"{"):
-            with open(path, encoding="utf-8") as f:
+        if head.removeprefix(codecs.BOM_UTF8).lstrip()[:1] in (b"[", b"{"):
+            with open(path, encoding="utf-8-sig") as f:  # a byte order mark (Windows editors write one) is no text
                 table = native_json_rows(path, f.read(), shape)
         else:
             table = pd.read_csv(path, dtype=str, keep_default_na=False)
