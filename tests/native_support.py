@@ -11,11 +11,15 @@ a bug in it would skip every host test without a word. Two guards keep that from
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import re
 import struct
+import subprocess
+import sys
 from collections import namedtuple
+from pathlib import Path
 
 import pytest
 
@@ -118,3 +122,29 @@ def perf_fds() -> list[int]:
 
 # a session fixture (in conftest.py), so it decides before any module fixture runs a native measurement
 native = pytest.mark.usefixtures("native_host")
+
+
+HOLD_CPU = """
+import sys, time
+from uprobe_lab.native.bench import _cpu_lock
+with _cpu_lock(int(sys.argv[1])) as mine:
+    print("held" if mine else "taken", flush=True)
+    time.sleep(60)
+"""
+
+
+@contextlib.contextmanager
+def cpu_held_elsewhere(cpu: int, lock_dir):
+    """Another process holding ``cpu``'s bench lock in ``lock_dir`` for the block, which is given its pid."""
+    from uprobe_lab.native.bench import CPU_LOCK_DIR_ENV
+
+    repo = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, CPU_LOCK_DIR_ENV: str(lock_dir),
+           "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_CPU, str(cpu)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        yield holder.pid
+    finally:
+        holder.kill()
+        holder.wait()

@@ -291,3 +291,96 @@ def test_kernel_refuses_what_is_no_release_with_the_list(capsys):
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert "'banana' is not a kernel release" in err and "6.10, 6.11, 6.16, 6.18, 7.2" in err
+
+
+# --- predict --measured: JSON as bench --json writes it, and what it cannot be ---------------------
+
+NATIVE_ROW = {"bench": "uprobe-nop", "arch": "x86_64", "mode": "native", "kernel": "6.18.5", "iterations": 100_000,
+              "repeats": 5, "hits": 500_000, "mops": 3.1, "stddev": 0.1}
+
+
+def test_json_after_a_byte_order_mark_is_read_as_json(tmp_path):
+    """Windows editors start a UTF-8 file with EF BB BF; the rows after it are the same rows."""
+    plain, marked = tmp_path / "plain.json", tmp_path / "marked.json"
+    plain.write_text(json.dumps([NATIVE_ROW]))
+    marked.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
+    assert cli.read_measured(str(marked)).equals(cli.read_measured(str(plain)))
+
+
+@pytest.mark.parametrize("rows, words", [
+    ([{**NATIVE_ROW, "bench": "uprobe-nop10", "refused": "refused by this kernel (6.18) at attach"}],
+     ["holds only rows the kernel refused at attach (1)", "nothing was measured"]),
+    ([], ["holds no bench rows"]),
+    ([{k: v for k, v in NATIVE_ROW.items() if k != "mops"}], ["row 1 ('uprobe-nop') has no mops;"]),
+    ([{k: v for k, v in NATIVE_ROW.items() if k not in ("arch", "kernel")}], ["has no arch and no kernel;"]),
+    ([{**NATIVE_ROW, "repeats": 10 ** 400}], ["row 1 ('uprobe-nop') has repeats 1000", "(401 characters)",
+                                              "is not a number"]),
+    ([{**NATIVE_ROW, "repeats": -5}], ["has repeats -5: the number of timed intervals, 1 or more"]),
+    ([{**NATIVE_ROW, "stddev": [1]}], ["has stddev [1], which is not a number"]),
+    ([{**NATIVE_ROW, "mode": ["native"]}], ["holds ['native'] rows; only native rows"]),
+])
+def test_predict_names_what_a_json_row_lacks(tmp_path, capsys, rows, words):
+    path = tmp_path / "rows.json"
+    path.write_text(json.dumps(rows))
+    err = fails_cleanly(capsys, ["predict", "--measured", str(path), "--to", "6.18"], str(path), *words)
+    assert "stray quote" not in err and "header but no rows" not in err
+
+
+def test_predict_refuses_a_number_too_long_to_read(tmp_path, capsys):
+    path = tmp_path / "rows.json"
+    path.write_text('[{"bench": "uprobe-nop", "mops": %s}]' % ("1" * 5000))  # past Python's 4300 digits
+    fails_cleanly(capsys, ["predict", "--measured", str(path), "--to", "6.18"], "holds a number too long to read")
+
+
+# --- bench -p on the emulator --------------------------------------------------------------------
+
+def test_too_many_emulated_calls_say_what_to_lower(capsys):
+    """-p 51 at the default 20_000 calls is 1_020_000 calls, past the emulator's 1_000_000: the most per CPU is
+    1_000_000 // 51 = 19_607 (by hand). Native mode is named only where the machine has 51 CPUs."""
+    err = fails_cleanly(capsys, ["bench", "uprobe-nop", "-p", "51"],
+                        "give at most 19_607 iterations (--iterations 19607)")
+    assert ("--mode native" in err) == (len(os.sched_getaffinity(0)) >= 51)
+    fails_cleanly(capsys, ["bench", "uprobe-nop", "-p", "257"], "-p) is an int from 1 to 256")
+
+
+@pytest.mark.parametrize("release, row, rule", [
+    # worked out from kernel.RULES by hand: 9.9 is past every rule, whose newest for x86 is 7.2's optimize_nop10;
+    # 6.13 hits as 6.11 (the newest modelled version not newer) and has the 6.13 core rules (xol_no_slot_count...)
+    ("9.9", "7.2", "from 7.2"), ("99999999999999999999.1", "7.2", "from 7.2"), ("6.13", "6.11", "from 6.13"),
+])
+def test_p_with_a_release_says_which_rules_answer(capsys, release, row, rule):
+    assert cli.main(["bench", "uprobe-nop", "-p", "2", "--kernel", release, "--iterations", "10"]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith(f"kernel {release}: the emulator runs the lab's rules of every release up to it: a hit "
+                          f"on one CPU is the {row} row's") and rule in err
+
+
+def test_p_with_a_modelled_version_says_nothing(capsys):
+    assert cli.main(["bench", "uprobe-nop", "-p", "2", "--kernel", "6.18", "--iterations", "10"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.slow
+def test_predict_on_a_million_rows_over_125k_releases_is_quick(tmp_path):
+    """125_000 releases of the 6.11..6.15 lines, eight benches each: 6.11 answers for all of them, so carried to
+    6.11 every bench keeps its rate (the same events: a speedup of exactly 1). It once took 164 s of CPU."""
+    import resource
+    import subprocess
+    import sys
+
+    rates = {"usermode-count": 500.0, "syscall-count": 20.0, "uprobe-nop": 3.0, "uretprobe-nop": 1.6,
+             "uprobe-push": 2.9, "uretprobe-push": 1.5, "uprobe-ret": 1.2, "uretprobe-ret": 0.9}
+    path = tmp_path / "many.csv"
+    with open(path, "w") as f:
+        f.write(HEADER)
+        for i in range(125_000):
+            f.writelines(f"x86_64,6.{11 + i % 5}.{i // 5},{bench},{mops}\n" for bench, mops in rates.items())
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out = subprocess.run([sys.executable, "-m", "uprobe_lab", "predict", "--measured", str(path), "--to", "6.11"],
+                         capture_output=True, text=True, timeout=300)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    assert out.returncode == 0, out.stderr
+    cpu_s = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    assert cpu_s < 20, cpu_s  # CPU, not wall time: a busy machine does not fail it
+    got = {line.split(",")[0]: float(line.split(",")[1]) for line in out.stdout.splitlines()[1:]}
+    assert got == pytest.approx(rates, rel=1e-4)

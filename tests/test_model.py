@@ -701,3 +701,23 @@ def test_every_recordings_host_fit_leaves_each_row_within_2_percent():
     for host_rows, virt, label in profiles.recorded_hosts():
         worst = fitmod.misfits(priors.host_profile(host_rows, virtualised=virt))[0]
         assert abs(worst[1]) < 0.02, (label, worst)
+
+
+def test_a_table_of_many_releases_is_priced_once_per_modelled_version(monkeypatch):
+    """2_000 releases of the 6.11..6.15 lines (6.11 answers for each: the newest modelled version not newer) and
+    three benches: the fit asks the emulator's counts once per bench, not once per row."""
+    from uprobe_lab.model import prices
+
+    rows = pd.DataFrame([{"bench": b, "kernel": f"6.{11 + i % 5}.{i}", "mops": m}
+                         for i in range(2_000) for b, m in (("uprobe-nop", 3.0), ("syscall-count", 20.0),
+                                                            ("usermode-count", 500.0))])
+    asked = []
+    real = prices.events_for
+    monkeypatch.setattr(prices, "events_for", lambda *a, **k: asked.append(a) or real(*a, **k))
+    x, y, err = fitmod.design(rows, "x86_64")
+    assert len(asked) == 3 and {a[2] for a in asked} == {"6.11"}
+    assert x.shape == (6_000, len(prices.PRICE_NAMES)) and (err == 0).all()
+    # each row as design took it one at a time: its counts over its time per hit
+    one = rows.iloc[[4]]
+    ev = real(one["bench"].iloc[0], "x86_64", one["kernel"].iloc[0])
+    assert x[4] == pytest.approx(prices.price_counts(ev) / (1000 / one["mops"].iloc[0]))

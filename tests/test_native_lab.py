@@ -29,7 +29,7 @@ from uprobe_lab.native import NativeUnavailable, calibrate, code, compare, examp
 from uprobe_lab.native import bench as native_bench
 from uprobe_lab.views import native as views
 from kernel_bytes import URETPROBE_TRAMPOLINE, UPROBE_TRAMPOLINE
-from native_support import Uname, native, perf_fds, skip_or_fail
+from native_support import Uname, cpu_held_elsewhere, native, perf_fds, skip_or_fail
 from notebook_runs import code_outputs, executed
 
 REPO = Path(__file__).resolve().parents[1]
@@ -722,7 +722,7 @@ def test_price_benches_measure_each_event_kind_here():
 def test_native_runs_pin_to_the_first_allowed_cpu_as_the_bench_does_and_restore_the_mask(monkeypatch, tmp_path):
     """bench.c's next_cpu() gives its one producer CPU 0 when no list is given: the lowest CPU the process may
     use, whichever it is running on; the old mask comes back after the block, even when it raises."""
-    monkeypatch.setattr(native_bench, "CPU_LOCK_DIR", tmp_path)
+    monkeypatch.setenv(native_bench.CPU_LOCK_DIR_ENV, str(tmp_path))
     masks = [{2, 5, 7}]
     monkeypatch.setattr(native_bench.os, "sched_getaffinity", lambda pid: set(masks[-1]))
     monkeypatch.setattr(native_bench.os, "sched_setaffinity", lambda pid, cpus: masks.append(set(cpus)))
@@ -735,18 +735,99 @@ def test_native_runs_pin_to_the_first_allowed_cpu_as_the_bench_does_and_restore_
 def test_a_second_bench_takes_the_next_free_cpu_and_warns_when_none_is_left(monkeypatch, tmp_path):
     """Two producers pinned to one CPU would each measure about half their rate: a CPU another lab bench
     holds is skipped, and with every allowed CPU held the run says so."""
-    monkeypatch.setattr(native_bench, "CPU_LOCK_DIR", tmp_path)
+    monkeypatch.setenv(native_bench.CPU_LOCK_DIR_ENV, str(tmp_path))
     masks = [{0, 1}]
     monkeypatch.setattr(native_bench.os, "sched_getaffinity", lambda pid: set(masks[0]))
     monkeypatch.setattr(native_bench.os, "sched_setaffinity", lambda pid, cpus: masks.append(set(cpus)))
     with native_bench.pinned_to_one_cpu():  # another bench, on CPU 0
         with native_bench.pinned_to_one_cpu():
             assert masks[-1] == {1}
-            with pytest.warns(RuntimeWarning, match=r"every CPU this process may use \(0, 1\) runs another lab bench"):
+            with pytest.warns(RuntimeWarning, match=r"every CPU this process may use \(0, 1\) runs another lab bench: "
+                              rf"this one shares CPU 0 with pid {os.getpid()} "):
                 with native_bench.pinned_to_one_cpu():
                     assert masks[-1] == {0}
     with native_bench.pinned_to_one_cpu():  # all released: CPU 0 again
         assert masks[-1] == {0}
+
+
+def test_a_private_lock_directory_keeps_a_bench_clear_of_the_machine_s_others(monkeypatch, tmp_path):
+    """A test (or a CI job) gives the locks a directory of its own: what another bench holds in the shared one
+    does not touch it."""
+    shared, mine = tmp_path / "shared", tmp_path / "mine"
+    monkeypatch.setenv(native_bench.CPU_LOCK_DIR_ENV, str(shared))
+    assert native_bench.cpu_lock_dir() == shared
+    with cpu_held_elsewhere(0, shared):
+        with native_bench._cpu_lock(0) as free:
+            assert not free
+        monkeypatch.setenv(native_bench.CPU_LOCK_DIR_ENV, str(mine))
+        with native_bench._cpu_lock(0) as free:
+            assert free
+    monkeypatch.delenv(native_bench.CPU_LOCK_DIR_ENV)
+    assert native_bench.cpu_lock_dir() == native_bench.CPU_LOCK_DIR
+
+
+def test_a_cpu_another_bench_holds_is_waited_for_saying_who_how_long_and_how_to_stop(monkeypatch, tmp_path, capsys):
+    from uprobe_lab.native.many_cpus import _held_cpu
+
+    monkeypatch.setenv(native_bench.CPU_LOCK_DIR_ENV, str(tmp_path))
+    with cpu_held_elsewhere(3, tmp_path) as pid:
+        t0 = time.monotonic()
+        with pytest.raises(cli.LabError, match=rf"CPU 3 ran another lab bench \(pid {pid} \(.*-c.*\)\) for the 1 s"):
+            with _held_cpu(3, wait_s=1):
+                pass
+        assert time.monotonic() - t0 < 3
+    said = capsys.readouterr().err.splitlines()
+    assert len(said) == 1, said  # said once, not once per look
+    assert said[0].startswith(f"waiting for CPU 3: pid {pid} (") and "up to 1 s more" in said[0]
+    assert "Ctrl-C to stop" in said[0]
+
+
+@pytest.mark.parametrize("row, noisy", [
+    # the issue's run: native -p 2 --iterations 1000 printed 25.637 ± 35.670 M/s
+    ({"bench": "uprobe-nop", "cpus": 2, "iterations": 1000, "repeats": 5, "mops": 25.637, "stddev": 35.670}, True),
+    ({"bench": "uprobe-nop", "iterations": 100_000, "repeats": 5, "mops": 3.0, "stddev": 1.6}, True),
+    ({"bench": "uprobe-nop", "iterations": 100_000, "repeats": 5, "mops": 3.0, "stddev": 1.4}, False),
+    ({"bench": "uprobe-nop", "iterations": 100_000, "repeats": 1, "mops": 3.0, "stddev": 0.0}, False),
+    ({"bench": "uprobe-nop10", "refused": "refused by this kernel"}, False),
+])
+def test_a_row_whose_intervals_disagree_is_called_too_short_to_trust(row, noisy):
+    note = native_bench.spread_note(row)
+    assert (note is not None) == noisy
+    if noisy:
+        assert f"{row['repeats']} intervals of {row['iterations']:_} calls" in note
+        assert f"raise --iterations (say to {10 * row['iterations']:_})" in note
+
+
+def test_the_cli_warns_of_a_noisy_row_after_its_table(monkeypatch, capsys):
+    from uprobe_lab.native import many_cpus
+
+    row = {"bench": "uprobe-nop", "arch": "x86_64", "mode": "native", "kernel": "6.18", "cpus": 2, "iterations": 1000,
+           "repeats": 5, "hits": 10_000, "mops": 25.637, "mops_per_cpu": 12.8185, "stddev": 35.670}
+    monkeypatch.setattr(many_cpus, "run_native_benches_on_cpus", lambda *a, **k: [row])
+    assert cli.main(["bench", "uprobe-nop", "--mode", "native", "-p", "2", "--iterations", "1000"]) == 0
+    out, err = capsys.readouterr()
+    assert "25.637 ± 35.670M/s" in out
+    assert err.strip() == f"warning: {native_bench.spread_note(row)}"
+
+
+def test_the_one_cpu_sharing_warning_is_one_plain_line(monkeypatch, tmp_path, capsys):
+    """Every CPU held by another bench: the run goes on, and the CLI says so in one line, not Python's two."""
+    import uprobe_lab.native as native_pkg
+
+    monkeypatch.setenv(native_bench.CPU_LOCK_DIR_ENV, str(tmp_path))
+    monkeypatch.setattr(native_bench.os, "sched_getaffinity", lambda pid: {0})
+    monkeypatch.setattr(native_bench.os, "sched_setaffinity", lambda pid, cpus: None)
+
+    def bench(*args, **kwargs):
+        with native_bench.pinned_to_one_cpu():
+            return []
+    monkeypatch.setattr(native_pkg, "run_native_benches", bench)
+    with cpu_held_elsewhere(0, tmp_path) as pid:
+        assert cli.main(["bench", "uprobe-nop", "--mode", "native"]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith(f"warning: every CPU this process may use (0) runs another lab bench: this one shares "
+                          f"CPU 0 with pid {pid} (")
+    assert err.count("\n") == 1 and "RuntimeWarning" not in err and "warnings.warn" not in err
 
 
 def _price_benches_without_probes(monkeypatch):

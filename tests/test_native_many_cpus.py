@@ -1,7 +1,11 @@
 """bench --mode native -p N: producers pinned one per CPU on this host's kernel, one probe, exact hits, nothing left."""
+import io
 import os
 import signal
+import subprocess
+import sys
 import threading
+import time
 
 import capstone
 import pytest
@@ -10,7 +14,7 @@ from uprobe_lab import LabError
 from uprobe_lab.cli import main
 from uprobe_lab.native.bpf import counter_program
 from uprobe_lab.native.many_cpus import producer_cpus, run_native_benches_on_cpus
-from native_support import native, perf_fds, require_bpf
+from native_support import cpu_held_elsewhere, native, perf_fds, require_bpf
 from test_native import fd_count, mapped_bench_files
 
 CPUS = min(2, len(os.sched_getaffinity(0)))
@@ -75,3 +79,47 @@ def test_bench_native_p_prints_the_kernel_bench_s_line(capsys):
     assert main(["bench", "uprobe-nop", "--mode", "native", "-p", str(CPUS), "--iterations", "20000"]) == 0
     out = capsys.readouterr().out
     assert f"uprobe-nop ({CPUS:2} cpus)" in out and "M/s/cpu" in out and f"[native, {CPUS * 20000 * 5} hits]" in out
+
+
+@native
+def test_a_busy_cpu_is_waited_for_out_loud_within_2_s(monkeypatch, tmp_path):
+    """Another bench holds CPU 0 (locks in a directory of this test's own): the -p run says at once who holds it,
+    how long it waits and how to stop, then gives up with a LabError when the wait is over."""
+    from uprobe_lab.native.bench import CPU_LOCK_DIR_ENV
+
+    require_bpf()
+    monkeypatch.setenv(CPU_LOCK_DIR_ENV, str(tmp_path))
+    said = []
+
+    class Stamped(io.StringIO):
+        def write(self, text):
+            said.append((time.monotonic(), text))
+            return len(text)
+
+    monkeypatch.setattr(sys, "stderr", Stamped())
+    with cpu_held_elsewhere(min(os.sched_getaffinity(0)), tmp_path) as pid:
+        t0 = time.monotonic()
+        with pytest.raises(LabError, match=f"pid {pid}"):
+            run_native_benches_on_cpus(["uprobe-nop"], CPUS, iterations=1000, repeats=1, lock_wait_s=3)
+    first, text = said[0]
+    assert first - t0 < 2 and f"pid {pid} (" in text and "up to 3 s more" in text and "Ctrl-C to stop" in text
+
+
+@native
+def test_ctrl_c_stops_a_bench_waiting_for_a_cpu(tmp_path):
+    from uprobe_lab.native.bench import CPU_LOCK_DIR_ENV
+
+    require_bpf()
+    env = {**os.environ, CPU_LOCK_DIR_ENV: str(tmp_path)}
+    with cpu_held_elsewhere(min(os.sched_getaffinity(0)), tmp_path) as pid:
+        bench = subprocess.Popen([sys.executable, "-m", "uprobe_lab", "bench", "uprobe-nop", "--mode", "native",
+                                  "-p", str(CPUS), "--iterations", "1000"], stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            line = bench.stderr.readline()
+            assert line.startswith("waiting for CPU") and f"pid {pid} (" in line and "Ctrl-C to stop" in line
+            bench.send_signal(signal.SIGINT)
+            assert bench.wait(timeout=30) == 130
+            assert bench.stderr.read().strip() == "interrupted"
+        finally:
+            bench.kill()
+            bench.wait()

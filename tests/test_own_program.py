@@ -1,4 +1,5 @@
 """Probing a program of your own: the probe site from the ELF file, the kernels' verdicts, a real probe here."""
+import dataclasses
 import os
 import random
 import re
@@ -6,12 +7,14 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
 from uprobe_lab import LabError
 from uprobe_lab.own_program import (build_example, function_site, hit_verdict, loaded_library, measure_probe,
                                     overhead, perf_probe_count, probe_verdicts)
+from uprobe_lab.native.perf import run_own_group
 from uprobe_lab.verify import x86_kernels
 from uprobe_lab.verify.x86 import host_rules
 from native_support import native, perf_fds, require_bpf
@@ -218,6 +221,55 @@ def test_perf_probe_counts_the_calls_and_deletes_its_event(tick):
     assert got.get("count") == 5000, got
     listed = subprocess.run(["perf", "probe", "-l"], capture_output=True, text=True).stdout
     assert "lab_tick" not in listed
+
+
+def _dead(pid: int, within_s: float = 2.0) -> bool:
+    """Whether process ``pid`` has ended (gone, or a zombie its new parent has yet to reap) within ``within_s``."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_command_past_its_timeout_is_killed_with_what_it_started(tmp_path):
+    """run_own_group's command starts a process of its own (as perf stat starts the measured program): on the
+    timeout both go, none left running under init."""
+    pid_file = tmp_path / "pid"
+    script = f"sleep 600 & echo $! > {pid_file}; wait"
+    t0 = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_own_group(["sh", "-c", script], timeout_s=1)
+    assert time.monotonic() - t0 < 5
+    assert _dead(int(pid_file.read_text()))
+
+
+@native
+def test_perf_probe_count_stops_a_command_that_outlives_its_timeout(tick, tmp_path):
+    if shutil.which("perf") is None:
+        pytest.skip("perf is not installed")
+    pid_file = tmp_path / "pid"
+    got = perf_probe_count(function_site(tick, "tick"), ["sh", "-c", f"echo $$ > {pid_file}; exec sleep 600"],
+                           timeout_s=1)
+    assert "ran longer than 1 s under perf stat" in got["reason"]
+    assert _dead(int(pid_file.read_text()))  # the measured command went with perf
+    assert "lab_tick" not in subprocess.run(["perf", "probe", "-l"], capture_output=True, text=True).stdout
+
+
+@native
+def test_perf_probe_count_says_what_perf_refused(tick):
+    """As root, a refusal is perf's own words (here: no such symbol), not a guess at root and tracefs."""
+    if shutil.which("perf") is None:
+        pytest.skip("perf is not installed")
+    site = dataclasses.replace(function_site(tick, "tick"), symbol="no.such")
+    reason = perf_probe_count(site, ["true"])["reason"]
+    assert "Failed to find symbol no.such" in reason and "lab_no_such=no.such" in reason
+    assert ("needs root" in reason) == (os.geteuid() != 0) and "tracefs" not in reason
 
 
 def test_the_interpreter_s_file_defines_the_interpreter_s_functions():

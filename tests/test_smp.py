@@ -5,6 +5,7 @@ The shared state each version touches is pinned from the kernel source, read apa
 their releases are listed in docs/references.md).
 """
 import threading
+import time
 
 import pytest
 
@@ -180,3 +181,27 @@ def test_a_process_made_for_n_cpus_calls_on_all_of_them():
     assert consumer.hits == 100 and [t.cpu for t in sched.threads] == [0, 1, 2, 3]
     with pytest.raises(LabError, match="cpus is an int from 1 to 256"):
         ul.new_process(cpus=0)
+
+
+def test_a_long_run_tells_its_progress_in_hits():
+    """The scheduler looks at ``progress`` between slices; a bench with a probe tells it the hits so far, a few
+    times a second, never more than the run makes."""
+    proc, _, target = bench_process("uprobe-nop", "x86_64", "6.18")
+    looked = []
+    run_on_cpus(proc, 4, "producer_loop", 20, target, progress=lambda: looked.append(1))
+    assert len(looked) > 1
+    told = []
+    t0 = time.monotonic()
+    row = run_bench_on_cpus("uretprobe-ret", "x86_64", "6.8", iterations=1500, cpus=8, progress=told.append)
+    took = time.monotonic() - t0  # about 1 s on an idle 2-core VM
+    assert row["hits"] == 8 * 1500
+    assert told == sorted(told) and all(0 < n < 8 * 1500 for n in told)
+    assert len(told) >= max(2, int(took / 0.2) - 2)  # about every 0.2 s (-2: the warm-up and setup before the first)
+
+
+def test_bench_p_draws_a_bar_of_calls_once_a_run_takes_over_a_second(capsys):
+    assert main(["bench", "uretprobe-ret", "-p", "8", "--iterations", "2500", "--kernel", "6.8"]) == 0
+    err = capsys.readouterr().err
+    assert "uretprobe-ret:" in err and "/20000 [" in err and "call/s" in err  # 8 x 2500 calls
+    assert main(["bench", "uprobe-nop", "-p", "2", "--iterations", "10", "--kernel", "6.18"]) == 0
+    assert capsys.readouterr().err == ""  # a short run draws none

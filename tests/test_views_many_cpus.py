@@ -54,9 +54,10 @@ def test_without_native_probes_the_machine_section_shows_the_recording(monkeypat
 
 
 @native
-def test_a_cpu_another_bench_holds_sends_the_chapter_to_the_recording(monkeypatch):
-    from uprobe_lab.native.bench import _cpu_lock
+def test_a_cpu_another_bench_holds_sends_the_chapter_to_the_recording(monkeypatch, tmp_path):
+    from uprobe_lab.native.bench import CPU_LOCK_DIR_ENV, _cpu_lock
 
+    monkeypatch.setenv(CPU_LOCK_DIR_ENV, str(tmp_path))  # locks of its own: another bench on the machine is no matter
     monkeypatch.setattr(v, "CPU_WAIT_S", 0.2)
     busy = min(os.sched_getaffinity(0))
     with _cpu_lock(busy) as mine:

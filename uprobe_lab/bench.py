@@ -12,13 +12,14 @@ the figures describe the steady state (after a 6.18 nop5 site has been optimised
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 
 from .arches import make_process
 from .kernel import get_kernel, release_rules
 from .process import MAX_INSNS
-from .smp import run_on_cpus
+from .smp import MAX_CPUS, run_on_cpus
 from .errors import LabError, is_int, shown
 from .trace import EVENT_KINDS, per_hit
 from .uprobes import CountingConsumer, UnprobeableInstruction, uprobe_register
@@ -197,17 +198,25 @@ def run_bench(name: str, arch: str = "x86_64", kernel=None, iterations: int = DE
 
 
 def run_bench_on_cpus(name: str, arch: str = "x86_64", kernel=None, iterations: int = 2_000, cpus: int = 2,
-                      seed: int = 0, **options) -> dict:
+                      seed: int = 0, progress=None, **options) -> dict:
     """The kernel bench's ``-p N`` on the emulator: ``cpus`` producer threads of one process each call the bench's
     target ``iterations`` times, interleaved by ``seed`` (uprobe_lab.smp). ``kernel``: a modelled version or any
     release, with that release's own rules (6.13's locks, for instance). Per hit: the events, the shared kernel
     state touched (``shared_per_hit``, 'state (kind)' -> accesses: uprobe_lab.contended) and the cache lines
-    that moved between CPUs (``line_transfers_per_hit``); ``xol_waits``: how often a thread slept for an XOL slot."""
+    that moved between CPUs (``line_transfers_per_hit``); ``xol_waits``: how often a thread slept for an XOL slot.
+    ``progress(calls)``: told the calls counted so far, a few times a second (benches with a probe: its hits)."""
     if not isinstance(name, str):
         raise LabError(f"the bench is named by a string such as 'uprobe-nop', got {name!r}")
-    if not is_int(iterations) or not 1 <= iterations * max(cpus if is_int(cpus) else 1, 1) <= MAX_EMULATED_ITERATIONS:
-        raise LabError(f"iterations x cpus must be an int from 1 to {MAX_EMULATED_ITERATIONS:_} on the emulator, got "
-                       f"{iterations!r} x {cpus!r}; for more, measure natively (--mode native)")
+    if not is_int(cpus) or not 1 <= cpus <= MAX_CPUS:
+        raise LabError(f"cpus (-p) is an int from 1 to {MAX_CPUS} (the kernel bench's limit), got {cpus!r}")
+    if not is_int(iterations) or not 1 <= iterations * cpus <= MAX_EMULATED_ITERATIONS:
+        most = MAX_EMULATED_ITERATIONS // cpus
+        usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        native = (", or measure natively (--mode native)" if usable >= cpus else
+                  f" (this machine has too few CPUs to measure -p {cpus} natively)")
+        raise LabError(f"iterations x cpus is at most {MAX_EMULATED_ITERATIONS:_} on the emulator (its instruction "
+                       f"budget), got {iterations!r} x {cpus}: give at most {most:_} iterations (--iterations {most})"
+                       f" for -p {cpus}{native}")
     kernel = release_rules(kernel)
     try:
         proc, consumer, target = bench_process(name, arch, kernel, **options)
@@ -218,7 +227,8 @@ def run_bench_on_cpus(name: str, arch: str = "x86_64", kernel=None, iterations: 
     proc.trace.clear()
     t0 = time.perf_counter()
     scheduler = run_on_cpus(proc, cpus, "producer_loop", iterations, target, seed=seed,
-                            max_insns=min(MAX_INSNS, iterations * cpus * INSNS_PER_ITERATION))
+                            max_insns=min(MAX_INSNS, iterations * cpus * INSNS_PER_ITERATION),
+                            progress=_hits_told(progress, consumer, start_hits))
     elapsed = time.perf_counter() - t0
     hits = consumer.hits - start_hits if consumer else iterations * cpus
     counts = proc.trace.counts
@@ -229,6 +239,21 @@ def run_bench_on_cpus(name: str, arch: str = "x86_64", kernel=None, iterations: 
             "transfers_per_hit": {line: n / hits for line, n in proc.trace.transfers.items()},
             "xol_waits": counts.get("xol_waits", 0), "most_asleep": scheduler.most_asleep,
             "hits_per_s": round(hits / elapsed, 1)}
+
+
+def _hits_told(progress, consumer, start_hits: int, every_s: float = 0.2):
+    """A scheduler's progress hook that tells ``progress`` the consumer's hits every ``every_s``; None without
+    either (a bench without a probe has nothing counting its calls)."""
+    if progress is None or consumer is None:
+        return None
+    last = time.monotonic()
+
+    def tick():
+        nonlocal last
+        if time.monotonic() - last >= every_s:
+            last = time.monotonic()
+            progress(consumer.hits - start_hits)
+    return tick
 
 
 def run_benches(names=None, arch: str = "x86_64", kernel=None, iterations: int = DEFAULT_ITERATIONS, progress=None,

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import argparse
+import codecs
 import contextlib
 import json
+import math
 import os
 import platform
 import sys
@@ -12,7 +14,7 @@ import warnings
 from . import analyze, bench
 from .arches import ARCHES
 from .errors import LabError
-from .kernel import DEFAULT_KERNEL, KERNELS, kernel_for_release, row_for_release
+from .kernel import DEFAULT_KERNEL, KERNELS, RULES, kernel_for_release, release_rules, row_for_release, version_name
 from .outputs import OutputDir, output_file, record_file
 
 
@@ -28,6 +30,21 @@ def _progress(total: int, enabled: bool):
 MAX_ITERATIONS = 1 << 64  # the producer loop counts in one 64-bit register
 
 
+def _finite(value) -> float | None:
+    """``value`` as a finite float (a JSON number or numeric text), else None."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def _brief(value, most: int = 40) -> str:
+    """A value as a message shows it: its repr, cut short."""
+    text = repr(value)
+    return text if len(text) <= most else f"{text[:most - 15]}... ({len(text)} characters)"
+
+
 def native_json_rows(path: str, text: str, shape: str):
     """``bench --mode native --json``'s output (or a recording's ``{"benches": [...]}``) as the
     ``--measured`` table (all text, as a CSV reads): arch, kernel (the release measured), bench, mops, and
@@ -38,25 +55,42 @@ def native_json_rows(path: str, text: str, shape: str):
 
     try:
         rows = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise LabError(f"--measured {path} is not well-formed JSON ({err}); give {shape}") from None
     except RecursionError:  # the parser recurses once per bracket: bench --json nests three deep
         raise LabError(f"--measured {path}: its JSON nests too deep to be bench rows; give {shape}") from None
+    except ValueError as err:  # not JSON, or an integer too long for Python to read (over 4300 digits)
+        what = "holds a number too long to read" if "digits" in str(err) else f"is not well-formed JSON ({err})"
+        raise LabError(f"--measured {path} {what}; give {shape}") from None
     if isinstance(rows, dict) and "benches" in rows:
         rows = rows["benches"]
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
         raise LabError(f"--measured {path}: expected a JSON list of bench rows, as bench --json prints; give {shape}")
-    rows = [r for r in rows if not r.get("refused")]
-    modes = {r.get("mode") for r in rows} - {"native"}
+    measured = [r for r in rows if not r.get("refused")]
+    if not measured:
+        held = f"only rows the kernel refused at attach ({len(rows)})" if rows else "no bench rows"
+        raise LabError(f"--measured {path} holds {held}: nothing was measured; give {shape}")
+    modes = {str(r.get("mode")) for r in measured if r.get("mode") not in ("native", None, "")}
     if modes:
-        raise LabError(f"--measured {path} holds {', '.join(sorted(map(str, modes)))} rows; only native rows are "
+        raise LabError(f"--measured {path} holds {', '.join(sorted(modes))} rows; only native rows are "
                        f"measurements of your kernel; give {shape}")
-    table = pd.DataFrame([{k: str(r.get(k, "")) for k in ("arch", "kernel", "bench", "mops")} for r in rows],
+    for i, r in enumerate(measured, 1):
+        label = f"row {i} ({_brief(r.get('bench'))})" if r.get("bench") not in (None, "") else f"row {i}"
+        missing = [k for k in ("arch", "kernel", "bench", "mops", "mode") if r.get(k) in (None, "")]
+        if missing:
+            raise LabError(f"--measured {path}: {label} has no {' and no '.join(missing)}; each row needs arch, "
+                           f"kernel, bench, mops and mode, as bench --mode native --json prints them; give {shape}")
+        for k in ("mops", "stddev", "repeats"):
+            if k in r and _finite(r[k]) is None:
+                raise LabError(f"--measured {path}: {label} has {k} {_brief(r[k])}, which is not a number a bench "
+                               f"run gives; give {shape}")
+        if not 1 <= _finite(r.get("repeats", 1) or 1) <= MAX_ITERATIONS:
+            raise LabError(f"--measured {path}: {label} has repeats {_brief(r['repeats'])}: the number of timed "
+                           f"intervals, 1 or more; give {shape}")
+    table = pd.DataFrame([{k: str(r.get(k, "")) for k in ("arch", "kernel", "bench", "mops")} for r in measured],
                          columns=["arch", "kernel", "bench", "mops"])
-    if all("stddev" in r and r.get("mops") for r in rows):
+    if all("stddev" in r for r in measured):
         try:
-            table["rel_err"] = [str(figure_rel_err(r)) for r in rows]
-        except (TypeError, ValueError):
+            table["rel_err"] = [str(figure_rel_err(r)) for r in measured]
+        except (TypeError, ValueError):  # repeats "5.5", say
             raise LabError(f"--measured {path}: a row's mops, stddev or repeats is not a number; give {shape}") from None
     return table
 
@@ -81,8 +115,8 @@ def read_measured(path: str):
             head = f.read(4096)
         if b"\0" in head:
             raise UnicodeDecodeError("utf-8", head, head.index(b"\0"), len(head), "NUL byte")
-        if head.lstrip()[:1] in (b"[", b"{"):
-            with open(path, encoding="utf-8") as f:
+        if head.removeprefix(codecs.BOM_UTF8).lstrip()[:1] in (b"[", b"{"):
+            with open(path, encoding="utf-8-sig") as f:  # a byte order mark (Windows editors write one) is no text
                 table = native_json_rows(path, f.read(), shape)
         else:
             table = pd.read_csv(path, dtype=str, keep_default_na=False)
@@ -135,6 +169,10 @@ def cmd_bench(args) -> int:
         raise LabError("-p is a --mode emulated or --mode native setting: the model prices one CPU's hit; drop -p")
     # with -p the emulator runs the release's own rules (6.13's locks); otherwise the modelled row that answers
     kernel = args.kernel if args.cpus is not None else kernel_row(args.kernel) if args.kernel else DEFAULT_KERNEL
+    if args.cpus is not None and args.kernel and args.mode == "emulated":
+        note = release_rules_note(args.kernel, args.arch or "x86_64")
+        if note:
+            print(note, file=sys.stderr)
     if args.cpu and args.mode != "model":
         runs = "this machine's own CPU" if args.mode == "native" else "the emulator, which counts events, not time"
         raise LabError(f"--cpu is a --mode model setting (the CPU profile whose prices the model uses); --mode "
@@ -144,19 +182,14 @@ def cmd_bench(args) -> int:
     if args.mode == "emulated":
         args.arch = args.arch or "x86_64"
         names = args.names or bench.bench_names(args.arch)
-        update, close = _progress(len(names), not args.json)
-        try:
-            if args.cpus is None:
+        if args.cpus is None:
+            update, close = _progress(len(names), not args.json)
+            try:
                 results = bench.run_benches(names, args.arch, kernel, args.iterations, progress=update, **options)
-            else:
-                results = []
-                for name in names:
-                    results.append(bench.run_bench_on_cpus(name, args.arch, kernel, args.iterations, args.cpus,
-                                                           **options))
-                    if update:
-                        update(name)
-        finally:
-            close()
+            finally:
+                close()
+        else:
+            results = _emulated_on_cpus(names, args, kernel, options)
     elif args.mode == "native":
         ignored = [flag for flag, value in (("--kernel", args.kernel), ("--stp", args.stp)) if value]
         if ignored:
@@ -194,7 +227,29 @@ def cmd_bench(args) -> int:
         args.arch = args.arch or "x86_64"
         results = model_rows(args.names or bench.bench_names(args.arch), args.arch, kernel, args.cpu, options)
     print(json.dumps(results, indent=2) if args.json else bench.format_table(results))
+    if args.mode == "native":  # after the table, which stays whole
+        from .native.bench import spread_note
+
+        for note in filter(None, map(spread_note, results)):
+            print(f"warning: {note}", file=sys.stderr)
     return 0
+
+
+def _emulated_on_cpus(names, args, kernel, options) -> list[dict]:
+    """``bench -p N`` on the emulator, with a bar of the calls made on stderr once a run takes over a second."""
+    from tqdm import tqdm
+
+    calls = args.iterations * args.cpus
+    results = []
+    with tqdm(total=len(names) * calls, unit="call", desc="emulated", file=sys.stderr, leave=False,
+              disable=args.json, delay=1.0) as bar:
+        for name in names:
+            done = bar.n
+            bar.set_description(name, refresh=False)
+            results.append(bench.run_bench_on_cpus(name, args.arch, kernel, args.iterations, args.cpus,
+                                                   progress=lambda n: bar.update(done + n - bar.n), **options))
+            bar.update(done + calls - bar.n)
+    return results
 
 
 def model_rows(names, arch: str, kernel: str, cpu, options: dict) -> list[dict]:
@@ -481,6 +536,21 @@ def kernel_release(release: str) -> str:
     return release
 
 
+def release_rules_note(release: str, arch: str) -> str | None:
+    """What answers for a release with -p (the emulator runs its own rules), unless it is a modelled version."""
+    text = str(release).strip()
+    if text in KERNELS:
+        return None
+    row, _ = row_for_release(text)
+    rules = release_rules(text).rules
+    newest = max((r for r in RULES if r.name in rules and r.arch in (arch, "core")), key=lambda r: r.since,
+                 default=None)
+    has = (f"the newest rule it has is {newest.name}, from {version_name(newest.since)}" if newest
+           else "it has none of the lab's rules")
+    return (f"kernel {text}: the emulator runs the lab's rules of every release up to it: a hit on one CPU is the "
+            f"{row} row's, and {has}")
+
+
 def kernel_row(release: str) -> str:
     """--kernel's type: any release (7.3, 6.19, 6.12.118+deb12-amd64, $(uname -r)) -> the modelled row that answers
     for it, said on stderr when it is another; nonsense is refused with the list."""
@@ -493,10 +563,22 @@ def kernel_row(release: str) -> str:
     return row
 
 
+@contextlib.contextmanager
+def plain_warnings():
+    """Warnings printed on stderr as they come, one line each, not Python's two with the line that issued them."""
+    def show(message, category, filename, lineno, file=None, line=None):
+        print(f"warning: {message}", file=sys.stderr, flush=True)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        with plain_warnings():
+            return args.func(args)
     except LabError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

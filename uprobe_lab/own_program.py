@@ -37,7 +37,7 @@ from .native.bpf import BpfCounter
 from .native.example import native_reason
 from .native.host import parse_maps
 from .outputs import output_file, record_file, write_output
-from .native.perf import UprobeEvent
+from .native.perf import UprobeEvent, run_own_group
 from .native.support import check_native_support
 from .program import disassembler
 from .x86.decode import can_optimize, insn_decode
@@ -251,28 +251,34 @@ def measure_probe(site: FunctionSite, call, calls: int = 200_000, repeats: int =
             "ns_per_call_with": round(with_probe, 1), "ns_per_hit": round(with_probe - without, 1)}
 
 
-def perf_probe_count(site: FunctionSite, command: list[str]) -> dict:
-    """``perf probe`` on ``site``, ``perf stat`` counting its event while ``command`` runs, and the probe deleted
-    again (also on an error or Ctrl-C): {count, commands}, or {reason} where perf cannot do it here."""
+def perf_probe_count(site: FunctionSite, command: list[str], timeout_s: float = 120) -> dict:
+    """``perf probe`` on ``site``, ``perf stat`` counting its event while ``command`` runs (for at most ``timeout_s``:
+    then perf and every process of the command are killed), and the probe deleted again (also on an error or
+    Ctrl-C): {count, commands}, or {reason} where perf cannot do it here."""
 
     perf = shutil.which("perf")
     if perf is None:
         return {"reason": "perf is not installed (Debian: apt install linux-perf)"}
-    event = f"lab_{site.symbol}"[:60]
+    event = re.sub(r"\W", "_", f"lab_{site.symbol}")[:60]  # perf takes a C identifier as the event's name
     add = [perf, "probe", "-x", site.path, "--add", f"{event}={site.symbol}"]
     added = subprocess.run(add, capture_output=True, text=True)
     name = re.search(rf"(probe_\w+:{event})\b", added.stdout + added.stderr)
     if added.returncode != 0 or name is None:
-        said = (added.stderr or added.stdout).strip().splitlines()
-        return {"reason": f"perf probe refused: {said[-1] if said else added.returncode} (it needs root and tracefs)"}
+        said = [line.strip() for line in (added.stderr or added.stdout).splitlines() if line.strip()]
+        why = said[0] if said else f"exit status {added.returncode}"  # perf's first line names the problem
+        if os.geteuid() != 0:
+            why += " (perf probe needs root)"
+        return {"reason": f"perf probe refused {event}={site.symbol} in {site.path}: {why}"}
     name = name.group(1)
+    stat = [perf, "stat", "-x,", "-e", name, "--", *command]
     try:
-        stat = [perf, "stat", "-x,", "-e", name, "--", *command]
-        out = subprocess.run(stat, capture_output=True, text=True, timeout=120)
-        line = next((ln for ln in out.stderr.splitlines() if name in ln), "")
-        count = int(line.split(",")[0]) if line.split(",")[0].isdigit() else None
+        out = run_own_group(stat, timeout_s)
+    except subprocess.TimeoutExpired:
+        return {"reason": f"{' '.join(command)} ran longer than {timeout_s:g} s under perf stat; it was stopped"}
     finally:
         subprocess.run([perf, "probe", "-q", "-d", name], capture_output=True)
+    line = next((ln for ln in out.stderr.splitlines() if name in ln), "")
+    count = int(line.split(",")[0]) if line.split(",")[0].isdigit() else None
     return {"count": count, "commands": [" ".join(add[1:]), " ".join(stat[1:3] + ["-e", name, "--", "..."]),
                                          f"probe -d {name}"]}
 

@@ -61,7 +61,7 @@ class Scheduler:
     it to put a thread to sleep: ``sleep``, ``wake_all``)."""
 
     def __init__(self, proc: EmulatedProcess, cpus: int, seed: int = 0, max_slice: int = MAX_SLICE,
-                 switch_on_exit: float = SWITCH_ON_EXIT):
+                 switch_on_exit: float = SWITCH_ON_EXIT, progress=None):
         if not is_int(cpus) or not 1 <= cpus <= MAX_CPUS:
             raise LabError(f"cpus is an int from 1 to {MAX_CPUS} (the kernel bench's limit), got {cpus!r}")
         if not is_int(seed):
@@ -74,6 +74,7 @@ class Scheduler:
         self.current: Thread | None = None
         self.sleeps = 0  # how many times a thread went to sleep (XOL slots all taken)
         self.most_asleep = 0
+        self.progress = progress  # called with no argument between two slices: a progress display looks
 
     # --- what the kernel model calls ---
     def sleep(self, resume) -> None:
@@ -145,6 +146,8 @@ class Scheduler:
         try:
             with sigint_stops(uc.emu_stop) as interrupt:
                 while not interrupt.pending:
+                    if self.progress is not None:
+                        self.progress()
                     runnable = [t for t in self.threads if not t.done and t.resume is None]
                     if not runnable:
                         if all(t.done for t in self.threads):
@@ -191,10 +194,11 @@ class Scheduler:
 
 
 def run_on_cpus(proc: EmulatedProcess, cpus: int, target, *args: int, seed: int = 0,
-                switch_on_exit: float = SWITCH_ON_EXIT, max_insns: int = MAX_INSNS) -> Scheduler:
+                switch_on_exit: float = SWITCH_ON_EXIT, max_insns: int = MAX_INSNS, progress=None) -> Scheduler:
     """Call ``target(*args)`` on ``cpus`` threads of ``proc`` at once (interleaved by ``seed``); the Scheduler
-    that ran them (its threads, how often a thread slept waiting for an XOL slot)."""
-    scheduler = Scheduler(proc, cpus, seed, switch_on_exit=switch_on_exit)
+    that ran them (its threads, how often a thread slept waiting for an XOL slot). ``progress()`` is called
+    between two slices of the run."""
+    scheduler = Scheduler(proc, cpus, seed, switch_on_exit=switch_on_exit, progress=progress)
     scheduler.run(target, *args, max_insns=max_insns)
     return scheduler
 

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from ..process import LabError
-from .prices import PRICE_NAMES, PRICES, events_for, fixed_ns, price_counts
+from .prices import PRICE_NAMES, PRICES, events_for, events_rows, fixed_ns, price_counts
 
 ROW_SIGMA_FLOOR = 0.02
 Z80 = 1.2815515655446004  # the standard normal's 90% quantile: a central 80% interval
@@ -168,15 +168,13 @@ def mops_interval(t_ns: float, sd_ns: float, z: float = Z80) -> tuple[float, flo
 
 def design(rows: pd.DataFrame, arch: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Rows (bench, kernel, mops[, consumers, rel_err]) -> (X, y, rel_err) on relative time error."""
-    x, y, err = [], [], []
-    for r in rows.itertuples(index=False):
-        t = 1000.0 / float(r.mops)
-        ev = events_for(r.bench, arch, str(r.kernel), int(getattr(r, "consumers", 1) or 1))
-        x.append(price_counts(ev) / t)
-        y.append((t - fixed_ns(ev)) / t)
-        e = getattr(r, "rel_err", 0.0)
-        err.append(0.0 if e is None or (isinstance(e, float) and math.isnan(e)) else float(e))
-    return np.array(x), np.array(y), np.array(err)
+    codes, events = events_rows(rows, arch)
+    counts = np.array([price_counts(ev) for ev in events]).reshape(-1, len(PRICE_NAMES))[codes]
+    fixed = np.array([fixed_ns(ev) for ev in events], float)[codes]
+    t = 1000.0 / rows["mops"].astype(float).to_numpy()
+    err = (pd.to_numeric(rows["rel_err"]).fillna(0.0).to_numpy(float) if "rel_err" in rows
+           else np.zeros(len(rows)))
+    return counts / t[:, None], (t - fixed) / t, err
 
 
 def posterior(x: np.ndarray, y: np.ndarray, row_sd: np.ndarray, prior: Prior) -> tuple[np.ndarray, np.ndarray]:

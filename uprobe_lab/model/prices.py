@@ -22,9 +22,10 @@ from __future__ import annotations
 import functools
 
 import numpy as np
+import pandas as pd
 
 from .. import bench as _bench
-from ..kernel import KERNELS, modelled_kernel
+from ..kernel import KERNELS, _major_minor, modelled_kernel
 from ..process import LabError
 
 PRICES = {
@@ -68,11 +69,18 @@ def kernel_setup(arch: str, kernel: str) -> tuple[str, dict]:
         return ARM64_KERNEL, dict(ARM64_STP[kernel])
     if kernel in KERNELS:
         return kernel, {}
-    version = modelled_kernel(kernel)
+    line = _major_minor(kernel)
+    version = _modelled_line(*line) if line else None
     if version is None:
         raise LabError(f"kernel {kernel!r} is not a release the model knows: give a version such as 6.14.2 "
                        f"(modelled: {', '.join(KERNELS)}; older releases predate them all)")
     return version, {}
+
+
+@functools.lru_cache(maxsize=4096)
+def _modelled_line(major: int, minor: int) -> str | None:
+    """:func:`modelled_kernel` of a major.minor line, worked out once: a table may name thousands of releases."""
+    return modelled_kernel(f"{major}.{minor}")
 
 
 @functools.lru_cache(maxsize=None)
@@ -102,6 +110,28 @@ def events_for(bench: str, arch: str = "x86_64", kernel: str = "6.18", consumers
     if consumers != 1 and ev.get("consumers"):
         ev["consumers"] = ev["consumers"] * consumers
     return ev
+
+
+def kernel_label(arch: str, kernel: str) -> str:
+    """The label :func:`events_for` reads a kernel label or release as (``6.14.2`` -> ``6.11``): rows of the
+    releases one modelled version answers for have its events, so they can be priced once."""
+    version, options = kernel_setup(arch, kernel)
+    return str(kernel) if options else version
+
+
+def events_rows(rows: pd.DataFrame, arch: str) -> tuple[np.ndarray, list[dict]]:
+    """The events per hit of each row (bench, kernel[, consumers]) as an index into a list of the distinct
+    ones: a table of many rows costs one :func:`events_for` per distinct (bench, modelled kernel, consumers),
+    not one per row."""
+    kernels = rows["kernel"].astype(str)
+    labels = kernels.map({k: kernel_label(arch, k) for k in kernels.unique()})
+    consumers = (pd.to_numeric(rows["consumers"]).fillna(1).replace(0, 1).astype(int) if "consumers" in rows
+                 else pd.Series(1, index=rows.index))
+    frame = pd.DataFrame({"bench": rows["bench"].astype(str).to_numpy(), "kernel": labels.to_numpy(),
+                          "consumers": consumers.to_numpy()})
+    codes = frame.groupby(list(frame), sort=False).ngroup().to_numpy()
+    firsts = frame.iloc[np.unique(codes, return_index=True)[1]]  # a row of each group, in the groups' order
+    return codes, [events_for(r.bench, arch, r.kernel, int(r.consumers)) for r in firsts.itertuples(index=False)]
 
 
 def price_counts(events: dict) -> np.ndarray:

@@ -58,7 +58,7 @@ import pandas as pd
 
 from ..process import LabError
 from .fit import UNINFORMATIVE_SD_NS, Prior, Profile, fit_profile
-from .prices import PRICE_NAMES, events_for, fixed_ns, modelled_kernel, price_counts
+from .prices import PRICE_NAMES, events_for, events_rows, fixed_ns, modelled_kernel, price_counts
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 HOST_PRICES_PATH = DATA / "host_prices_6.18.json"
@@ -114,17 +114,14 @@ def host_rows_excluded(host: pd.DataFrame, heldout_moved: list[tuple], host_arch
 
 def scale_to(host: Profile, rows: pd.DataFrame, arch: str) -> float:
     """Median of (row's ns per hit) / (host model's ns per hit for it): how much slower this CPU is."""
-    ratios = []
-    for r in rows.itertuples(index=False):
-        ev = events_for(r.bench, arch, str(r.kernel))
-        if not ev.get("probe_lookups"):
-            continue  # the loop and syscall rows say little about the trap and handler prices
-        host_ns = float(price_counts(ev) @ host.mean) + fixed_ns(ev)
-        ratios.append((1000.0 / float(r.mops)) / host_ns)
-    if not ratios:
+    codes, events = events_rows(rows[["bench", "kernel"]], arch)  # each row's one-consumer events
+    # the loop and syscall rows say little about the trap and handler prices
+    probe = np.array([bool(ev.get("probe_lookups")) for ev in events], bool)[codes]
+    if not probe.any():
         raise LabError("no probe row (uprobe-* or uretprobe-*) to scale this host's prices to the CPU by: "
                        "measure at least uprobe-nop")
-    return float(np.median(ratios))
+    host_ns = np.array([float(price_counts(ev) @ host.mean) + fixed_ns(ev) for ev in events])[codes]
+    return float(np.median((1000.0 / rows["mops"].astype(float).to_numpy() / host_ns)[probe]))
 
 
 def carried_prior(host: Profile, rows: pd.DataFrame, arch: str, target_virtualised: bool = False) -> tuple[Prior, float]:

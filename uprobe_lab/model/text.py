@@ -10,7 +10,7 @@ import pandas as pd
 from .. import bench as _bench
 from ..process import LabError
 from .fit import ROW_SIGMA_FLOOR, Z80
-from .prices import ARM64_KERNEL, events_for, kernel_setup
+from .prices import ARM64_KERNEL, events_for, kernel_label, kernel_setup
 from .profiles import bench_rows, fit_with_carried_prior, get_profile
 from ..kernel import DEFAULT_KERNEL
 from ..published import format_bench_line
@@ -78,9 +78,9 @@ def repeats_combined(rows: pd.DataFrame) -> pd.DataFrame:
     """One row per (bench, kernel): the mean rate of its repeats, and as its error the larger of the rows'
     own (root mean square: listing a figure twice does not make it more exact) and the standard error of
     the mean their spread shows. Refuses repeats that differ by more than CONFLICT_RATIO."""
-    groups = rows.groupby(["bench", "kernel"], sort=False)
+    groups = rows.assign(err2=rows["rel_err"].astype(float) ** 2).groupby(["bench", "kernel"], sort=False)
     table = groups.agg(mops=("mops", "mean"), low=("mops", "min"), high=("mops", "max"), n=("mops", "size"),
-                       sd=("mops", "std"), err2=("rel_err", lambda e: float((e ** 2).mean())))
+                       sd=("mops", "std"), err2=("err2", "mean"))
     wide = table[table["high"] > CONFLICT_RATIO * table["low"]]
     if len(wide):
         (bench, kernel), r = wide.index[0], wide.iloc[0]
@@ -128,29 +128,30 @@ def predict_from_measured(measured: pd.DataFrame, to_kernel: str) -> pd.DataFram
     rel_err = pd.to_numeric(rows["rel_err"], errors="coerce") if "rel_err" in rows else np.nan
     # a figure without its error is taken to be good to the model's floor (2%)
     rows = repeats_combined(rows.assign(rel_err=rel_err).fillna({"rel_err": ROW_SIGMA_FLOOR}))
-    for k in rows["kernel"].unique():
-        kernel_setup(arch, k)
+    # each release read as the label of its modelled version (refusing an unknown one): what follows prices a
+    # table of many releases by its few versions
+    rows = rows.assign(kernel=rows["kernel"].map({k: kernel_label(arch, k) for k in rows["kernel"].unique()}))
+    have = set(rows["bench"].unique())
     notes = [f"no {b} row: {what} is set by the prior carried from the host recordings"
-             for b, what in NEEDED_ROWS.items() if b not in set(rows["bench"])]
+             for b, what in NEEDED_ROWS.items() if b not in have]
     prof = fit_with_carried_prior(rows, arch, [], "measured", "measured machine")
     notes += [f"fitted price {w}" for w in prof.warnings]
     for n in notes:
         warnings.warn(n, stacklevel=2)
     out = []
     for bench, group in rows.groupby("bench", sort=False):
-        logs, halves = [], []
-        for r in group.itertuples(index=False):
-            speedup, log_sd = prof.change(bench, r.kernel, str(to_kernel))
-            logs.append(math.log(float(r.mops) * speedup))
-            halves.append(Z80 * math.hypot(log_sd, float(r.rel_err)))
-        if max(logs) - min(logs) > math.log(CONFLICT_RATIO):
+        codes, kernels = pd.factorize(group["kernel"])
+        change = np.array([prof.change(bench, k, str(to_kernel)) for k in kernels]).reshape(-1, 2)[codes]
+        logs = np.log(group["mops"].to_numpy(float) * change[:, 0])
+        halves = Z80 * np.hypot(change[:, 1], group["rel_err"].to_numpy(float))
+        if logs.max() - logs.min() > math.log(CONFLICT_RATIO):
             raise LabError(f"the measured rows for {bench} disagree: carried to {to_kernel} they give "
-                           f"{math.exp(min(logs)):.4g} and {math.exp(max(logs)):.4g} M/s; keep the right rows, and "
+                           f"{math.exp(logs.min()):.4g} and {math.exp(logs.max()):.4g} M/s; keep the right rows, and "
                            "give another machine's rows in a file of their own")
-        weights = np.array(halves) ** -2.0
+        weights = halves ** -2.0
         log_mops = float(np.dot(weights, logs) / weights.sum())
         # the parts share the fitted prices, so their errors are not independent: no narrower than the best
-        half = min(halves)
+        half = float(halves.min())
         out.append({"bench": bench, "predicted_mops": math.exp(log_mops), "low_80": math.exp(log_mops - half),
                     "high_80": math.exp(log_mops + half)})
     result = pd.DataFrame(out, columns=["bench", "predicted_mops", "low_80", "high_80"])

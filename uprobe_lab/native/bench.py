@@ -38,8 +38,11 @@ from .support import check_native_support
 
 DEFAULT_ITERATIONS = 100_000
 DEFAULT_REPEATS = 5
+NOISY_SPREAD = 0.5  # stddev over mean past which a row's intervals disagree too much to trust its mean
 WARMUP_MIN = 1_000  # the first hit on a nop5 is where 6.18 optimises it
 CPU_LOCK_DIR = Path(tempfile.gettempdir()) / "uprobe_lab-cpus"  # one lock file per CPU a bench is pinned to
+# another directory for the locks: benches that share it share the CPUs out; a test suite gives its own
+CPU_LOCK_DIR_ENV = "UPROBE_LAB_CPU_LOCK_DIR"
 
 
 # The native table: the 6.18 bench's names (bench_spec gives each one's target and probe kind), with
@@ -73,8 +76,8 @@ def pinned_to_one_cpu():
         if cpu is None:
             cpu = min(old)
             warnings.warn(f"every CPU this process may use ({', '.join(map(str, sorted(old)))}) runs another lab "
-                          f"bench: both share CPU {cpu} and each measures about half its rate; let the other finish",
-                          RuntimeWarning, stacklevel=3)
+                          f"bench: this one shares CPU {cpu} with {cpu_lock_holder(cpu)} and each measures about "
+                          "half its rate; let the other finish", RuntimeWarning, stacklevel=3)
         os.sched_setaffinity(0, {cpu})
         try:
             yield
@@ -82,20 +85,40 @@ def pinned_to_one_cpu():
             os.sched_setaffinity(0, old)
 
 
+def cpu_lock_dir() -> Path:
+    """Where the CPU locks are: $UPROBE_LAB_CPU_LOCK_DIR, else one directory every lab bench on the machine shares."""
+    return Path(os.environ.get(CPU_LOCK_DIR_ENV) or CPU_LOCK_DIR)
+
+
 @contextlib.contextmanager
 def _cpu_lock(cpu: int):
-    """True inside the block if this process holds ``cpu``'s bench lock (another lab bench holds it: False)."""
+    """True inside the block if this process holds ``cpu``'s bench lock (another lab bench holds it: False).
+    The holder writes its pid in the file, so a bench that finds it taken can say who has it."""
     if fcntl is None:
         yield True
         return
-    CPU_LOCK_DIR.mkdir(exist_ok=True)
-    with open(CPU_LOCK_DIR / f"cpu{cpu}.lock", "a") as lock:
+    cpu_lock_dir().mkdir(parents=True, exist_ok=True)
+    with open(cpu_lock_dir() / f"cpu{cpu}.lock", "a+") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             yield False
             return
+        lock.truncate(0)
+        lock.write(f"{os.getpid()}\n")
+        lock.flush()
         yield True  # closing the file releases the lock, also when the process dies
+
+
+def cpu_lock_holder(cpu: int) -> str:
+    """Who holds ``cpu``'s bench lock, as 'pid N (command line)', from the pid the holder wrote."""
+    try:
+        pid = int((cpu_lock_dir() / f"cpu{cpu}.lock").read_text().split()[0])
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            command = " ".join(f.read().decode(errors="replace").replace("\0", " ").split())  # one line
+    except (OSError, ValueError, IndexError):  # not written yet, or the holder has just gone
+        return "another lab bench"
+    return f"pid {pid} ({command[:120] or 'no command line'})"
 
 
 def _measure(nc: NativeCode, addr: int, iterations: int, repeats: int,
@@ -109,6 +132,18 @@ def _measure(nc: NativeCode, addr: int, iterations: int, repeats: int,
         if progress is not None:
             progress(1)
     return rates
+
+
+def spread_note(row: dict) -> str | None:
+    """A warning for a row whose timed intervals disagree by more than NOISY_SPREAD of their mean: its figure
+    says little. Short intervals are the usual cause (thread start-up and timer reads weigh on a few ms), a
+    busy machine the other; None for a row that can be trusted (or has no spread: one interval, refused)."""
+    if not row.get("mops") or row.get("stddev", 0.0) <= NOISY_SPREAD * row["mops"]:
+        return None
+    interval_ms = row.get("cpus", 1) * row["iterations"] / (row["mops"] * 1e3)
+    return (f"{row['bench']}: stddev {row['stddev']:.3f} against a mean of {row['mops']:.3f} M/s: its "
+            f"{row['repeats']} intervals of {row['iterations']:_} calls ({interval_ms:.2g} ms each) disagree too much "
+            f"to trust; raise --iterations (say to {10 * row['iterations']:_}), or run it on a quieter machine")
 
 
 def usdt_offset(nc: NativeCode, target: str) -> tuple[int, str]:

@@ -16,13 +16,14 @@ from __future__ import annotations
 import contextlib
 import os
 import statistics
+import sys
 import threading
 import time
 from typing import Callable, Iterable
 
 from ..bench import bench_spec
 from ..errors import LabError, is_int
-from .bench import _cpu_lock, available_benches, open_bench_event
+from .bench import _cpu_lock, available_benches, cpu_lock_holder, open_bench_event
 from .bpf import BpfCounter
 from .code import NativeCode
 from .host import kernel_release
@@ -48,16 +49,24 @@ def producer_cpus(cpus: int) -> list[int]:
 @contextlib.contextmanager
 def _held_cpu(cpu: int, wait_s: float = LOCK_WAIT_S):
     """Hold ``cpu``'s lab bench lock for the block, waiting up to ``wait_s`` for another lab bench to let go of it:
-    each producer needs its CPU to itself."""
+    each producer needs its CPU to itself. A wait is said on stderr at once: who holds the CPU, for how long
+    this bench waits, and that Ctrl-C stops it."""
     deadline = time.monotonic() + wait_s
+    said = None
     while True:
         with _cpu_lock(cpu) as mine:
             if mine:
                 yield
                 return
+        holder = cpu_lock_holder(cpu)
         if time.monotonic() > deadline:
-            raise LabError(f"CPU {cpu} ran another lab bench for the {wait_s:g} s waited: each producer needs a CPU of "
-                           "its own; let the other finish, or give a smaller -p")
+            raise LabError(f"CPU {cpu} ran another lab bench ({holder}) for the {wait_s:g} s waited: each producer "
+                           "needs a CPU of its own; let the other finish, or give a smaller -p")
+        if holder != said:
+            print(f"waiting for CPU {cpu}: {holder} is benchmarking on it; waiting up to "
+                  f"{max(deadline - time.monotonic(), 0):.0f} s more for it to finish (Ctrl-C to stop)",
+                  file=sys.stderr, flush=True)
+            said = holder
         time.sleep(0.2)
 
 

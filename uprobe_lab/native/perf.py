@@ -15,6 +15,7 @@ import os
 import re
 import signal
 import struct
+import subprocess
 import threading
 from typing import Iterator
 
@@ -136,6 +137,23 @@ def sigint_deferred() -> Iterator[None]:
             raise raised[0]
         if held:
             previous(signal.SIGINT, held[0])  # Python's default handler raises KeyboardInterrupt
+
+
+def run_own_group(command: list[str], timeout_s: float) -> subprocess.CompletedProcess:
+    """Run ``command`` (text output captured) in a process group of its own and wait for it; on the timeout
+    (TimeoutExpired) or Ctrl-C the whole group is killed and reaped before the exception goes on, so what the
+    command started (``perf stat``'s workload) does not live on, reparented to init."""
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)  # its own group; a terminal's Ctrl-C reaches only this process
+    try:
+        out, err = child.communicate(timeout=timeout_s)
+    except BaseException:
+        with sigint_deferred():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGKILL)
+            child.communicate()  # reaps it and closes the pipes
+        raise
+    return subprocess.CompletedProcess(command, child.returncode, out, err)
 
 
 def uprobe_pmu_type(pmu_dir: str | None = None) -> int:
