@@ -34,3 +34,9 @@ def test_answers_the_quiz_cannot_read_are_explained(answers, words):
     with pytest.raises(LabError, match=words):
         check_quiz(answers)
     assert "not one of a, b, c, d" in str(check_quiz({"Q1": "e"}))
+
+
+def test_a_question_may_be_keyed_by_its_number():
+    by_number = {int(k[1:]): v for k, v in BY_HAND.items()}
+    assert check_quiz(by_number).score == 10
+    assert check_quiz({"3": BY_HAND["Q3"]}).score == 1

@@ -97,15 +97,7 @@ for label, (bench, kernel) in {{"uprobe 6.18": ("uprobe-ret", "6.18"), "usdt 6.1
 
 
 PROBES = ("emulate", "xol", "optimise", "reject")  # what hit_verdict says a kernel does with the probe
-PROBE_WORDS = {"emulated": "emulate", "stepped": "xol", "step": "xol", "single-step": "xol",
-               "single-stepped": "xol", "optimize": "optimise", "optimised": "optimise", "optimized": "optimise",
-               "rejected": "reject", "refused": "reject", "refuse": "reject"}
 PREDICTED = ("probe", "exceptions")
-
-
-def _probe_word(text: Any) -> str:
-    w = j.word(text)
-    return PROBE_WORDS.get(w, w)
 
 
 def _open_bill(insn: str, kernel: str) -> dict:
@@ -134,8 +126,8 @@ def _judge_open(answer: Any, lab: Remembered) -> tuple[bool, str]:
     wrong = [f"No prediction for {', '.join(missing)} (the question asks for {', '.join(PREDICTED)})"] \
         if missing else []
     if "probe" in said:  # the learner's word only: the lab's comes with the third wrong try
-        if not j.choice(PROBES, _probe_word)(said["probe"], want["probe"])[0]:
-            wrong.append(f"probe: not {_probe_word(said['probe'])} - which instructions does {kernel} emulate, "
+        if not j.choice(PROBES)(said["probe"], want["probe"])[0]:
+            wrong.append(f"probe: not {j.spelling(said['probe'])} - which instructions does {kernel} emulate, "
                          f"step out of line, optimise or refuse?")
     if "exceptions" in said:
         ok, reason = j.number()(said["exceptions"], want["exceptions"])

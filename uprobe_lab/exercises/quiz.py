@@ -139,15 +139,21 @@ class QuizResult:
         return "<br>".join(html.escape(line) for line in str(self).splitlines())
 
 
+def _question_id(key) -> str:
+    """"Q3", "q3", 3 and "3" are all question Q3."""
+    text = str(key).strip().upper()
+    return text if text.startswith("Q") else "Q" + text
+
+
 def check_quiz(answers: dict) -> QuizResult:
     """Score ``answers`` ({"Q1": "b", ...}; letters, any case). An unanswered question scores nothing."""
     if not isinstance(answers, dict):
         raise LabError('answer the quiz with a dict of letters: {"Q1": "b", "Q2": "a", ...}')
     known = {q.id for q in QUESTIONS}
-    unknown = [k for k in answers if str(k).upper() not in known]
+    unknown = [k for k in answers if _question_id(k) not in known]
     if unknown:
         raise LabError(f"no question {', '.join(map(str, unknown))}: the questions are Q1 to Q{len(QUESTIONS)}")
-    given = {str(k).upper(): str(v).strip().lower() for k, v in answers.items()}
+    given = {_question_id(k): str(v).strip().lower() for k, v in answers.items()}
     score, lines = 0, []
     for q in QUESTIONS:
         got = given.get(q.id)
