@@ -43,7 +43,7 @@ CHAPTERS = (
             "patching and what another CPU decodes at each stage; sys_uprobe; the page-crossing limit; the "
             "red-zone hazard and libbpf's USDT revert"),
     Chapter("03b_nop10_optimization", "03b · The optimised uprobe on 7.2: nop10", 25,
-            "7.2 moves the optimisation to a 10-byte nop that steps over the red zone",
+            "7.2 moves the optimisation to a 10-byte nop, and what that fixes",
             "7.2's optimised uprobe: the nop10 (`lea -0x80(%rsp),%rsp; call`, `ret $0x80`), its staged rewrite and "
             "unoptimise; sysret or iret; -ENXIO vs -EPROTO; why the red zone survives; fork; events per hit "
             "6.16 / 6.18 / 7.2 for nop, nop5, nop10 and the USDT shapes"),

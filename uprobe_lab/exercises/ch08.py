@@ -89,7 +89,7 @@ for label, (bench, kernel) in {{"uprobe 6.18": ("uprobe-ret", "6.18"), "usdt 6.1
     answer[label] = 100 * {CAPSTONE_RATE} * ns * 1e-9""",
     explanation="The stepped entry costs two exceptions a hit; a USDT site that the kernel optimises costs one "
                 "syscall (6.18's nop5, 7.2's nop10). On 64 CPUs the same sites on 6.18 add nothing shared "
-                "(chapter 07); on 6.13 each hit would also write mmap_lock's line.",
+                "(chapter 07); on 6.13 each hit would also write [mmap_lock](../docs/glossary.md#vma-and-mmap_lock)'s line.",
     expected=capstone_overhead,
     judge=_judge_overheads,
     why=lambda e: "The lab priced each path's events with the i7's fitted profile.",
