@@ -53,6 +53,14 @@ class FunctionSite:
     file_offset: int
     size: int
     code: bytes
+    section: str = ""  # the section that holds the function (.text), with its address and its offset in the file
+    section_addr: int = 0
+    section_offset: int = 0
+
+    def offset_formula(self) -> str:
+        """How ``file_offset`` follows from the address: address - section address + section offset."""
+        return (f"file offset = {self.vaddr:#x} - {self.section_addr:#x} ({self.section}'s address) + "
+                f"{self.section_offset:#x} ({self.section}'s offset in the file) = {self.file_offset:#x}")
 
     def listing(self, n: int = 4) -> list[str]:
         """The first ``n`` instructions, as objdump shows them."""
@@ -100,7 +108,8 @@ def function_site(path: str | Path, symbol: str) -> FunctionSite:
         offset = found["st_value"] - section["sh_addr"] + section["sh_offset"]
         f.seek(offset)
         code = f.read(max(16, min(found["st_size"], 64)))
-    return FunctionSite(str(path), symbol, found["st_value"], offset, found["st_size"], code)
+    return FunctionSite(str(path), symbol, found["st_value"], offset, found["st_size"], code, section.name,
+                        section["sh_addr"], section["sh_offset"])
 
 
 def hit_verdict(code: bytes, vaddr: int, kernel) -> dict:
@@ -182,18 +191,22 @@ def perf_probe_count(site: FunctionSite, command: list[str]) -> dict:
                                          f"probe -d {name}"]}
 
 
-def build_example(directory: str | Path) -> Path:
+def build_example(directory: str | Path, pie: bool = True) -> Path:
     """Compile the course's example C program (uprobe_lab/data/tick.c) into ``directory``; its path. LabError
-    without a C compiler, naming the package that brings one."""
+    without a C compiler, naming the package that brings one. ``pie=False`` links it at a fixed address
+    (``-no-pie``, 0x400000 on x86-64), where a function's address is no longer its offset in the file; that
+    build is named ``tick-no-pie``."""
 
     cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if cc is None:
         raise LabError("no C compiler here (Debian/Ubuntu: apt install gcc; Fedora: dnf install gcc): the chapter "
                        "goes on with a library every program loads instead")
     source = resources.files("uprobe_lab.data").joinpath("tick.c")
-    out = output_file(Path(directory) / "tick", "directory", "a new directory")  # never over a program of yours
+    name = "tick" if pie else "tick-no-pie"
+    out = output_file(Path(directory) / name, "directory", "a new directory")  # never over a program of yours
     with resources.as_file(source) as src:
-        done = subprocess.run([cc, "-O2", "-o", str(out), str(src)], capture_output=True, text=True)
+        done = subprocess.run([cc, "-O2", *([] if pie else ["-no-pie"]), "-o", str(out), str(src)],
+                              capture_output=True, text=True)
     if done.returncode != 0:
         raise LabError(f"{cc} could not build the example: {done.stderr.strip()[-300:]}")
     record_file(out)

@@ -1,6 +1,8 @@
 """Chapter 08: probing a program of your own, and the capstone."""
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from .. import LabError, analyze
@@ -46,6 +48,16 @@ def _judge_overheads(answer: Any, expected: dict) -> tuple[bool, str]:
     return j.per_item(j.word, _within, direction)(answer, expected)
 
 
+def recorded_hit_us() -> dict[str, float]:
+    """The lab VM's recorded cost of a hit in us: stepped (the getpid probe of chapter 08's recording), emulated
+    (uprobe-nop on one CPU in chapter 07's recording)."""
+    data = Path(__file__).resolve().parents[1] / "data"
+    getpid = json.loads((data / "own_program_6.18.json").read_text())["getpid"]
+    nop = next(r for r in json.loads((data / "native_scaling_6.18.json").read_text())["rows"]
+               if r["bench"] == "uprobe-nop" and r["cpus"] == 1)
+    return {"stepped": getpid["ns_per_hit"] / 1000, "emulated": 1 / nop["mops_per_cpu"]}
+
+
 exercise(
     id="08.1", kind="predict", title="Where the probe goes",
     question="The chapter showed a `lea`, a `mov` and a `push` at function entries. Three more that start many "
@@ -59,9 +71,11 @@ exercise(
     solution="""import uprobe_lab as ul
 answer = {insn: ul.analyze(insn, "x86_64", "6.18")["action"] for insn in ("4889e5", "f30f1efa", "e800000000")}""",
     explanation="The call is emulated (a branch: the kernel pushes the return address and moves ip); `mov` and "
-                "`endbr64` are stepped out of line, two exceptions a hit. On the lab's VM a stepped hit costs about "
-                "10 us, an emulated one about 0.6: where a function's first instruction is stepped, a probe a few "
-                "bytes later, on an emulated one, is far cheaper.",
+                "`endbr64` are stepped out of line, two exceptions a hit. On the lab's recorded 2-CPU VM a stepped "
+                f"hit (getpid's `mov`, this chapter's section 3) cost about {recorded_hit_us()['stepped']:.0f} us, "
+                f"an emulated one (chapter 07's uprobe-nop) about {recorded_hit_us()['emulated']:.1f}: where a "
+                "function's first instruction is stepped, a probe a few bytes later, on an emulated one, is far "
+                "cheaper.",
     expected=lambda: {i: analyze(i, "x86_64", "6.18")["action"] for i in ("4889e5", "f30f1efa", "e800000000")},
     judge=j.per_item(lambda k: j.word(k).replace(" ", ""), j.choice(("emulate", "xol", "reject")),
                      lambda k, v: "look at which instruction classes the kernel emulates"),
@@ -89,7 +103,7 @@ for label, (bench, kernel) in {{"uprobe 6.18": ("uprobe-ret", "6.18"), "usdt 6.1
     answer[label] = 100 * {CAPSTONE_RATE} * ns * 1e-9""",
     explanation="The stepped entry costs two exceptions a hit; a USDT site that the kernel optimises costs one "
                 "syscall (6.18's nop5, 7.2's nop10). On 64 CPUs the same sites on 6.18 add nothing shared "
-                "(chapter 07); on 6.13 each hit would also write [mmap_lock](../docs/glossary.md#vma-and-mmap_lock)'s line.",
+                "(chapter 07); on 6.13 each hit would also write [mmap_lock](../docs/glossary.md#vma-and-the-mmap-lock)'s line.",
     expected=capstone_overhead,
     judge=_judge_overheads,
     why=lambda e: "The lab priced each path's events with the i7's fitted profile.",
