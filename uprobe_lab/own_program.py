@@ -70,6 +70,11 @@ class FunctionSite:
                 for _, i in zip(range(n), md.disasm(code, self.vaddr))]
 
 
+def file_offset(vaddr: int, section_addr: int, section_offset: int) -> int:
+    """Where the byte at ``vaddr`` sits in the ELF file, in a section at ``section_addr`` and ``section_offset``."""
+    return vaddr - section_addr + section_offset
+
+
 def function_site(path: str | Path, symbol: str) -> FunctionSite:
     """Find ``symbol`` (a function) in the ELF file ``path``: its .symtab, or .dynsym where the file is stripped."""
     from elftools.common.exceptions import ELFError
@@ -105,7 +110,7 @@ def function_site(path: str | Path, symbol: str) -> FunctionSite:
                            f"`nm -D --defined-only {path}` (or `nm` for an unstripped file); a function the "
                            "program imports is probed in the library that defines it (`ldd` names it)")
         section = elf.get_section(found["st_shndx"])
-        offset = found["st_value"] - section["sh_addr"] + section["sh_offset"]
+        offset = file_offset(found["st_value"], section["sh_addr"], section["sh_offset"])
         f.seek(offset)
         code = f.read(max(16, min(found["st_size"], 64)))
     return FunctionSite(str(path), symbol, found["st_value"], offset, found["st_size"], code, section.name,
