@@ -37,3 +37,30 @@ def test_the_sheet_s_counts_are_the_emulator_s(bench, kernel, cell):
 @pytest.mark.parametrize("insn, action", [("55", "emulate"), ("f30f1efa", "xol"), ("4889e5", "xol")])
 def test_the_entry_instructions_it_names_run_as_it_says(insn, action):
     assert analyze(insn, "x86_64", "6.18")["action"] == action
+
+
+def test_the_per_hit_range_is_the_fitted_x86_profiles():
+    """The checklist's "X to Y us per hit (one exception ...)": the cheapest and dearest uprobe-nop hit (one int3,
+    emulated) that chapter 05's fitted x86 profiles price, to 0.05 us; a stepped hit (uprobe-ret) "two to three
+    times that" on each."""
+    from uprobe_lab.model import PROFILES, get_profile, profile_names
+    text = " ".join(SHEET.split())
+    low, high = map(float, re.search(r"([\d.]+) to ([\d.]+) us per hit \(one exception", text).groups())
+    x86 = [get_profile(n) for n in profile_names() if PROFILES[n][1] == "x86_64"]
+    nop = [p.hit_interval(events_per_hit("uprobe-nop", "x86_64", "6.18"))[0] / 1000 for p in x86]
+    ret = [p.hit_interval(events_per_hit("uprobe-ret", "x86_64", "6.18"))[0] / 1000 for p in x86]
+    assert abs(min(nop) - low) <= 0.05 and abs(max(nop) - high) <= 0.05
+    assert "stepped instruction costs two to three times that" in text
+    assert all(2 <= round(r / n) <= 3 for r, n in zip(ret, nop))
+
+
+def test_the_shared_writes_it_names_are_the_models_per_release():
+    """"up to 6.11 every hit wrote ... the tree lock, the probe's reference, the consumers' rwsem, mmap_lock" (a lock
+    and an unlock each: 8); "on 6.12 and 6.13 it still writes mmap_lock" (2); "From 6.14 ... shares nothing"."""
+    from uprobe_lab.views.many_cpus import shared_writes
+    text = " ".join(SHEET.split())  # the sentences as read, across the page's line breaks
+    last_all = re.search(r"up to (\d\.\d+) every hit wrote lines all CPUs share", text).group(1)
+    still = re.search(r"on (\d\.\d+) and (\d\.\d+) it still writes mmap_lock", text).groups()
+    free = re.search(r"From (\d\.\d+) a hit on an emulated instruction shares nothing", text).group(1)
+    writes = shared_writes("uprobe-nop", [last_all, *still, free])
+    assert writes[last_all] == 8 and all(writes[r] == 2 for r in still) and writes[free] == 0

@@ -5,9 +5,9 @@ import random
 import re
 import shutil
 import subprocess
-import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -38,6 +38,36 @@ def test_the_site_is_where_the_symbol_table_and_the_section_put_it(tick):
         f.seek(site.file_offset)
         assert f.read(8) == site.code[:8]
     assert site.listing()[-1].endswith("ret")  # the listing stops at the function's end
+
+
+def test_a_program_linked_at_a_fixed_address_has_offset_and_address_apart(tmp_path):
+    try:
+        fixed = build_example(tmp_path, pie=False)
+    except LabError as err:
+        pytest.skip(str(err))
+    site = function_site(fixed, "tick")
+    # readelf's program headers, another route to the same offset: the LOAD segment holding the address maps
+    # its p_vaddr to its p_offset in the file
+    out = subprocess.run(["readelf", "-lW", str(fixed)], capture_output=True, text=True).stdout
+    loads = [line.split() for line in out.splitlines() if line.split()[:1] == ["LOAD"]]
+    offset, vaddr, filesz = next((int(l[1], 16), int(l[2], 16), int(l[4], 16)) for l in loads
+                                 if int(l[2], 16) <= site.vaddr < int(l[2], 16) + int(l[4], 16))
+    assert site.file_offset == site.vaddr - vaddr + offset != site.vaddr and site.vaddr >= 0x400000
+    assert site.offset_formula() == (f"file offset = {site.vaddr:#x} - {site.section_addr:#x} (.text's address) + "
+                                     f"{site.section_offset:#x} (.text's offset in the file) = {site.file_offset:#x}")
+    assert site.vaddr - site.section_addr + site.section_offset == site.file_offset
+    assert fixed.name == "tick-no-pie" and (tmp_path / "tick").exists() is False  # the PIE build's name is free
+
+
+def test_the_chapters_stepped_hit_figure_is_the_recordings():
+    """Chapter 08's "about 10 us" and 08.1's solution are both the recording's getpid hit (9565.7 ns)."""
+    import nbformat
+    from uprobe_lab.exercises.ch08 import recorded_hit_us
+    from uprobe_lab.exercises import solution
+    stepped = round(recorded_hit_us()["stepped"])
+    chapter = nbformat.read(Path(__file__).resolve().parents[1] / "notebooks" / "08_your_program.ipynb", as_version=4)
+    text = " ".join(" ".join(c.source.split()) for c in chapter.cells if c.cell_type == "markdown")
+    assert stepped == 10 and f"has about {stepped} us" in text and f"cost about {stepped} us" in str(solution("08.1"))
 
 
 def test_a_library_function_is_found_in_its_dynamic_symbols():
@@ -282,6 +312,6 @@ def test_a_release_s_own_rules_give_a_verdict_too():
     # a host's kernel (its own name, the rules of its release) optimises as the modelled version does
     rules = host_rules("6.18.44-custom")
     assert rules.name != "6.18"
-    assert hit_verdict(bytes.fromhex("0f1f440000"), 0x401000, rules) == {**hit_verdict(bytes.fromhex("0f1f440000"),
-                                                                                        0x401000, "6.18"),
-                                                                         "kernel": rules.name}
+    modelled = hit_verdict(bytes.fromhex("0f1f440000"), 0x401000, "6.18")
+    assert hit_verdict(bytes.fromhex("0f1f440000"), 0x401000, rules) == {
+        **modelled, "kernel": rules.name, "why": modelled["why"].replace("on 6.18 ", f"on {rules.name} ")}

@@ -33,6 +33,25 @@ def test_print_walk_prints_unless_presenting(monkeypatch, capsys):
     assert not presenter.lecture_mode()
 
 
+def test_a_printout_is_shown_unless_presenting_and_not_even_made_then(monkeypatch):
+    made = []
+    show = lambda: made.append(1) or "the table"  # noqa: E731
+    monkeypatch.delenv(presenter.ENV, raising=False)
+    assert presenter.unless_presenting(show) == "the table" and made == [1]
+    monkeypatch.setenv(presenter.ENV, "1")
+    assert presenter.unless_presenting(show) is None and made == [1]
+
+
+def test_no_learner_cell_carries_the_lecture_switch():
+    """The lecture's plumbing lives in uprobe_lab.presenter: a learner's cell asks unless_presenting() or
+    print_walk(), never lecture_mode() itself."""
+    import nbformat
+    from pathlib import Path
+    for path in sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb")):
+        cells = nbformat.read(path, as_version=4).cells
+        assert not [c.id for c in cells if c.cell_type == "code" and "lecture_mode" in c.source], path.name
+
+
 def _printed(outputs: list[dict]) -> str:
     return "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
 

@@ -129,3 +129,32 @@ def test_an_emulated_call_says_what_a_shadow_stack_task_gets():
         assert "the lab's tasks have no shadow stack" in reason
         assert ("pushes the return address there too" in reason) is has
         assert ("does not push the return address there" in reason) is not has
+
+
+# (bench whose probed site is these bytes, bytes, kernel): the analyzer's word on the site's life must match what
+# the emulator's steady-state hit runs: a rewritten site is entered by the trampoline's syscall, any other by int3
+LIVES = [("uprobe-nop5", "0f1f440000", "6.16"), ("uprobe-nop5", "0f1f440000", "6.18"),
+         ("uprobe-nop5", "0f1f440000", "7.2"), ("uprobe-nop10", "662e0f1f840000000000", "7.2")]
+
+
+@pytest.mark.parametrize("bench,raw,kernel", LIVES, ids=[f"{b}-{k}" for b, _, k in LIVES])
+def test_reason_names_what_later_hits_run(bench, raw, kernel):
+    from uprobe_lab import events_per_hit
+    reason = analyze_hex(raw, get_kernel(kernel))["reason"]
+    later = events_per_hit(bench, kernel=kernel)
+    if later.get("syscalls"):
+        assert later.get("exceptions", 0) == 0
+        into = "lea -0x80(%rsp),%rsp; call" if len(raw) == 20 else "call"
+        assert f"first hit (int3) emulates it, then the site is rewritten into {into} [uprobes-trampoline]" in reason
+    else:
+        assert later["exceptions"] == 1 and "every hit is an int3, then emulated: the site is never rewritten" in reason
+
+
+def test_cli_names_the_rewrite_of_6_18s_nop5(capsys):
+    """The line chapter 03b prints: 6.18 rewrites its nop5 into a call after the first hit (arch_uprobe_optimize
+    in 6.18's arch/x86/kernel/uprobes.c), which 6.16 (no optimised uprobe) never does."""
+    from uprobe_lab import cli
+    assert cli.main(["analyze", "0f1f440000", "--kernel", "6.18"]) == 0
+    assert "then the site is rewritten into call [uprobes-trampoline]" in capsys.readouterr().out
+    assert cli.main(["analyze", "0f1f440000", "--kernel", "6.16"]) == 0
+    assert "on 6.16 every hit is an int3, then emulated" in capsys.readouterr().out

@@ -68,6 +68,14 @@ class FunctionSite:
     code: bytes
     ifunc: bool = False
     version: str = ""
+    section: str = ""  # the section that holds the function (.text), with its address and its offset in the file
+    section_addr: int = 0
+    section_offset: int = 0
+
+    def offset_formula(self) -> str:
+        """How ``file_offset`` follows from the address: address - section address + section offset."""
+        return (f"file offset = {self.vaddr:#x} - {self.section_addr:#x} ({self.section}'s address) + "
+                f"{self.section_offset:#x} ({self.section}'s offset in the file) = {self.file_offset:#x}")
 
     def listing(self, n: int = 4) -> list[str]:
         """The first ``n`` instructions, as objdump shows them."""
@@ -107,6 +115,11 @@ def shorten(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
 
+def file_offset(vaddr: int, section_addr: int, section_offset: int) -> int:
+    """Where the byte at ``vaddr`` sits in the ELF file, in a section at ``section_addr`` and ``section_offset``."""
+    return vaddr - section_addr + section_offset
+
+
 def function_site(path: str | Path, symbol: str) -> FunctionSite:
     """Find ``symbol`` (a function) in the ELF file ``path`` as a program binds it: in its .symtab, or .dynsym
     where the file is stripped; of two versions the default one (``@@``) unless ``symbol`` names one
@@ -129,7 +142,7 @@ def function_site(path: str | Path, symbol: str) -> FunctionSite:
             found, version, names = _function_symbol(elf, symbol)
             if found is not None:
                 section = elf.get_section(found["st_shndx"])
-                offset = found["st_value"] - section["sh_addr"] + section["sh_offset"]
+                offset = file_offset(found["st_value"], section["sh_addr"], section["sh_offset"])
                 f.seek(max(offset, 0))
                 code = f.read(max(16, min(found["st_size"], 64)))
         except Exception as err:  # a file cut short or damaged: pyelftools raises what its parser met
@@ -145,7 +158,8 @@ def function_site(path: str | Path, symbol: str) -> FunctionSite:
         raise LabError(f"{path} has no code for {symbol} where its symbol says (file offset {offset:#x}): is the "
                        "file cut short or damaged? (`readelf -a` says what is wrong)")
     return FunctionSite(str(path), found.name, found["st_value"], offset, found["st_size"], code,
-                        ifunc=found["st_info"]["type"] != "STT_FUNC", version=version)
+                        ifunc=found["st_info"]["type"] != "STT_FUNC", version=version, section=section.name,
+                        section_addr=section["sh_addr"], section_offset=section["sh_offset"])
 
 
 def _function_symbol(elf, symbol: str):
@@ -283,18 +297,22 @@ def perf_probe_count(site: FunctionSite, command: list[str], timeout_s: float = 
                                          f"probe -d {name}"]}
 
 
-def build_example(directory: str | Path) -> Path:
+def build_example(directory: str | Path, pie: bool = True) -> Path:
     """Compile the course's example C program (uprobe_lab/data/tick.c) into ``directory``; its path. LabError
-    without a C compiler, naming the package that brings one."""
+    without a C compiler, naming the package that brings one. ``pie=False`` links it at a fixed address
+    (``-no-pie``, 0x400000 on x86-64), where a function's address is no longer its offset in the file; that
+    build is named ``tick-no-pie``."""
 
     cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if cc is None:
         raise LabError("no C compiler here (Debian/Ubuntu: apt install gcc; Fedora: dnf install gcc): the chapter "
                        "goes on with a library every program loads instead")
     source = resources.files("uprobe_lab.data").joinpath("tick.c")
-    out = output_file(Path(directory) / "tick", "directory", "a new directory")  # never over a program of yours
+    name = "tick" if pie else "tick-no-pie"
+    out = output_file(Path(directory) / name, "directory", "a new directory")  # never over a program of yours
     with resources.as_file(source) as src:
-        done = subprocess.run([cc, "-O2", "-o", str(out), str(src)], capture_output=True, text=True)
+        done = subprocess.run([cc, "-O2", *([] if pie else ["-no-pie"]), "-o", str(out), str(src)],
+                              capture_output=True, text=True)
     if done.returncode != 0:
         raise LabError(f"{cc} could not build the example: {done.stderr.strip()[-300:]}")
     record_file(out)

@@ -26,6 +26,11 @@ def lecture_mode() -> bool:
     return os.environ.get(ENV, "").strip().lower() not in ("", "0", "no", "false")
 
 
+def unless_presenting(show):
+    """``show()`` for a reader, nothing while presenting: a printout the presenter's widget reveals step by step."""
+    return None if lecture_mode() else show()
+
+
 def print_walk(*items) -> None:
     """Print a stepper's walk - steps (anything with ``describe()``), lists of them, or text - unless presenting."""
     if lecture_mode():

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .. import CountingConsumer, LabError, attach, new_process
-from .core import exercise
+from .core import Remembered, exercise
 from . import judges as j
 
 KERNEL = "6.18"
@@ -72,13 +72,16 @@ def _own_bill(answer, lab) -> tuple[bool, str]:
         raise LabError("give (symbol, counts), e.g. ('uprobe_target_push', {'exceptions': 1, ...})")
     target, counts = answer
     right = lab(target)
-    wrong = {k: (counts.get(k), v) for k, v in right.items() if counts.get(k) != v}
-    extra = sorted(set(counts) - set(right))
-    if not wrong and not extra:
+    # what is wrong, not the lab's counts: the learner runs the call to see them (the third wrong try shows them)
+    missing = [k for k in right if k not in counts]
+    parts = [f"no count for {', '.join(missing)}, which the call has"] if missing else []
+    parts += [f"{k}: {j.number()(v, right[k])[1].rstrip('.')}" for k, v in counts.items()
+              if k in right and j.as_number(v) != right[k]]
+    parts += [f"{k} does not happen in this call" for k in counts if k not in right]
+    if not parts:
         return True, f"Your bill for {target} matches the lab's: {right}."
-    parts = [f"{k}: you wrote {a}, the lab counts {b}" for k, (a, b) in wrong.items()]
-    parts += [f"{k} does not happen in this call" for k in extra]
-    return False, "; ".join(parts) + "."
+    text = "; ".join(parts)
+    return False, text[0].upper() + text[1:] + "."
 
 
 def _checked_call(target: str) -> dict:
@@ -102,7 +105,9 @@ ul.attach(proc, "uprobe_target_push", ul.CountingConsumer())
 proc.call("uprobe_target_push")
 answer = ("uprobe_target_push", dict(proc.trace.counts))""",
     explanation="`push %rbp` is emulated (store rbp below rsp, move rsp), so its bill looks like the nop's.",
-    expected=lambda: _checked_call,
+    expected=lambda: Remembered(_checked_call),
     judge=_own_bill,
-    why=lambda lab: "The lab ran the same call with one counting consumer on kernel 6.18.",
+    why=Remembered.why("The lab runs the same call with one counting consumer on kernel 6.18.",
+                       lambda target, bill: f"The lab ran it with one counting consumer on 6.18: {target} costs "
+                                            f"{bill}."),
 )

@@ -99,7 +99,7 @@ def _own_insn(answer, lab) -> tuple[bool, str]:
     if not isinstance(answer, (tuple, list)) or len(answer) != 2:
         raise LabError("give (hex bytes, action), e.g. ('48 89 e5', 'xol')")
     insn, action = answer
-    said = j.word(action)
+    said = j.spelling(action)
     if said not in ACTIONS:
         raise LabError(f"{j.shown(action)} is not one of {', '.join(ACTIONS)}")
     verdict = lab(str(insn).replace(" ", ""))

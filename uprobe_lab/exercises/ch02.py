@@ -5,7 +5,7 @@ from .. import LabError, analyze, disasm, events_per_hit
 from ..bench import bench_names
 from ..kernel import KERNELS
 from ..trace import EVENT_KINDS
-from ..uprobes import uprobe_register
+from ..uprobes import UnprobeableInstruction, uprobe_register
 from ..x86.asm import X86_NOPS
 from ..x86.optimize import uprobe_trampoline_code
 from ..x86.uretprobe_programs import RegsRecorder, make_uretprobe_process, random_registers, regs_roundtrip
@@ -22,11 +22,12 @@ def trampoline_insns(code: bytes) -> list[str]:
     return [text for _, _, text in disasm(code)]
 
 
-def _around_syscall(code: bytes, op: str, before: bool) -> set[str]:
+def _around_syscall(code: bytes, op: str, before: bool) -> list[str]:
+    """The registers ``op`` (push or pop) names before or after the ``syscall``, in the code's order."""
     insns = trampoline_insns(code)
     cut = insns.index("syscall")
     part = insns[:cut] if before else insns[cut + 1:]
-    return {j.register(t.split()[1]) for t in part if t.startswith(op + " ")}
+    return [j.register(t.split()[1]) for t in part if t.startswith(op + " ")]
 
 
 def _syscall_number(code: bytes) -> int:
@@ -82,9 +83,10 @@ answer = {t.split()[1] for t in insns[:insns.index("syscall")] if t.startswith("
     explanation="rcx and r11 (`syscall` writes the next rip and rflags there) and rax (the syscall number): the "
                 "same three as the uretprobe trampoline, pushed in another order - `sys_uprobe` reads them as ax, "
                 "r11, cx from the lowest address up.",
-    expected=lambda: _around_syscall(uprobe_trampoline_code(), "push", before=True),
+    expected=lambda: set(_around_syscall(uprobe_trampoline_code(), "push", before=True)),
     judge=j.same_set(j.register, "register(s)"),
-    why=lambda e: f"The trampoline's bytes, disassembled, push {', '.join(sorted(e))}.",
+    why=lambda e: "The trampoline's bytes, disassembled, push "
+                  f"{', '.join(_around_syscall(uprobe_trampoline_code(), 'push', before=True))}, in that order.",
 )
 
 exercise(
@@ -102,10 +104,10 @@ answer = {t.split()[1] for t in insns[insns.index("syscall") + 1:] if t.startswi
     explanation="The site's `call` pushed the address after the nop5 above the three saves, so `ret` has a slot "
                 "of its own: the trampoline pops all three (rax too - `sys_uprobe` leaves the program's rax in its "
                 "slot, with any change a consumer made), and `ret` goes back to the instruction after the probe.",
-    expected=lambda: _around_syscall(uprobe_trampoline_code(), "pop", before=False),
+    expected=lambda: set(_around_syscall(uprobe_trampoline_code(), "pop", before=False)),
     judge=j.same_set(j.register, "register(s)"),
-    why=lambda e: f"The trampoline pops {', '.join(sorted(e))}; its `ret` takes the address the probe site's "
-                  f"`call` pushed.",
+    why=lambda e: f"The trampoline pops {', '.join(_around_syscall(uprobe_trampoline_code(), 'pop', before=False))}, "
+                  "in that order; its `ret` takes the address the probe site's `call` pushed.",
 )
 
 
@@ -143,7 +145,7 @@ answer = rcx - mapping.start""",
                 "r11 nothing puts the program's values back; the merged trampoline's `push`/`pop` pairs are what "
                 "hide the clobber.",
     expected=_broken_rcx,
-    judge=j.number(),
+    judge=j.number(offset_from="the start of [uprobes]"),
     why=lambda e: f"The lab's run of the broken trampoline left rcx at [uprobes]+{e:#x}.",
 )
 
@@ -171,20 +173,35 @@ answer = int(insns[insns.index("syscall") - 1].split(",")[1], 0)""",
 def bench_bill(kinds: tuple[str, ...], benches: tuple[str, ...], what: str):
     """The judge of an open task's answer (bench, kernel, {kind: count}) against the emulator's steady-state
     counts: the bench is one of ``benches`` (the ``what`` the question asks for), every kind in ``kinds`` is
-    predicted (0 is a prediction), and every key is a kind of the trace's vocabulary."""
+    predicted (0 is a prediction), and every key is a kind of the trace's vocabulary. A kernel that refuses the
+    probe at attach is predicted with "reject" (any of its spellings) in place of the counts."""
     def judge(answer, lab) -> tuple[bool, str]:
-        if not isinstance(answer, (tuple, list)) or len(answer) != 3 or not isinstance(answer[2], dict):
+        if not isinstance(answer, (tuple, list)) or len(answer) != 3 or not isinstance(answer[2], (dict, str)):
             raise LabError(f"give (bench, kernel, {{kind: count}}), e.g. ({benches[0]!r}, '6.11', "
-                           + "{" + ", ".join(f"{k!r}: ..." for k in kinds) + "})")
-        bench, kernel, said = j.word(answer[0]), str(answer[1]), {j.word(k): v for k, v in answer[2].items()}
+                           + "{" + ", ".join(f"{k!r}: ..." for k in kinds) + "}), or (bench, kernel, 'reject') "
+                           "for a probe the kernel refuses")
+        bench, kernel = j.word(answer[0]), str(answer[1])
         if bench not in benches:
             raise LabError(f"{j.shown(answer[0])} is not {what}; pick one of {', '.join(benches)}")
         if kernel not in KERNELS:
             raise LabError(f"kernel {j.shown(answer[1])}: pick one of {', '.join(KERNELS)}")
+        try:
+            right = lab(bench, kernel)
+        except UnprobeableInstruction:
+            right = None  # refused at attach: there is no hit to count
+        if isinstance(answer[2], str):
+            if j.spelling(answer[2]) != "reject":
+                raise LabError(f"{answer[2]!r}: predict the counts ({{kind: count}}), or 'reject' if {kernel} "
+                               "refuses the probe")
+            if right is None:
+                return True, f"{kernel} refuses a probe on {bench}'s site at attach, as you said."
+            return False, f"{kernel} accepts a probe on {bench}'s site: predict what a hit costs."
+        if right is None:
+            return False, f"Counting hits assumes {kernel} accepts a probe on {bench}'s site: does it?"
+        said = {j.word(k): v for k, v in answer[2].items()}
         unknown = [k for k in said if k not in EVENT_KINDS]
         if unknown:
             raise j.not_known(unknown, EVENT_KINDS, "an event kind", "kinds")
-        right = lab(bench, kernel)
         missing = [k for k in kinds if k not in said]
         wrong = [f"No prediction for {', '.join(missing)} (the question asks for {', '.join(kinds)}; 0 is a "
                  f"prediction)"] if missing else []
@@ -201,7 +218,8 @@ def open_bench_task(kinds: tuple[str, ...], benches: tuple[str, ...], what: str)
     """The checking half of an open "pick a bench and a kernel, predict its bill" exercise."""
     return dict(expected=lambda: (lambda bench, kernel: events_per_hit(bench, "x86_64", kernel)),
                 judge=bench_bill(kinds, benches, what),
-                why=lambda lab: "The emulator ran the bench to its steady state on that kernel.")
+                why=lambda lab: "The lab attached the bench's probe as that kernel would and, where the kernel "
+                                "took it, ran the bench to its steady state.")
 
 
 exercise(

@@ -64,7 +64,7 @@ answer = int(text.split()[-1], 16) - run.site""",
                 "into whatever lies 17 KB further on: a CPU would run garbage. That is why byte 0 is written last, "
                 "behind an int3 that every CPU has been synced to see.",
     expected=_wrong_order_call_offset,
-    judge=j.number(),
+    judge=j.number(offset_from="the site"),
     why=lambda e: f"The call's target is the site + {e:#x}.",
 )
 

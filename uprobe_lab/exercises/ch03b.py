@@ -69,17 +69,17 @@ answer = {b: {k: ul.events_per_hit(b, "x86_64", "7.2").get(k, 0) for k in ("exce
         f"{b}: {v['exceptions']:g} exception(s), {v['syscalls']:g} syscall(s)" for b, v in e.items()) + ".",
 )
 
-# every USDT site shape and the nop10 probes; not the page-crossing nop10 probes, whose verdict is 03b.1's answer
-USDT_AND_NOP10_BENCHES = tuple(b for b in bench_names("x86_64")
-                               if b.startswith("usdt-") or b in ("uprobe-nop10", "uretprobe-nop10"))
+# every USDT site shape and every nop10 probe, the page-crossing one of 03b.1 too
+USDT_AND_NOP10_BENCHES = tuple(b for b in bench_names("x86_64") if b.startswith("usdt-") or "nop10" in b)
 
 exercise(
     id="03b.3", kind="open", title="A USDT site on the kernel of your choice",
     question="Pick a USDT or nop10 bench (`usdt-nop5`, `usdt-nop10-pagecross`, `uretprobe-nop10`, ...) and a "
              "kernel (any the lab models, 6.10 to 7.2); predict its exceptions and syscalls per hit before you "
              "look it up, then check: "
-             "`answer = (\"usdt-nop10\", \"6.18\", {\"exceptions\": ..., \"syscalls\": ...})`. A kernel that "
-             "refuses the probe says so.",
+             "`answer = (\"usdt-nop10\", \"6.18\", {\"exceptions\": ..., \"syscalls\": ...})`. If you "
+             "predict that the kernel refuses the probe, answer `\"reject\"` in place of the counts: "
+             "`(\"uprobe-nop10\", \"6.16\", \"reject\")`.",
     hint="A USDT site is probed where that kernel's own libbpf probes it: on the long nop only when the kernel "
          "optimises it, else on the 1-byte nop before it.",
     solution="""import uprobe_lab as ul

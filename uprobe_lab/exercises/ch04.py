@@ -119,7 +119,7 @@ answer = (r["signal"], r["sp_before"] != r["sp_after"])""",
 def _own_word(answer, lab) -> tuple[bool, str]:
     if not isinstance(answer, (tuple, list)) or len(answer) != 3:
         raise LabError("give (word, stp mode, action), e.g. ('a9bf7bfd', 'simulate', 'simulate')")
-    w, mode, said = _word(answer[0]), j.word(answer[1]), j.word(answer[2])
+    w, mode, said = _word(answer[0]), j.spelling(answer[1]), j.spelling(answer[2])
     if mode not in ("xol", "simulate") or said not in ACTIONS:
         raise LabError(f"mode is 'xol' or 'simulate'; action one of {', '.join(ACTIONS)}")
     verdict = lab(w, mode)

@@ -131,7 +131,7 @@ exercise(
     question="Calibrate a profile on the recorded run (`profile = calibrate.calibrate(example.load_example()"
              "[\"benches\"])`); `calibrate.prices_table(profile)` gives its prices in ns per event. Pick a bench and "
              "a kernel (a modelled version or a release), count the events one hit costs (exceptions, syscalls, "
-             "single steps, probe lookups and consumer runs, return instances, copies to or from user memory), "
+             "single steps, probe lookups and consumer runs, [return instances](../docs/glossary.md#return-instance), copies to or from user memory), "
              "price them from the table and predict the bench's rate there in M/s (1000 / ns a hit): `answer = "
              "(bench, kernel, mops)`, e.g. `(\"uretprobe-push\", \"6.11\", 0.5)`. Within 5% of the lab's figure "
              "counts as right. Then, with no checker: how much of your hit is `xol_step`, the price the table "

@@ -81,8 +81,8 @@ def _arm64_slots() -> int:
 exercise(
     id="07.3", kind="predict", title="Enough slots?",
     question="Threads of one process step `ret` out of line on x86-64 (`uprobe-ret`), each switched out on every "
-             "return to user mode. Can any of 31 threads ever find every XOL slot taken, whatever the "
-             "interleaving? Of 200? And how many threads can step out of line at once on arm64 (4 KB pages, "
+             "return to user mode. Is there any interleaving in which one of 31 such threads finds every XOL slot "
+             "taken (and has to sleep for one)? Any with 200 threads? And how many threads can step out of line at once on arm64 (4 KB pages, "
              "`UPROBE_XOL_SLOT_BYTES` = 4)? Answer `{\"31\": True or False, \"200\": True or False, \"arm64\": "
              "a whole number}`, the count exact.",
     hint="One page of slots, 128 bytes each on x86-64; slot 0 holds the return trampoline. A thread holds one "

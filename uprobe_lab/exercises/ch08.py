@@ -1,12 +1,15 @@
 """Chapter 08: probing a program of your own, and the capstone."""
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from .. import LabError, analyze
 from ..bench import events_per_hit
 from ..model import get_profile
 from ..own_program import hit_verdict, overhead
+from ..views.many_cpus import shared_writes
 from .core import Remembered, exercise
 from . import judges as j
 
@@ -21,14 +24,21 @@ CAPSTONE = {  # the probe -> (the bench target whose hit takes the same path, th
 TOLERANCE = 0.15  # relative: the profile's own 80% interval is wider than that
 
 
+def capstone_ns() -> dict[str, float]:
+    """Per probe: the ns of one hit, its events priced with the i7's fitted profile."""
+    profile = get_profile(CAPSTONE_CPU)
+    return {label: round(profile.hit_interval(events_per_hit(bench, "x86_64", kernel))[0], 1)
+            for label, (bench, kernel) in CAPSTONE.items()}
+
+
 def capstone_overhead() -> dict[str, float]:
     """Per probe: the share of one CPU (in %) the probe takes at CAPSTONE_RATE calls a second."""
-    profile = get_profile(CAPSTONE_CPU)
-    out = {}
-    for label, (bench, kernel) in CAPSTONE.items():
-        ns, _ = profile.hit_interval(events_per_hit(bench, "x86_64", kernel))
-        out[label] = round(100 * overhead(CAPSTONE_RATE, ns), 2)
-    return out
+    return {label: round(100 * overhead(CAPSTONE_RATE, ns), 2) for label, ns in capstone_ns().items()}
+
+
+def capstone_shared() -> set[str]:
+    """The probes whose hit writes a line other CPUs write (chapter 07's count under their kernel's rules)."""
+    return {label for label, (bench, kernel) in CAPSTONE.items() if shared_writes(bench, [kernel])[kernel]}
 
 
 def _within(got: Any, want: float) -> tuple[bool, str]:
@@ -36,14 +46,31 @@ def _within(got: Any, want: float) -> tuple[bool, str]:
     return abs(j.as_number(got) - want) <= TOLERANCE * want, ""
 
 
-def _judge_overheads(answer: Any, expected: dict) -> tuple[bool, str]:
+def _judge_within(unit: str):
     """Probe by probe (keys as :func:`judges.word` spells them), each wrong one said too high or too low."""
-    said = {j.word(k): v for k, v in answer.items()} if isinstance(answer, dict) else {}
+    def judge(answer: Any, expected: dict) -> tuple[bool, str]:
+        said = {j.word(k): v for k, v in answer.items()} if isinstance(answer, dict) else {}
 
-    def direction(key: str, want: float) -> str:
-        got = j.as_number(said[key])
-        return f"{got:g}% is too {'high' if got > want else 'low'}"
-    return j.per_item(j.word, _within, direction)(answer, expected)
+        def direction(key: str, want: float) -> str:
+            got = j.as_number(said[key])
+            return f"{got:g}{unit} is too {'high' if got > want else 'low'}"
+        return j.per_item(j.word, _within, direction)(answer, expected)
+    return judge
+
+
+CAPSTONE_KEYS = "`{\"uprobe 6.18\": ..., \"usdt 6.18\": ..., \"usdt 7.2\": ...}`"
+CAPSTONE_PROBES = ("as a uprobe on the function's entry, whose first instruction is stepped, on 6.18; as a USDT "
+                   "site with libbpf's nop5 combo on 6.18; with its nop10 combo on 7.2")
+
+
+def recorded_hit_us() -> dict[str, float]:
+    """The lab VM's recorded cost of a hit in us: stepped (the getpid probe of chapter 08's recording), emulated
+    (uprobe-nop on one CPU in chapter 07's recording)."""
+    data = Path(__file__).resolve().parents[1] / "data"
+    getpid = json.loads((data / "own_program_6.18.json").read_text())["getpid"]
+    nop = next(r for r in json.loads((data / "native_scaling_6.18.json").read_text())["rows"]
+               if r["bench"] == "uprobe-nop" and r["cpus"] == 1)
+    return {"stepped": getpid["ns_per_hit"] / 1000, "emulated": 1 / nop["mops_per_cpu"]}
 
 
 exercise(
@@ -59,9 +86,11 @@ exercise(
     solution="""import uprobe_lab as ul
 answer = {insn: ul.analyze(insn, "x86_64", "6.18")["action"] for insn in ("4889e5", "f30f1efa", "e800000000")}""",
     explanation="The call is emulated (a branch: the kernel pushes the return address and moves ip); `mov` and "
-                "`endbr64` are stepped out of line, two exceptions a hit. On the lab's VM a stepped hit costs about "
-                "10 us, an emulated one about 0.6: where a function's first instruction is stepped, a probe a few "
-                "bytes later, on an emulated one, is far cheaper.",
+                "`endbr64` are stepped out of line, two exceptions a hit. On the lab's recorded 2-CPU VM a stepped "
+                f"hit (getpid's `mov`, this chapter's section 3) cost about {recorded_hit_us()['stepped']:.0f} us, "
+                f"an emulated one (chapter 07's uprobe-nop) about {recorded_hit_us()['emulated']:.1f}: where a "
+                "function's first instruction is stepped, a probe a few bytes later, on an emulated one, is far "
+                "cheaper.",
     expected=lambda: {i: analyze(i, "x86_64", "6.18")["action"] for i in ("4889e5", "f30f1efa", "e800000000")},
     judge=j.per_item(lambda k: j.word(k).replace(" ", ""), j.choice(("emulate", "xol", "reject")),
                      lambda k, v: "look at which instruction classes the kernel emulates"),
@@ -69,43 +98,34 @@ answer = {insn: ul.analyze(insn, "x86_64", "6.18")["action"] for insn in ("4889e
 )
 
 exercise(
-    id="08.2", kind="predict", title="The capstone: a busy service",
-    question=f"A service on an Intel i7-1165G7 calls a probed function {CAPSTONE_RATE:,} times a second. What "
-             "share of one CPU (in %) does the probe take: as a uprobe on the function's entry, whose first "
-             "instruction is stepped, on 6.18; as a USDT site with libbpf's nop5 combo on 6.18; with its nop10 "
-             "combo on 7.2? Use the i7's profile from chapter 05 (`uprobe_lab.model.get_profile"
-             f"(\"{CAPSTONE_CPU}\")`). Answer `{{\"uprobe 6.18\": ..., \"usdt 6.18\": ..., \"usdt 7.2\": ...}}`; "
-             f"within {TOLERANCE:.0%} of the lab's figure counts as right.",
-    hint="Each probe's hit takes the path of one of the kernel bench's targets (`uprobe-ret`, `usdt-nop5`, "
-         "`usdt-nop10`): price its events with the profile (`profile.hit_interval(events)`), then calls a second "
-         "x ns a hit.",
+    id="08.2", kind="predict", title="The capstone, step 1: what one hit costs",
+    question=f"A service on an Intel i7-1165G7 calls a probed function {CAPSTONE_RATE:,} times a second, probed "
+             f"{CAPSTONE_PROBES}. First, what does one hit cost, in ns, on that CPU? Count each hit's events "
+             "(chapters 01, 03 and 03b), then price them with the i7's prices from chapter 05's table "
+             f"(`uprobe_lab.model.get_profile(\"{CAPSTONE_CPU}\").prices`). Answer {CAPSTONE_KEYS}; within "
+             f"{TOLERANCE:.0%} of the lab's figure counts as right.",
+    hint="A stepped entry: the int3's exception, the single step in an XOL slot and its #DB (a second "
+         "exception), the probe lookup and the consumer run. An optimised USDT site: one syscall through the "
+         "trampoline, the lookup and the consumer run, and the copies `sys_uprobe` makes of the saved registers. "
+         "Each event kind has one price in the table; a hit costs the sum.",
     solution=f"""from uprobe_lab.bench import events_per_hit
 from uprobe_lab.model import get_profile
 profile = get_profile("{CAPSTONE_CPU}")
-answer = {{}}
-for label, (bench, kernel) in {{"uprobe 6.18": ("uprobe-ret", "6.18"), "usdt 6.18": ("usdt-nop5", "6.18"),
-                               "usdt 7.2": ("usdt-nop10", "7.2")}}.items():
-    ns, _ = profile.hit_interval(events_per_hit(bench, "x86_64", kernel))
-    answer[label] = 100 * {CAPSTONE_RATE} * ns * 1e-9""",
-    explanation="The stepped entry costs two exceptions a hit; a USDT site that the kernel optimises costs one "
-                "syscall (6.18's nop5, 7.2's nop10). On 64 CPUs the same sites on 6.18 add nothing shared "
-                "(chapter 07); on 6.13 each hit would also write mmap_lock's line.",
-    expected=capstone_overhead,
-    judge=_judge_overheads,
-    why=lambda e: "The lab priced each path's events with the i7's fitted profile.",
+paths = {{"uprobe 6.18": ("uprobe-ret", "6.18"), "usdt 6.18": ("usdt-nop5", "6.18"), "usdt 7.2": ("usdt-nop10", "7.2")}}
+answer = {{label: profile.hit_interval(events_per_hit(bench, "x86_64", kernel))[0]
+          for label, (bench, kernel) in paths.items()}}""",
+    explanation="Each probe's hit takes the path of one of the kernel bench's targets: the stepped entry "
+                "`uprobe-ret`'s, the USDT sites `usdt-nop5`'s and `usdt-nop10`'s. The stepped entry pays two "
+                "exceptions and the step; an optimised site one syscall and a few copies, about a fifth of that.",
+    expected=capstone_ns,
+    judge=_judge_within(" ns"),
+    why=lambda e: "The lab priced each path's events with the i7's fitted profile: "
+                  + ", ".join(f"{k} {v:.0f} ns" for k, v in e.items()) + ".",
 )
 
 
 PROBES = ("emulate", "xol", "optimise", "reject")  # what hit_verdict says a kernel does with the probe
-PROBE_WORDS = {"emulated": "emulate", "stepped": "xol", "step": "xol", "single-step": "xol",
-               "single-stepped": "xol", "optimize": "optimise", "optimised": "optimise", "optimized": "optimise",
-               "rejected": "reject", "refused": "reject", "refuse": "reject"}
 PREDICTED = ("probe", "exceptions")
-
-
-def _probe_word(text: Any) -> str:
-    w = j.word(text)
-    return PROBE_WORDS.get(w, w)
 
 
 def _open_bill(insn: str, kernel: str) -> dict:
@@ -134,8 +154,8 @@ def _judge_open(answer: Any, lab: Remembered) -> tuple[bool, str]:
     wrong = [f"No prediction for {', '.join(missing)} (the question asks for {', '.join(PREDICTED)})"] \
         if missing else []
     if "probe" in said:  # the learner's word only: the lab's comes with the third wrong try
-        if not j.choice(PROBES, _probe_word)(said["probe"], want["probe"])[0]:
-            wrong.append(f"probe: not {_probe_word(said['probe'])} - which instructions does {kernel} emulate, "
+        if not j.choice(PROBES)(said["probe"], want["probe"])[0]:
+            wrong.append(f"probe: not {j.spelling(said['probe'])} - which instructions does {kernel} emulate, "
                          f"step out of line, optimise or refuse?")
     if "exceptions" in said:
         ok, reason = j.number()(said["exceptions"], want["exceptions"])
@@ -167,4 +187,42 @@ answer = ("b827000000", "6.18", {"probe": "xol", "exceptions": 2})""",
     judge=_judge_open,
     why=Remembered.why("The lab decoded the instruction and counted the hit of the bench target that takes its path.",
                        _decoded),
+)
+
+
+exercise(
+    id="08.4", kind="predict", title="The capstone, step 2: the share of a CPU",
+    question=f"With step 1's cost per hit (exercise 08.2): at {CAPSTONE_RATE:,} calls a second, what share of one "
+             f"CPU (in %) does each probe take? Answer {CAPSTONE_KEYS}; within {TOLERANCE:.0%} of the lab's "
+             "figure counts as right.",
+    hint="A CPU has 1e9 ns a second. How many of them do the hits take?",
+    solution=f"""from uprobe_lab.exercises.ch08 import capstone_ns
+answer = {{label: 100 * {CAPSTONE_RATE} * ns * 1e-9 for label, ns in capstone_ns().items()}}""",
+    explanation="Calls a second times ns a hit, over the 1e9 ns a CPU has each second. The stepped entry takes "
+                "several times what either USDT site takes: where it matters, probe an emulated instruction "
+                "further in, or put a USDT site there.",
+    expected=capstone_overhead,
+    judge=_judge_within("%"),
+    why=lambda e: "The lab's figures: " + ", ".join(f"{k} {v:g}%" for k, v in e.items()) + ".",
+)
+
+exercise(
+    id="08.5", kind="predict", title="The capstone, step 3: on 64 CPUs",
+    question="The same service on a 64-CPU server, the function called on every CPU at once. For which of the three "
+             "probes does each hit write a line that other CPUs also write, so that its cost per hit grows with "
+             f"the number of CPUs hitting it? Answer a set of the labels, e.g. `{{\"usdt 7.2\"}}` (or `set()` for "
+             "none).",
+    hint="Chapter 07: what does a stepped hit hold from its trap to its single-step trap, and what does that take "
+         "from the process's shared state? What does an optimised site's hit touch on 6.18 and 7.2?",
+    solution="""from uprobe_lab.views.many_cpus import shared_writes
+paths = {"uprobe 6.18": ("uprobe-ret", "6.18"), "usdt 6.18": ("usdt-nop5", "6.18"), "usdt 7.2": ("usdt-nop10", "7.2")}
+answer = {label for label, (bench, kernel) in paths.items() if shared_writes(bench, [kernel])[kernel]}""",
+    explanation="The stepped entry takes an XOL slot (a bit of the area's bitmap, set and cleared) and holds a "
+                "reference on the probe over the step: four writes to lines every CPU writes, so on 64 CPUs its "
+                "hits queue for those lines and a hit costs more than step 1 says. The optimised sites' hits "
+                "share nothing from 6.14 on.",
+    expected=capstone_shared,
+    judge=j.same_set(j.word, "probe(s)"),
+    why=lambda e: "Chapter 07's count of shared writes per hit under each kernel's rules names "
+                  + (", ".join(sorted(e)) if e else "none") + ".",
 )

@@ -6,6 +6,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..chapters import CHAPTERS as COURSE
 from ..errors import LabError
 from .judges import plain, shown
 
@@ -61,7 +62,7 @@ class Exercise:
             raise ValueError(f"exercise {self.id}: kind {self.kind!r} is not one of {KINDS}")
 
 
-CHAPTERS = ("00", "01", "02", "03", "03b", "04", "05", "06", "07", "08")
+CHAPTERS = tuple(c.number for c in COURSE)
 _REGISTRY: dict[str, Exercise] = {}
 _MISSES: dict[str, int] = {}  # wrong answers so far, per exercise, in this Python session
 TRIES_BEFORE_WHY = 3  # the explanation, which may name the answer, comes with the third wrong try

@@ -112,6 +112,26 @@ def word(text: Any) -> str:
     return " ".join(str(text).strip().strip("'\"").lower().split())
 
 
+# One spelling for every checker of what a kernel does with a probe: the lab's word, and the words a learner (or
+# the kernel's source: can_optimize, "refuse") may write for it
+SPELLINGS = {
+    "optimise": ("optimize", "optimised", "optimized", "optimises", "optimizes", "optimisation", "optimization"),
+    "emulate": ("emulated", "emulates", "emulation"),
+    "simulate": ("simulated", "simulates", "simulation"),
+    "xol": ("step", "stepped", "steps", "single step", "single stepped", "singlestep", "out of line",
+            "stepped out of line", "single stepped out of line"),
+    "reject": ("rejected", "rejects", "refuse", "refused", "refuses", "refusal"),
+}
+_SPELT = {spelling: lab for lab, spellings in SPELLINGS.items() for spelling in spellings}
+
+
+def spelling(text: Any) -> str:
+    """The lab's word for ``text`` (see SPELLINGS: 'optimized' and 'Optimised' are 'optimise', 'single-stepped'
+    is 'xol', 'refused' is 'reject'); any other text its :func:`word`."""
+    w = word(text)
+    return _SPELT.get(w.replace("-", " ").replace("_", " "), w)
+
+
 SIGNALS = {"sigill": 4, "sigtrap": 5, "sigbus": 7, "sigkill": 9, "sigsegv": 11}
 
 
@@ -129,13 +149,20 @@ def register(name: Any) -> str:
     return REGISTER_ALIASES.get(n, n)
 
 
-def number(tolerance: float = 0.0, unit: str = "") -> Callable[[Any, float], tuple[bool, str]]:
+LOWEST_LOAD_ADDRESS = 0x400000  # where x86-64's non-PIE programs start; a process's mappings lie at or above it
+
+
+def number(tolerance: float = 0.0, unit: str = "", offset_from: str = "") -> Callable[[Any, float], tuple[bool, str]]:
     """Equal within ``tolerance`` (absolute); the reason says too high or too low. The question states the
-    tolerance in :func:`tolerance_words` (a test holds every numeric question to it)."""
+    tolerance in :func:`tolerance_words` (a test holds every numeric question to it). For an offset from
+    ``offset_from`` (e.g. "the site"), an answer as large as an address is named as one."""
     def judge(answer, expected):
         got = as_number(answer)
         if abs(got - expected) <= tolerance + 1e-9:
             return True, ""
+        if offset_from and got >= LOWEST_LOAD_ADDRESS > expected:
+            return False, (f"{int(got):#x} is an address, not an offset: give the offset from {offset_from} "
+                           "(subtract its address).")
         return False, f"{got:g}{unit} is too {'high' if got > expected else 'low'}."
     judge.tolerance = tolerance
     return judge
@@ -146,8 +173,8 @@ def tolerance_words(tolerance: float) -> str:
     return "exact" if tolerance == 0 else f"±{tolerance:g}"
 
 
-def choice(options: tuple[str, ...], normalise: Callable[[Any], str] = word) -> Callable[[Any, str], tuple[bool, str]]:
-    """One of ``options``."""
+def choice(options: tuple[str, ...], normalise: Callable[[Any], str] = spelling) -> Callable[[Any, str], tuple[bool, str]]:
+    """One of ``options``, however SPELLINGS lets the learner write it."""
     def judge(answer, expected):
         got = normalise(answer)
         if got not in options:

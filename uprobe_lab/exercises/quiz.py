@@ -1,4 +1,5 @@
-"""The end-of-course quiz: ten questions over chapters 01-07, each answer asked of the lab when it is checked.
+"""The end-of-course quiz: ten questions over chapters 01-08, each about a case no chapter prints (the chapters it
+draws on named with it), each answer asked of the lab when it is checked.
 
     from uprobe_lab.exercises.quiz import quiz, check_quiz
     quiz()                                  # the questions
@@ -8,15 +9,22 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Callable
 
 from .. import analyze
-from ..bench import bench_process, events_per_hit
+from ..arches import make_process
+from ..bench import events_per_hit
 from ..errors import LabError, is_int
-from ..x86 import constants as x86
+from ..kernel import release_rules
+from ..model import get_profile
+from ..native.fork import emulated_fork_report
+from ..own_program import file_offset, hit_verdict
 from ..views.many_cpus import shared_writes
+from ..x86 import constants as x86, optimize
+from ..x86.asm import X86_NOPS
+from ..x86.redzone_programs import check_transparency
 from .judges import listed, plain, shown, word
-from ..x86.uretprobe import uretprobe_syscall_args
 
 
 @dataclass(frozen=True)
@@ -30,82 +38,103 @@ class Question:
 
 
 def _letter(choices: dict[str, str], text: str) -> str:
-    return next(k for k, v in choices.items() if v == text)
-
-
-def _after_first_hits(bench: str, kernel: str, symbol: str) -> bytes:
-    proc, _, target = bench_process(bench, "x86_64", kernel)
-    proc.call("producer_loop", 3, target)
-    return proc.read(proc.program.resolve(symbol), 5)
+    letter = next((k for k, v in choices.items() if v == text), None)
+    if letter is None:  # the lab's answer changed under the question: the question must change with it
+        raise LabError(f"the lab now answers {text!r}, which is none of the question's choices")
+    return letter
 
 
 def _q(id, chapter, text, choices, pick, why) -> Question:
     return Question(id, chapter, text, choices, lambda: _letter(choices, pick()), why)
 
 
+NOP10 = bytes.fromhex("662e0f1f840000000000")
+PAGE_END = 0x401000  # a page boundary: a site at PAGE_END - length ends on the page's last byte
+
+C_ACTION = {"a": "emulated", "b": "stepped out of line", "c": "refused at attach", "d": "optimised after its first hit"}
+ACTION_WORD = {"emulate": C_ACTION["a"], "xol": C_ACTION["b"], "reject": C_ACTION["c"], "optimise": C_ACTION["d"]}
+C_WORDS = {"a": "0", "b": "1", "c": "4", "d": "16"}
+C_BILL = {"a": "1 syscall, no exception", "b": "1 exception", "c": "2 exceptions", "d": "nothing: the probe is refused"}
+C_ERRNO = {"a": "-ENXIO", "b": "-EPROTO", "c": "SIGILL", "d": "0"}
+C_CHILD = {"a": "exits normally, its hits counted", "b": "exits normally, its hits not counted",
+           "c": "dies of SIGSEGV", "d": "dies of SIGILL"}
+C_ARM = {"a": "1 exception", "b": "2 exceptions", "c": "nothing: the probe is refused"}
+C_DEARER = {"a": "the uprobe on ret", "b": "the uretprobe on nop", "c": "they cost the same"}
 C_EXC = {"a": "0", "b": "1", "c": "2", "d": "3"}
-C_REGS = {"a": "rax, rcx, r11", "b": "rdi, rsi, rdx", "c": "rbp, rsp", "d": "none: the kernel restores them"}
-C_NR = {"a": "335", "b": "336", "c": "462", "d": "467"}
-C_NOP5 = {"a": "an int3 (cc) left in place", "b": "a call (e8) to [uprobes-trampoline]", "c": "a jmp (e9)",
-          "d": "the original nop5"}
-C_NOP10 = {"a": "lea -0x80(%rsp),%rsp", "b": "call", "c": "int3", "d": "push %rbp"}
-C_ARM = {"a": "simulate", "b": "xol", "c": "reject"}
-C_RELEASE = {"a": "6.10", "b": "6.12", "c": "6.13", "d": "6.14"}
-C_SLOTS = {"a": "1", "b": "31", "c": "32", "d": "1023"}
-C_RET = {"a": "2 exceptions on both", "b": "2 exceptions on 6.10, 1 exception + 1 syscall on 6.11",
-         "c": "1 exception on both", "d": "1 exception + 1 syscall on both"}
-C_CAP = {"a": "an emulated push", "b": "a stepped lea", "c": "both cost the same"}
+C_WRITES = {"a": "0", "b": "4", "c": "6", "d": "8"}
+C_OFFSET = {"a": "0x401136", "b": "0x1136", "c": "0x40096", "d": "0x1040"}
 
 
-def _regs() -> str:
-    saved = {name if name.startswith("r") else "r" + name for name in uretprobe_syscall_args()}  # pt_regs: ax, cx
-    return next(v for v in C_REGS.values() if set(v.split(", ")) == saved)
+def _bill_words(verdict: dict) -> str:
+    if verdict["probe"] == "reject":
+        return C_BILL["d"]
+    if verdict["exceptions"] == 0 and verdict["syscalls"] == 1:
+        return C_BILL["a"]
+    return {1: C_BILL["b"], 2: C_BILL["c"]}.get(verdict["exceptions"], f"{verdict['exceptions']} exceptions")
 
 
-def _first_release_sharing_nothing() -> str:
-    writes = shared_writes("uprobe-nop", list(C_RELEASE.values()))
-    return next(k for k in C_RELEASE.values() if writes[k] == 0)
+def _sys_uprobe_from_own_code(release: str) -> str:
+    """What syscall 336 returns to a caller outside any trampoline, under ``release``'s rules."""
+    proc = make_process("x86_64", release_rules(release))
+    regs = SimpleNamespace(ip=proc.program.resolve("producer_loop"))  # the program's own code
+    return {-x86.ENXIO: "-ENXIO", -x86.EPROTO: "-EPROTO"}.get(optimize.sys_uprobe(proc, regs), "0")
 
 
-def _x86_slots() -> str:
-    proc, _, target = bench_process("uprobe-ret", "x86_64", "6.18")
-    proc.call("producer_loop", 1, target)
-    return str(len(proc.mm.xol_area.bitmap) - 1)
+def _forked_child(release: str) -> str:
+    child = emulated_fork_report(release_rules(release))["uprobe_target_nop5"]
+    if child["child"].startswith("exit 0"):
+        return C_CHILD["a"] if child["child hits"] else C_CHILD["b"]
+    return C_CHILD["c"] if child["child"] == "SIGSEGV" else C_CHILD["d"]
 
 
+def _dearer_on_the_i7() -> str:
+    profile = get_profile("intel-i7-1165g7")
+    ret, uret = (profile.hit_interval(events_per_hit(b, "x86_64", "6.18"))[0] for b in ("uprobe-ret", "uretprobe-nop"))
+    return C_DEARER["a"] if ret > uret else C_DEARER["b"] if uret > ret else C_DEARER["c"]
+
+
+# Each question is about a case no chapter prints (another instruction, kernel, site or count): it asks for what
+# the chapters it names teach, applied. A test holds the chapters' printed output to that.
 QUESTIONS = [
-    _q("Q1", "01", "A uprobe on `ret` on 6.18: how many exceptions does one hit cost?", C_EXC,
-       lambda: f"{events_per_hit('uprobe-ret', 'x86_64', '6.18')['exceptions']:g}",
-       "ret is stepped out of line: the int3's #BP, then the single-step's #DB."),
-    _q("Q2", "02", "Which registers does the uretprobe syscall trampoline save before its `syscall`?", C_REGS, _regs,
-       "syscall itself writes rcx (the return address) and r11 (the flags), and rax carries the syscall number."),
-    _q("Q3", "02", "The number of the uretprobe syscall on x86-64 in the merged kernel:", C_NR,
-       lambda: str(x86.__NR_uretprobe), "Posted as 462, wired up as 463, moved to 467, merged for 6.11 as 335."),
-    _q("Q4", "03", "On 6.18, what do a probed nop5's first bytes become once it has been hit?", C_NOP5,
-       lambda: {0xE8: C_NOP5["b"], 0xCC: C_NOP5["a"], 0xE9: C_NOP5["c"]}.get(
-           _after_first_hits("uprobe-nop5", "6.18", "uprobe_target_nop5")[0], C_NOP5["d"]),
-       "6.18 patches it, behind an int3, into a call to the trampoline that enters the kernel by sys_uprobe."),
-    _q("Q5", "03b", "On 7.2, what does an optimised nop10 begin with?", C_NOP10,
-       lambda: C_NOP10["a"] if _after_first_hits("uprobe-nop10", "7.2", "uprobe_target_nop10")[:5]
-       == bytes.fromhex("488d642480") else C_NOP10["b"],
-       "It steps below the 128-byte red zone first, so the call's return address cannot clobber it."),
-    _q("Q6", "04", "On an upstream arm64 kernel, a probe on `stp x29, x30, [sp, #-16]!` is...", C_ARM,
-       lambda: analyze("a9bf7bfd", arch="arm64")["action"],
-       "Stepped out of line: the STP simulation was posted, reviewed, and never merged."),
-    _q("Q7", "07", "From which release does a `uprobe-nop` hit write no cache line that other CPUs write?",
-       C_RELEASE, _first_release_sharing_nothing,
-       "6.14's speculative VMA lookup removed mmap_lock, the last shared write after 6.12-6.13's work."),
-    _q("Q8", "07", "How many threads of one x86-64 process can be stepping out of line at once?", C_SLOTS, _x86_slots,
-       "One page of 128-byte slots is 32, and slot 0 holds the return trampoline."),
-    _q("Q9", "02", "A uretprobe on a function that is only a nop, on 6.10 and on 6.11:", C_RET,
-       lambda: C_RET["b"] if (events_per_hit("uretprobe-nop", "x86_64", "6.10").get("exceptions"),
-                              events_per_hit("uretprobe-nop", "x86_64", "6.11").get("syscalls")) == (2, 1)
-       else C_RET["a"],
-       "6.11 returns through the uretprobe syscall instead of the trampoline's int3."),
-    _q("Q10", "08", "Which function entry is cheaper to probe on 6.18: `push %rbp` or `lea rax, [rdi + rdi*2 + 1]`?",
-       C_CAP, lambda: C_CAP["a"] if analyze("55", "x86_64", "6.18")["action"] == "emulate"
-       and analyze("488d447f01", "x86_64", "6.18")["action"] == "xol" else C_CAP["c"],
-       "The push is emulated in the kernel (one exception); the lea is stepped out of line (two)."),
+    _q("Q1", "01, 03b", "On 7.2, a probe on `pause` (`f3 90`) is...", C_ACTION,
+       lambda: ACTION_WORD[hit_verdict(bytes.fromhex("f390"), 0x401000, "7.2")["probe"]],
+       "7.2's insn_is_nop() (8a5c6cbfe4a3) takes no PAUSE for a nop, and 0x90 is no longer a case of the "
+       "branch switch: it is stepped. 6.18 still emulated it as prefix* + 0x90."),
+    _q("Q2", "03", "How many of the red zone's sixteen 8-byte words below rsp does one optimised nop5 hit on 6.18 "
+       "overwrite?", C_WORDS,
+       lambda: str(len(check_transparency("redzone_leaf_nop5", "6.18").redzone_changed)),
+       "The call's return address at rsp-8, then the trampoline's rcx, r11 and rax below it, down to rsp-0x20."),
+    _q("Q3", "03, 03b", "On 7.2, a probed nop10 that ends on the last byte of its page. In the steady state a hit "
+       "costs...", C_BILL, lambda: _bill_words(hit_verdict(NOP10, PAGE_END - len(NOP10), "7.2")),
+       "All ten bytes are on one page, so can_optimize says yes: after the first hit it is lea; call, a syscall a "
+       "hit. One byte later it would cross the page and be refused."),
+    _q("Q4", "03b", "On a 7.1 kernel (which still optimises the nop5), a program's own code calls syscall 336 "
+       "(`uprobe`) outside any trampoline. It gets...", C_ERRNO, lambda: _sys_uprobe_from_own_code("7.1"),
+       "-EPROTO came with the nop10 scheme in 7.2; before it sys_uprobe answers a stray caller -ENXIO, which is how "
+       "libbpf tells the two apart."),
+    _q("Q5", "03, 03b", "On 7.1, a process whose probed nop5 has been hit forks, and the child calls the probed "
+       "function. The child...", C_CHILD, lambda: _forked_child("7.1"),
+       "The child's text still calls [uprobes-trampoline], but that page is VM_DONTCOPY before 7.2 (d9a48e77f6fe): "
+       "the call goes to an unmapped page."),
+    _q("Q6", "04", "On an upstream arm64 kernel, a probe on `ldr x0, [x1]` (`f9400020`) costs per hit...", C_ARM,
+       lambda: {"simulate": C_ARM["a"], "xol": C_ARM["b"], "reject": C_ARM["c"]}[
+           analyze("f9400020", arch="arm64")["action"]],
+       "A load is neither a branch, a nop nor adr/adrp: stepped out of line, the BRK then the step exception."),
+    _q("Q7", "02, 05", "On chapter 05's Intel i7-1165G7 profile, which hit costs more on 6.18: a uprobe on `ret` or "
+       "a uretprobe on a function that starts with `nop`?", C_DEARER, _dearer_on_the_i7,
+       "Two exceptions and a step (the ret) against one exception and one syscall (the nop and its return): an "
+       "exception costs several syscalls."),
+    _q("Q8", "01, 06", "Debian 13's kernel, 6.12.48: how many exceptions does a probe on a nop5 cost per hit?", C_EXC,
+       lambda: f"{hit_verdict(X86_NOPS[5], 0x401000, release_rules('6.12.48'))['exceptions']:g}",
+       "6.12 follows 6.11's rules: the nop5 is stepped (int3 and #DB). Emulating it came in 6.16."),
+    _q("Q9", "07", "How many writes to lines other CPUs write does one `uprobe-ret` hit make on 6.15?", C_WRITES,
+       lambda: f"{shared_writes('uprobe-ret', ['6.15'])['6.15']:g}",
+       "The XOL slot's bitmap bit (set, clear) and the probe's reference held over the step (get, put); 6.15 "
+       "dropped sighand->siglock."),
+    _q("Q10", "08", "A program linked with `-no-pie` has `tick` at address 0x401136 in `.text`, whose address is "
+       "0x401040 and whose offset in the file is 0x1040. Which offset does a uprobe on `tick` take?", C_OFFSET,
+       lambda: f"{file_offset(0x401136, 0x401040, 0x1040):#x}",
+       "The address, less the section's address, plus the section's offset in the file."),
 ]
 
 
@@ -117,12 +146,16 @@ class QuizText(str):
         return str(self)
 
 
+def _chapters(q: Question) -> str:
+    return ("chapters " if "," in q.chapter else "chapter ") + q.chapter
+
+
 def quiz() -> QuizText:
     """The questions, as markdown."""
     parts = []
     for q in QUESTIONS:
         choices = "\n".join(f"   - **{k}**: {v}" for k, v in q.choices.items())
-        parts.append(f"{q.id[1:]}. {q.text} (chapter {q.chapter})\n{choices}")
+        parts.append(f"{q.id[1:]}. {q.text} ({_chapters(q)})\n{choices}")
     return QuizText("\n".join(parts))
 
 
@@ -182,5 +215,5 @@ def check_quiz(answers: dict) -> QuizResult:
         right = got == q.answer()
         score += right
         lines.append(f"{q.id}: {'right' if right else 'not yet'}. {q.why}" if right else
-                     f"{q.id}: not yet (see chapter {q.chapter}).")
+                     f"{q.id}: not yet (see {_chapters(q)}).")
     return QuizResult(score, lines)

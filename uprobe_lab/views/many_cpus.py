@@ -26,6 +26,7 @@ from ..native.example import native_reason
 from ..native.many_cpus import run_native_benches_on_cpus
 from ..outputs import write_output
 from ..smp import run_on_cpus
+from ..text import wrap
 
 KERNELS = ("6.8", "6.10", "6.12", "6.13", "6.14", "6.18")  # each a step of the 2024-25 work, and before it
 BENCHES = ("uprobe-nop", "uretprobe-nop", "uprobe-ret")
@@ -282,3 +283,129 @@ def native_scaling_chart(run: dict) -> Figure:
     ax.set_title(f"this machine ({where}: {run['host']})", fontsize=10)
     ax.legend(fontsize=10)
     return fig
+
+
+# --- the chapter's words, written from the numbers -----------------------------------------------------------
+
+# the rows `bench --mode native -p N` may carry beside the probes: the machine's own scaling without any probe
+BASELINE_WORDS = {"usermode-count": "the loop with no probe", "syscall-count": "a plain syscall"}
+KEPT_SPREAD = 0.10  # per-CPU shares closer than this are one: the spread of repeated -p runs on a shared machine
+
+
+def _share(kept: float) -> str:
+    return f"{kept:.0%} of its one-CPU rate"
+
+
+def native_scaling_text(run: dict) -> str:
+    """What the table of :func:`native_scaling_table` shows, on whatever machine it was measured: each bench's
+    per-CPU rate at the most CPUs against one, whether the machine itself drops as far without a probe (the
+    baseline rows, when the run has them), what the host kernel's hit shares, and why a stepped hit costs more.
+    Wrapped for printing."""
+    rows = pd.DataFrame(run["rows"])
+    per_cpu = rows.pivot_table(index="cpus", columns="bench", values="mops_per_cpu")
+    one, top = per_cpu.index.min(), per_cpu.index.max()
+    if one == top:
+        return f"This run has {one} CPU(s) only: there is no curve to read."  # short: no wrap
+    kept = per_cpu.loc[top] / per_cpu.loc[one]
+    probes = [b for b in per_cpu.columns if b not in BASELINE_WORDS]
+    baselines = [b for b in BASELINE_WORDS if b in per_cpu.columns]
+    out = [f"At {top} CPUs against {one}, per CPU: " + "; ".join(
+        f"{b} keeps {_share(kept[b])} ({per_cpu.loc[one, b]:.3g} -> {per_cpu.loc[top, b]:.3g} M/s)"
+        for b in probes + baselines) + "."]
+    falling = [b for b in probes if kept[b] < 1 - KEPT_SPREAD]
+    if not falling:
+        out.append(f"Each probe keeps its one-CPU rate within {KEPT_SPREAD:.0%}: nothing its hits share slows "
+                   f"them at {top} CPUs.")
+    elif baselines:
+        floor = min(kept[b] for b in baselines)
+        machine = [b for b in falling if kept[b] >= floor - KEPT_SPREAD]
+        probe = [b for b in falling if b not in machine]
+        without = " and ".join(f"{BASELINE_WORDS[b]} {_share(kept[b])}" for b in baselines)
+        if machine:
+            out.append(f"Without any probe the machine drops as far ({without}), so the fall of "
+                       f"{_listed(machine)} is the machine's own (CPUs shared with other work, two threads of "
+                       "one core, a hypervisor), not the kernel's.")
+        if probe:
+            out.append(f"{_listed(probe)} {_fall(probe)} further than the machine without a probe ({without}): "
+                       "that part is what the hits share.")
+    else:
+        out.append(f"{_listed(falling)} {_fall(falling)}. This run has no rows without a probe, so it cannot tell the "
+                   "machine's own drop (CPUs shared with other work, two threads of one core, a hypervisor) from "
+                   "the kernel's." + _host_shares(rows, falling))
+    out.append(_stepped_cost(per_cpu.loc[one], run))
+    return wrap(" ".join(s for s in out if s))
+
+
+def _fall(benches: list) -> str:
+    return "falls" if len(benches) == 1 else "fall"
+
+
+def _host_shares(rows: pd.DataFrame, benches: list[str]) -> str:
+    """What the measured kernel's hit on ``benches`` writes that other CPUs write, by the lab's rules for it."""
+    release = str(rows["kernel"].iloc[0]) if "kernel" in rows else ""
+    try:
+        writes = {b: shared_writes(b, [release])[release] for b in benches}
+    except LabError:  # a release the lab cannot read: no claim about it
+        return ""
+    quiet = [b for b, n in writes.items() if n == 0]
+    loud = [b for b in benches if b not in quiet]
+    out = ""
+    if quiet:
+        out += (f" By the lab's rules for {release} a {' or '.join(quiet)} hit writes nothing another CPU writes "
+                f"(section 2), so {'its' if len(quiet) == 1 else 'their'} fall is the machine's, not the kernel's.")
+    if loud:
+        out += (f" A {' or '.join(loud)} hit on {release} still writes shared lines ("
+                + ", ".join(f"{b}: {writes[b]:g} writes" for b in loud) + "), so part of "
+                + ("its" if len(loud) == 1 else "their") + " fall may be the kernel's.")
+    return out
+
+
+def _listed(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def _stepped_cost(one_cpu: pd.Series, run: dict) -> str:
+    """Why uprobe-ret's hit costs so much more than uprobe-nop's on one CPU."""
+    if not {"uprobe-ret", "uprobe-nop"} <= set(one_cpu.index):
+        return ""
+    from ..native.host import host_description
+    ret_us, nop_us = 1 / one_cpu["uprobe-ret"], 1 / one_cpu["uprobe-nop"]
+    virtual = "virtual machine" in run["host"] if run["recorded"] else host_description()["virtualized"]
+    return (f"On one CPU a uprobe-ret hit costs {ret_us:.1f} us, {ret_us / nop_us:.0f} times uprobe-nop's "
+            f"{nop_us:.2f} us: its `ret` cannot be emulated, so every hit takes an XOL slot, runs the copy and "
+            "traps a second time (the step's #DB)"
+            + (", and on this virtual machine the hypervisor intercepts that #DB, which costs far more than the "
+               "trap itself on a CPU running natively." if virtual else "."))
+
+
+MISS = 0.15  # the protocol's goal for the median error (docs/model.md): a larger error is a miss
+
+
+def model_misses(result: dict) -> str:
+    """Every way the contention model misses the held-out tables, written from ``result`` (``contention.evaluate()``):
+    each curve whose error passes MISS somewhere, too high and too low, with its worst point and the points
+    outside the model's 80% band."""
+    held = result["held_out"]
+    found = {"high": [], "low": []}
+    for (table, variant, bench), c in held.groupby(["table", "variant", "bench"], sort=False):
+        c = c.sort_values("producers")
+        for way, worst in (("high", c["error"].idxmax()), ("low", c["error"].idxmin())):
+            w = c.loc[worst]
+            if (w["error"] > MISS) if way == "high" else (w["error"] < -MISS):
+                side = c[c["total_mops"] < c["low"]] if way == "high" else c[c["total_mops"] > c["high"]]
+                band = (f"; outside its 80% band at {', '.join(map(str, side['producers']))} CPUs"
+                        if len(side) else "")
+                last = c.iloc[-1]  # the most CPUs, where a reader looks first
+                also = (f"; at {last['producers']} CPUs, {last['model_mops']:.1f} against {last['total_mops']:.1f}"
+                        if last.name != worst and abs(last["error"]) > MISS and (last["error"] > 0) == (way == "high")
+                        else "")
+                found[way].append((abs(w["error"]), f"{bench}, {variant} ({table}): at {w['producers']} CPUs the "
+                                   f"model reaches {w['model_mops']:.1f} M/s against a published "
+                                   f"{w['total_mops']:.1f} ({w['error']:+.0%}{also}){band}"))
+    lines = []
+    for way, words in (("high", "Too high"), ("low", "Too low")):
+        misses = [text for _, text in sorted(found[way], reverse=True)]
+        lines.append(f"{words} by more than {MISS:.0%} on {len(misses)} of {held.groupby(['table', 'variant']).ngroups} "
+                     "held-out curves" + (":" if misses else "."))
+        lines += [f"- {m}" for m in misses]
+    return wrap("\n".join(lines))

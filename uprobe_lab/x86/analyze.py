@@ -4,11 +4,13 @@ from __future__ import annotations
 from ..errors import LabError
 from ..kernel import KernelVersion, get_kernel
 from ..uprobes import UnprobeableInstruction
-from .decode import X86_64_DISASM, arch_uprobe_analyze_insn
+from .decode import X86_64_DISASM, arch_uprobe_analyze_insn, site_life
 
 
 def analyze_hex(hexbytes: str, kernel: KernelVersion, vaddr: int = 0x400000, **_options) -> dict:
-    """What the kernel would do with a probe on these bytes (memory order): for the CLI and notebooks."""
+    """What the kernel would do with a probe on these bytes (memory order): for the CLI and notebooks.
+
+    The reason ends with what the site's hits run over its life (``site_life``)."""
     if isinstance(hexbytes, (bytes, bytearray)):
         hexbytes = hexbytes.hex()
     if not isinstance(hexbytes, str):
@@ -34,7 +36,7 @@ def analyze_hex(hexbytes: str, kernel: KernelVersion, vaddr: int = 0x400000, **_
         raise LabError(f"{raw.hex()} holds more than one instruction: the first is {d.length} bytes "
                             f"({d.mnemonic} {d.op_str}); pass one instruction")
     return {"mnemonic": d.mnemonic, "op_str": d.op_str, "length": d.length, "action": auprobe.action,
-            "reason": auprobe.reason}
+            "reason": f"{auprobe.reason}; {site_life(auprobe, kernel)}"}
 
 
 def cut_short(raw: bytes, vaddr: int) -> None:

@@ -339,8 +339,7 @@ def arch_uprobe_analyze_insn(raw: bytes, vaddr: int, kernel: KernelVersion) -> A
         auprobe.flags.add(ARCH_UPROBE_FLAG_CAN_OPTIMIZE)
     if optimizable and kernel.optimize_nop10:  # 7.3's insn_is_nop() takes it for a nop: a jump of 0
         auprobe.ops, auprobe.branch_opc1, auprobe.branch_offs = "branch", insn.opcode[0], 0
-        auprobe.reason = ("the optimisable nop10 (7.3; 7.2.y from 7.2.6): emulated as a nop on its first (int3) hit, then "
-                          "rewritten into lea -0x80(%rsp),%rsp; call [uprobes-trampoline]")
+        auprobe.reason = "the optimisable nop10 (7.3; 7.2.y from 7.2.6): insn_is_nop() takes it for a nop, emulated as a jump of 0"
         return auprobe
     if branch_setup_xol_ops(auprobe, insn, kernel) or push_setup_xol_ops(auprobe, insn):
         return auprobe
@@ -373,6 +372,17 @@ def arch_uprobe_analyze_insn(raw: bytes, vaddr: int, kernel: KernelVersion) -> A
     if auprobe.fixups & UPROBE_FIX_RIP_MASK:
         auprobe.reason += f"; RIP-relative operand rewritten to use %{riprel_scratch(auprobe)} (riprel_analyze)"
     return auprobe
+
+
+def site_life(auprobe: ArchUprobe, kernel: KernelVersion) -> str:
+    """What each hit of a probe on this site runs, the first and the later ones: an optimisable site is
+    rewritten after its first int3 hit (handle_swbp -> arch_uprobe_optimize), any other stays on int3."""
+    if ARCH_UPROBE_FLAG_CAN_OPTIMIZE in auprobe.flags:
+        into = "lea -0x80(%rsp),%rsp; call" if kernel.optimize_nop10 else "call"
+        return (f"on {kernel.name} the first hit (int3) emulates it, then the site is rewritten into {into} "
+                "[uprobes-trampoline] and every later hit enters the kernel by that call, with no int3")
+    how = "emulated" if auprobe.action == "emulate" else "single-stepped out of line"
+    return f"on {kernel.name} every hit is an int3, then {how}: the site is never rewritten"
 
 
 def is_optimizable_nop10(insn: Insn) -> bool:
