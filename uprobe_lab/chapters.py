@@ -42,11 +42,12 @@ CHAPTERS = (
             "6.18's optimised uprobe: why nop5 (the int3 cost); the `call [uprobes-trampoline]`, the staged int3 "
             "patching and what another CPU decodes at each stage; sys_uprobe; the page-crossing limit; the "
             "red-zone hazard and libbpf's USDT revert"),
-    Chapter("03b_nop10_optimization", "03b · The optimised uprobe on 7.2: nop10", 25,
-            "7.2 moves the optimisation to a 10-byte nop, and what that fixes",
-            "7.2's optimised uprobe: the nop10 (`lea -0x80(%rsp),%rsp; call`, `ret $0x80`), its staged rewrite and "
+    Chapter("03b_nop10_optimization", "03b · The optimised uprobe on 7.3 (and 7.2.y): nop10", 25,
+            "7.3 moves the optimisation to a 10-byte nop, and what that fixes",
+            "7.3's optimised uprobe (and 7.2.y's, from 7.2.6): the nop10 (`lea -0x80(%rsp),%rsp; call`, `ret $0x80`), its "
+            "staged rewrite and "
             "unoptimise; sysret or iret; -ENXIO vs -EPROTO; why the red zone survives; fork; events per hit "
-            "6.16 / 6.18 / 7.2 for nop, nop5, nop10 and the USDT shapes"),
+            "6.16 / 6.18 / 7.3 for nop, nop5, nop10 and the USDT shapes"),
     Chapter("04_arm64_stp", "04 · arm64: BRK uprobes and the STP fp/lr simulation", 30,
             "BRK uprobes and simulating `stp x29, x30, [sp, #-16]!`",
             "BRK uprobes; simulated vs single-stepped instructions; simulating `stp x29, x30, [sp, #-16]!`; the "
@@ -68,7 +69,7 @@ CHAPTERS = (
             "a probe on your own program; a capstone and a quiz over the course",
             "probing a program of your own: the function's file offset from its ELF symbols, what each kernel "
             "does with its first instruction, a real probe with the lab's native route and `perf probe`; a "
-            "capstone (a busy service's overhead as a uprobe, a USDT nop5 on 6.18, a nop10 on 7.2) and a "
+            "capstone (a busy service's overhead as a uprobe, a USDT nop5 on 6.18, a nop10 on 7.3) and a "
             "ten-question quiz over the course"),
 )
 
