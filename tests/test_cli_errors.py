@@ -346,7 +346,7 @@ def test_too_many_emulated_calls_say_what_to_lower(capsys):
 @pytest.mark.parametrize("release, row, rule", [
     # worked out from kernel.RULES by hand: 9.9 is past every rule, whose newest for x86 is 7.2's optimize_nop10;
     # 6.13 hits as 6.11 (the newest modelled version not newer) and has the 6.13 core rules (xol_no_slot_count...)
-    ("9.9", "7.2", "from 7.2"), ("99999999999999999999.1", "7.2", "from 7.2"), ("6.13", "6.11", "from 6.13"),
+    ("9.9", "7.3", "from 7.3"), ("99999999999999999999.1", "7.3", "from 7.3"), ("6.13", "6.11", "from 6.13"),
 ])
 def test_p_with_a_release_says_which_rules_answer(capsys, release, row, rule):
     assert cli.main(["bench", "uprobe-nop", "-p", "2", "--kernel", release, "--iterations", "10"]) == 0

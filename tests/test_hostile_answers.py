@@ -185,11 +185,11 @@ def test_an_exercise_id_that_names_none_is_refused_briefly(ex_id):
                                                       or "a string such as '01.1'" in str(err.value))
 
 
-# (answers, the score, a line of the result); the questions' letters are the quiz test's hand-worked ones: Q1 c
+# (answers, the score, a line of the result); the questions' letters are the quiz test's hand-worked ones: Q1 b
 QUIZ = {
-    "an int key": ({1: "c"}, 1, "Q1: right"), "a number as text": ({" 1 ": "c"}, 1, "Q1: right"),
-    "lower case": ({"q1": "C"}, 1, "Q1: right"), "a numpy letter": ({"Q1": np.str_("c")}, 1, "Q1: right"),
-    "a letter in quotes": ({"Q1": "'c'"}, 1, "Q1: right"), "pd.NA": ({"Q1": pd.NA}, 0, "Q1: not answered"),
+    "an int key": ({1: "b"}, 1, "Q1: right"), "a number as text": ({" 1 ": "b"}, 1, "Q1: right"),
+    "lower case": ({"q1": "B"}, 1, "Q1: right"), "a numpy letter": ({"Q1": np.str_("b")}, 1, "Q1: right"),
+    "a letter in quotes": ({"Q1": "'b'"}, 1, "Q1: right"), "pd.NA": ({"Q1": pd.NA}, 0, "Q1: not answered"),
     "None": ({"Q1": None}, 0, "Q1: not answered"), "a number": ({"Q1": 3}, 0, "Q1: 3 is not one of a, b, c, d"),
     "a huge text": ({"Q1": "c" * 100_000}, 0, "(100,002 characters) is not one of a, b, c, d"),
     "__eq__ raises": ({"Q1": raising("__eq__")}, 0, "is not one of a, b, c, d"),

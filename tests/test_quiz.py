@@ -18,7 +18,8 @@ from uprobe_lab.exercises.quiz import QUESTIONS, check_quiz, quiz
 # Q6 arm64 simulates branches, nop, adr/adrp; a load is stepped: BRK + step exception (b);
 # Q7 on the i7 profile an exception costs several syscalls: 2 exceptions + a step > 1 exception + 1 syscall (a);
 # Q8 6.12 runs 6.11's rules, the nop5 stepped: int3 + #DB (c);
-# Q9 6.15's uprobe-ret: the XOL slot's bit set and cleared, the probe's reference got and put: 4 (b);
+# Q9 6.15's uprobe-ret: the XOL slot's bit set and cleared, the probe's reference got and put, the
+# instruction copied into the slot's line of the shared XOL page: 5 (b);
 # Q10 0x401136 - 0x401040 + 0x1040 = 0x1136 (b).
 BY_HAND = {"Q1": "b", "Q2": "c", "Q3": "a", "Q4": "a", "Q5": "c", "Q6": "b", "Q7": "a", "Q8": "c", "Q9": "b",
            "Q10": "b"}
@@ -74,7 +75,7 @@ PRINTED = {
     "Q6": (r"f9400020|ldr x0, \[x1\]", r"xol|stepped|2 exceptions"),
     "Q7": (r"uprobe-ret\b.*\buretprobe-nop\b|\buretprobe-nop\b.*\buprobe-ret\b", r"more|dearer|cheaper"),
     "Q8": (r"6\.12\.48", r"(?<![\w.])2(?![\w.])"),
-    "Q9": (r"uprobe-ret.*6\.15|6\.15.*uprobe-ret", r"(?<![\w.])4(?![\w.])"),
+    "Q9": (r"uprobe-ret.*6\.15|6\.15.*uprobe-ret", r"(?<![\w.])5(?![\w.])"),
     "Q10": (r"0x401136", r"0x1136"),
 }
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9][0-9]*_*.ipynb"))

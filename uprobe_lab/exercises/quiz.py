@@ -61,7 +61,7 @@ C_CHILD = {"a": "exits normally, its hits counted", "b": "exits normally, its hi
 C_ARM = {"a": "1 exception", "b": "2 exceptions", "c": "nothing: the probe is refused"}
 C_DEARER = {"a": "the uprobe on ret", "b": "the uretprobe on nop", "c": "they cost the same"}
 C_EXC = {"a": "0", "b": "1", "c": "2", "d": "3"}
-C_WRITES = {"a": "0", "b": "4", "c": "6", "d": "8"}
+C_WRITES = {"a": "0", "b": "5", "c": "6", "d": "8"}
 C_OFFSET = {"a": "0x401136", "b": "0x1136", "c": "0x40096", "d": "0x1040"}
 
 
@@ -129,8 +129,8 @@ QUESTIONS = [
        "6.12 follows 6.11's rules: the nop5 is stepped (int3 and #DB). Emulating it came in 6.16."),
     _q("Q9", "07", "How many writes to lines other CPUs write does one `uprobe-ret` hit make on 6.15?", C_WRITES,
        lambda: f"{shared_writes('uprobe-ret', ['6.15'])['6.15']:g}",
-       "The XOL slot's bitmap bit (set, clear) and the probe's reference held over the step (get, put); 6.15 "
-       "dropped sighand->siglock."),
+       "The XOL slot's bitmap bit (set, clear), the probe's reference held over the step (get, put) and the "
+       "instruction's copy into the shared XOL page; 6.15 dropped sighand->siglock."),
     _q("Q10", "08", "A program linked with `-no-pie` has `tick` at address 0x401136 in `.text`, whose address is "
        "0x401040 and whose offset in the file is 0x1040. Which offset does a uprobe on `tick` take?", C_OFFSET,
        lambda: f"{file_offset(0x401136, 0x401040, 0x1040):#x}",

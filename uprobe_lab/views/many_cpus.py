@@ -23,6 +23,7 @@ from ..errors import LabError
 from ..kernel import release_rules
 from ..model import contention
 from ..native.example import native_reason
+from ..native.host import host_description
 from ..native.many_cpus import run_native_benches_on_cpus
 from ..outputs import write_output
 from ..smp import run_on_cpus
@@ -368,7 +369,6 @@ def _stepped_cost(one_cpu: pd.Series, run: dict) -> str:
     """Why uprobe-ret's hit costs so much more than uprobe-nop's on one CPU."""
     if not {"uprobe-ret", "uprobe-nop"} <= set(one_cpu.index):
         return ""
-    from ..native.host import host_description
     ret_us, nop_us = 1 / one_cpu["uprobe-ret"], 1 / one_cpu["uprobe-nop"]
     virtual = "virtual machine" in run["host"] if run["recorded"] else host_description()["virtualized"]
     return (f"On one CPU a uprobe-ret hit costs {ret_us:.1f} us, {ret_us / nop_us:.0f} times uprobe-nop's "
