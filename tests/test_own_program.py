@@ -250,7 +250,7 @@ def test_perf_probe_counts_the_calls_and_deletes_its_event(tick):
     got = perf_probe_count(function_site(tick, "tick"), [str(tick), "5000"])
     assert got.get("count") == 5000, got
     listed = subprocess.run(["perf", "probe", "-l"], capture_output=True, text=True).stdout
-    assert "lab_tick" not in listed
+    assert f"lab_tick_{os.getpid()}" not in listed
 
 
 def _dead(pid: int, within_s: float = 2.0) -> bool:
@@ -288,7 +288,7 @@ def test_perf_probe_count_stops_a_command_that_outlives_its_timeout(tick, tmp_pa
                            timeout_s=1)
     assert "ran longer than 1 s under perf stat" in got["reason"]
     assert _dead(int(pid_file.read_text()))  # the measured command went with perf
-    assert "lab_tick" not in subprocess.run(["perf", "probe", "-l"], capture_output=True, text=True).stdout
+    assert f"lab_tick_{os.getpid()}" not in subprocess.run(["perf", "probe", "-l"], capture_output=True, text=True).stdout
 
 
 @native

@@ -273,7 +273,9 @@ def perf_probe_count(site: FunctionSite, command: list[str], timeout_s: float = 
     perf = shutil.which("perf")
     if perf is None:
         return {"reason": "perf is not installed (Debian: apt install linux-perf)"}
-    event = re.sub(r"\W", "_", f"lab_{site.symbol}")[:60]  # perf takes a C identifier as the event's name
+    # perf takes a C identifier as the event's name; the pid keeps two runs at once (tests, two notebooks) apart,
+    # since perf's probe events are system-wide and one run's delete would take the other's event
+    event = re.sub(r"\W", "_", f"lab_{site.symbol}")[:50] + f"_{os.getpid()}"
     add = [perf, "probe", "-x", site.path, "--add", f"{event}={site.symbol}"]
     added = subprocess.run(add, capture_output=True, text=True)
     name = re.search(rf"(probe_\w+:{event})\b", added.stdout + added.stderr)
