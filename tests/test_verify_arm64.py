@@ -323,3 +323,25 @@ def test_the_lab_steps_bc_cond_on_the_6_18_debian_booted_and_simulates_it_on_7_3
     for release, expected in (("6.18.15+deb13-arm64", "stepped"), ("7.3.4+deb13-arm64", "simulated")):
         verdict, _, _ = _lab_verdicts(0x54000050, release)
         assert verdict == expected, release
+
+
+def test_a_word_the_two_cpus_run_differently_is_judged_on_its_verdict_only():
+    """bc.hs (545aba92, seed 20260401's random branch 68) is UNDEFINED on QEMU 7.2's CPU (no FEAT_HBC) and a
+    branch on Unicorn's: the unprobed runs end in SIGILL and SIGSEGV, so what the probe changed cannot be set
+    side by side. The same verdict agrees, a different one does not, and the report names the case."""
+    case = C.Case("random branch", 0x545ABA92)
+    values = {"x0": 0}
+    k_un = J.Run(dict(values), sig=4, sig_pc=0x10000100)
+    brk = asm.BRK64_OPCODE_UPROBES
+    k_pr = J.Run(dict(values), seen=brk, xol=0xFFFF0000, sig=4, sig_pc=0x10000100)
+    l_un = J.Run(dict(values), sig=11, sig_pc=0x100B5850)
+    l_pr = J.Run(dict(values), seen=brk, xol=0xFFFF0000, sig=11, sig_pc=0xFFFF0010)
+    judged = J.judge(0, case, k_un, k_pr, l_un, l_pr)
+    assert judged.cpu_differs and judged.kernel_effect == {} and judged.lab_effect != {}
+    assert judged.agree
+    simulated = J.judge(0, case, k_un, k_pr, l_un, J.Run(dict(values), seen=brk, sig=11, sig_pc=0x100B5850))
+    assert simulated.lab_verdict == "simulated" and not simulated.agree
+    same_cpu = J.judge(0, case, k_un, k_pr, J.Run(dict(values), sig=4, sig_pc=0x10000100), l_pr)
+    assert not same_cpu.cpu_differs and not same_cpu.agree  # one CPU, different effects: a disagreement
+    report = V.Report("pkg", "6.1.0-57-arm64", "6.1", 1.0, 1.0, [judged])
+    assert "VERDICT ONLY bc.hs" in report.text() and "DISAGREE" not in report.text()

@@ -93,6 +93,10 @@ class Report:
                 lines.append(f"KERNEL BUG {j.case.text()} ({j.case.word:08x}): {j.kernel_bug}; "
                              f"effect {j.kernel_effect}; lab {'reproduces it' if j.agree else 'DIFFERS: ' + str(j.lab_effect)}")
         for j in self.judged:
+            if j.cpu_differs:
+                lines.append(f"VERDICT ONLY {j.case.text()} ({j.case.word:08x}): {'; '.join(j.notes)}, so the "
+                             f"probe's effect is not compared (kernel {j.kernel_verdict}, lab {j.lab_verdict})")
+        for j in self.judged:
             if not j.agree:
                 lines.append(f"DISAGREE {j.case.text()} ({j.case.word:08x}): kernel {j.kernel_verdict} {j.kernel_effect}"
                              f" | lab {j.lab_verdict} {j.lab_effect} {'; '.join(j.notes)}")
