@@ -442,13 +442,27 @@ def test_cli_bench_push(stp, expect):
 # Where each kernel steps or simulates it: docs/references.md, rule arm64_simulate_bc_cond (7.1; 6.18.34, ...).
 @pytest.mark.parametrize("kernel, action", [("7.3", "simulate"), ("7.1.0", "simulate"), ("6.18.34", "simulate"),
                                             ("6.18.15", "xol"), ("6.16", "xol"), ("7.0.10", "xol"),
-                                            ("6.18", "simulate")])  # 6.18 as its stable line ended
+                                            ("6.18", "simulate"), ("6.18.0", "xol")])  # 6.18: its stable line
 def test_cli_analyze_bc_cond_by_kernel(kernel, action):
     got = _cli("analyze", "--arch", "arm64", "54000050", "--kernel", kernel, "--json")
     assert (got["mnemonic"], got["action"]) == ("bc.eq", action)
     if action == "xol":
         assert "lands relative to the XOL slot" in got["reason"]
     assert _cli("analyze", "--arch", "arm64", "54000040", "--kernel", kernel, "--json")["action"] == "simulate"
+
+
+def test_a_bare_release_says_which_stable_sublevels_answer_otherwise():
+    """6.18 (a modelled version) reads as its stable line as it stands and names 6.18.34's backport and how to ask
+    for mainline; 6.12 (not modelled) reads as mainline 6.12.0 and names the sublevels that took a rule since; a
+    sublevel says nothing more; 7.3 (no stable change to an arm64 rule) says nothing."""
+    def stderr(kernel):
+        return subprocess.run([sys.executable, "-m", "uprobe_lab", "analyze", "--arch", "arm64", "54000050",
+                               "--kernel", kernel], capture_output=True, text=True, check=True).stderr
+    assert "6.18.y stable line as it stands (6.18.34 took arm64_simulate_bc_cond (2ccd8ff980b5))" in stderr("6.18")
+    assert "--kernel 6.18.0" in stderr("6.18")
+    line_6_12 = stderr("6.12")
+    assert "mainline 6.12 (6.12.0)" in line_6_12 and "6.12.92 took arm64_simulate_bc_cond" in line_6_12
+    assert stderr("6.12.92") == "" and stderr("7.3") == ""
 
 
 def test_cli_analyze():

@@ -8,13 +8,15 @@ import json
 import math
 import os
 import platform
+import re
 import sys
 import warnings
 
 from . import analyze, bench
 from .arches import ARCHES
 from .errors import LabError
-from .kernel import DEFAULT_KERNEL, KERNELS, RULES, kernel_for_release, release_rules, row_for_release, version_name
+from .kernel import (DEFAULT_KERNEL, KERNELS, RULES, describe_stable_changes, kernel_for_release, release_rules,
+                     row_for_release, version_name)
 from .outputs import OutputDir, output_file, record_file
 
 
@@ -291,7 +293,11 @@ def cmd_analyze(args) -> int:
     kernel = args.kernel
     if kernel not in KERNELS:  # a release: its own rules, stable backports from its sublevel (6.18.15 vs 6.18.34)
         kernel = kernel_for_release(kernel)
-        print(f"kernel {args.kernel}: the rule table's {kernel.name}", file=sys.stderr)
+    bare = re.fullmatch(r"(\d+)\.(\d+)", str(args.kernel))  # no sublevel: say which sublevels answer otherwise
+    if bare:
+        line = describe_stable_changes((int(bare[1]), int(bare[2])), args.arch, as_line=args.kernel in KERNELS)
+        if line:
+            print(line, file=sys.stderr)
     result = analyze(args.insn, args.arch, kernel, **options)
     if args.json:
         print(json.dumps(result, indent=2))

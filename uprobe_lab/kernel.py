@@ -137,6 +137,29 @@ def version_name(release: Release) -> str:
     return f"{release[0]}.{release[1]}"
 
 
+def stable_changes(release: Release, arch: str) -> list[tuple[Rule, int, bool]]:
+    """The rules of ``arch`` (and the core) that ``release``'s stable line took (True) or dropped again (False) at a
+    sublevel, oldest first: where X.Y.0 and the line as it stands differ."""
+    mine = [r for r in RULES if r.arch in (arch, "core")]
+    out = [(r, r.backports[release], True) for r in mine if release in r.backports and not r.since <= release]
+    out += [(r, r.removed[release], False) for r in mine if release in r.removed]
+    return sorted(out, key=lambda change: change[1])
+
+
+def describe_stable_changes(release: Release, arch: str, as_line: bool) -> str:
+    """One line for a learner who named ``release`` without a sublevel: which stable sublevels change the answer,
+    and how to ask for the other side. ``as_line``: the name reads as the line as it stands (a modelled version)
+    rather than mainline X.Y.0. '' when the line changed nothing for ``arch``."""
+    changes = stable_changes(release, arch)
+    if not changes:
+        return ""
+    name = version_name(release)
+    said = "; ".join(f"{name}.{sub} {'took' if took else 'dropped'} {r.name} ({r.commit})" for r, sub, took in changes)
+    if as_line:
+        return f"kernel {name}: the {name}.y stable line as it stands ({said}); for mainline {name} give --kernel {name}.0"
+    return f"kernel {name}: mainline {name} ({name}.0); its stable line changed since ({said}): give the sublevel, e.g. --kernel {name}.{changes[-1][1]}"
+
+
 def kernel_of(name: str, release: Release, sublevel: int | None = None) -> KernelVersion:
     """The lab's kernel for ``release``: every rule it has, by the table."""
     return KernelVersion(name, frozenset(r.name for r in RULES if r.in_release(release, sublevel)))
