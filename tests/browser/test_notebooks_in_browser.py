@@ -438,6 +438,8 @@ def test_chapter_01_steppers_run_to_end_reset_and_again_after_run_all(lab_server
     then each stepper: Run to end, Reset, Run to end again - finished each time, no SIGSEGV, Step enabled after
     Reset (it used to end in SIGSEGV at pc=0 and Reset left every button grey). The step log is at least 16 px,
     in a monospace font."""
+    from playwright.sync_api import expect
+
     rel = "notebooks/01_breakpoint_uprobes.ipynb"
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     page = context.new_page()
@@ -460,11 +462,14 @@ def test_chapter_01_steppers_run_to_end_reset_and_again_after_run_all(lab_server
                 log.filter(has_text=re.compile(r"\(finished\)|-> SIG")).wait_for(timeout=30_000)  # the walk's end
                 text = log.inner_text()
                 assert "SIGSEGV" not in text and "-> SIG" not in text, f"{title}, run {round_}:\n{text}"
-                assert state.inner_text() == "finished" and button("Step").is_disabled()
+                # the log, the state line and the buttons are separate widgets, updated by separate messages
+                expect(state).to_have_text("finished", timeout=10_000)
+                expect(button("Step")).to_be_disabled(timeout=10_000)
                 button("Reset").click()
                 log.filter(has_text=re.compile(r"^\(not started\)$")).wait_for(timeout=30_000)
-                assert button("Step").is_enabled() and button("Run to end").is_enabled(), title
-                assert state.inner_text().startswith("next: ")
+                expect(button("Step")).to_be_enabled(timeout=10_000)
+                expect(button("Run to end")).to_be_enabled(timeout=10_000)
+                expect(state).to_have_text(re.compile(r"^next: "), timeout=10_000)
             font = log.evaluate("el => [parseFloat(getComputedStyle(el).fontSize), getComputedStyle(el).fontFamily]")
             assert font[0] >= 16 and "mono" in font[1].lower(), font
         page.screenshot(path=str(screenshot_dir / "01_steppers_after_reset.png"))
