@@ -133,10 +133,12 @@ def lab_judge(cases, kernel_pairs, lab_kernel, progress=None) -> list[J.Judged]:
 
 
 def verify_arm64(package: str | None = None, deb: str | None = None, cases=None, timeout: int = 600,
-                 record: str | None = None, progress=None, sample: int = 0, seed: int = 1) -> Report:
+                 record: str | None = None, progress=None, sample: int = 0, seed: int = 1,
+                 qemu: str = B.QEMU) -> Report:
     """Boot one Debian arm64 kernel (an image package name, or a downloaded .deb) and judge the lab on the
     sweep and ``sample`` random words from ``seed`` (:func:`.arm64_cases.random_cases`); ``record``: also
-    save the judged run as JSON there. (``progress(done, total)`` follows the lab's runs.)"""
+    save the judged run as JSON there. (``progress(done, total)`` follows the lab's runs; ``qemu``: the
+    qemu-system-aarch64 to boot it under.)"""
     if not 0 <= sample <= C.MAX_SAMPLE:
         raise LabError(f"sample {sample}: the arm64 referee runs 0 to {C.MAX_SAMPLE} random words in one boot "
                        "(each runs twice under TCG); for more, run several seeds")
@@ -149,7 +151,7 @@ def verify_arm64(package: str | None = None, deb: str | None = None, cases=None,
     else:
         image, version = B.fetch_kernel(package)
         package = f"{package or 'linux-image-6.1 (bookworm)'} {version}"
-    boot = B.boot(image, initramfs(cases), timeout=timeout)
+    boot = B.boot(image, initramfs(cases), timeout=timeout, qemu=qemu)
     lab_kernel = kernel_for_release(boot.release, version)
     start = time.monotonic()
     judged = lab_judge(cases, kernel_runs(boot.lines, len(cases)), lab_kernel, progress)

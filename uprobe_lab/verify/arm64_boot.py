@@ -10,6 +10,7 @@ its speed says nothing about a real machine, so the referee judges behaviour onl
 from __future__ import annotations
 
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -172,12 +173,51 @@ def run_qemu(command, initramfs: bytes, what: str, timeout: int) -> tuple[str, s
             seconds)
 
 
-def boot(image: Path, initramfs: bytes, timeout: int = 600, cpu: str = "max,pauth-impdef=on") -> BootResult:
-    """Boot the kernel with this initramfs; the guest's output lines between BEGIN and END."""
-    if shutil.which(QEMU) is None:
-        raise RefereeUnavailable(f"{QEMU} is not installed: apt-get install qemu-system-arm")
+def qemu_version(qemu: str = QEMU) -> tuple[int, int] | None:
+    """(major, minor) of a qemu-system-aarch64, None if there is none or it does not run."""
+    if shutil.which(qemu) is None:
+        return None
+    try:
+        out = subprocess.run([qemu, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except OSError:
+        return None
+    m = re.search(r"version (\d+)\.(\d+)", out)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def fetch_backported_qemu(suite: str = "bookworm-backports") -> str:
+    """A qemu-system-aarch64 from ``suite`` unpacked into the cache (not installed), for a question the host's QEMU
+    cannot ask: bookworm's 7.2 has no FEAT_HBC in ``-cpu max`` (QEMU 8.2 on), so its CPU cannot run bc.cond."""
+    if platform.machine() != "x86_64":
+        raise RefereeUnavailable(f"the cached QEMU is Debian's amd64 build; this host is {platform.machine()}: "
+                                 "install qemu-system-arm 8.2 or later")
+    with cache_lock():
+        apt_update(arch="amd64")
+        unpacked = CACHE / "qemu" / suite
+        binary = unpacked / "usr" / "bin" / QEMU
+        if not binary.exists():
+            debs = CACHE / "debs"
+            debs.mkdir(parents=True, exist_ok=True)
+            run_tool(["sh", "-c", f"cd {debs} && apt-get {' '.join(apt_options('amd64'))} -qq download "
+                                  f"qemu-system-arm/{suite} qemu-system-data/{suite}"],
+                     f"apt-get download qemu-system-arm/{suite}")
+            unpacked.mkdir(parents=True, exist_ok=True)
+            for name in ("qemu-system-arm", "qemu-system-data"):
+                deb = max(debs.glob(f"{name}_*.deb"), key=lambda p: p.stat().st_mtime)
+                run_tool(["dpkg-deb", "-x", str(deb), str(unpacked)], f"unpacking {deb.name}")
+    if qemu_version(str(binary)) is None:
+        raise RefereeUnavailable(f"{binary} does not run here (a library it needs is missing?): install "
+                                 f"qemu-system-arm from {suite}")
+    return str(binary)
+
+
+def boot(image: Path, initramfs: bytes, timeout: int = 600, cpu: str = "max,pauth-impdef=on",
+         qemu: str = QEMU) -> BootResult:
+    """Boot the kernel with this initramfs under ``qemu``; the guest's output lines between BEGIN and END."""
+    if shutil.which(qemu) is None:
+        raise RefereeUnavailable(f"{qemu} is not installed: apt-get install qemu-system-arm")
     console, stderr, status, seconds = run_qemu(
-        lambda initrd: [QEMU, "-M", "virt", "-cpu", cpu, "-m", "512", "-nographic", "-nic", "none", "-no-reboot",
+        lambda initrd: [qemu, "-M", "virt", "-cpu", cpu, "-m", "512", "-nographic", "-nic", "none", "-no-reboot",
                         "-kernel", str(image), "-initrd", str(initrd),
                         "-append", "console=ttyAMA0 rdinit=/init quiet loglevel=1 panic=-1"],
         initramfs, "arm64 guest", timeout)
