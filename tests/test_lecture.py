@@ -120,6 +120,11 @@ def _children(pid: int) -> list[int]:
         return []
 
 
+# One worker runs every test that starts a lecture: each start removes the copies of dead lectures, so a start on
+# another worker could remove the killed lecture's copy before the test looks for it.
+LECTURE_SERVERS = pytest.mark.xdist_group("lecture-servers")
+
+
 def _start(port: int):
     proc = subprocess.Popen([sys.executable, "-m", "uprobe_lab.lecture", "01", "--no-browser", f"--port={port}"],
                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -155,6 +160,7 @@ def _state(pid) -> str:
 
 
 @pytest.mark.slow
+@LECTURE_SERVERS
 def test_two_lectures_of_one_chapter_side_by_side_and_each_stop_cleans_only_its_own():
     first, copy1, voila1 = _start(_free_port())
     second, copy2 = None, None
@@ -178,6 +184,7 @@ def test_two_lectures_of_one_chapter_side_by_side_and_each_stop_cleans_only_its_
 
 
 @pytest.mark.slow
+@LECTURE_SERVERS
 def test_a_killed_lecture_takes_its_server_along_and_the_next_one_removes_its_copy():
     proc, copy, voila = _start(_free_port())
     proc.kill()  # SIGKILL: no handler runs
