@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 
 import capstone
 import pytest
@@ -24,6 +25,32 @@ def test_counter_program_disassembles_as_written():
     # adding a register of the hit instead: the context saved in r6 first, then read where 1 was loaded
     summed = [f"{i.mnemonic} {i.op_str}".strip() for i in md.disasm(counter_program(7, add_reg=0x50), 0)]
     assert summed == ["mov64 r6, r1"] + text[:6] + ["ldxdw r1, [r6+0x50]"] + text[7:]
+
+
+def test_a_counter_by_thread_keys_this_threads_hits_0_and_the_others_1():
+    md = capstone.Cs(capstone.CS_ARCH_BPF, capstone.CS_MODE_BPF_EXTENDED)
+    text = [f"{i.mnemonic} {i.op_str}".strip() for i in md.disasm(counter_program(7, thread=4242), 0)]
+    plain = [f"{i.mnemonic} {i.op_str}".strip() for i in md.disasm(counter_program(7), 0)]
+    assert text == ["call 0xe", "lsh64 r0, 0x20", "rsh64 r0, 0x20", "mov64 r1, 0x1", f"jne r0, {4242:#x}, +0x1",
+                    "mov64 r1, 0x0", "stxw [r10+0xfffc], r1"] + plain[1:]  # then the plain counter's lookup and add
+    with pytest.raises(ValueError, match="by CPU or by thread"):
+        counter_program(7, per_cpu=True, thread=4242)
+
+
+@native
+def test_a_counter_by_thread_tells_this_threads_hits_from_another_threads():
+    """A perf uprobe event of this process fires in each of its threads; the counter made for this thread counts
+    its hits in slot 0 and another thread's in slot 1, exactly."""
+    require_bpf()
+    with BpfCounter(thread=threading.get_native_id()) as counter, NativeCode() as nc:
+        spec = bench_spec("uprobe-nop", nc.arch)
+        with UprobeEvent(nc.path, nc.offset(spec.target)) as event:
+            counter.attach(event.fd)
+            nc.run(nc.addr(spec.target), 300)
+            other = threading.Thread(target=nc.run, args=(nc.addr(spec.target), 200))
+            other.start()
+            other.join()
+        assert counter.counts() == [300, 200] and counter.count() == 500
 
 
 def test_insn_packs_fields_little_endian():

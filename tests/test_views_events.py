@@ -3,6 +3,7 @@ from uprobe_lab.bench import events_table
 from uprobe_lab.views.arm64 import STP_KINDS, stp_events
 from uprobe_lab.views.nop5 import KINDS
 from uprobe_lab.views.nop5 import events_table as nop5_events_table
+from uprobe_lab.views.stepper import steplog_html
 
 
 def _row(df, bench):
@@ -69,7 +70,7 @@ def test_patch_run_widget_plays_its_stages_and_names_a_kernel_without_any():
     (play, slider), out = (box := run.widget()).children[0].children, box.children[1]
     assert isinstance(play, w.Play) and play.max == slider.max == len(run.stages) - 1
     play.value = 3  # what the Play button does, one stage per tick
-    assert slider.value == 3 and out.value == f"<pre>{run.text(3)}</pre>"
+    assert slider.value == 3 and out.value == steplog_html(run.text(3))  # monospace: a listing
     none = patch_run("6.16")  # 6.16 emulates the nop5 on every hit: nothing is rewritten
     assert none.stages == []
     (msg,) = none.widget().children

@@ -22,6 +22,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from importlib import resources
@@ -236,8 +237,10 @@ def overhead(calls_per_s: float, ns_per_hit: float, cpus: int = 1) -> float:
 
 def measure_probe(site: FunctionSite, call, calls: int = 200_000, repeats: int = 3) -> dict:
     """A real uprobe on ``site`` on this machine (perf's uprobe PMU, this process only, the kernel bench's BPF
-    counter as its consumer) while ``call()`` runs ``calls`` times: the hits counted, and the time per call
-    without and with the probe (the best of ``repeats``). NativeUnavailable where native probes cannot run."""
+    counter as its consumer) while ``call()`` runs ``calls`` times: the hits in this thread, those in the process's
+    other threads while the probe was on (``other_threads``: a probe on a process fires in all its threads, and in
+    a Jupyter kernel ZeroMQ's and asyncio's threads call getpid too), and the time per call without and with the
+    probe (the best of ``repeats``). NativeUnavailable where native probes cannot run."""
     if not isinstance(site, FunctionSite):
         raise LabError(f"measure_probe needs the site to probe, got {shown(site)}: function_site(path, name) finds it")
     if not callable(call):
@@ -257,11 +260,12 @@ def measure_probe(site: FunctionSite, call, calls: int = 200_000, repeats: int =
         return best
 
     without = per_call()
-    with BpfCounter() as counter, UprobeEvent(site.path, site.file_offset) as event:
+    with BpfCounter(thread=threading.get_native_id()) as counter, UprobeEvent(site.path, site.file_offset) as event:
         counter.attach(event.fd)
         with_probe = per_call()
-        hits = counter.count()
-    return {"calls": calls * repeats, "hits": hits, "ns_per_call_without": round(without, 1),
+        hits, other_threads = counter.counts()
+    return {"calls": calls * repeats, "hits": hits, "other_threads": other_threads,
+            "ns_per_call_without": round(without, 1),
             "ns_per_call_with": round(with_probe, 1), "ns_per_hit": round(with_probe - without, 1)}
 
 

@@ -325,8 +325,9 @@ def test_notebook_in_browser(path, lab_server, browser, screenshot_dir):
 
 def test_lecture_mode_voila(browser, screenshot_dir, tmp_path):
     """./lab lecture: Voila serves chapter 01's lecture copy as slides - one section on screen, the arrow keys turn
-    the page, presenter notes hidden until N, short text, outputs and widgets, no code and no exercises, nothing
-    fetched from another host; the stepper still steps."""
+    the page, presenter notes hidden until N and in a window of their own on P (whose arrow keys turn the slides
+    too), short text, outputs and widgets, no code and no exercises, nothing fetched from another host; the stepper
+    still steps."""
     pytest.importorskip("voila", reason="voila is not installed (pip install -e '.[lecture]')")
     nb = REPO / "notebooks" / ".lecture_01_breakpoint_uprobes.ipynb"  # where ./lab lecture writes it
     assert presenter.main([str(REPO / "notebooks" / "01_breakpoint_uprobes.ipynb"), str(nb)]) == 0
@@ -373,11 +374,26 @@ def test_lecture_mode_voila(browser, screenshot_dir, tmp_path):
         page.keyboard.press("n")
         assert page.locator("details.paged-notes:visible").count(), "N does not show the presenter notes"
         page.keyboard.press("n")
+        # P: the notes in a window of their own, which takes the focus; the keys pressed there turn the slides,
+        # as a presenter's clicker does whichever window has the focus
+        with context.expect_page() as opened:
+            page.keyboard.press("p")
+        notes = opened.value
+        assert notes.locator("h3").first.inner_text() == f"slide 2 / {slides}"
+        assert "\u00b6" not in notes.locator("body").inner_text(), "a heading's anchor mark in the notes"
+        notes.keyboard.press("ArrowRight")
+        assert count.inner_text() == f"3 / {slides}", "the notes window's arrow key did not turn the slide"
+        assert notes.locator("h3").first.inner_text() == f"slide 3 / {slides}"
+        notes.keyboard.press("ArrowLeft")
+        assert count.inner_text() == f"2 / {slides}"
+        page.bring_to_front()
         for _ in range(slides):  # on to the slide with the stepper
             if step.is_visible():
                 break
             page.keyboard.press("ArrowRight")
         assert step.is_visible(), "no slide shows the stepper"
+        # the widget's slide has the presenter's prompts: what to press, in the notes window too
+        assert "Step" in notes.locator("body").inner_text() and "no notes" not in notes.locator("body").inner_text()
         body = page.locator("#rendered_cells").text_content()  # every slide, the hidden ones too
         assert "stepper_widget(" not in body and "import uprobe_lab" not in body, "code is shown"
         # the presenter switch: no printed walk under the stepper, nothing stepped before the lecturer presses Step

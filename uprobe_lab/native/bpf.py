@@ -26,6 +26,7 @@ BPF_PROG_TYPE_KPROBE = 2
 BPF_PSEUDO_MAP_FD = 1
 BPF_FUNC_map_lookup_elem = 1
 BPF_FUNC_get_smp_processor_id = 8
+BPF_FUNC_get_current_pid_tgid = 14
 PER_CPU_SLOTS = 256  # bench_trigger.c's MAX_CPUS
 SLOT_BYTES = 64  # a cache line per slot, as the bench pads its counters
 NR_BPF = {"x86_64": 321, "aarch64": 280}
@@ -49,19 +50,31 @@ def insn(code: int, dst: int = 0, src: int = 0, off: int = 0, imm: int = 0) -> b
     return struct.pack("<BBhi", code, (src << 4) | dst, off, imm)
 
 
-def counter_program(map_fd: int, add_reg: int | None = None, per_cpu: bool = False) -> bytes:
+def counter_program(map_fd: int, add_reg: int | None = None, per_cpu: bool = False, thread: int | None = None) -> bytes:
     """``key = 0; v = bpf_map_lookup_elem(map, &key); if (v) __sync_fetch_and_add(v, 1); return 0;``
 
     With ``add_reg`` (a byte offset into struct pt_regs, the program's context) the program adds that
     register of the hit instead of 1: a uretprobe's return value, say, to tell which calls were seen.
     With ``per_cpu`` the key is ``bpf_get_smp_processor_id() & (PER_CPU_SLOTS - 1)``: each CPU adds to a
-    slot of its own, as bench_trigger.c's ``hits[cpu & CPU_MASK]`` does, so many CPUs share no counter line."""
+    slot of its own, as bench_trigger.c's ``hits[cpu & CPU_MASK]`` does, so many CPUs share no counter line.
+    With ``thread`` (a thread id, gettid) the key is 0 for that thread's hits and 1 for every other thread's: a
+    perf uprobe event opened for this process fires in each of its threads (the kernel filters uprobe events by
+    mm), and a caller timing one thread tells its hits from the rest."""
+    if per_cpu and thread is not None:
+        raise ValueError("a counter keys its slots by CPU or by thread, not both")
     save_ctx = [insn(0xbf, dst=6, src=1)] if add_reg is not None else []  # r6 = ctx, kept across the call
     value = (insn(0x79, dst=1, src=6, off=add_reg) if add_reg is not None  # r1 = *(u64 *)(r6 + add_reg)
              else insn(0xb7, dst=1, imm=1))  # r1 = 1
     key = [insn(0x85, imm=BPF_FUNC_get_smp_processor_id),  # call bpf_get_smp_processor_id
            insn(0x57, dst=0, imm=PER_CPU_SLOTS - 1),  # r0 &= PER_CPU_SLOTS - 1
            insn(0x63, dst=10, src=0, off=-4)] if per_cpu else [  # *(u32 *)(r10 - 4) = r0
+           insn(0x85, imm=BPF_FUNC_get_current_pid_tgid),  # r0 = tgid << 32 | thread id
+           insn(0x67, dst=0, imm=32),  # r0 <<= 32
+           insn(0x77, dst=0, imm=32),  # r0 >>= 32: the thread id
+           insn(0xb7, dst=1, imm=1),  # r1 = 1
+           insn(0x55, dst=0, off=1, imm=thread),  # if r0 != thread goto +1
+           insn(0xb7, dst=1, imm=0),  # r1 = 0
+           insn(0x63, dst=10, src=1, off=-4)] if thread is not None else [  # *(u32 *)(r10 - 4) = r1
            insn(0x62, dst=10, off=-4, imm=0)]  # *(u32 *)(r10 - 4) = 0
     return b"".join(save_ctx + key + [
         insn(0xbf, dst=2, src=10),  # r2 = r10
@@ -79,15 +92,16 @@ def counter_program(map_fd: int, add_reg: int | None = None, per_cpu: bool = Fal
 class BpfCounter:
     """An array map with one u64 and a kprobe-type program that adds 1 to it (or, with ``add_reg``, a
     register of each hit: see counter_program); both closed by close(). ``per_cpu``: a cache-line slot per
-    CPU instead, summed by count()."""
+    CPU instead; ``thread``: a slot for that thread's hits and one for the other threads'; count() sums the
+    slots, counts() gives each."""
 
-    def __init__(self, add_reg: int | None = None, per_cpu: bool = False):
+    def __init__(self, add_reg: int | None = None, per_cpu: bool = False, thread: int | None = None):
         self.map_fd = self.prog_fd = -1
-        self.slots, self.slot_bytes = (PER_CPU_SLOTS, SLOT_BYTES) if per_cpu else (1, 8)
+        self.slots, self.slot_bytes = (PER_CPU_SLOTS, SLOT_BYTES) if per_cpu else (1 if thread is None else 2, 8)
         try:
             self.map_fd = bpf(BPF_MAP_CREATE, struct.pack("<IIIII", BPF_MAP_TYPE_ARRAY, 4, self.slot_bytes,
                                                           self.slots, 0))
-            prog = counter_program(self.map_fd, add_reg, per_cpu)
+            prog = counter_program(self.map_fd, add_reg, per_cpu, thread)
             insns = ctypes.create_string_buffer(prog, len(prog))
             license_ = ctypes.create_string_buffer(b"GPL")
             self.prog_fd = bpf(BPF_PROG_LOAD, struct.pack("<IIQQ", BPF_PROG_TYPE_KPROBE, len(prog) // 8,
@@ -105,14 +119,18 @@ class BpfCounter:
         fcntl.ioctl(perf_fd, PERF_EVENT_IOC_SET_BPF, self.prog_fd)
 
     def count(self) -> int:
+        return sum(self.counts())
+
+    def counts(self) -> list[int]:
+        """Each slot's count: [this thread's, the other threads'] for a counter made with ``thread``."""
         key, value = ctypes.c_uint32(0), ctypes.create_string_buffer(self.slot_bytes)
-        total = 0
+        found = []
         for slot in range(self.slots):
             key.value = slot
             bpf(BPF_MAP_LOOKUP_ELEM, struct.pack("<IIQQ", self.map_fd, 0, ctypes.addressof(key),
                                                  ctypes.addressof(value)))
-            total += int.from_bytes(value.raw[:8], "little")
-        return total
+            found.append(int.from_bytes(value.raw[:8], "little"))
+        return found
 
     def close(self) -> None:
         for fd in (self.prog_fd, self.map_fd):

@@ -12,6 +12,7 @@ import pandas as pd
 from ..arches import make_process
 from ..errors import LabError
 from ..bench import events_per_hit, events_table as bench_events_table
+from ..cli import model_rows
 from ..kernel import get_kernel
 from ..native import NativeUnavailable
 from ..native.fork import emulated_fork_report, host_fork_report
@@ -22,6 +23,7 @@ from ..usdt import LIBBPFS, USDT_SHAPES, describe_syscall_result, emulated_sysca
 from ..x86 import optimize
 from ..x86.constants import __NR_uprobe
 from ..x86.redzone_programs import check_transparency, make_redzone_process, site_of
+from .stepper import steplog_html
 
 KINDS = ("exceptions", "iret", "syscalls", "sysret", "emulated", "xol_steps", "consumers", "uaccess_bytes")
 
@@ -68,7 +70,7 @@ class PatchRun:
         w.link((play, "value"), (slider, "value"))  # Play drives the slider, which the kernel renders
 
         def render(change=None):
-            out.value = f"<pre>{self.text(slider.value)}</pre>"
+            out.value = steplog_html(self.text(slider.value))  # a listing: monospace, as the slides size it
         slider.observe(render, names="value")
         render()
         return w.VBox([w.HBox([play, slider]), out])
@@ -131,6 +133,21 @@ def libbpf_choices(kernels=("6.16", "6.18", "7.2"), shapes=("nop,nop5", "nop,nop
                 offset, _ = usdt_probe_offset(USDT_SHAPES[shape].site, 0x401000, ret, lib)
                 row[f"{lib.name.split(' (')[0]}: {shape}"] = f"+{offset}"
         rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def model_predictions(benches=("uprobe-nop5", "uprobe-nop10", "usdt-nop10"), kernels=("6.18", "7.2")) -> pd.DataFrame:
+    """The cost model's throughput for each bench on each kernel (the default CPU profile), with its 80% interval
+    and what it rests on (a published figure, or a prediction and why), as `python -m uprobe_lab model` has them; a
+    bench the kernel refuses reads "refused", its reason in the basis."""
+    rows = []
+    for kernel in kernels:
+        for r in model_rows(list(benches), "x86_64", kernel, None, {}):
+            refused = "refused" in r
+            rows.append({"kernel": kernel, "bench": r["bench"],
+                         "M/s (model)": "refused" if refused else f"{r['mops']:.2f}",
+                         "80% interval": "" if refused else f"{r['low']:.2f} .. {r['high']:.2f}",
+                         "basis": r["refused"] if refused else r["basis"]})
     return pd.DataFrame(rows)
 
 

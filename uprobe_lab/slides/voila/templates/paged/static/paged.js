@@ -23,10 +23,17 @@
   var bar = document.createElement('div'); bar.id = 'paged-progress'; document.body.appendChild(bar);
   document.body.classList.add('paged');
 
+  // the notes as the presenter reads them: without the headings' anchor links (their "¶")
+  function notesText(e) {
+    var copy = e.cloneNode(true);
+    copy.querySelectorAll('a.anchor-link, .jp-InternalAnchorLink').forEach(function (a) { a.remove(); });
+    copy.querySelectorAll('a').forEach(function (a) { if (a.textContent.trim() === '\u00b6') a.remove(); });
+    return copy.innerHTML;
+  }
   function notesHtml(n) {
     var html = slides[n].map(function (div) {
-      return Array.prototype.map.call(div.querySelectorAll('.paged-notes'), function (e) { return e.innerHTML; })
-        .concat(div.classList.contains('paged-notes') ? [div.innerHTML] : []).join('');
+      return Array.prototype.map.call(div.querySelectorAll('.paged-notes'), notesText)
+        .concat(div.classList.contains('paged-notes') ? [notesText(div)] : []).join('');
     }).join('');
     var next = slides[n + 1] && slides[n + 1][0].querySelector('h1, h2, h3');
     return '<h3>slide ' + (n + 1) + ' / ' + slides.length + '</h3>' + (html || '<p><i>no notes</i></p>') +
@@ -60,6 +67,22 @@
     notesWin.document.title = 'Presenter notes';
     notesWin.document.body.style.font = '20px sans-serif';
     notesWin.document.body.innerHTML = notesHtml(current);
+    // the presenter's clicker or keys turn the slides from this window too (it has the focus once opened);
+    // a window opened again by a reloaded page gets this page's listener in place of the old one
+    if (notesWin.pagedKeys) notesWin.document.removeEventListener('keydown', notesWin.pagedKeys);
+    notesWin.pagedKeys = function (e) { if (turn(e.key)) e.preventDefault(); };
+    notesWin.document.addEventListener('keydown', notesWin.pagedKeys);
+  }
+  // the keys that turn the slides, pressed here or in the notes window; true when the key was one of them
+  function turn(k) {
+    if (k === 'ArrowRight') show(current + 1);
+    else if (k === 'ArrowLeft') show(current - 1);
+    else if (k === 'PageDown' || k === ' ' || k === 'ArrowDown') { if (!scroll(1)) show(current + 1); }
+    else if (k === 'PageUp' || k === 'ArrowUp') { if (!scroll(-1)) show(current - 1); }
+    else if (k === 'Home') show(0);
+    else if (k === 'End') show(slides.length - 1);
+    else return false;
+    return true;
   }
   document.addEventListener('keydown', function (e) {
     var t = e.target, k = e.key;  // keys typed into a widget (a slider's arrows, a text box) stay with it;
@@ -68,13 +91,8 @@
       if (k === 'Escape' || k === 'PageDown' || k === 'PageUp') t.blur();
       if (k !== 'PageDown' && k !== 'PageUp') return;
     }
-    if (k === 'ArrowRight') show(current + 1);
-    else if (k === 'ArrowLeft') show(current - 1);
-    else if (k === 'PageDown' || k === ' ' || k === 'ArrowDown') { if (!scroll(1)) show(current + 1); }
-    else if (k === 'PageUp' || k === 'ArrowUp') { if (!scroll(-1)) show(current - 1); }
-    else if (k === 'Home') show(0);
-    else if (k === 'End') show(slides.length - 1);
-    else if (k === 'n' || k === 'N') document.body.classList.toggle('paged-show-notes');
+    if (turn(k)) { e.preventDefault(); return; }
+    if (k === 'n' || k === 'N') document.body.classList.toggle('paged-show-notes');
     else if (k === 'p' || k === 'P') openNotes();
     else return;
     e.preventDefault();
