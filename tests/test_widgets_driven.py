@@ -343,7 +343,7 @@ def test_chapter_06_kernel_picker(monkeypatch):
 def test_chapter_07_lines_widget_every_kernel_bench_and_cpu_count(monkeypatch):
     widgets, screen = run_chapter("07", monkeypatch)
     (box,) = widgets
-    kernel, bench, cpus = box.children[:3]
+    kernel, bench, cpus = controls(box, (ipywidgets.ToggleButtons, ipywidgets.SelectionSlider))
 
     def drawn(control, value, redrawn):
         (fig,) = figures(redrawn)
