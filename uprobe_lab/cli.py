@@ -202,7 +202,7 @@ def cmd_bench(args) -> int:
         from tqdm import tqdm
 
         from .native import BENCH_NAMES, DEFAULT_REPEATS, NativeUnavailable, run_native_benches
-        from .native.many_cpus import MANY_CPU_BENCHES, run_native_benches_on_cpus
+        from .native.many_cpus import run_native_benches_on_cpus, runs_planned
         from .native.arch import host_arch
 
         if args.arch not in (None, host_arch()):
@@ -218,9 +218,10 @@ def cmd_bench(args) -> int:
                     results = run_native_benches(args.names or None, iterations=args.iterations,
                                                  progress=bar.update, arch=args.arch)
                 else:
-                    bar.total = len(args.names or MANY_CPU_BENCHES) * DEFAULT_REPEATS
+                    # beside the benches, the machine's own scaling: the baselines, and every row on one CPU too
+                    bar.total = runs_planned(args.names, args.cpus, baselines=True, one_cpu=True) * DEFAULT_REPEATS
                     results = run_native_benches_on_cpus(args.names or None, args.cpus, args.iterations,
-                                                         DEFAULT_REPEATS, bar.update)
+                                                         DEFAULT_REPEATS, bar.update, baselines=True, one_cpu=True)
         except (NativeUnavailable, ValueError) as err:
             print(f"native benchmarks are not possible here: {err}" if isinstance(err, NativeUnavailable)
                   else f"error: {err}", file=sys.stderr)
