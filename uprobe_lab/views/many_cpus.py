@@ -244,7 +244,8 @@ def native_scaling(benches=("uprobe-nop", "uretprobe-nop", "uprobe-ret"), iterat
         rows = []
         try:
             for p in range(1, n + 1):  # a CPU another lab bench holds is not waited for long: a chapter must go on
-                rows += run_native_benches_on_cpus(list(benches), p, iterations, repeats, lock_wait_s=CPU_WAIT_S)
+                rows += run_native_benches_on_cpus(list(benches), p, iterations, repeats, lock_wait_s=CPU_WAIT_S,
+                                                   baselines=True)  # the machine's own curve, without a probe
             return {"recorded": False, "reason": None, "host": platform.release(), "rows": rows}
         except LabError as err:
             reason = str(err)
