@@ -10,7 +10,7 @@ machine's own scaling (:mod:`uprobe_lab.machine_scaling`): the no-probe and sysc
 and every row run on the first CPU alone as well.
 
 The threads call native code through ctypes, which lets go of Python's lock for the call, so they do run
-at once. Ctrl-C stops them within one chunk of calls (``CHUNK``), and the probe, the counter, the mapping
+at once. Ctrl-C stops them within one chunk of calls (``CHUNK_S``), and the probe, the counter, the mapping
 and every CPU's pin are released before the KeyboardInterrupt goes on.
 """
 from __future__ import annotations
@@ -33,7 +33,10 @@ from ..machine_scaling import BASELINES, calls_lasting, compare_with_baselines, 
 from .support import check_native_support
 
 LOCK_WAIT_S = 300  # how long a CPU another lab bench holds is waited for
-CHUNK = 1 << 16  # calls per ctypes call: a thread looks for a stop between two
+CHUNK = 1 << 16  # calls of a thread's first ctypes call; it looks for a stop between two
+# how long the later ones last: a no-probe loop makes 2**16 calls in 0.1 ms, and two threads taking Python's lock
+# back that often kept 0.89-0.93 of its one-CPU rate at 2 CPUs on the lab's VM, where 10 ms chunks keep 1.01-1.03
+CHUNK_S = 0.01
 DEFAULT_ITERATIONS = 200_000  # calls per thread per timed interval
 DEFAULT_REPEATS = 3
 CALIBRATION_S = 0.02  # a baseline's trial interval, long enough that the barriers weigh little in it
@@ -78,12 +81,15 @@ def _producer(nc: NativeCode, addr: int, cpu: int, iterations: int, start: threa
               done: threading.Barrier, stop: threading.Event, repeats: int, errors: list) -> None:
     try:
         os.sched_setaffinity(0, {cpu})  # pid 0 from a thread: this thread only
+        chunk = CHUNK
         for _ in range(repeats):
             start.wait()
             left = iterations
             while left and not stop.is_set():
-                calls = min(left, CHUNK)
+                calls = min(left, chunk)
+                t0 = time.perf_counter()
                 nc.run(addr, calls)
+                chunk = max(CHUNK, int(calls * CHUNK_S / max(time.perf_counter() - t0, 1e-9)))
                 left -= calls
             done.wait()
     except threading.BrokenBarrierError:
