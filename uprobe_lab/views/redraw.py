@@ -21,10 +21,12 @@ from matplotlib.figure import Figure
 
 
 def figure_png(fig: Figure) -> bytes:
-    """``fig`` as the PNG a notebook shows for it (IPython's inline rendering: the figure's dpi, cropped tight)."""
+    """``fig`` as a PNG at its own dpi, as laid out. The views' figures are laid out (layout="constrained"), so the
+    inline backend's cropping (bbox_inches="tight") is left out: it draws the figure twice, half of a redraw's
+    time, where a widget has a second to answer."""
     from IPython.core.pylabtools import print_figure
 
-    return print_figure(fig, "png", bbox_inches="tight", base64=False)
+    return print_figure(fig, "png", bbox_inches=None, base64=False)
 
 
 def figure_view(fig: Figure | None = None):
