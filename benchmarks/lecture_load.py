@@ -11,7 +11,7 @@ shuts its kernel down before the next load.
 
 Prints, per chapter: loads, stalls, min / median / max seconds, and the machine's load (``/proc/loadavg``)
 before and after: the machine is shared, so say under what load the figures were taken. Figures, not
-assertions (tests/browser/test_lecture_stalls.py checks the stall error).
+assertions (tests/browser/test_lecture_loading.py checks the stall error).
 
 With ``--cells``, where a load's time goes instead: the lecture copy run headless as Voila runs it (nbclient,
 ``./lab lecture``'s environment), the kernel's start and each chapter's slowest cells.

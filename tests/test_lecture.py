@@ -203,7 +203,7 @@ def test_a_killed_lecture_takes_its_server_along_and_the_next_one_removes_its_co
 def test_a_stalled_load_is_ended_by_the_server_before_the_pages_watchdog_and_within_a_minute():
     """Voila's own per-cell limit (lecture.CELL_TIMEOUT_S, interrupting the cell) names the cell that stalled; the
     page's watchdog (loading.js) is for a server that says nothing at all, so it waits longer, and both speak within
-    a minute. tests/browser/test_lecture_stalls.py shows each in Chromium."""
+    a minute. tests/browser/test_lecture_loading.py shows each in Chromium."""
     import re
 
     loading_js = presenter.SLIDES_PATH / "voila" / "templates" / "paged" / "static" / "loading.js"

@@ -1,9 +1,11 @@
-"""A lecture whose loading stalls says so within a minute, in Chromium, instead of "Executing i of n" for ever.
+"""A lecture loads or says why, in Chromium: ``python -m uprobe_lab.lecture`` (``./lab lecture``'s own server and
+settings) serving a chapter.
 
-Each test serves a tiny chapter of its own from tmp_path through ``python -m uprobe_lab.lecture`` (``./lab
-lecture``'s own server and settings): one with a cell that never finishes, which Voila's per-cell limit interrupts
-(the page names the slide that stopped and the way out, and the kernel still answers the widget above it), and
-one whose server stops answering mid-run (SIGSTOP), which the page's own watchdog reports on its spinner.
+A stalled load says so within a minute, instead of "Executing i of n" for ever: a tiny chapter of the test's own
+(tmp_path) with a cell that never finishes, which Voila's per-cell limit interrupts (the page names the slide that
+stopped and the way out, and the kernel still answers the widget above it), and one whose server stops answering
+mid-run (SIGSTOP), which the page's own watchdog reports on its spinner. And chapter 07's boxes, drawn into an
+Image widget's value (uprobe_lab/views/redraw.py says why not an Output widget), redraw when a toggle is pressed.
 """
 from __future__ import annotations
 
@@ -107,5 +109,37 @@ def test_a_server_that_stops_answering_is_reported_on_the_spinner(browser, tmp_p
         assert 'cell 4 of 5 (in "2. The cell that stalls")' in said and "./lab course" in said, said
     finally:
         os.kill(voila, signal.SIGCONT)
+        page.close()
+        stop_server(proc, log)
+
+
+def test_chapter_07s_toggles_redraw_its_boxes_on_the_slide(browser, tmp_path):  # noqa: F811
+    """The lecture of chapter 07 loads; on the boxes' slide each kernel toggle pressed redraws the figure (an Image
+    widget's new PNG), within a generous bound (benchmarks/lecture_load.py and the printed times are the figures)."""
+    proc, log, url = serve(REPO / "notebooks" / "07_many_cpus.ipynb", tmp_path)
+    page = browser.new_page(viewport={"width": 1280, "height": 720})
+    try:
+        page.goto(url, wait_until="commit")
+        page.locator("#loading").wait_for(state="detached", timeout=120_000)
+        toggles = page.locator(".widget-toggle-buttons", has_text="6.10").first
+        toggles.wait_for(state="attached", timeout=60_000)
+        for _ in range(int(page.locator("#paged-count").inner_text().split(" / ")[1])):  # on to the boxes' slide
+            if toggles.is_visible():
+                break
+            page.keyboard.press("ArrowRight")
+        box = toggles.locator("xpath=ancestor::div[contains(@class, 'widget-vbox')][1]")
+        image = box.locator("img")
+        assert not page.locator(".widget-output").count(), "an Output widget on the page"
+        took = []
+        for kernel in ("6.18", "6.8", "6.10"):
+            before = image.get_attribute("src")
+            t0 = time.monotonic()
+            toggles.locator("button", has_text=re.compile(f"^{re.escape(kernel)}$")).click()
+            page.wait_for_function("([img, before]) => img.getAttribute('src') !== before",
+                                   arg=[image.element_handle(), before], timeout=10_000)
+            took.append(time.monotonic() - t0)
+        print(f"\n07: a kernel toggle redraws the boxes in {', '.join(f'{t:.2f}' for t in took)} s")
+        assert max(took) < 5, took
+    finally:
         page.close()
         stop_server(proc, log)
