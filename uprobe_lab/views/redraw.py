@@ -16,6 +16,7 @@ nothing back, so it cannot stall.
 from __future__ import annotations
 
 import html
+import io
 
 from matplotlib.figure import Figure
 
@@ -23,10 +24,10 @@ from matplotlib.figure import Figure
 def figure_png(fig: Figure) -> bytes:
     """``fig`` as a PNG at its own dpi, as laid out. The views' figures are laid out (layout="constrained"), so the
     inline backend's cropping (bbox_inches="tight") is left out: it draws the figure twice, half of a redraw's
-    time, where a widget has a second to answer."""
-    from IPython.core.pylabtools import print_figure
-
-    return print_figure(fig, "png", bbox_inches=None, base64=False)
+    time, where a widget has a second to answer. (An empty figure is a blank image, not nothing.)"""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
 
 
 def figure_view(fig: Figure | None = None):
