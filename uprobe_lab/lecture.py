@@ -29,8 +29,8 @@ MARK = "uprobe_lab_lecture_copy"  # notebook metadata: the copy's server pid; on
 PR_SET_PDEATHSIG = 1
 # A cell that has not finished after CELL_TIMEOUT_S is interrupted and the page shows what ran, ending in an error
 # the slides name (paged.js, reportStoppedCell), instead of "Executing i of n" for ever; a page that hears nothing
-# from the server for the same time and a little more says so on its spinner (index.html.j2). No cell of a chapter
-# takes a third of this on a 2-CPU machine (benchmarks/lecture_load.py), and a stall shows within a minute.
+# from the server a little longer says so on its spinner (static/loading.js). The slowest cell, chapter 06's price
+# benches, takes 10 s on the idle 2-CPU VM and about twice that when it is busy (benchmarks/lecture_load.py --cells).
 CELL_TIMEOUT_S = 40
 STOPPED = ("It raised an error, or ran longer than the lecture allows a cell "
            f"({CELL_TIMEOUT_S} s). Reload the page to run the chapter again; if it stops here again, run the chapter "
