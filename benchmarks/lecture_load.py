@@ -143,8 +143,8 @@ def cell_times(chapter: str, path: Path, shown: int = 5) -> None:
             if cell.cell_type == "code":
                 cells.append((time.monotonic() - t, i, cell.source.splitlines()[0][:70]))
     total = time.monotonic() - t0
-    print(f"{chapter}: {total:.1f} s: kernel start {started:.1f} s, {len(cells)} code cells {sum(c[0] for c in cells):.1f} s "
-          f"(load average {loadavg()})")
+    print(f"{chapter}: {total:.1f} s: kernel start {started:.1f} s, {len(cells)} code cells "
+          f"{sum(c[0] for c in cells):.1f} s (load average {loadavg()})")
     for seconds, i, first in sorted(cells, reverse=True)[:shown]:
         print(f"  {seconds:5.1f} s  cell {i:2d}  {first}")
 
@@ -152,7 +152,8 @@ def cell_times(chapter: str, path: Path, shown: int = 5) -> None:
 def main(argv: list[str] | None = None) -> int:
     known = chapters()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("chapters", nargs="*", default=list(known), help=f"chapters to load (default: all of {', '.join(known)})")
+    ap.add_argument("chapters", nargs="*", default=list(known),
+                    help=f"chapters to load (default: all of {', '.join(known)})")
     ap.add_argument("--loads", type=int, default=10, help="loads per chapter, one after the other (default 10)")
     ap.add_argument("--stall-s", type=float, default=90.0,
                     help="a load not done after this many seconds is a stall (default 90)")

@@ -3,15 +3,16 @@
 
 Why not an Output widget: it can stall a lecture's loading for good. ``./lab lecture`` has Voila run the chapter
 with nbclient, which stands in for the front end of every Output widget (nbclient/output_widget.py): when a cell
-displays or prints into one, or clears it at once, nbclient sends the kernel the widget's new outputs (a comm_msg) on the
-shell channel, the socket on which it is waiting for that cell's execute_reply. jupyter_client's Session.send
-writes to that asyncio socket through a blocking shadow of it (``zmq.Socket.shadow``), behind pyzmq's asyncio
-bookkeeping; the send makes libzmq process the socket's pending commands, which takes the socket's ready signal
-(ZMQ_FD, edge-triggered) for an execute_reply that has just arrived, and pyzmq, not having seen the send, does
-not look again. The reply then sits unread while nbclient waits for it, without end unless a cell timeout wakes it
-(lecture.CELL_TIMEOUT_S, 40 s): the page stays at "Executing i of n" with the kernel idle, a few runs in a hundred
-of a cell that draws into an Output widget (4 in 300 of chapter 07's widget cell with nbclient alone, none in 300
-drawn into an Image). A widget whose value the kernel replaces sends nothing back, so it cannot stall.
+displays or prints into one, or clears it at once, nbclient sends the kernel the widget's new outputs (a
+comm_msg) on the shell channel, the socket on which it is waiting for that cell's execute_reply.
+jupyter_client's Session.send writes to that asyncio socket through a blocking shadow of it
+(``zmq.Socket.shadow``), behind pyzmq's asyncio bookkeeping; the send makes libzmq process the socket's pending
+commands, which takes the socket's ready signal (ZMQ_FD, edge-triggered) for an execute_reply that has just
+arrived, and pyzmq, not having seen the send, does not look again. The reply then sits unread while nbclient
+waits for it, without end unless a cell timeout wakes it (lecture.CELL_TIMEOUT_S, 40 s): the page stays at
+"Executing i of n" with the kernel idle, a few runs in a hundred of a cell that draws into an Output widget (4 in
+300 of chapter 07's widget cell with nbclient alone, none in 300 drawn into an Image). A widget whose value the
+kernel replaces sends nothing back, so it cannot stall.
 """
 from __future__ import annotations
 
@@ -30,14 +31,12 @@ def figure_png(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
-def figure_view(fig: Figure | None = None):
-    """An Image widget showing ``fig``; :func:`show_figure` draws another figure into it."""
+def figure_view():
+    """An empty Image widget for figures: :func:`show_figure` draws one into it."""
     import ipywidgets as w
 
     view = w.Image(format="png")
     view.figure = None
-    if fig is not None:
-        show_figure(view, fig)
     return view
 
 
