@@ -238,6 +238,9 @@ def cmd_bench(args) -> int:
     return 0
 
 
+PROGRESS_DELAY_S = 1.0  # a bar only for a run long enough to leave someone waiting
+
+
 def _emulated_on_cpus(names, args, kernel, options) -> list[dict]:
     """``bench -p N`` on the emulator, with a bar of the calls made on stderr once a run takes over a second."""
     from tqdm import tqdm
@@ -245,7 +248,7 @@ def _emulated_on_cpus(names, args, kernel, options) -> list[dict]:
     calls = args.iterations * args.cpus
     results = []
     with tqdm(total=len(names) * calls, unit="call", desc="emulated", file=sys.stderr, leave=False,
-              disable=args.json, delay=1.0) as bar:
+              disable=args.json, delay=PROGRESS_DELAY_S) as bar:
         for name in names:
             done = bar.n
             bar.set_description(name, refresh=False)
