@@ -114,3 +114,14 @@ def test_an_unseen_machines_table_is_predicted_with_its_own_no_probe_curve():
     assert np.allclose(slower.loc[~at16, "model_mops"], flat.loc[~at16, "model_mops"])
     with pytest.raises(LabError, match="1-CPU rate"):
         contention.predict_unseen(table, 16, {16: 8.0})
+
+
+def test_the_kept_transfers_are_every_run_the_tables_need_as_the_emulator_gives_it_now():
+    """contention_transfers.json (record_transfers) saves chapter 07 and these tests some 200 many-CPU emulations: it
+    must hold every run the fitting and held-out tables need, each equal to a fresh emulation."""
+    kept = contention.recorded_transfers()
+    assert sorted(kept) == contention.needed_runs()
+    stale = [key for key in kept if kept[key] != contention.emulated_transfers(*key)]
+    assert not stale, (f"{len(stale)} of {len(kept)} kept runs differ from the emulator now (first: {stale[0]}): make "
+                       "them again with python -c 'from uprobe_lab.model.contention import record_transfers; "
+                       "record_transfers()'")

@@ -168,7 +168,7 @@ def test_two_lectures_of_one_chapter_side_by_side_and_each_stop_cleans_only_its_
         assert copy1.exists() and json.loads(copy1.read_text())["metadata"][lecture.MARK] == first.pid
         assert voila1 and f"{presenter.ENV}=1".encode() in Path(f"/proc/{voila1[0]}/environ").read_bytes()
         assert str(presenter.SLIDES_PATH).encode() in Path(f"/proc/{voila1[0]}/environ").read_bytes()  # JUPYTER_PATH
-        assert b"--template=paged" in Path(f"/proc/{voila1[0]}/cmdline").read_bytes()
+        assert all(a.encode() in Path(f"/proc/{voila1[0]}/cmdline").read_bytes() for a in lecture.VOILA_ARGS)
         second, copy2, voila2 = _start(_free_port())
         assert copy2 != copy1 and copy2.exists()
         second.send_signal(signal.SIGHUP)  # a closed terminal
@@ -198,3 +198,16 @@ def test_a_killed_lecture_takes_its_server_along_and_the_next_one_removes_its_co
         nxt.terminate()
         nxt.wait(timeout=30)
     assert not copy2.exists() and _gone(voila2)
+
+
+def test_a_stalled_load_is_ended_by_the_server_before_the_pages_watchdog_and_within_a_minute():
+    """Voila's own per-cell limit (lecture.CELL_TIMEOUT_S, interrupting the cell) names the cell that stalled; the
+    page's watchdog (loading.js) is for a server that says nothing at all, so it waits longer, and both speak within
+    a minute. tests/browser/test_lecture_loading.py shows each in Chromium."""
+    import re
+
+    loading_js = presenter.SLIDES_PATH / "voila" / "templates" / "paged" / "static" / "loading.js"
+    watchdog_s = int(re.search(r"var STALL_S = (\d+);", loading_js.read_text())[1])
+    assert lecture.CELL_TIMEOUT_S < watchdog_s <= 60
+    assert f"--VoilaExecutor.timeout={lecture.CELL_TIMEOUT_S}" in lecture.VOILA_ARGS
+    assert "--VoilaExecutor.interrupt_on_timeout=True" in lecture.VOILA_ARGS

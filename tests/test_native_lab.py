@@ -277,6 +277,22 @@ def test_a_machine_too_noisy_to_calibrate_falls_back_to_the_recording_and_says_w
     assert source == "measured now on this machine" and prof.cpu == "quiet box"
 
 
+def test_a_lecture_measures_the_price_benches_on_its_shorter_budget(monkeypatch):
+    """./lab lecture has 20 s for chapter 06's load: the notebook's budget there, capped at LECTURE_BUDGET_S."""
+    from uprobe_lab import presenter
+    from uprobe_lab.native import price_benches
+    asked = []
+    rows = model.load_host_recording()["rows"]
+    monkeypatch.setattr(price_benches, "price_rows_or_recorded",
+                        lambda budget_s: asked.append(budget_s) or (rows, price_benches.MEASURED_HERE))
+    for presenting in ("", "1"):
+        monkeypatch.setenv(presenter.ENV, presenting)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            price_benches.calibrated_or_recorded(budget_s=0.6)
+    assert asked == [0.6, price_benches.LECTURE_BUDGET_S] and price_benches.LECTURE_BUDGET_S < 0.6
+
+
 def test_a_vm_calibration_says_its_dear_single_step_is_expected():
     """The recording is a VM's: its xol_step is far above what one event costs natively. Calibrated as a
     VM, the warning says that is expected and why; calibrated as bare metal, it does not."""

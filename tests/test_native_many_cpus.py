@@ -1,5 +1,6 @@
 """bench --mode native -p N: producers pinned one per CPU on this host's kernel, one probe, exact hits, nothing left."""
 import io
+import json
 import os
 import signal
 import subprocess
@@ -74,11 +75,38 @@ def test_ctrl_c_stops_every_producer_and_releases_the_probe():
 
 @native
 @pytest.mark.xdist_group("native-table")
-def test_bench_native_p_prints_the_kernel_bench_s_line(capsys):
+def test_bench_native_p_prints_the_kernel_bench_s_line_and_the_machine_s_baselines(capsys):
     require_bpf()
-    assert main(["bench", "uprobe-nop", "--mode", "native", "-p", str(CPUS), "--iterations", "20000"]) == 0
-    out = capsys.readouterr().out
-    assert f"uprobe-nop ({CPUS:2} cpus)" in out and "M/s/cpu" in out and f"[native, {CPUS * 20000 * 5} hits]" in out
+    if CPUS < 2:
+        pytest.skip("the baselines' scaling needs 2 CPUs; this process may run on one")
+    before_fds, before_mask = fd_count(), os.sched_getaffinity(0)
+    first = min(before_mask)
+    argv = ["bench", "uprobe-nop", "--mode", "native", "-p", "2", "--iterations", "20000"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("uprobe-nop ( 2 cpus)") and "M/s/cpu" in out[0] and "[native, 200000 hits]" in out[0]
+    assert out[1].startswith("  per CPU ") and f"x its rate on CPU {first} alone (" in out[1]
+    assert "x the no-probe loop's scaling and " in out[1] and out[1].endswith("x the syscall loop's scaling")
+    assert out[2].startswith("usermode-count ( 2 cpus)")
+    assert out[3].startswith("  the no-probe loop, a baseline: per CPU")
+    assert out[4].startswith("syscall-count ( 2 cpus)") and out[5].startswith("  the syscall loop, a baseline: per CPU")
+
+    assert main(argv + ["--json"]) == 0
+    nop, loop, syscall = rows = json.loads(capsys.readouterr().out)
+    assert [r["bench"] for r in rows] == ["uprobe-nop", "usermode-count", "syscall-count"]
+    assert nop["hits"] == 2 * 20_000 * 5 and nop["iterations"] == 20_000
+    for row in rows:
+        assert row["cpus"] == 2 and row["one_cpu"]["cpu"] == first
+        assert row["scaling"] == pytest.approx(row["mops_per_cpu"] / row["one_cpu"]["mops_per_cpu"])
+    # plausible: per CPU, a call with nothing in it is faster than a syscall, which is faster than a trap to a probe
+    for rate in (lambda r: r["mops_per_cpu"], lambda r: r["one_cpu"]["mops_per_cpu"]):
+        assert rate(loop) > rate(syscall) > rate(nop), rows
+    # the baselines' intervals last as long as the bench's, so a faster loop makes more calls in each
+    assert loop["lasts_as_long_as"] == syscall["lasts_as_long_as"] == "uprobe-nop"
+    assert loop["iterations"] > syscall["iterations"] > nop["iterations"]
+    assert nop["ratio_of"] == "scaling" and nop["baseline_ratios"] == pytest.approx(
+        {"usermode-count": nop["scaling"] / loop["scaling"], "syscall-count": nop["scaling"] / syscall["scaling"]})
+    _nothing_left(before_fds, before_mask)
 
 
 @native

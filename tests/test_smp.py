@@ -199,8 +199,12 @@ def test_a_long_run_tells_its_progress_in_hits():
     assert len(told) >= max(2, int(took / 0.2) - 2)  # about every 0.2 s (-2: the warm-up and setup before the first)
 
 
-def test_bench_p_draws_a_bar_of_calls_once_a_run_takes_over_a_second(capsys):
-    assert main(["bench", "uretprobe-ret", "-p", "8", "--iterations", "2500", "--kernel", "6.8"]) == 0
+def test_bench_p_draws_a_bar_of_calls_once_a_run_takes_over_a_second(capsys, monkeypatch):
+    import uprobe_lab.cli as cli
+
+    with monkeypatch.context() as m:
+        m.setattr(cli, "PROGRESS_DELAY_S", 0.0)  # as if the run had taken longer than the delay: how fast it is varies
+        assert main(["bench", "uretprobe-ret", "-p", "8", "--iterations", "2500", "--kernel", "6.8"]) == 0
     err = capsys.readouterr().err
     assert "uretprobe-ret:" in err and "/20000 [" in err and "call/s" in err  # 8 x 2500 calls
     assert main(["bench", "uprobe-nop", "-p", "2", "--iterations", "10", "--kernel", "6.18"]) == 0

@@ -23,8 +23,9 @@ def test_price_chart_follows_the_prices():
 def test_breakdown_and_widgets_build():
     fig = views.breakdown_for("intel")
     assert fig.axes and views.x86_profile_names()
-    dropdown, _ = views.breakdown_widget().children
+    dropdown, report, chart = views.breakdown_widget().children  # drawn by value (views/redraw.py)
     assert dropdown.value in views.x86_profile_names()
+    assert "prior_ns" in report.value and chart.figure.axes and bytes(chart.value).startswith(b"\x89PNG")
     assert len(views.price_sliders("intel").children) == len(views.SLIDER_PRICES) + 1
 
 

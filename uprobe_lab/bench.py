@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from .arches import make_process
 from .kernel import get_kernel, release_rules
+from .machine_scaling import scaling_note
 from .process import MAX_INSNS
 from .smp import MAX_CPUS, run_on_cpus
 from .errors import LabError, is_int, shown
@@ -311,9 +312,10 @@ def format_table(results: list[dict]) -> str:
             span = f" (80%: {r['low']:.3f}..{r['high']:.3f})" if "low" in r else ""
             lines.append(f"{r['bench']:<25}: {r['mops']:8.3f}M/s model{span}  [{r['arch']} {r['kernel']}, cpu {r['cpu']}, "
                          f"{r['ns_per_hit']} ns per hit]{label}")
-        elif "cpus" in r:  # the kernel bench's -p line
+        elif "cpus" in r:  # the kernel bench's -p line, and under it the machine's own scaling where measured
             lines.append(f"{r['bench'] + ' (' + format(r['cpus'], '2') + ' cpus)':<25}: {r['mops']:8.3f} ± "
                          f"{r['stddev']:5.3f}M/s  ({r['mops_per_cpu']:7.3f}M/s/cpu)  [{r['mode']}, {r['hits']} hits]")
+            lines += filter(None, [scaling_note(r)])
         else:
             lines.append(f"{r['bench']:<25}: {r['mops']:8.3f} ± {r.get('stddev', 0.0):5.3f}M/s  [{r['mode']}]")
     return "\n".join(lines)

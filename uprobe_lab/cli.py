@@ -202,7 +202,7 @@ def cmd_bench(args) -> int:
         from tqdm import tqdm
 
         from .native import BENCH_NAMES, DEFAULT_REPEATS, NativeUnavailable, run_native_benches
-        from .native.many_cpus import MANY_CPU_BENCHES, run_native_benches_on_cpus
+        from .native.many_cpus import run_native_benches_on_cpus, runs_planned
         from .native.arch import host_arch
 
         if args.arch not in (None, host_arch()):
@@ -218,9 +218,10 @@ def cmd_bench(args) -> int:
                     results = run_native_benches(args.names or None, iterations=args.iterations,
                                                  progress=bar.update, arch=args.arch)
                 else:
-                    bar.total = len(args.names or MANY_CPU_BENCHES) * DEFAULT_REPEATS
+                    # beside the benches, the machine's own scaling: the baselines, and every row on one CPU too
+                    bar.total = runs_planned(args.names, args.cpus, baselines=True, one_cpu=True) * DEFAULT_REPEATS
                     results = run_native_benches_on_cpus(args.names or None, args.cpus, args.iterations,
-                                                         DEFAULT_REPEATS, bar.update)
+                                                         DEFAULT_REPEATS, bar.update, baselines=True, one_cpu=True)
         except (NativeUnavailable, ValueError) as err:
             print(f"native benchmarks are not possible here: {err}" if isinstance(err, NativeUnavailable)
                   else f"error: {err}", file=sys.stderr)
@@ -237,6 +238,9 @@ def cmd_bench(args) -> int:
     return 0
 
 
+PROGRESS_DELAY_S = 1.0  # a bar only for a run long enough to leave someone waiting
+
+
 def _emulated_on_cpus(names, args, kernel, options) -> list[dict]:
     """``bench -p N`` on the emulator, with a bar of the calls made on stderr once a run takes over a second."""
     from tqdm import tqdm
@@ -244,7 +248,7 @@ def _emulated_on_cpus(names, args, kernel, options) -> list[dict]:
     calls = args.iterations * args.cpus
     results = []
     with tqdm(total=len(names) * calls, unit="call", desc="emulated", file=sys.stderr, leave=False,
-              disable=args.json, delay=1.0) as bar:
+              disable=args.json, delay=PROGRESS_DELAY_S) as bar:
         for name in names:
             done = bar.n
             bar.set_description(name, refresh=False)

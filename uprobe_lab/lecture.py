@@ -27,6 +27,25 @@ CHAPTER = re.compile(r"(\d\d[a-z]?)_[A-Za-z0-9_]+\.ipynb")  # 03b_nop10_optimiza
 COPY = re.compile(r"\.lecture_pid(\d+)_.+\.ipynb")
 MARK = "uprobe_lab_lecture_copy"  # notebook metadata: the copy's server pid; only such files are ever removed
 PR_SET_PDEATHSIG = 1
+# A cell that has not finished after CELL_TIMEOUT_S is interrupted and the page shows what ran, ending in an error
+# the slides name (paged.js, reportStoppedCell), instead of "Executing i of n" for ever; a page that hears nothing
+# from the server a little longer says so on its spinner (static/loading.js). The slowest cell, chapter 06's price
+# benches, takes 10 s on the idle 2-CPU VM and about twice that when it is busy (benchmarks/lecture_load.py --cells).
+CELL_TIMEOUT_S = 40
+STOPPED = ("It raised an error, or ran longer than the lecture allows a cell "
+           f"({CELL_TIMEOUT_S} s). Reload the page to run the chapter again; if it stops here again, run the chapter "
+           "in JupyterLab (./lab course) to see why.")
+VOILA_ARGS = [
+    "--template=paged", "--strip_sources=True",
+    "--ContentsManager.allow_hidden=True",  # the copy is a dot-file
+    "--Voila.ip=127.0.0.1",
+    # Voila's own per-cell limit (nbclient's timeout): interrupted, not left running, so the kernel stays free for the
+    # widgets the page did get; the reply nbclient makes up for it ends the run at that cell, with STOPPED as its text
+    f"--VoilaExecutor.timeout={CELL_TIMEOUT_S}", "--VoilaExecutor.interrupt_on_timeout=True",
+    "--VoilaExecutor.error_on_timeout=ename=CellTimeoutError",
+    f"--VoilaExecutor.error_on_timeout=evalue=no reply in {CELL_TIMEOUT_S} s",
+    f"--VoilaExecutor.cell_error_instruction={STOPPED}",
+]
 
 
 def chapters(folder: Path = NOTEBOOKS) -> dict[str, Path]:
@@ -146,8 +165,7 @@ def serve(want: str, voila_args: list[str]) -> int:
         env["JUPYTER_PATH"] = os.pathsep.join(filter(None, [str(presenter.SLIDES_PATH), env.get("JUPYTER_PATH")]))
         voila = Path(sys.executable).with_name("voila")
         server = subprocess.Popen(
-            [str(voila) if voila.exists() else "voila", str(copy), "--template=paged", "--strip_sources=True",
-             "--ContentsManager.allow_hidden=True", "--Voila.ip=127.0.0.1", *voila_args],
+            [str(voila) if voila.exists() else "voila", str(copy), *VOILA_ARGS, *voila_args],
             env=env, preexec_fn=_die_with_parent)
         return server.wait()
     except KeyboardInterrupt:

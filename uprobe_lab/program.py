@@ -162,8 +162,8 @@ class Assembler:
         if addr < self.here:
             raise ValueError(f"cannot pad backwards to {addr:#x} from {self.here:#x}")
         self._close_symbol()
-        while self.here < addr:
-            self.buf += fill[: min(len(fill), addr - self.here)]
+        n = addr - self.here  # in one piece: a page of one-byte fill, added a byte at a time, took 0.1 s a program
+        self.buf += (fill * -(-n // len(fill)))[:n]
 
     def end_function(self) -> None:
         """Close the last symbol here, so padding after it is not counted in its size."""

@@ -15,13 +15,16 @@ the fitting tables; the held-out tables are predicted and scored.
 from __future__ import annotations
 
 import functools
+import json
 from importlib import resources
+from pathlib import Path
 
 import numpy as np
 
 from .. import bench as _bench
 from ..errors import LabError
 from ..kernel import RULES, KernelVersion, _major_minor, kernel_of
+from ..outputs import write_output
 
 MACHINE_CORES = {"xeon-gold-6138-80": 40, "qemu-kvm-32": 32}  # physical cores, from the maker (the guest: its vCPUs)
 FIT_TABLES = ("haslam-lock-compare-2024-04", "haslam-rwlock-v2-2024-04", "andrii-lockless-tree-commit-2024-09",
@@ -36,6 +39,9 @@ KAPPA = np.arange(0, 0.03 + 1e-9, 0.001)
 ETA_SMT = 0.3  # v2: what a second hardware thread adds, Intel's "up to 30%" (docs/model.md, version 2)
 V1_RECORDED = {"median_abs_error": 0.198, "inside_80": 102 / 129, "peaks": (2, 8)}  # docs/model.md, v1's run
 CURVE = ["table", "variant", "bench"]
+# The emulated runs the fitting and held-out tables need, kept (record_transfers): some 200 many-CPU runs, seconds
+# that chapter 07 and the tests would spend on every run. tests/test_contention.py checks each against a fresh run.
+TRANSFERS_PATH = Path(__file__).resolve().parents[1] / "data" / "contention_transfers.json"
 
 
 def scaling_table():
@@ -62,23 +68,64 @@ def config_kernel(config: str) -> KernelVersion:
 
 @functools.lru_cache(maxsize=None)
 def transfers(bench: str, config: str, cpus: int) -> dict[str, float]:
-    """Line transfers per hit, per kernel state, with ``cpus`` emulated threads under the variant's rules."""
+    """Line transfers per hit, per kernel state, with ``cpus`` emulated threads under the variant's rules: the
+    recorded run where there is one (:func:`recorded_transfers`), else emulated now."""
     if cpus == 1:
         return {}
-    row = _bench.run_bench_on_cpus(bench, "x86_64", config_kernel(config), ITERATIONS, cpus)
-    return row["transfers_per_hit"]
+    recorded = recorded_transfers().get((bench, config, cpus))
+    return emulated_transfers(bench, config, cpus) if recorded is None else recorded
+
+
+def emulated_transfers(bench: str, config: str, cpus: int) -> dict[str, float]:
+    """:func:`transfers`, emulated now."""
+    return _bench.run_bench_on_cpus(bench, "x86_64", config_kernel(config), ITERATIONS, cpus)["transfers_per_hit"]
+
+
+@functools.lru_cache(maxsize=1)
+def recorded_transfers() -> dict[tuple[str, str, int], dict[str, float]]:
+    """The kept runs (TRANSFERS_PATH) by (bench, config, cpus); none if the file is missing or was made with other
+    ITERATIONS."""
+    try:
+        data = json.loads(TRANSFERS_PATH.read_text())
+    except FileNotFoundError:
+        return {}
+    if data["iterations"] != ITERATIONS:
+        return {}
+    return {(r["bench"], r["config"], r["cpus"]): r["transfers_per_hit"] for r in data["runs"]}
+
+
+def needed_runs(tables=FIT_TABLES + HELD_OUT_TABLES) -> list[tuple[str, str, int]]:
+    """The (bench, config, cpus) runs :func:`model_rows` emulates for ``tables``."""
+    t = _usable_rows(tables, scaling_table())
+    return sorted({(b, c, int(n)) for b, c, n in zip(t["bench"], t["config"], t["producers"])})
+
+
+def record_transfers(path: str | Path = TRANSFERS_PATH) -> dict:
+    """Emulate every run the fitting and held-out tables need and keep them at ``path`` (after a change to the
+    emulator or the kernels' rules that moves them: tests/test_contention.py says when)."""
+    runs = [{"bench": b, "config": c, "cpus": n, "transfers_per_hit": emulated_transfers(b, c, n)}
+            for b, c, n in needed_runs()]
+    data = {"command": "uprobe_lab.model.contention.record_transfers()", "iterations": ITERATIONS, "runs": runs}
+    write_output(path, json.dumps(data, indent=1) + "\n", "path", "contention_transfers.json")
+    recorded_transfers.cache_clear()
+    transfers.cache_clear()
+    return data
+
+
+def _usable_rows(tables, t):
+    """The rows of ``tables`` in ``t`` the model can use (a modelled config, N >= 2, a 1-CPU row), with T1_ns."""
+    t = t[t["table"].isin(tables) & (t["config"] != "") & t["producers"].notna()].copy()
+    one = t[t["producers"] == 1].set_index(CURVE)["total_mops"]
+    t = t[t["producers"] >= 2].copy()
+    t["T1_ns"] = [1e3 / one[key] if key in one.index else np.nan for key in zip(*(t[c] for c in CURVE))]
+    return t[t["T1_ns"].notna()].copy()
 
 
 def model_rows(tables, t=None, cores: dict[str, int] | None = None):
     """The rows of ``tables`` (of ``t``, by default scaling.csv) the model can use, with their inputs: T1_ns (the
     variant's 1-CPU time), S (all lines' transfers per hit), M (the busiest line's) and C (the machine's cores:
     MACHINE_CORES, or ``cores``). Rows with N >= 2 only."""
-    t = scaling_table() if t is None else t
-    t = t[t["table"].isin(tables) & (t["config"] != "") & t["producers"].notna()].copy()
-    one = t[t["producers"] == 1].set_index(CURVE)["total_mops"]
-    t = t[t["producers"] >= 2].copy()
-    t["T1_ns"] = [1e3 / one[key] if key in one.index else np.nan for key in zip(*(t[c] for c in CURVE))]
-    t = t[t["T1_ns"].notna()].copy()
+    t = _usable_rows(tables, scaling_table() if t is None else t)
     per_line = [transfers(b, c, int(n)) for b, c, n in zip(t["bench"], t["config"], t["producers"])]
     t["S"] = [sum(d.values()) for d in per_line]
     t["M"] = [max(d.values(), default=0.0) for d in per_line]

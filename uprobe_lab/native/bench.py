@@ -141,9 +141,11 @@ def spread_note(row: dict) -> str | None:
     if not row.get("mops") or row.get("stddev", 0.0) <= NOISY_SPREAD * row["mops"]:
         return None
     interval_ms = row.get("cpus", 1) * row["iterations"] / (row["mops"] * 1e3)
+    longer = (f"raise --iterations (say to {10 * row['iterations']:_})" if "lasts_as_long_as" not in row else
+              f"raise --iterations, and its intervals, as long as {row['lasts_as_long_as']}'s, grow with it")
     return (f"{row['bench']}: stddev {row['stddev']:.3f} against a mean of {row['mops']:.3f} M/s: its "
             f"{row['repeats']} intervals of {row['iterations']:_} calls ({interval_ms:.2g} ms each) disagree too much "
-            f"to trust; raise --iterations (say to {10 * row['iterations']:_}), or run it on a quieter machine")
+            f"to trust; {longer}, or run it on a quieter machine")
 
 
 def usdt_offset(nc: NativeCode, target: str) -> tuple[int, str]:

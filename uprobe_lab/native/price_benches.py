@@ -25,6 +25,7 @@ from ..bench import COMPAT_BENCHES, bench_spec
 from ..model import load_host_recording
 from ..model.profiles import machine_label
 from ..outputs import write_output
+from ..presenter import lecture_mode
 from ..process import LabError
 from ..sites import calls_uprobe_trampoline
 from .bench import pinned_to_one_cpu
@@ -383,6 +384,10 @@ def record_host_prices(path, budget_s: float = 6.0, label: str = "", rounds: int
 
 
 MEASURED_HERE = "measured now on this machine"  # price_rows_or_recorded's source when the rows were measured here
+# ./lab lecture's budget per configuration: chapter 06's 0.6 s gives rows with 0.1-1% errors on the lab's VM, far
+# inside what a calibration asks (calibrate.REL_TOL, and a noisier row still gets more rounds); half of it saves 4-5 s
+# of the chapter's lecture load, which must stay under 20 s (benchmarks/lecture_load.py)
+LECTURE_BUDGET_S = 0.3
 
 
 def price_rows_or_recorded(budget_s: float = 1.5) -> tuple[list[dict], str]:
@@ -406,7 +411,10 @@ def calibrated_or_recorded(cpu: str = "this machine", budget_s: float = 0.6) -> 
     """(profile, where its rows came from): :func:`price_rows_or_recorded` calibrated with the noisy rows
     left out by name (:func:`.calibrate.calibrate`). When what is left cannot be calibrated (every row
     too noisy, or no probe row), the reason is said and the bundled recording is calibrated instead,
-    labelled RECORDED, so a notebook goes on."""
+    labelled RECORDED, so a notebook goes on. While presenting (``./lab lecture``), at most LECTURE_BUDGET_S a
+    configuration."""
+    if lecture_mode():
+        budget_s = min(budget_s, LECTURE_BUDGET_S)
     rows, source = price_rows_or_recorded(budget_s=budget_s)
     rec = load_host_recording()
     recorded_vm = bool(rec["host"].get("virtualized"))

@@ -21,6 +21,7 @@ from ..program import Assembler, listing_lines
 from ..text import wrap
 from ..published import load_published, seed_speedups
 from ..uprobes import CountingConsumer, uprobe_register
+from .redraw import text_html
 
 SEED = "001_a91640efe4f91e99.txt"
 EXAMPLE_WORDS = {
@@ -71,15 +72,13 @@ def decode_widget(stp: str = "simulate"):
 
     text = w.Text(value="a9bf7bfd", description="word")
     mode = w.ToggleButtons(options=["xol", "simulate"], value=stp, description="--stp")
-    out = w.Output()
+    out = w.HTML()  # redrawn by value (views.redraw says why not an Output widget)
 
     def show(_=None):
-        out.clear_output()
-        with out:
-            try:
-                print(decode_report(text.value, mode.value))
-            except Exception as err:  # a bad word is the learner's typo: show it, do not raise
-                print(f"error: {err}")
+        try:
+            out.value = text_html(decode_report(text.value, mode.value))
+        except Exception as err:  # a bad word is the learner's typo: show it, do not raise
+            out.value = text_html(f"error: {err}")
 
     text.observe(show, "value")
     mode.observe(show, "value")

@@ -28,6 +28,7 @@ from ..native.many_cpus import run_native_benches_on_cpus
 from ..outputs import write_output
 from ..smp import run_on_cpus
 from ..text import wrap
+from .redraw import figure_view, show_figure
 
 KERNELS = ("6.8", "6.10", "6.12", "6.13", "6.14", "6.18")  # each a step of the 2024-25 work, and before it
 BENCHES = ("uprobe-nop", "uretprobe-nop", "uprobe-ret")
@@ -143,24 +144,22 @@ def lines_figure(bench: str = "uprobe-nop", kernel: str = "6.10", cpus: int = 8)
 
 
 def lines_widget(bench: str = "uprobe-nop", kernel: str = "6.10", cpus: int = 8):
-    """The boxes of :func:`lines_figure` with a kernel selector, a bench selector and a CPU slider."""
+    """The boxes of :func:`lines_figure` with a kernel selector, a bench selector and a CPU slider; each change
+    redraws the figure into an Image widget (views.redraw says why not an Output widget)."""
     import ipywidgets as w
-    from IPython.display import display
 
     k = w.ToggleButtons(options=list(KERNELS), value=kernel, description="kernel")
     b = w.ToggleButtons(options=list(BENCHES), value=bench, description="bench")
     n = w.SelectionSlider(options=[1, 2, 4, 8, 16, 32, 64], value=cpus, description="CPUs")
-    out = w.Output()
+    view = figure_view()
 
     def show(change=None):
-        out.clear_output(wait=True)
-        with out:
-            display(lines_figure(b.value, k.value, n.value))
+        show_figure(view, lines_figure(b.value, k.value, n.value))
 
     for control in (k, b, n):
         control.observe(show, names="value")
     show()
-    return w.VBox([k, w.HBox([b, n]), out])  # two rows of controls: they and the boxes fit one screen
+    return w.VBox([k, w.HBox([b, n]), view])  # two rows of controls: they and the boxes fit one screen
 
 
 def transfers_curve(bench: str = "uprobe-nop", kernels=("6.10", "6.13", "6.14"), cpus=(1, 2, 4, 8, 16, 32, 64),
@@ -248,7 +247,8 @@ def native_scaling(benches=("uprobe-nop", "uretprobe-nop", "uprobe-ret"), iterat
         rows = []
         try:
             for p in range(1, n + 1):  # a CPU another lab bench holds is not waited for long: a chapter must go on
-                rows += run_native_benches_on_cpus(list(benches), p, iterations, repeats, lock_wait_s=CPU_WAIT_S)
+                rows += run_native_benches_on_cpus(list(benches), p, iterations, repeats, lock_wait_s=CPU_WAIT_S,
+                                                   baselines=True)  # the machine's own curve, without a probe
             return {"recorded": False, "reason": None, "host": platform.release(), "rows": rows}
         except LabError as err:
             reason = str(err)

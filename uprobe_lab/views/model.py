@@ -12,6 +12,7 @@ from matplotlib.figure import Figure
 from .. import model
 from ..published import load_published
 from .charts import breakdown_chart
+from .redraw import figure_view, show_figure, table_html
 
 BREAKDOWN_BENCHES = ("uprobe-nop", "uprobe-ret", "uprobe-nop5", "uretprobe-nop")
 SLIDER_PRICES = ("exception", "syscall", "handler", "xol_step", "return_instance")
@@ -108,21 +109,18 @@ def text_vbox(children, text):
 def breakdown_widget():
     """A CPU-profile dropdown: the per-hit cost breakdown of the chosen profile and its fit report."""
     import ipywidgets as w
-    from IPython.display import display
 
     cpu = w.Dropdown(options=x86_profile_names(), description="CPU profile")
-    out = w.Output()
+    report, chart = w.HTML(), figure_view()  # redrawn by value (views.redraw says why not an Output widget)
 
     def show(change=None):
-        out.clear_output(wait=True)
-        with out:
-            display(breakdown_for(cpu.value))  # the chart first: under the dropdown that redraws it
-            # the prices; where each prior comes from is the chapter's appendix, not a column of each row here
-            display(model.fit_report(cpu.value).drop(columns="prior_from").round(2))
+        show_figure(chart, breakdown_for(cpu.value))
+        # the prices; where each prior comes from is the chapter's appendix, not a column of each row here
+        report.value = table_html(model.fit_report(cpu.value).drop(columns="prior_from").round(2))
 
     cpu.observe(show, names="value")
     show()
-    return text_vbox([cpu, out], lambda: breakdown_text(cpu.value))
+    return text_vbox([cpu, chart, report], lambda: breakdown_text(cpu.value))  # the chart under its dropdown
 
 
 def price_sliders(profile_name: str = "intel", prices=SLIDER_PRICES):
@@ -130,22 +128,19 @@ def price_sliders(profile_name: str = "intel", prices=SLIDER_PRICES):
 
     The published marks are seed 002's figures for the profile's own CPU (none if seed 002 did not run on it)."""
     import ipywidgets as w
-    from IPython.display import display
 
     prof = model.get_profile(profile_name)
     table = table_2024(prof.cpu)
     published = published_2024(table) if table else None
     sliders = {k: w.FloatSlider(value=round(prof.prices[k], 1), min=0, max=max(2 * prof.prices[k], 10), step=0.1,
                                 description=k, continuous_update=False) for k in prices}
-    out = w.Output()
+    chart = figure_view()  # redrawn by value (views.redraw says why not an Output widget)
 
     def chosen() -> model.Profile:
         return prof.with_prices(**{k: s.value for k, s in sliders.items()})
 
     def redraw(change=None):
-        out.clear_output(wait=True)
-        with out:
-            display(price_chart(chosen(), published=published))
+        show_figure(chart, price_chart(chosen(), published=published))
 
     def text() -> str:
         return ("prices (ns): " + ", ".join(f"{k}={s.value:g}" for k, s in sliders.items()) + "\nM/s:\n"
@@ -154,4 +149,4 @@ def price_sliders(profile_name: str = "intel", prices=SLIDER_PRICES):
     for s in sliders.values():
         s.observe(redraw, names="value")
     redraw()
-    return text_vbox([*sliders.values(), out], text)
+    return text_vbox([*sliders.values(), chart], text)

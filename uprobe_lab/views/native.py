@@ -13,6 +13,7 @@ from matplotlib.figure import Figure
 
 from ..native.calibrate import kernel_change, kernel_columns
 from ..text import wrap
+from .redraw import table_html
 
 NATIVE_COLOR, MODEL_COLOR, PUBLISHED_COLOR = "#66c2a5", "#fc8d62", "#8da0cb"
 
@@ -119,16 +120,13 @@ def comparison_style(table: pd.DataFrame):
 def kernel_picker(pred: pd.DataFrame):
     """Toggle between kernel versions and see what each would do to this machine's figures."""
     import ipywidgets as w
-    from IPython.display import display
 
     kernels = kernel_columns(pred)
     picker = w.ToggleButtons(options=kernels, value=kernels[0], description="kernel")
-    out = w.Output()
+    out = w.HTML()  # redrawn by value (views.redraw says why not an Output widget)
 
     def show(change=None):
-        out.clear_output(wait=True)
-        with out:
-            display(kernel_change(pred, picker.value))
+        out.value = table_html(kernel_change(pred, picker.value))
 
     picker.observe(show, names="value")
     show()

@@ -97,6 +97,27 @@
     else return;
     e.preventDefault();
   });
+  // The server stops at a cell that raised an error or ran past the lecture's limit (uprobe_lab/lecture.py) and
+  // sends nothing after it; Voila shows the error (its only stderr output) in that cell. Say on every slide which
+  // slide stopped and what to do; a click goes there.
+  function reportStoppedCell() {
+    var err = document.querySelector('#rendered_cells [cell-index] [data-mime-type="application/vnd.jupyter.stderr"]');
+    if (!err) return;
+    var div = err.closest('[cell-index]');
+    var n = slides.findIndex(function (s) { return s.indexOf(div) >= 0; });
+    var heading = n >= 0 && slides[n][0].querySelector('h1, h2, h3');
+    var note = document.createElement('div');
+    note.id = 'paged-stopped';
+    note.setAttribute('role', 'alert');
+    note.style.cssText = 'position:fixed;top:0;left:0;right:0;z-index:1001;padding:0.6em 1em;cursor:pointer;' +
+      'background:#b71c1c;color:#fff;font:18px sans-serif';
+    note.textContent = 'The chapter stopped at slide ' + (n + 1) + ' of ' + slides.length +
+      (heading ? ' ("' + heading.textContent.replace(/\u00b6/g, '').trim() + '")' : '') + ': ' +
+      err.textContent.trim().replace(/^There was an error when executing cell \[\d*\]\.\s*/, '');
+    note.onclick = function () { show(n); };
+    document.body.appendChild(note);
+  }
+  reportStoppedCell();
   document.getElementById('paged-prev').onclick = function () { show(current - 1); };
   document.getElementById('paged-next').onclick = function () { show(current + 1); };
   document.getElementById('paged-notes').onclick = openNotes;

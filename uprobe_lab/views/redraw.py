@@ -1,0 +1,57 @@
+"""What a widget redraws goes into a widget's value - an Image's PNG, an HTML's markup - never into an
+``ipywidgets.Output``.
+
+Why not an Output widget: it can stall a lecture's loading for good. ``./lab lecture`` has Voila run the chapter
+with nbclient, which stands in for the front end of every Output widget (nbclient/output_widget.py): when a cell
+displays or prints into one, or clears it at once, nbclient sends the kernel the widget's new outputs (a
+comm_msg) on the shell channel, the socket on which it is waiting for that cell's execute_reply.
+jupyter_client's Session.send writes to that asyncio socket through a blocking shadow of it
+(``zmq.Socket.shadow``), behind pyzmq's asyncio bookkeeping; the send makes libzmq process the socket's pending
+commands, which takes the socket's ready signal (ZMQ_FD, edge-triggered) for an execute_reply that has just
+arrived, and pyzmq, not having seen the send, does not look again. The reply then sits unread while nbclient
+waits for it, without end unless a cell timeout wakes it (lecture.CELL_TIMEOUT_S, 40 s): the page stays at
+"Executing i of n" with the kernel idle, a few runs in a hundred of a cell that draws into an Output widget (4 in
+300 of chapter 07's widget cell with nbclient alone, none in 300 drawn into an Image). A widget whose value the
+kernel replaces sends nothing back, so it cannot stall.
+"""
+from __future__ import annotations
+
+import html
+import io
+
+from matplotlib.figure import Figure
+
+
+def figure_png(fig: Figure) -> bytes:
+    """``fig`` as a PNG at its own dpi, as laid out. The views' figures are laid out (layout="constrained"), so the
+    inline backend's cropping (bbox_inches="tight") is left out: it draws the figure twice, half of a redraw's
+    time, where a widget has a second to answer. (An empty figure is a blank image, not nothing.)"""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def figure_view():
+    """An empty Image widget for figures: :func:`show_figure` draws one into it."""
+    import ipywidgets as w
+
+    view = w.Image(format="png")
+    view.figure = None
+    return view
+
+
+def show_figure(view, fig: Figure) -> None:
+    """Draw ``fig`` into the Image widget ``view`` (its PNG replaces the last); ``view.figure`` is the one shown."""
+    view.figure = fig
+    view.value = figure_png(fig)
+
+
+def table_html(frame) -> str:
+    """A DataFrame as a notebook shows it, for an HTML widget's value (in the notebook's own table style: an HTML
+    widget's content is not styled as an output is)."""
+    return f"<div class='jp-RenderedHTMLCommon' style='line-height:normal'>{frame._repr_html_()}</div>"
+
+
+def text_html(text: str) -> str:
+    """Printed text, as it would print, for an HTML widget's value."""
+    return f"<pre>{html.escape(text)}</pre>"
