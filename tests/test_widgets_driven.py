@@ -230,10 +230,10 @@ def drive_selectors(chapter, box, screen, expect, texts=()) -> int:
 
 
 def figure_shown(box):
-    """The figure the widget's (one) Image shows (its value, a PNG, drawn from it)."""
-    (image,) = controls(box, ipywidgets.Image)
-    assert bytes(image.value).startswith(b"\x89PNG\r\n\x1a\n") and image.figure is not None
-    return image.figure
+    """The figure the widget's chart shows (an HTML widget whose value is the figure drawn as an SVG image)."""
+    (chart,) = [c for c in controls(box, ipywidgets.HTML) if getattr(c, "figure", None) is not None]
+    assert "data:image/svg+xml;base64," in chart.value
+    return chart.figure
 
 
 # --- the chapters -------------------------------------------------------------------------------------------------
