@@ -20,7 +20,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from test_notebooks_in_browser import _free_port, browser, stop_server, sync_playwright  # noqa: F401 (fixtures)
+from test_notebooks_in_browser import _free_port, stop_server
 
 from uprobe_lab import lecture
 
@@ -63,7 +63,7 @@ def serve(path: Path, tmp_path: Path):
     return proc, log, f"http://127.0.0.1:{port}/"
 
 
-def test_a_cell_that_never_finishes_is_named_within_a_minute(browser, tmp_path):  # noqa: F811
+def test_a_cell_that_never_finishes_is_named_within_a_minute(browser, tmp_path):
     proc, log, url = serve(chapter(tmp_path, "import threading\nthreading.Event().wait()  # never set"), tmp_path)
     page = browser.new_page(viewport={"width": 1280, "height": 720})
     try:
@@ -91,7 +91,7 @@ def test_a_cell_that_never_finishes_is_named_within_a_minute(browser, tmp_path):
     assert not list(tmp_path.glob(".lecture_pid*")), "the lecture copy was left behind"
 
 
-def test_a_server_that_stops_answering_is_reported_on_the_spinner(browser, tmp_path):  # noqa: F811
+def test_a_server_that_stops_answering_is_reported_on_the_spinner(browser, tmp_path):
     """The server stopped (SIGSTOP) while a slow cell runs: no cell comes, and after the watchdog's time the spinner
     names the cell it waited for and what to do."""
     proc, log, url = serve(chapter(tmp_path, "import time\ntime.sleep(15)"), tmp_path)
@@ -114,7 +114,7 @@ def test_a_server_that_stops_answering_is_reported_on_the_spinner(browser, tmp_p
         stop_server(proc, log)
 
 
-def test_chapter_07s_toggles_redraw_its_boxes_on_the_slide(browser, tmp_path):  # noqa: F811
+def test_chapter_07s_toggles_redraw_its_boxes_on_the_slide(browser, tmp_path):
     """The lecture of chapter 07 loads; on the boxes' slide each kernel toggle pressed redraws the figure (an Image
     widget's new PNG), within a generous bound (benchmarks/lecture_load.py and the printed times are the figures)."""
     chapter_07 = tmp_path / "07_many_cpus.ipynb"  # served from here: a lecture started in notebooks/ removes the

@@ -60,14 +60,6 @@ def stop_server(proc: subprocess.Popen, log) -> None:
 
 
 @pytest.fixture(scope="session")
-def sync_playwright():
-    if not os.access(CHROMIUM, os.X_OK):
-        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium, or set UPROBE_LAB_CHROMIUM)")
-    api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install -e '.[test]')")
-    return api.sync_playwright
-
-
-@pytest.fixture(scope="session")
 def lab_server(sync_playwright, tmp_path_factory):
     """JupyterLab on 127.0.0.1:<free port>, token auth, server root = the repo; stopped at the end, always."""
     tmp = tmp_path_factory.mktemp("jupyterlab")
@@ -108,17 +100,6 @@ def lab_server(sync_playwright, tmp_path_factory):
         yield {"base": base, "token": token, "log": tmp / "server.log"}
     finally:
         stop_server(proc, log)
-
-
-@pytest.fixture(scope="session")
-def browser(sync_playwright):
-    with sync_playwright() as p:
-        # Playwright gives the browser a fresh temporary profile (it refuses --user-data-dir with launch()).
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
 
 
 @pytest.fixture(scope="session")
