@@ -21,7 +21,7 @@ from ..program import Assembler, listing_lines
 from ..text import wrap
 from ..published import load_published, seed_speedups
 from ..uprobes import CountingConsumer, uprobe_register
-from .redraw import text_html
+from .stepper import steplog_html
 
 SEED = "001_a91640efe4f91e99.txt"
 EXAMPLE_WORDS = {
@@ -76,9 +76,9 @@ def decode_widget(stp: str = "simulate"):
 
     def show(_=None):
         try:
-            out.value = text_html(decode_report(text.value, mode.value))
+            out.value = steplog_html(decode_report(text.value, mode.value))  # a listing: monospace, sized for slides
         except Exception as err:  # a bad word is the learner's typo: show it, do not raise
-            out.value = text_html(f"error: {err}")
+            out.value = steplog_html(f"error: {err}")
 
     text.observe(show, "value")
     mode.observe(show, "value")

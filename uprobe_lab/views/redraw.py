@@ -16,7 +16,6 @@ kernel replaces sends nothing back, so it cannot stall.
 """
 from __future__ import annotations
 
-import html
 import io
 
 from matplotlib.figure import Figure
@@ -51,7 +50,3 @@ def table_html(frame) -> str:
     widget's content is not styled as an output is)."""
     return f"<div class='jp-RenderedHTMLCommon' style='line-height:normal'>{frame._repr_html_()}</div>"
 
-
-def text_html(text: str) -> str:
-    """Printed text, as it would print, for an HTML widget's value."""
-    return f"<pre>{html.escape(text)}</pre>"
