@@ -246,6 +246,21 @@ def test_predict_reads_the_native_benchs_json(tmp_path, capsys):
     assert cli.read_measured(str(whole)).equals(table)
 
 
+def test_predict_reads_a_many_cpu_row_as_its_one_cpu_run(tmp_path, capsys):
+    """bench -p 2 --json: a row's mops is two producers' total; predict takes the row's one_cpu run instead
+    (3.1 M/s alone, not 5.8 M/s for the two), and refuses a many-CPU row that has none."""
+    row = {"bench": "uprobe-nop", "arch": "x86_64", "mode": "native", "kernel": "6.18.0", "cpus": 2,
+           "repeats": 5, "mops": 5.8, "mops_per_cpu": 2.9, "stddev": 0.4,
+           "one_cpu": {"cpu": 0, "mops_per_cpu": 3.1, "stddev": 0.031}}
+    path = tmp_path / "p2.json"
+    path.write_text(json.dumps([row]))
+    table = cli.read_measured(str(path))
+    assert float(table["mops"].iloc[0]) == 3.1
+    assert float(table["rel_err"].iloc[0]) == pytest.approx(0.031 / 3.1 / 5 ** 0.5)
+    path.write_text(json.dumps([{k: v for k, v in row.items() if k != "one_cpu"}]))
+    fails_cleanly(capsys, ["predict", "--measured", str(path), "--to", "6.11"], "ran on 2 CPUs", "without -p")
+
+
 @pytest.mark.parametrize("text, words", [
     ('[{"bench": "uprobe-nop", "mode": "emulated", "hits_per_s": 1e6}]', ["emulated rows", "only native rows"]),
     ('[{"bench"', ["not well-formed JSON"]),

@@ -47,6 +47,21 @@ def _brief(value, most: int = 40) -> str:
     return text if len(text) <= most else f"{text[:most - 15]}... ({len(text)} characters)"
 
 
+def one_cpu_row(path: str, row: dict, shape: str) -> dict:
+    """A row of ``bench --mode native -p N --json`` as the one-CPU row ``predict`` fits: its ``one_cpu`` run (the
+    same bench on the first of the N CPUs alone). Its ``mops`` is the N producers' total, which is no one CPU's
+    rate; a row on one CPU is returned as it is."""
+    cpus = _finite(row.get("cpus", 1))
+    if cpus is None or cpus <= 1:
+        return row
+    alone = row.get("one_cpu")
+    if not isinstance(alone, dict) or _finite(alone.get("mops_per_cpu")) is None:
+        raise LabError(f"--measured {path}: the {_brief(row.get('bench'))} row ran on {row.get('cpus')} CPUs (-p) "
+                       f"and has no one_cpu run; predict fits one CPU's rates: give bench --mode native --json "
+                       f"without -p, or with -p as this lab prints it; give {shape}")
+    return {**row, "cpus": 1, "mops": alone["mops_per_cpu"], "stddev": alone.get("stddev", 0.0)}
+
+
 def native_json_rows(path: str, text: str, shape: str):
     """``bench --mode native --json``'s output (or a recording's ``{"benches": [...]}``) as the
     ``--measured`` table (all text, as a CSV reads): arch, kernel (the release measured), bench, mops, and
@@ -70,6 +85,7 @@ def native_json_rows(path: str, text: str, shape: str):
     if not measured:
         held = f"only rows the kernel refused at attach ({len(rows)})" if rows else "no bench rows"
         raise LabError(f"--measured {path} holds {held}: nothing was measured; give {shape}")
+    measured = [one_cpu_row(path, r, shape) for r in measured]
     modes = {str(r.get("mode")) for r in measured if r.get("mode") not in ("native", None, "")}
     if modes:
         raise LabError(f"--measured {path} holds {', '.join(sorted(modes))} rows; only native rows are "
