@@ -110,7 +110,7 @@ def test_the_lecture_copy_keeps_headings_first_sentences_and_folds_the_rest_as_n
     assert text in notes and len(nb.cells) == 4  # the notes hold the whole text; the chapter itself is untouched
 
 
-def test_a_slide_starts_at_each_section_and_at_the_view_after_a_diagram():
+def test_a_slide_starts_at_each_section_at_a_diagram_and_the_view_after_it_and_where_tagged():
     import nbformat.v4 as v4
 
     from uprobe_lab.presenter import lecture_notebook
@@ -121,10 +121,11 @@ def test_a_slide_starts_at_each_section_and_at_the_view_after_a_diagram():
         v4.new_markdown_cell("More text, no heading.\n\n![the hit path](diagrams/hit.svg)"),
         v4.new_code_cell("view.widget()"), v4.new_code_cell("chart()"),
         v4.new_markdown_cell("#### A small heading\nStays on its section's slide."),
+        v4.new_code_cell("long_table()", metadata={"tags": ["lecture-slide"]}),  # cut where a section is too long
         v4.new_markdown_cell("The end of section 1.\n\n## 2. The next section\nIts text.\n\n```\n# a comment\n```")])
     slides = lecture_notebook(nb)
     kinds = [c.metadata["slideshow"]["slide_type"] for c in slides.cells]
-    assert kinds == ["slide", "-", "slide", "-", "-", "slide", "-", "-", "-", "slide"]
+    assert kinds == ["slide", "-", "slide", "-", "slide", "slide", "-", "-", "slide", "-", "slide"]
     assert slides.cells[-1].source.startswith("## 2. The next section") and "# a comment" in slides.cells[-1].source
     assert len({c.id for c in slides.cells}) == len(slides.cells)  # the cut cell's halves keep ids of their own
 

@@ -127,9 +127,14 @@ def _defects(fig) -> list[str]:
                     out.append(f"tick labels {ta.get_text()!r} and {tb.get_text()!r} overlap")
             for t in labels:
                 cut(t, f"tick label {t.get_text()!r}")
-        for t in ax.texts + [ax.title]:
-            if t.get_text():
-                cut(t, f"text {t.get_text()!r}")
+        texts = [t for t in ax.texts + [ax.title] if t.get_text()]
+        for t in texts:
+            cut(t, f"text {t.get_text()!r}")
+        boxes = [(t, t.get_window_extent(renderer)) for t in texts]
+        for i, (a, box_a) in enumerate(boxes):  # annotations side by side must not run into each other
+            for b, box_b in boxes[i + 1:]:
+                if box_a.overlaps(box_b):
+                    out.append(f"texts {a.get_text()!r} and {b.get_text()!r} overlap")
         if ax.get_legend():
             cut(ax.get_legend(), "legend")
             if min(t.get_fontsize() for t in ax.get_legend().get_texts()) < 9:
@@ -152,9 +157,48 @@ def test_course_charts_have_no_overlapping_tick_labels_and_nothing_cut_off(chart
     assert found == {}
 
 
-def test_chapter_05_draws_each_distinct_seed_table_once():
-    import json
-    from pathlib import Path
-    cells = json.loads((Path(__file__).resolve().parents[1] / "notebooks" / "05_reproducing_benchmarks.ipynb").read_text())
-    loop = next("".join(c["source"]) for c in cells["cells"] if "seed_table_chart" in "".join(c["source"]))
-    assert "duplicate_of" in loop, "seed 004 repeats seed 003's table: chart it once"
+def test_chapter_05_draws_each_distinct_seed_table_once(monkeypatch, capsys):
+    drawn = []
+    monkeypatch.setattr("IPython.display.display", drawn.append)
+    repro = model.reproduction()
+    charts.seed_table_charts(repro)
+    titles = [fig.axes[0].get_title() for fig in drawn]
+    quoted = [t for _, _, t in charts.seed_tables(repro) if t]
+    assert quoted and len(titles) == len(set(titles)) == len(charts.seed_tables(repro)) - len(quoted)
+    assert capsys.readouterr().out.count("the same figures as seed") == len(quoted)  # said where it would be
+
+
+def test_presenting_chapter_05_shows_one_seed_table_at_a_time_and_another_when_picked(monkeypatch):
+    monkeypatch.setenv("UPROBE_LAB_LECTURE", "1")
+    shown = []
+    monkeypatch.setattr("IPython.display.display", shown.append)
+    charts.seed_table_charts(model.reproduction())
+    (box,) = shown
+    picker, chart = box.children
+    first = chart.value
+    assert first.startswith('<img class="uprobe-lab-chart" alt="Seed 000')
+    picker.value = picker.options[-1]
+    assert chart.value.startswith(f'<img class="uprobe-lab-chart" alt="Seed {picker.value[:3]}')
+
+
+SLIDE_COLUMN_PX = 1184  # a slide's width at 1280x720 less its margins (the lecture's paged.css)
+
+
+@pytest.mark.parametrize("charts_of", COURSE_CHARTS.values(), ids=COURSE_CHARTS.keys())
+def test_course_charts_as_presented_fit_a_slide_with_nothing_overlapping(charts_of):
+    """Presenting, a chart's text is raised to 12 pt (views.readable) and the chart shown as wide as it is drawn
+    (views.chart_html), where 12 pt is 16 px at 1280x720: it must be no wider than a slide, so it is not shrunk,
+    and its bigger text must still run into nothing."""
+    import re
+
+    from uprobe_lab.views import chart_html
+
+    found = {}
+    for name, fig in charts_of():
+        width = float(re.search(r"width: calc\(([\d.]+) \*", chart_html(fig))[1])  # raises the text first
+        problems = _defects(fig) + ([f"{width:.0f} px wide"] if width > SLIDE_COLUMN_PX else [])
+        if min(t.get_fontsize() for t in fig.findobj(matplotlib.text.Text) if t.get_text()) < 12:
+            problems.append("text under 12 pt")
+        if problems:
+            found[name] = problems
+    assert found == {}

@@ -171,14 +171,21 @@ def serve(want: str, voila_args: list[str]) -> int:
     except KeyboardInterrupt:
         return 130
     finally:
-        if server is not None and server.poll() is None:
-            server.terminate()
-            try:
-                server.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+        if server is not None:
+            stop_server(server)
         copy.unlink(missing_ok=True)
+
+
+def stop_server(server: subprocess.Popen, timeout_s: float = 10) -> None:
+    """Stop a server this process started, politely, then by force if it has not stopped in ``timeout_s``."""
+    if server.poll() is not None:
+        return
+    server.terminate()
+    try:
+        server.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
 
 
 def main(argv: list[str] | None = None) -> int:

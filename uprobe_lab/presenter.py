@@ -44,6 +44,8 @@ def print_walk(*items) -> None:
 
 
 LECTURE_SKIP = "lecture-skip"  # a cell tag: left out of the lecture copy (a printout the audience need not read)
+LECTURE_SLIDE = "lecture-slide"  # a cell tag: starts a slide in the lecture copy (a section too long for one screen)
+DIAGRAM = re.compile(r"!\[[^\]]*\]\(diagrams/")  # a course diagram in a text cell
 EXERCISES = "exercises"  # the tag of a chapter's exercise section (uprobe_lab.exercises.notebook writes it)
 NOTES = "lecture_notes"  # a code cell's metadata: what the presenter clicks and says at its output (markdown)
 EXERCISE_API = "uprobe_lab.exercises"  # a cell that imports from it or calls what it gave is the learner's to run
@@ -251,9 +253,9 @@ def lecture_notebook(nb):
     Left out: the exercises and every code cell that runs the exercise or quiz API (with a section that had no
     other code), cells tagged ``lecture-skip``, shell blocks, and sentences that point at what was left out.
     Each text cell is cut to its headings and first sentences, its whole text folded under it as presenter notes;
-    a code cell's ``lecture_notes`` follow it as a notes cell. A new slide (``slideshow.slide_type``) starts at
-    each heading (one section, one slide; a text cell is cut before a heading inside it) and at the first output
-    after a diagram (the picture, then the live view)."""
+    a code cell's ``lecture_notes`` follow it as a notes cell. A new slide (``slideshow.slide_type``) starts where
+    ``starts_slide`` says: at each heading (one section, one slide; a text cell is cut before a heading inside it),
+    at a diagram and at the first output after it, and at a cell tagged lecture-slide."""
     nb = copy.deepcopy(nb)
     api = exercise_api(nb)
     pieces = []  # (cell, left out, runs the exercises), a text cell cut into its sections
@@ -263,6 +265,8 @@ def lecture_notebook(nb):
             part = copy.deepcopy(cell)
             if i:
                 part["id"] = f"{cell.get('id', 'md')}-{i}"
+                tags = part.get("metadata", {}).get("tags", [])
+                tags[:] = [tag for tag in tags if tag != LECTURE_SLIDE]  # the cut is where the cell begins
             part.source = piece
             pieces.append((part, left_out, left_out and cell.cell_type == "code" and _runs_exercises(cell, api)))
     checked = set().union(*(_checked_ids(cell, api) for cell, _, _ in pieces if cell.cell_type == "code"))
@@ -275,15 +279,25 @@ def lecture_notebook(nb):
             if not cell.source:
                 continue
             cell.source = slide_text(cell.source)
-        starts = cell.cell_type == "markdown" and HEADING.match(cell.source)
-        after_diagram = cell.cell_type == "code" and slides and "![" in slides[-1].source  # the view gets a page
-        cell.setdefault("metadata", {})["slideshow"] = {"slide_type": "slide" if starts or after_diagram else "-"}
+        starts = starts_slide(cell, slides[-1] if slides else None)
+        cell.setdefault("metadata", {})["slideshow"] = {"slide_type": "slide" if starts else "-"}
         slides.append(cell)
         notes = _notes_cell(cell) if cell.cell_type == "code" else None
         if notes is not None:
             slides.append(notes)
     nb.cells = slides
     return nb
+
+
+def starts_slide(cell, previous) -> bool:
+    """Whether a cell of the lecture copy starts a slide: a section's heading; a diagram (the slides draw it as tall
+    as the screen: the text before it stays on the slide before); the first output after a diagram (the picture,
+    then the live view); a cell tagged lecture-slide (where a section too long for one screen is cut)."""
+    if LECTURE_SLIDE in cell.get("metadata", {}).get("tags", []):
+        return True
+    if cell.cell_type == "markdown":
+        return bool(HEADING.match(cell.source) or DIAGRAM.search(cell.source))
+    return bool(previous is not None and previous.cell_type == "markdown" and DIAGRAM.search(previous.source))
 
 
 def _without_exercise_sections(pieces) -> tuple[list, set[str]]:

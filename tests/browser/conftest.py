@@ -1,11 +1,19 @@
-"""The browser tests' Playwright and Chromium: defined once here, so every test file of tests/browser shares one
-Playwright session in a worker (a second sync_playwright() started while one runs fails: "Sync API inside the
-asyncio loop")."""
+"""The browser tests' shared fixtures: Playwright driving Debian's Chromium (nothing downloaded at run time), one
+browser per session, and where screenshots go.
+
+Needs /usr/bin/chromium (or UPROBE_LAB_CHROMIUM) and the playwright package; the tests are skipped with the reason
+otherwise."""
+from __future__ import annotations
+
 import os
+from pathlib import Path
 
 import pytest
 
-from test_notebooks_in_browser import CHROMIUM, CHROMIUM_ARGS
+CHROMIUM = os.environ.get("UPROBE_LAB_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-dev-shm-usage"]
 
 
 @pytest.fixture(scope="session")
@@ -25,3 +33,11 @@ def browser(sync_playwright):
             yield b
         finally:
             b.close()
+
+
+@pytest.fixture(scope="session")
+def screenshot_dir():
+    d = Path(os.environ.get("UPROBE_LAB_SCREENSHOTS") or Path(__file__).parent / "screenshots")
+    d.mkdir(parents=True, exist_ok=True)
+    print(f"\nbrowser screenshots: {d}")
+    return d

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -28,35 +27,16 @@ import pytest
 
 from uprobe_lab import exercises, presenter
 
+from browser_support import free_port, stop_server
+
 # one worker for them all in a parallel run: they share one JupyterLab server and one Chromium
 pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("browser")]
 
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
-CHROMIUM = os.environ.get("UPROBE_LAB_CHROMIUM", "/usr/bin/chromium")
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 WIDGET_VIEWS = "#main .jp-OutputArea-output > .jupyter-widgets"
 RUN_TIMEOUT_S = 600
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def stop_server(proc: subprocess.Popen, log) -> None:
-    """Stop a server we started, however the test went: politely, then by force."""
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    log.close()
 
 
 @pytest.fixture(scope="session")
@@ -74,7 +54,7 @@ def lab_server(sync_playwright, tmp_path_factory):
     (settings.parent / "apputils-extension").mkdir()
     (settings.parent / "apputils-extension" / "notification.jupyterlab-settings").write_text(
         json.dumps({"fetchNews": "false", "checkForUpdates": False}))
-    port, token = _free_port(), uuid.uuid4().hex
+    port, token = free_port(), uuid.uuid4().hex
     env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp / "runtime"), JUPYTER_CONFIG_DIR=str(tmp / "config"),
                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", "--ip=127.0.0.1", f"--port={port}",
@@ -100,14 +80,6 @@ def lab_server(sync_playwright, tmp_path_factory):
         yield {"base": base, "token": token, "log": tmp / "server.log"}
     finally:
         stop_server(proc, log)
-
-
-@pytest.fixture(scope="session")
-def screenshot_dir():
-    d = Path(os.environ.get("UPROBE_LAB_SCREENSHOTS") or Path(__file__).parent / "screenshots")
-    d.mkdir(parents=True, exist_ok=True)
-    print(f"\nbrowser screenshots: {d}")
-    return d
 
 
 def _api(server, method, path):
@@ -312,7 +284,7 @@ def test_lecture_mode_voila(browser, screenshot_dir, tmp_path):
     pytest.importorskip("voila", reason="voila is not installed (pip install -e '.[lecture]')")
     nb = REPO / "notebooks" / ".lecture_01_breakpoint_uprobes.ipynb"  # where ./lab lecture writes it
     assert presenter.main([str(REPO / "notebooks" / "01_breakpoint_uprobes.ipynb"), str(nb)]) == 0
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"), JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
                JUPYTER_PATH=str(presenter.SLIDES_PATH),  # the "paged" template, as ./lab lecture finds it

@@ -10,7 +10,9 @@ from matplotlib.ticker import MaxNLocator
 
 from .. import model
 from ..kernel import KERNELS
+from ..presenter import lecture_mode
 from ..published import seed_speedups
+from . import chart_html
 
 BEFORE_COLOR, AFTER_COLOR = "#8da0cb", "#fc8d62"
 
@@ -23,16 +25,54 @@ def cpu_words(cpu: str) -> str:
 ROLE_HATCH = {"moved": "xx"}  # fit and unmoved rows: "//"
 
 
+def seed_tables(repro) -> list[tuple[str, str, str]]:
+    """(source, table, the seed it quotes or "") for each published table, in the seeds' order."""
+    return [(source, table, rows["duplicate_of"].iloc[0])
+            for (source, table), rows in repro.groupby(["source", "table"], sort=False)]
+
+
+def seed_table_charts(repro):
+    """Every seed table's chart, one under another, a table a later seed quotes charted once (and said so there).
+    Presenting, one chart at a time with a picker above it: a slide holds one."""
+    from IPython.display import display
+
+    if lecture_mode():
+        display(seed_table_picker(repro))
+        return
+    for source, table, quoted in seed_tables(repro):
+        if quoted:
+            print(f"seed {source[:3]} {table}: the same figures as seed {quoted}, charted above")
+        else:
+            display(seed_table_chart(repro, source, table))
+
+
+def seed_table_picker(repro):
+    """A seed table's chart with buttons to pick another table. It redraws by replacing the HTML it shows."""
+    import ipywidgets as w
+
+    tables = {f"{source[:3]} {table}": (source, table) for source, table, quoted in seed_tables(repro) if not quoted}
+    picker = w.ToggleButtons(options=list(tables), description="seed table")
+    chart = w.HTML()
+
+    def show(change=None):
+        chart.value = chart_html(seed_table_chart(repro, *tables[picker.value]))
+
+    picker.observe(show, names="value")
+    show()
+    return w.VBox([picker, chart])
+
+
 def seed_table_chart(repro, source: str, table: str) -> Figure:
     """One seed table: published (solid) vs model (hatched; cross-hatched where the row is moved, i.e. tests a
-    prediction) per bench, before and after, with each
-    speedup annotated as the seed states it and as its own table gives it where the two differ."""
+    prediction) per bench, before and after, with each speedup as the seed's table gives it (and as its text
+    states it, "(!)" where the two differ) and, in grey italics below it, as the model predicts it."""
     grp = repro[(repro["source"] == source) & (repro["table"] == table)]
     variants = list(dict.fromkeys(grp["variant"]))
     benches = list(dict.fromkeys(grp["bench"]))
     speed = seed_speedups()
     speed = speed[(speed["source"] == source) & (speed["table"] == table)].set_index("bench")
-    fig = Figure(figsize=(max(7, 2.0 * len(benches)), 5.2), layout="constrained")
+    # at most 12 inches wide, so a slide shows it at its drawn size (views.chart_html): text 12 pt is 16 px there
+    fig = Figure(figsize=(min(12, max(8.5, 1.15 * len(benches) + 3.3)), 5.2), layout="constrained")
     ax = fig.add_subplot()
     x = np.arange(len(benches))
     width = 0.8 / (2 * len(variants))
@@ -55,36 +95,45 @@ def seed_table_chart(repro, source: str, table: str) -> Figure:
             ax.errorbar(x + off + width, mod, yerr=[np.array(mod) - lo, hi - np.array(mod)], fmt="none",
                         ecolor="k", elinewidth=0.8, capsize=2)
         top = max(top, np.nanmax(pub + [0]), np.nanmax(mod + [0]) if not all(map(math.isnan, mod)) else 0)
-    for j, bench in enumerate(benches):
+    for j, bench in enumerate(benches):  # above each bench: the seed's words, the table's speedup, the model's
         if bench not in speed.index:
             continue
         s = speed.loc[bench]
-        label = f"{s['speedup_pct']:+.1f}%"
+        label = f"{s['speedup_pct']:+.1f}%" + (" (!)" if s["discrepancy"] else "")
         if isinstance(s["stated_speedup"], str):
-            label = f"seed: {s['stated_speedup']}\ntable: {s['speedup_pct']:+.1f}%"
-            if s["discrepancy"]:
-                label += " (!)"
+            label = f"seed: {s['stated_speedup']}\n{label}"
+        here = grp[grp["bench"] == bench]
+        tops = [here["published_mops"].max(), here["predicted_mops"].max()]
+        if "high_mops" in here:  # above the interval's whisker too, when it has a top
+            tops.append(here["high_mops"].replace(np.inf, np.nan).max())
+        ymax = np.nanmax(tops)
         pred = grp[grp["bench"] == bench].set_index("variant")["predicted_mops"]
+        above = 4
         if len(pred) == 2 and not pred.isna().any():
-            label += f"\nmodel: {100 * (pred.iloc[1] / pred.iloc[0] - 1):+.1f}%"
-        ymax = grp[grp["bench"] == bench][["published_mops", "predicted_mops"]].max().max()
-        ax.annotate(label, (j, ymax), xytext=(0, 4), textcoords="offset points", ha="center", va="bottom",
-                    fontsize=10)
-    ax.set_xticks(x, benches, rotation=30, ha="right", fontsize=10)
-    ax.set_ylabel("M hits/s (higher is better)", fontsize=10)
+            ax.annotate(f"{100 * (pred.iloc[1] / pred.iloc[0] - 1):+.1f}%", (j, ymax), xytext=(0, above),
+                        textcoords="offset points", ha="center", va="bottom", fontsize=12, fontstyle="italic",
+                        color="0.35")
+            above += 16
+        ax.annotate(label, (j, ymax), xytext=(0, above), textcoords="offset points", ha="center", va="bottom",
+                    fontsize=12)
+    crowded = len(benches) > 5  # their names slanted would overlap: upright
+    ax.set_xticks(x, benches, rotation=90 if crowded else 30, ha="center" if crowded else "right", fontsize=12)
+    ax.set_ylabel("M hits/s (higher is better)", fontsize=12)
     if top > 50:  # usermode-count dwarfs the rest
         ax.set_yscale("log")
+        ax.set_ylim(top=top * 20)  # room for its speedups above it
     else:
-        ax.set_ylim(0, top * 1.45 if top else 1)
-    ax.set_title(f"Seed {source[:3]}, {cpu_words(grp['cpu'].iloc[0] if len(grp) else '')}: "
-                 f"published (solid) vs model (hatched)", fontsize=11)
-    ax.legend(fontsize=9, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)  # beside: inside the figure
+        ax.set_ylim(0, top * 1.6 if top else 1)
+    ax.set_title(f"Seed {source[:3]}, {cpu_words(grp['cpu'].iloc[0] if len(grp) else '')}: published (solid) vs "
+                 "model (hatched)\nspeedups: the table's (the seed's words above it), the model's in grey italics",
+                 fontsize=13)
+    ax.legend(fontsize=12, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)  # beside: inside the figure
     return fig
 
 
 def breakdown_chart(rows) -> Figure:
     """Stacked ns per hit by priced kind. ``rows`` is [(label, {price: ns})]."""
-    fig = Figure(figsize=(max(8, 0.45 * len(rows) + 3), 5), layout="constrained")
+    fig = Figure(figsize=(max(8, 0.45 * len(rows) + 3), 4.4), layout="constrained")
     ax = fig.add_subplot()
     kinds = list(dict.fromkeys(k for _, parts in rows for k, v in parts.items() if abs(v) > 1e-9))
     bottom = np.zeros(len(rows))
@@ -158,7 +207,7 @@ def kernel_history_chart(profiles=("intel", "nop5"), benches=HISTORY_BENCHES, ke
     profile priced on each modelled kernel's events; dots are what that CPU's seed table measured."""
     kernels = list(kernels or [k for k in KERNELS if k[:1].isdigit()])
     rows = model.bench_rows()
-    fig = Figure(figsize=(6.5 * len(profiles), 4.8), layout="constrained")
+    fig = Figure(figsize=(4.9 * len(profiles) + 2.2, 4.8), layout="constrained")  # two panels within 12 in
     axes = fig.subplots(1, len(profiles), sharey=True, squeeze=False)[0]
     x = np.arange(len(kernels))
     for ax, name in zip(axes, profiles):

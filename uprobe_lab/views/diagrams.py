@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
+from functools import lru_cache
 from html import escape
 from pathlib import Path
+
+from matplotlib.font_manager import FontProperties
+from matplotlib.textpath import TextToPath
 
 from ..arm64.process import Arm64Process
 from ..arm64.programs import bench_program
@@ -29,13 +33,22 @@ from .nop5 import patch_run
 
 OUT = Path(__file__).resolve().parents[2] / "notebooks" / "diagrams"
 SANS, MONO = "DejaVu Sans, Arial, sans-serif", "DejaVu Sans Mono, Menlo, monospace"
-CHAR_W = {SANS: 0.58, MONO: 0.61}  # average advance per font size unit, for fitting text in boxes
 LANE_FILL = {"user": "#e8f0fe", "kernel": "#fdeee4", "[uprobes]": "#eaf6ea", "cpu": "#f3f3f3"}
-LINE, HEAD = 16, 20  # px per text line, px for a box's head line
+# A slide shows a diagram in a box of SLIDE px at 1280x720 (the lecture's paged.css), scaled to fit: one drawn
+# within that box, with no text under SIZE, shows every word at 16 px or more, enough to read from the back.
+SLIDE = (1184, 640)
+SIZE, HEAD_SIZE, TITLE_SIZE = 16, 17, 21  # body lines and notes; a box's bold head; the title
+LINE, HEAD, PAD = 21, 25, 9  # px per body line; px for a box's head line; a box's inner margin
+LANE_GAP = 40  # the least room between two lanes (more when an arrow's label needs it)
+MARGIN = 14  # left and right of the lanes
+TITLE_Y, LANE_Y, TOP = 26, 58, 74  # the title's and the lane names' baselines; the first box's top
 
 
-def text_width(text: str, size: float, font: str = MONO) -> float:
-    return len(text) * size * CHAR_W[font]
+@lru_cache(maxsize=None)
+def text_width(text: str, size: float, font: str = MONO, bold: bool = False) -> float:
+    """How wide ``text`` is drawn, from the DejaVu font's own metrics (the first font each family names)."""
+    prop = FontProperties(family=font.split(",")[0], size=size, weight="bold" if bold else "normal")
+    return TextToPath().get_text_width_height_descent(text, prop, ismath=False)[0]
 
 
 @dataclass
@@ -52,7 +65,15 @@ class Box:
 
     @property
     def h(self) -> float:
-        return HEAD + 10 + LINE * len(self.lines)
+        return HEAD + PAD + LINE * len(self.lines)
+
+    @property
+    def bottom(self) -> float:
+        return self.y + self.h
+
+    def width_needed(self) -> float:
+        return 2 * PAD + max([text_width(self.head, HEAD_SIZE, SANS, True)] +
+                             [text_width(line, SIZE) for line in self.lines])
 
 
 class Svg:
@@ -61,28 +82,32 @@ class Svg:
         self.parts: list[str] = []
         self.fits: list[tuple[str, float]] = []  # (text, room): what must fit where it was put
 
-    def text(self, x, y, s, size=12, font=MONO, weight="normal", anchor="start", color="#222", room=None):
+    def text(self, x, y, s, size=SIZE, font=MONO, weight="normal", anchor="start", color="#222", room=None):
         self.parts.append(f'<text x="{x:.0f}" y="{y:.0f}" font-family="{font}" font-size="{size}" '
                           f'font-weight="{weight}" text-anchor="{anchor}" fill="{color}" style="white-space:pre">{escape(s)}</text>')
         if room is not None:
-            self.fits.append((s, room - text_width(s, size, font)))
+            self.fits.append((s, room - text_width(s, size, font, weight == "bold")))
 
     def rect(self, x, y, w, h, fill="#fff", stroke="#555", rx=6, dash=False):
         extra = ' stroke-dasharray="4 3"' if dash else ""
         self.parts.append(f'<rect x="{x:.0f}" y="{y:.0f}" width="{w:.0f}" height="{h:.0f}" rx="{rx}" '
                           f'fill="{fill}" stroke="{stroke}"{extra}/>')
 
-    def arrow(self, x1, y1, x2, y2, label="", color="#333"):
-        self.parts.append(f'<line x1="{x1:.0f}" y1="{y1:.0f}" x2="{x2:.0f}" y2="{y2:.0f}" stroke="{color}" '
-                          f'stroke-width="1.6" marker-end="url(#head)"/>')
-        if label:
-            self.text((x1 + x2) / 2 + 6, (y1 + y2) / 2 + 4, label, size=11, font=SANS, weight="bold", color="#a33")
+    def line(self, points, color="#333"):
+        """A line through ``points`` with an arrow head at the last."""
+        path = " ".join(f"{x:.0f},{y:.0f}" for x, y in points)
+        self.parts.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="1.8" '
+                          'marker-end="url(#head)"/>')
+
+    def label(self, x, y, s, anchor="middle"):
+        """An arrow's label."""
+        self.text(x, y, s, size=SIZE, font=SANS, weight="bold", anchor=anchor, color="#a33")
 
     def box(self, b: Box):
         self.rect(b.x, b.y, b.w, b.h, fill=LANE_FILL.get(b.lane, "#fff"))
-        self.text(b.x + 8, b.y + 17, b.head, size=12, font=SANS, weight="bold", room=b.w - 16)
+        self.text(b.x + PAD, b.y + 19, b.head, size=HEAD_SIZE, font=SANS, weight="bold", room=b.w - 2 * PAD)
         for i, line in enumerate(b.lines):
-            self.text(b.x + 8, b.y + HEAD + 14 + LINE * i, line, size=12, room=b.w - 16)
+            self.text(b.x + PAD, b.y + HEAD + 16 + LINE * i, line, room=b.w - 2 * PAD)
 
     def render(self) -> str:
         head = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{self.width:.0f}" height="{self.height:.0f}" '
@@ -95,54 +120,116 @@ class Svg:
         return head + "\n".join(self.parts) + "\n</svg>\n"
 
 
-def sequence(title: str, desc: str, lanes: list[str], boxes: list[Box], lane_w: float = 330,
-             side_w: float = 0) -> tuple[Svg, float]:
-    """Lanes side by side (user, kernel, ...), the boxes top to bottom in the order things happen, an arrow from
-    each box to the next. Returns the drawing and the x where a side panel of ``side_w`` may go."""
-    gap, top = 26, 64
-    y = top
-    for b in boxes:
-        b.x, b.w, b.y = 16 + lanes.index(b.lane) * lane_w, lane_w - 24, y
-        y += b.h + gap + (14 if b.arrow else 0)
-    width = 16 + lane_w * len(lanes) + side_w
-    svg = Svg(width, y + 4, title, desc)
-    svg.text(16, 24, title, size=16, font=SANS, weight="bold", room=width - 32)
-    for i, lane in enumerate(lanes):
-        x = 16 + i * lane_w
-        svg.rect(x - 6, 34, lane_w - 12, y - 34, fill="none", stroke="#bbb", rx=0, dash=True)
-        svg.text(x + (lane_w - 24) / 2, 52, lane, size=13, font=SANS, weight="bold", anchor="middle", color="#555")
-    for a, b in zip(boxes, boxes[1:]):
-        x1 = a.x + a.w / 2
-        x2 = b.x + b.w / 2
-        if a.lane != b.lane:  # into the near edge of a box in another lane
-            x2 = b.x + 24 if b.x > a.x else b.x + b.w - 24
-        svg.arrow(x1, a.y + a.h, x2, b.y - 2, a.arrow)
-    for b in boxes:
-        svg.box(b)
-    return svg, 16 + lane_w * len(lanes)
+class Sequence:
+    """Lanes side by side (user, kernel, ...), each as wide as its widest box, and the boxes in the order things
+    happen with an arrow from each to the next. A box in another lane than the one before it starts beside that
+    one, a head line lower, not below it: the picture grows across, as a slide does, more than down.
+
+    Draw the boxes with ``draw()``, put panels into the room ``below(lane)`` leaves, then ``finish(bottom)``."""
+
+    def __init__(self, title: str, desc: str, lanes: list[str], boxes: list[Box]):
+        self.lanes, self.boxes = lanes, boxes
+        self.gaps = [LANE_GAP] * (len(lanes) - 1)  # each as wide as the labels drawn in it
+        for a, b in zip(boxes, boxes[1:]):
+            if a.arrow and a.lane != b.lane:
+                i = self.label_gap(a, b)
+                self.gaps[i] = max(self.gaps[i], text_width(a.arrow, SIZE, SANS, True) + 16)
+        self.lane_x, self.lane_w, x = {}, {}, MARGIN
+        for i, lane in enumerate(lanes):
+            mine = [b.width_needed() for b in boxes if b.lane == lane]
+            self.lane_x[lane], self.lane_w[lane] = x, max(mine + [text_width(lane, HEAD_SIZE, SANS, True) + 2 * PAD])
+            x += self.lane_w[lane] + (self.gaps[i] if i < len(self.gaps) else 0)
+        self.width = x + MARGIN
+        bottoms = {lane: TOP - LINE for lane in lanes}  # how far down each lane is taken
+        prev = None
+        for b in boxes:
+            b.x, b.w = self.lane_x[b.lane], self.lane_w[b.lane]
+            if prev is None:
+                y = TOP
+            elif prev.lane == b.lane:
+                y = prev.bottom + LINE + (LINE if prev.arrow else 0)
+            else:
+                y = prev.y + HEAD + 8
+                between = lanes[min(lanes.index(prev.lane), lanes.index(b.lane)) + 1:
+                                max(lanes.index(prev.lane), lanes.index(b.lane))]
+                y = max([y] + [bottoms[lane] + 8 for lane in between])  # the arrow passes under their boxes
+            b.y = max(y, bottoms[b.lane] + LINE)
+            bottoms[b.lane] = b.bottom
+            prev = b
+        self.bottoms = bottoms
+        self.svg = Svg(self.width, 0, title, desc)
+        self.svg.text(MARGIN, TITLE_Y, title, size=TITLE_SIZE, font=SANS, weight="bold", room=self.width - 32)
+
+    def label_gap(self, a: Box, b: Box) -> int:
+        """The gap an arrow from a to another lane's b has its label in: the one beside b, on a's side."""
+        i = self.lanes.index(b.lane)
+        return i - 1 if i > self.lanes.index(a.lane) else i
+
+    def below(self, lane: str) -> tuple[float, float, float]:
+        """Where a panel may go in ``lane``: x, the y under its last box, and the lane's width."""
+        return self.lane_x[lane], self.bottoms[lane] + LINE, self.lane_w[lane]
+
+    def draw(self) -> Svg:
+        svg = self.svg
+        for a, b in zip(self.boxes, self.boxes[1:]):
+            if a.lane == b.lane:
+                x = a.x + a.w / 2
+                svg.line([(x, a.bottom), (x, b.y - 2)])
+                if a.arrow:
+                    svg.label(x + 8, (a.bottom + b.y) / 2 + 6, a.arrow, anchor="start")
+                continue
+            right = b.x > a.x
+            y = b.y + HEAD / 2 + 2
+            end = b.x - 2 if right else b.x + b.w + 2
+            if y <= a.bottom - 10:  # straight across from a's side
+                svg.line([(a.x + a.w if right else a.x, y), (end, y)])
+            else:  # down from a, then across
+                svg.line([(a.x + a.w / 2, a.bottom), (a.x + a.w / 2, y), (end, y)])
+            if a.arrow:
+                gap = self.gaps[self.label_gap(a, b)]
+                svg.label(end - gap / 2 if right else end + gap / 2, y - 7, a.arrow)
+        for b in self.boxes:
+            svg.box(b)
+        return svg
+
+    def finish(self, bottom: float = 0) -> Svg:
+        """The lanes' outlines behind everything, down to ``bottom`` or the last box."""
+        bottom = max([bottom] + [b.bottom for b in self.boxes]) + 10
+        outlines = []
+        for lane in self.lanes:
+            x, w = self.lane_x[lane], self.lane_w[lane]
+            outlines.append(f'<rect x="{x - 6:.0f}" y="36" width="{w + 12:.0f}" height="{bottom - 36:.0f}" rx="0" '
+                            'fill="none" stroke="#bbb" stroke-dasharray="4 3"/>')
+            outlines.append(f'<text x="{x + w / 2:.0f}" y="{LANE_Y}" font-family="{SANS}" font-size="{HEAD_SIZE}" '
+                            f'font-weight="bold" text-anchor="middle" fill="#555" style="white-space:pre">'
+                            f'{escape(lane)}</text>')
+        self.svg.parts[1:1] = outlines  # after the title, under the boxes
+        self.svg.height = bottom + 6
+        return self.svg
 
 
-def code_lines(code: bytes, arch: str, vaddr: int, width: int = 12) -> list[str]:
-    """Bytes and instruction, one line each, as the lab's disassembler reads them."""
-    def decimal(text: str) -> str:  # a syscall number reads as the kernel's tables write it
-        return f"{text} ({int(text.split(', ')[1], 16)})" if text.startswith("mov rax, 0x") else text
-    return [f"{addr:x}: {raw.hex(' '):<{width}} {decimal(text)}" for addr, raw, text in disasm(code, arch, vaddr)]
+def code_lines(code: bytes, arch: str, vaddr: int | None = None, width: int = 12) -> list[str]:
+    """Bytes and instruction, one line each, as the lab's disassembler reads them; each line starts with its
+    address unless ``vaddr`` is None (a box whose head gives the address)."""
+    return [(f"{addr:x}: " if vaddr is not None else "") + f"{raw.hex(' '):<{width}} {text}"
+            for addr, raw, text in disasm(code, arch, vaddr or 0)]
 
 
-def stack_panel(svg: Svg, x: float, y: float, head: str, rows: list[tuple[str, str]], w: float = 300,
-                note: str = "") -> float:
+def stack_panel(svg: Svg, x: float, y: float, head: str, rows: list[tuple[str, str]], w: float,
+                notes: tuple[str, ...] = ()) -> float:
     """A stack drawn as cells, highest address at the top: (address label, content). Returns its bottom."""
-    svg.text(x, y, head, size=12, font=SANS, weight="bold", room=w)
-    y += 8
+    svg.text(x, y + 16, head, font=SANS, weight="bold", room=w)
+    y += 26
+    label_w = max(text_width(addr, SIZE) for addr, _ in rows) + 8
     for addr, what in rows:
-        svg.rect(x + 92, y, w - 92, 24, fill="#fff8d8", rx=0)
-        svg.text(x + 86, y + 16, addr, size=11, anchor="end")
-        svg.text(x + 100, y + 16, what, size=12, room=w - 108)
-        y += 24
-    if note:
-        svg.text(x, y + 18, note, size=11, font=SANS, room=w)
-        y += 18
-    return y + 10
+        svg.rect(x + label_w, y, w - label_w, 28, fill="#fff8d8", rx=0)
+        svg.text(x + label_w - 6, y + 20, addr, anchor="end")
+        svg.text(x + label_w + 8, y + 20, what, room=w - label_w - 14)
+        y += 28
+    for note in notes:
+        svg.text(x, y + 20, note, font=SANS, room=w)
+        y += LINE
+    return y + 8
 
 
 # --- the mechanisms -------------------------------------------------------------------------------------
@@ -165,7 +252,7 @@ def int3_hit() -> Svg:
             "then arch_uprobe_optimize (nop5)"]),
         Box("kernel", "emulate or step out of line?", [
             f"{text}: arch_uprobe_skip_sstep emulates", "  store rbp at sp-8; sp -= 8; ip += 1",
-            "ret, mov, ...: pre_ssout -> XOL slot", "  (next diagram)"], "iret"),
+            "ret, mov, ...: pre_ssout -> XOL slot"], "iret"),
         Box("user", "the program goes on", [f"{vaddr + 1:x}: mov rbp, rsp", "one exception per hit"]),
     ]
     desc = (f"A uprobe hit on x86-64, kernel 6.18. The probed push rbp at {vaddr:#x} now begins with int3 (0xcc); "
@@ -175,9 +262,9 @@ def int3_hit() -> Svg:
             "probe if one has a ret_handler), then either emulates the instruction in the kernel (push rbp: store "
             "rbp below sp, sp minus 8, ip plus 1) or sets up an out-of-line single step. It returns to user "
             "space by iret at the next instruction: one exception per hit.")
-    svg, _ = sequence("A breakpoint hit: trap, lookup, consumers, emulate, return", desc, ["user", "kernel"], boxes,
-                      lane_w=380)
-    return svg
+    seq = Sequence("A breakpoint hit: trap, lookup, consumers, emulate, return", desc, ["user", "kernel"], boxes)
+    seq.draw()
+    return seq.finish()
 
 
 def xol_step() -> Svg:
@@ -189,12 +276,12 @@ def xol_step() -> Svg:
     slot = area.slot_vaddr(1)
     copy = proc.read(slot, 16)
     boxes = [
-        Box("user", "the probed ret", [f"{probe.vaddr:x}: cc  int3 (was c3 ret)"], "#BP trap"),
+        Box("user", "the probed ret", [f"{probe.vaddr:x}: cc  int3", "(was c3  ret)"], "#BP trap"),
         Box("kernel", "handle_swbp -> pre_ssout", [
             "consumers run (handler_chain)", "ret cannot be emulated:",
             "xol_get_insn_slot: slot 1", f"  {slot:x}: {copy[:4].hex(' ')} ...",
             "arch_uprobe_pre_xol:", f"  ip = {slot:x}; set TF"], "iret"),
-        Box("[uprobes]", "the copy runs, one instruction", [
+        Box("[uprobes]", "the copy runs, one insn", [
             f"{slot:x}: c3  ret", "pops the return address:", "ip = the caller's next insn"], "#DB (TF)"),
         Box("kernel", "exc_debug -> handle_singlestep", [
             "arch_uprobe_post_xol:", "ret: no ip fixup needed", "(others: ip += vaddr - slot)",
@@ -209,9 +296,9 @@ def xol_step() -> Svg:
             "handle_singlestep and arch_uprobe_post_xol: ret needs no ip fix-up (other instructions get ip moved "
             "by the distance between the probe and the slot); TF is cleared, the slot freed, and iret returns to "
             "the caller. Two exceptions per hit.")
-    svg, _ = sequence("Out of line: the XOL slot and one single step", desc, ["user", "kernel", "[uprobes]"], boxes,
-                      lane_w=300)
-    return svg
+    seq = Sequence("Out of line: the XOL slot and one single step", desc, ["user", "kernel", "[uprobes]"], boxes)
+    seq.draw()
+    return seq.finish()
 
 
 def uretprobe() -> Svg:
@@ -221,19 +308,17 @@ def uretprobe() -> Svg:
     probe = uprobe_register(proc, "uprobe_target_ret", CountingConsumer())
     proc.call("producer_loop", 1, probe.vaddr)  # the first hit maps [uprobes]
     slot0 = f"{proc.mm.xol_area.slot_vaddr(0):x}"
-    code = code_lines(tramp, "x86_64", 0, width=20)
     boxes = [
-        Box("user", "call func (probed, with a return probe)", ["[rsp] = the return address R"], "#BP trap"),
+        Box("user", "call func (return-probed)", ["[rsp] = return address R"], "#BP trap"),
         Box("kernel", "entry hit: prepare_uretprobe", [
             "arch_uretprobe_hijack_return_addr:", "  keep R in a return instance",
             "  [rsp] = slot 0 of [uprobes]"], "iret"),
-        Box("user", "func runs, then ret", ["pops slot 0's address, not R"], "ret"),
-        Box("[uprobes]", "slot 0 (6.11+): the syscall trampoline",
-            [line.split(": ", 1)[1] for line in code], "syscall"),
-        Box("kernel", "sys_uretprobe (335)", [
-            "r11, rcx, rax <- the three saved slots", "return consumers (handle_trampoline)",
-            "rax's slot <- R; r11, rcx written back", "return value: the function's rax"], "sysret"),
-        Box("[uprobes]", "pop r11; pop rcx; ret", ["ret pops rax's slot: back at R"]),
+        Box("user", "func runs, then ret", ["ret pops slot 0, not R"], "ret"),
+        Box("[uprobes]", "slot 0 (6.11+): trampoline", code_lines(tramp, "x86_64", width=20), "syscall"),
+        Box("kernel", f"sys_uretprobe ({__NR_uretprobe})", [
+            "restore r11, rcx, rax", "handle_trampoline: consumers", "rax's slot <- R", "write r11, rcx back",
+            "return the function's rax"], "sysret"),
+        Box("[uprobes]", "pop r11; pop rcx; ret", ["ret pops rax's slot: R"]),
     ]
     desc = (f"A return probe on x86-64. At the entry int3, arch_uretprobe_hijack_return_addr keeps the return "
             f"address R in a return instance and writes the address of slot 0 of the [uprobes] page ({slot0}) "
@@ -244,17 +329,16 @@ def uretprobe() -> Svg:
             "rax on the stack: r11 at sp, rcx at sp+8, rax at sp+16. sys_uretprobe restores them into the "
             "registers the consumers see, runs the return consumers, writes r11 and rcx back and puts R into "
             "rax's slot, and returns the function's rax by sysret; pop r11, pop rcx and ret then land at R.")
-    svg, x = sequence("A return probe: the hijack and the trampoline", desc, ["user", "kernel", "[uprobes]"],
-                      boxes, lane_w=360, side_w=330)
-    y = 74
-    y = stack_panel(svg, x + 10, y, "stack at the syscall (6.11+)", [
+    seq = Sequence("A return probe: the hijack and the trampoline", desc, ["user", "kernel", "[uprobes]"], boxes)
+    svg = seq.draw()
+    x, y, w = seq.below("user")
+    y = stack_panel(svg, x, y, "stack at the syscall (6.11+)", [
         ("sp+24", "the caller's frame"), ("sp+16", "saved rax -> R"), ("sp+8", "saved rcx"), ("sp+0", "saved r11")],
-        note="sys_uretprobe: rax's slot becomes R")
-    y = stack_panel(svg, x + 10, y + 20, "6.10, and a 32-bit task: slot 0 is", [(slot0, "cc  int3")],
-                    note="#BP -> handle_swbp -> handle_trampoline; iret")
-    svg.text(x + 10, y + 20, f"syscall numbers: uretprobe {__NR_uretprobe}, uprobe {__NR_uprobe}", size=11,
-             font=SANS, room=310)
-    return svg
+        w, notes=("rax's slot becomes R",))
+    y = stack_panel(svg, x, y + 12, "6.10 and 32-bit: slot 0 is", [(slot0, "cc  int3")], w,
+                    notes=("#BP -> handle_swbp ->", "handle_trampoline; iret", "",
+                           f"uretprobe {__NR_uretprobe}, uprobe {__NR_uprobe}"))
+    return seq.finish(y)
 
 
 def nop5_patch() -> Svg:
@@ -267,10 +351,23 @@ def nop5_patch() -> Svg:
         stages.append(stage)
     call = stages[-1].listing[0]
     tramp = int(call[2].split()[-1], 16)
-    cell, x0, top = 46, 20, 70
-    width = 900
-    rows = len(stages)
-    height = top + rows * 58 + 270
+    cell, row, x0, top = 50, 54, 12, 74
+    cells_x = x0 + 70
+    text_x = cells_x + 5 * cell + 12
+    whats = [stage.what.replace(" (smp_text_poke_sync_each_cpu)", "").replace("optimise: ", "") for stage in stages]
+    decodes = ["; ".join(text for _, _, text in stage.listing[:2]) + ("; ..." if len(stage.listing) > 2 else "")
+               for stage in stages]
+    text_w = max([text_width(t, SIZE, SANS) for t in whats] + [text_width(t, SIZE) for t in decodes])
+    box = Box("[uprobes]", f"[uprobes-trampoline] at {tramp:x}", code_lines(uprobe_trampoline_code(), "x86_64",
+                                                                            width=20))
+    box.x, box.w = text_x + text_w + 60, box.width_needed()
+    last_row = top + (len(stages) - 1) * row + 20  # the middle of the last stage's cells
+    box.y = max(top, last_row + 24 - box.h)
+    notes = [f"sys_uprobe ({__NR_uprobe}) runs the consumers", "and returns by sysret: no exception,",
+             "no emulation, no single step.", "",
+             "red: int3 (a CPU that enters traps", "and counts as a hit); green: the call"]
+    width = box.x + box.w + x0
+    height = max(box.y + box.h + 16 + LINE * len(notes), top + len(stages) * row) + 12
     desc = (f"The nop5 optimisation on kernel 6.18, rewriting the probed nop5 at {run.site:#x}. The probe's int3 "
             "already holds byte 0 (cc 1f 44 00 00); every CPU is synced; bytes 1 to 4 get the call's offset "
             f"({stages[-1].site[1:].hex(' ')}) while byte 0 is still int3, so a CPU entering the site traps and "
@@ -278,33 +375,26 @@ def nop5_patch() -> Svg:
             f"[uprobes-trampoline] at {tramp:#x}: push rcx; push r11; push rax; mov rax, {__NR_uprobe}; syscall; "
             "pop rax; pop r11; pop rcx; ret; int3. sys_uprobe runs the consumers and the program goes on after "
             "the call, with no exception.")
-    svg = Svg(width, height, "The nop5 -> call rewrite, stage by stage (6.18)", desc)
-    svg.text(16, 24, "The nop5 -> call rewrite, stage by stage (6.18)", size=16, font=SANS, weight="bold", room=860)
-    svg.text(16, 46, f"the site at {run.site:x}, byte 0 to byte 4; what a CPU entering it now decodes", size=12,
-             font=SANS, room=860)
+    title = "The nop5 -> call rewrite, stage by stage (6.18)"
+    svg = Svg(width, height, title, desc)
+    svg.text(x0, TITLE_Y, title, size=TITLE_SIZE, font=SANS, weight="bold", room=width - 2 * x0)
+    svg.text(x0, 52, f"the site at {run.site:x}, byte 0 to byte 4, and what a CPU entering it decodes",
+             font=SANS, room=width - 2 * x0)
     y = top
-    for stage in stages:
+    for stage, what, decoded in zip(stages, whats, decodes):
         for i, byte in enumerate(stage.site):
             fill = "#fde0dd" if byte == 0xCC else ("#dff0d8" if stage.site[0] == 0xE8 else "#ffffff")
-            svg.rect(x0 + 150 + i * cell, y, cell - 4, 34, fill=fill, rx=3)
-            svg.text(x0 + 150 + i * cell + (cell - 4) / 2, y + 22, f"{byte:02x}", size=14, anchor="middle")
-        svg.text(x0, y + 22, stage.action, size=12, font=SANS, weight="bold", room=140)
-        what = stage.what.replace(" (smp_text_poke_sync_each_cpu)", "")
-        svg.text(x0 + 150 + 5 * cell + 12, y + 14, what, size=11, font=SANS, room=width - 400)
-        decoded = "; ".join(text for _, _, text in stage.listing[:2]) + ("; ..." if len(stage.listing) > 2 else "")
-        svg.text(x0 + 150 + 5 * cell + 12, y + 30, decoded, size=11, room=width - 420)
-        y += 58
-    box = Box("[uprobes]", f"[uprobes-trampoline] at {tramp:x}: the call lands here",
-              code_lines(uprobe_trampoline_code(), "x86_64", tramp, width=20))
-    box.x, box.y, box.w = x0 + 150, y, 470
+            svg.rect(cells_x + i * cell, y, cell - 4, 40, fill=fill, rx=3)
+            svg.text(cells_x + i * cell + (cell - 4) / 2, y + 27, f"{byte:02x}", size=HEAD_SIZE, anchor="middle")
+        svg.text(x0, y + 26, stage.action, size=HEAD_SIZE, font=SANS, weight="bold", room=cells_x - x0 - 6)
+        svg.text(text_x, y + 16, what, font=SANS, room=text_w)
+        svg.text(text_x, y + 37, decoded, room=text_w)
+        y += row
     svg.box(box)
-    svg.arrow(x0 + 150 + cell * 0.5, y - 24, x0 + 150 + cell * 0.5, y - 2, "call")
-    note_x = box.x + box.w + 20
-    for i, line in enumerate(["sys_uprobe runs the consumers", "and returns by sysret:",
-                              "no exception, no emulation,", "no single step.", "",
-                              "red: int3 (a CPU that enters", "traps and counts as a hit);",
-                              "green: the finished call"]):
-        svg.text(note_x, y + 20 + 16 * i, line, size=12, font=SANS, room=width - note_x - 10)
+    svg.line([(text_x + text_w + 8, last_row), (box.x - 2, last_row)])
+    svg.label((text_x + text_w + box.x) / 2, last_row - 8, "call")
+    for i, line in enumerate(notes):
+        svg.text(box.x, box.y + box.h + 24 + LINE * i, line, font=SANS, room=width - box.x - x0)
     return svg
 
 
@@ -320,7 +410,7 @@ def arm64_stp() -> Svg:
     (_, _, brk_text), = disasm(brk.to_bytes(4, "little"), "arm64", sym.addr)
     boxes = [
         Box("user", "the probed function entry", [f"{sym.addr:x}: {brk:08x}  {brk_text}",
-                                                  f"(was {word:08x}  {stp_text})"], "BRK exception"),
+                                                  f"(was {word:08x}", f"  {stp_text})"], "BRK exception"),
         Box("kernel", "uprobe_brk_handler -> handle_swbp", ["consumers run (handler_chain)",
                                                             "arch_uprobe_skip_sstep: simulate"]),
         Box("kernel", "simulate_stp_fp_lr_sp_64b (seed 001)", [
@@ -336,12 +426,13 @@ def arm64_stp() -> Svg:
             "copy_to_user) and stores x29 at the new sp and x30 at new sp plus 8; sp becomes the new sp and pc "
             "moves 4 bytes on. The return by eret lands on mov x29, sp: one exception per hit, where upstream "
             "single-steps the stp in the XOL slot and takes two.")
-    svg, x = sequence("arm64: simulating stp x29, x30, [sp, #-16]!", desc, ["user", "kernel"], boxes, lane_w=380,
-                      side_w=330)
-    stack_panel(svg, x + 10, 74, "the stack, before and after", [
-        ("old sp", "the caller's frame"), ("new sp+8", "x30 (lr)"), ("new sp", "x29 (fp)")],
-        note="higher addresses at the top")
-    return svg
+    seq = Sequence("arm64: simulating stp x29, x30, [sp, #-16]!", desc, ["user", "kernel"], boxes)
+    svg = seq.draw()
+    x, y, w = seq.below("user")
+    bottom = stack_panel(svg, x, y, "the stack, before and after", [
+        ("old sp", "the caller's frame"), ("new sp+8", "x30 (lr)"), ("new sp", "x29 (fp)")], w,
+        notes=("higher addresses at the top",))
+    return seq.finish(bottom)
 
 
 def redzone() -> Svg:
@@ -367,19 +458,19 @@ def redzone() -> Svg:
             f"optimised nop10 starts with {lea_text}, so they write {placed('7.2')}: below the red zone, and the "
             "trampoline's ret $0x80 moves rsp back; the lab's run finds no red-zone word changed.")
     title = "The red zone: where the optimised call writes (6.18 nop5, 7.2 nop10)"
-    col_w, left, top = 330, 190, 78
-    svg = Svg(left + 2 * col_w + 40, top + 24 * len(rows) + 46, title, desc)
-    svg.text(16, 24, title, size=16, font=SANS, weight="bold", room=svg.width - 32)
-    svg.text(16, 46, "the leaf's stack, higher addresses at the top; red: a red-zone word overwritten, green: "
-             "written below it", size=12, font=SANS, room=svg.width - 32)
+    col_w, left, top, cell = 440, 220, 96, 30
+    svg = Svg(left + 2 * col_w + 12, top + cell * len(rows) + 52, title, desc)
+    svg.text(12, TITLE_Y, title, size=TITLE_SIZE, font=SANS, weight="bold", room=svg.width - 24)
+    svg.text(12, 52, "the leaf's stack, higher addresses at the top; red: a red-zone word overwritten, green: "
+             "written below it", font=SANS, room=svg.width - 24)
     for col, kernel in enumerate(("6.18", "7.2")):
         x = left + col * col_w
-        head = "6.18: call (the nop5)" if kernel == "6.18" else f"7.2: {lea_text}; call (the nop10)"
-        svg.text(x, top - 8, head, size=12, font=SANS, weight="bold", room=col_w - 10)
+        head = "6.18: call (nop5)" if kernel == "6.18" else f"7.2: {lea_text}; call (nop10)"
+        svg.text(x, top - 10, head, size=HEAD_SIZE, font=SANS, weight="bold", room=col_w - 12)
         for i, off in enumerate(rows):
-            y = top + 24 * i
+            y = top + cell * i
             if off is None:
-                svg.text(x + 8, y + 16, "...", size=12, room=col_w - 20)
+                svg.text(x + 9, y + 20, "...", room=col_w - 30)
                 continue
             inside = -REDZONE_SIZE <= off < 0
             what = writes[kernel].get(off, "")
@@ -393,18 +484,18 @@ def redzone() -> Svg:
                 fill = "#fde0dd" if off in clobbered[kernel] else "#fff8d8"
             else:  # green: what the call and the trampoline write below the red zone
                 fill = "#f3f3f3" if off == 0 else ("#dff0d8" if what else "#ffffff")
-            svg.rect(x, y, col_w - 20, 24, fill=fill, rx=0)
-            svg.text(x + 8, y + 16, what, size=12, room=col_w - 36)
+            svg.rect(x, y, col_w - 20, cell, fill=fill, rx=0)
+            svg.text(x + 9, y + 21, what, room=col_w - 38)
     for i, off in enumerate(rows):
         if off is not None:
-            svg.text(left - 8, top + 24 * i + 16, f"rsp{off:+#x}" if off else "rsp", size=11, anchor="end")
-    band = top + 24 * rows.index(-8), top + 24 * (rows.index(-REDZONE_SIZE) + 1)
-    svg.rect(6, band[0], 12, band[1] - band[0], fill="#fff8d8", rx=0)
+            svg.text(left - 8, top + cell * i + 21, f"rsp{off:+#x}" if off else "rsp", anchor="end")
+    band = top + cell * rows.index(-8), top + cell * (rows.index(-REDZONE_SIZE) + 1)
+    svg.rect(8, band[0], 12, band[1] - band[0], fill="#fff8d8", rx=0)
     middle = (band[0] + band[1]) / 2
-    svg.text(24, middle - 2, "red zone", size=12, font=SANS, weight="bold", room=96)
-    svg.text(24, middle + 14, f"({REDZONE_SIZE} bytes)", size=11, font=SANS, room=96)
-    svg.text(16, top + 24 * len(rows) + 30, "7.2's trampoline ends with ret $0x80: it pops the return address, "
-             "then undoes the lea", size=12, font=SANS, room=svg.width - 32)
+    svg.text(26, middle - 3, "red zone", size=HEAD_SIZE, font=SANS, weight="bold", room=104)
+    svg.text(26, middle + 18, f"({REDZONE_SIZE} bytes)", font=SANS, room=104)
+    svg.text(12, top + cell * len(rows) + 34, "7.2's trampoline ends with ret $0x80: it pops the return address, "
+             "then undoes the lea", font=SANS, room=svg.width - 24)
     return svg
 
 

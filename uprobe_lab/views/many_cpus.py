@@ -110,7 +110,8 @@ def lines_figure(bench: str = "uprobe-nop", kernel: str = "6.10", cpus: int = 8)
     states = all_states()
     cols = 4
     rows = -(-len(states) // cols)
-    fig = Figure(figsize=(10, 1.1 * rows + 1.4), layout="constrained")
+    # 12 in wide and every word at 12 pt: a slide shows it at its drawn size, under the widget's controls
+    fig = Figure(figsize=(12, 0.9 * rows + 1.05), layout="constrained")
     ax = fig.add_subplot()
     ax.set_xlim(0, cols)
     ax.set_ylim(0, rows)
@@ -121,21 +122,24 @@ def lines_figure(bench: str = "uprobe-nop", kernel: str = "6.10", cpus: int = 8)
         x, y = i % cols, rows - 1 - i // cols
         kinds = sorted(touched.get(state, {}).items(), key=lambda kv: list(KIND_COLOR).index(kv[0]))
         kind = kinds[0][0] if kinds else None  # the box takes its strongest access's colour: a write over a read
-        ax.add_patch(FancyBboxPatch((x + 0.04, y + 0.08), 0.92, 0.84, boxstyle="round,pad=0.01",
+        ax.add_patch(FancyBboxPatch((x + 0.02, y + 0.05), 0.96, 0.9, boxstyle="round,pad=0.01",
                                     facecolor=KIND_COLOR[kind], edgecolor="#555555"))
         moved = r["transfers_per_hit"].get(state, 0.0)
         detail = ", ".join(f"{n:g}x {k}" for k, n in kinds) or "-"
         if kind in ("spinlock", "atomic", "write", "read") and cpus > 1:
-            detail += f"\nmoves {moved:.2f}/hit"
-        structure, _, fields = state.replace(" (", "\n(").partition(": ")
-        label = structure + ("\n" + "\n".join(textwrap.wrap(fields, 30)) if fields else "")
-        ax.text(x + 0.5, y + 0.64, label, ha="center", va="center", fontsize=8, fontweight="bold")
-        ax.text(x + 0.5, y + 0.27, detail, ha="center", va="center", fontsize=9)
+            detail += f", moves {moved:.2f}/hit"
+        structure, _, fields = state.partition(": ")
+        structure, _, paren = structure.partition(" (")  # "(per-CPU counters)" goes with the fields
+        fields = ", ".join(filter(None, [fields, paren.rstrip(")")]))
+        lines = textwrap.wrap(fields, 30) + textwrap.wrap(detail, 30)  # 30 characters of 12 pt fill a box
+        ax.text(x + 0.5, y + 0.5 + 0.11 * len(lines), structure, ha="center", va="center", fontsize=12,
+                fontweight="bold")
+        ax.text(x + 0.5, y + 0.5 - 0.11, "\n".join(lines), ha="center", va="center", fontsize=12, linespacing=1.15)
     ax.legend(handles=[Patch(facecolor=c, edgecolor="#555555") for c in KIND_COLOR.values()],
-              labels=list(KIND_WORDS.values()), loc="upper center", bbox_to_anchor=(0.5, 0.02), ncol=3, fontsize=9,
-              frameon=False)
+              labels=list(KIND_WORDS.values()), loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=4, fontsize=12,
+              frameon=False, handlelength=1.2, columnspacing=1.2)
     ax.set_title(f"{bench} on {kernel}, {cpus} CPU{'s' if cpus > 1 else ''}: "
-                 f"{r['line_transfers_per_hit']:.2f} line transfers per hit", fontsize=11)
+                 f"{r['line_transfers_per_hit']:.2f} line transfers per hit", fontsize=13)
     return fig
 
 
@@ -155,7 +159,7 @@ def lines_widget(bench: str = "uprobe-nop", kernel: str = "6.10", cpus: int = 8)
     for control in (k, b, n):
         control.observe(show, names="value")
     show()
-    return w.VBox([k, b, n, view])
+    return w.VBox([k, w.HBox([b, n]), view])  # two rows of controls: they and the boxes fit one screen
 
 
 def transfers_curve(bench: str = "uprobe-nop", kernels=("6.10", "6.13", "6.14"), cpus=(1, 2, 4, 8, 16, 32, 64),
@@ -200,7 +204,7 @@ def scaling_chart(result: dict, table: str) -> Figure:
     t = t[(t["table"] == table) & t["producers"].notna()]
     modelled = pd.concat([result["held_out"], result["fitted"]])
     curves = list(dict.fromkeys(zip(t["variant"], t["bench"])))
-    fig = Figure(figsize=(8, 4.6), layout="constrained")
+    fig = Figure(figsize=(11.5, 4.2), layout="constrained")  # a slide's width, the legend beside the curves
     ax = fig.add_subplot()
     colors = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860"]
     for (variant, bench), color in zip(curves, colors):
@@ -217,8 +221,8 @@ def scaling_chart(result: dict, table: str) -> Figure:
     role = ("held out: predicted" if table in contention.HELD_OUT_TABLES else
             "fitted" if table in contention.FIT_TABLES else "not modelled (docs/model.md says why)")
     machine = t["machine"].iloc[0] or "machine not stated"
-    ax.set_title(f"{table} ({machine}; model: {role})", fontsize=10)
-    ax.legend(fontsize=9, loc="upper left")
+    ax.set_title(f"{table} ({machine})\nmodel: {role}", fontsize=12)
+    ax.legend(fontsize=12, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
     ax.set_ylim(bottom=0)
     return fig
 

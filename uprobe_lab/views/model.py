@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 from .. import model
 from ..published import load_published
 from .charts import breakdown_chart
-from .redraw import figure_view, show_figure, table_html
+from .redraw import figure_view, show_figure, widget_table_html
 
 BREAKDOWN_BENCHES = ("uprobe-nop", "uprobe-ret", "uprobe-nop5", "uretprobe-nop")
 SLIDER_PRICES = ("exception", "syscall", "handler", "xol_step", "return_instance")
@@ -107,19 +107,20 @@ def text_vbox(children, text):
 
 
 def breakdown_widget():
-    """A CPU-profile dropdown: the fit report and the per-hit cost breakdown of the chosen profile."""
+    """A CPU-profile dropdown: the per-hit cost breakdown of the chosen profile and its fit report."""
     import ipywidgets as w
 
     cpu = w.Dropdown(options=x86_profile_names(), description="CPU profile")
     report, chart = w.HTML(), figure_view()  # redrawn by value (views.redraw says why not an Output widget)
 
     def show(change=None):
-        report.value = table_html(model.fit_report(cpu.value).round(2))
         show_figure(chart, breakdown_for(cpu.value))
+        # the prices; where each prior comes from is the chapter's appendix, not a column of each row here
+        report.value = widget_table_html(model.fit_report(cpu.value).drop(columns="prior_from").round(2))
 
     cpu.observe(show, names="value")
     show()
-    return text_vbox([cpu, report, chart], lambda: breakdown_text(cpu.value))
+    return text_vbox([cpu, chart, report], lambda: breakdown_text(cpu.value))  # the chart under its dropdown
 
 
 def price_sliders(profile_name: str = "intel", prices=SLIDER_PRICES):

@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 
 from ..native.calibrate import kernel_change, kernel_columns
 from ..text import wrap
-from .redraw import table_html
+from .redraw import widget_table_html
 
 NATIVE_COLOR, MODEL_COLOR, PUBLISHED_COLOR = "#66c2a5", "#fc8d62", "#8da0cb"
 
@@ -126,7 +126,7 @@ def kernel_picker(pred: pd.DataFrame):
     out = w.HTML()  # redrawn by value (views.redraw says why not an Output widget)
 
     def show(change=None):
-        out.value = table_html(kernel_change(pred, picker.value))
+        out.value = widget_table_html(kernel_change(pred, picker.value))
 
     picker.observe(show, names="value")
     show()

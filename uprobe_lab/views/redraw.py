@@ -1,4 +1,4 @@
-"""What a widget redraws goes into a widget's value - an Image's PNG, an HTML's markup - never into an
+"""What a widget redraws goes into a widget's value - an HTML widget's markup (a figure as SVG) - never into an
 ``ipywidgets.Output``.
 
 Why not an Output widget: it can stall a lecture's loading for good. ``./lab lecture`` has Voila run the chapter
@@ -16,37 +16,28 @@ kernel replaces sends nothing back, so it cannot stall.
 """
 from __future__ import annotations
 
-import io
-
 from matplotlib.figure import Figure
 
-
-def figure_png(fig: Figure) -> bytes:
-    """``fig`` as a PNG at its own dpi, as laid out. The views' figures are laid out (layout="constrained"), so the
-    inline backend's cropping (bbox_inches="tight") is left out: it draws the figure twice, half of a redraw's
-    time, where a widget has a second to answer. (An empty figure is a blank image, not nothing.)"""
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    return buf.getvalue()
+from . import chart_html, table_html
 
 
 def figure_view():
-    """An empty Image widget for figures: :func:`show_figure` draws one into it."""
+    """An empty HTML widget for figures: :func:`show_figure` draws one into it."""
     import ipywidgets as w
 
-    view = w.Image(format="png")
+    view = w.HTML()
     view.figure = None
     return view
 
 
 def show_figure(view, fig: Figure) -> None:
-    """Draw ``fig`` into the Image widget ``view`` (its PNG replaces the last); ``view.figure`` is the one shown."""
+    """Draw ``fig`` into the HTML widget ``view`` as an SVG with its text as text (``views.chart_html``: measured and
+    scaled on a slide like every other chart); ``view.figure`` is the one shown."""
     view.figure = fig
-    view.value = figure_png(fig)
+    view.value = chart_html(fig)
 
 
-def table_html(frame) -> str:
-    """A DataFrame as a notebook shows it, for an HTML widget's value (in the notebook's own table style: an HTML
-    widget's content is not styled as an output is)."""
-    return f"<div class='jp-RenderedHTMLCommon' style='line-height:normal'>{frame._repr_html_()}</div>"
-
+def widget_table_html(frame) -> str:
+    """A DataFrame for an HTML widget's value: as the page shows every table (``views.table_html``), inside the
+    notebook's table style, which an HTML widget's content does not get as an output does."""
+    return f"<div class='jp-RenderedHTMLCommon' style='line-height:normal'>{table_html(frame)}</div>"

@@ -40,8 +40,10 @@ def render_state(stepper: Stepper, stack_words: int = 4) -> str:
         rows = "".join(f"<tr><td><code>{a:#x}</code></td><td><code>{v:#018x}</code></td></tr>"
                        for a, v in stepper.stack(stack_words))
         stack = f"<b>stack (sp upward)</b><table>{rows}</table>"
-    return (f"{steplog_html(lines)}<p><b>{nxt}</b></p>"
-            f"<div style='display:flex;gap:2em'><div>{_regs_html(regs)}</div><div>{stack}</div></div>")
+    # the walk beside the registers and the stack, not above them: a walk run to its end stays on one slide
+    return (f"<div style='display:flex;flex-wrap:wrap;gap:0 2em;align-items:flex-start'>"
+            f"<div>{steplog_html(lines)}<p><b>{nxt}</b></p></div>"
+            f"<div style='display:flex;gap:0 2em'><div>{_regs_html(regs)}</div><div>{stack}</div></div></div>")
 
 
 def replay(make_stepper, steps: int) -> Stepper:
