@@ -48,7 +48,9 @@ def test_without_native_probes_the_machine_section_shows_the_recording(monkeypat
     run = v.native_scaling()
     assert run["recorded"] and "recorded" in run["reason"]
     table = v.native_scaling_table(run)
-    assert list(table.index) == [1, 2] and set(table.columns) == {"uprobe-nop", "uretprobe-nop", "uprobe-ret"}
+    # the probes in the order they ran, then the machine's baselines without a probe
+    assert list(table.index) == [1, 2] and list(table.columns) == [
+        "uprobe-nop", "uretprobe-nop", "uprobe-ret", "usermode-count", "syscall-count"]
     # the recording's hits are exact: every producer's calls counted
     assert all(r["hits"] == r["cpus"] * r["iterations"] * r["repeats"] for r in run["rows"])
 
