@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from uprobe_lab import cli
+from uprobe_lab import cli, measured_file
 
 HEADER = "arch,kernel,bench,mops\n"
 GOOD_ROWS = ("x86_64,6.10,syscall-count,15.9\nx86_64,6.10,uprobe-nop,3.0\nx86_64,6.10,uprobe-ret,1.1\n"
@@ -231,7 +231,7 @@ def test_predict_reads_the_native_benchs_json(tmp_path, capsys):
     rows = load_example()["benches"]
     path = tmp_path / "mine.json"
     path.write_text(json.dumps(rows))
-    table = cli.read_measured(str(path))
+    table = measured_file.read_measured(str(path))
     nop = table.set_index("bench").loc["uprobe-nop"]
     want = next(r for r in rows if r["bench"] == "uprobe-nop")
     # the standard error of the mean over the row's timed intervals, as the calibration takes it
@@ -243,7 +243,7 @@ def test_predict_reads_the_native_benchs_json(tmp_path, capsys):
     assert float(got["uprobe-nop"]) == pytest.approx(want["mops"], rel=1e-4)
     whole = tmp_path / "recording.json"
     whole.write_text(json.dumps(load_example()))
-    assert cli.read_measured(str(whole)).equals(table)
+    assert measured_file.read_measured(str(whole)).equals(table)
 
 
 def test_predict_reads_a_many_cpu_row_as_its_one_cpu_run(tmp_path, capsys):
@@ -254,7 +254,7 @@ def test_predict_reads_a_many_cpu_row_as_its_one_cpu_run(tmp_path, capsys):
            "one_cpu": {"cpu": 0, "mops_per_cpu": 3.1, "stddev": 0.031}}
     path = tmp_path / "p2.json"
     path.write_text(json.dumps([row]))
-    table = cli.read_measured(str(path))
+    table = measured_file.read_measured(str(path))
     assert float(table["mops"].iloc[0]) == 3.1
     assert float(table["rel_err"].iloc[0]) == pytest.approx(0.031 / 3.1 / 5 ** 0.5)
     path.write_text(json.dumps([{k: v for k, v in row.items() if k != "one_cpu"}]))
@@ -322,7 +322,7 @@ def test_json_after_a_byte_order_mark_is_read_as_json(tmp_path):
     plain, marked = tmp_path / "plain.json", tmp_path / "marked.json"
     plain.write_text(json.dumps([NATIVE_ROW]))
     marked.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
-    assert cli.read_measured(str(marked)).equals(cli.read_measured(str(plain)))
+    assert measured_file.read_measured(str(marked)).equals(measured_file.read_measured(str(plain)))
 
 
 @pytest.mark.parametrize("rows, words", [

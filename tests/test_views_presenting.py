@@ -59,6 +59,8 @@ def test_a_presented_table_drops_bare_row_numbers_and_may_break_after_underscore
     assert "uaccess_<wbr>bytes" in html and "uprobe_<wbr>lab:<wbr>nop10_<wbr>pagecross" in html
     assert "<th>0</th>" not in html and "<td>16</td>" in html  # no index column of 0, 1
     assert re.sub("<wbr>", "", html).count("uprobe_lab:nop10_pagecross") == 1  # the words themselves unchanged
+    numbered = df.set_axis(pd.Index([0, 1]))  # 0, 1 as integers, as a filter or a concat leaves them, not a range
+    assert "<th>0</th>" not in table_html(numbered) and "<th>0</th>" in table_html(df.iloc[[1, 0]])
     named = table_html(df.set_index("usdt"))
     assert "<th>x/<wbr>y</th>" in named  # an index that says something stays
 

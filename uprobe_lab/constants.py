@@ -5,3 +5,4 @@ and call-exit addresses) live in each arch's own ``constants`` module.
 """
 PAGE_SIZE = 0x1000
 MASK64 = (1 << 64) - 1
+MAX_ITERATIONS = 1 << 64  # a bench's producer loop counts its calls in one 64-bit register

@@ -64,7 +64,7 @@ def table_html(df) -> str | None:
     import pandas as pd
 
     index = df.index
-    numbers_only = isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1 and index.name is None
+    numbers_only = index.name is None and index.equals(pd.RangeIndex(len(df)))  # 0, 1, 2... whatever its type
     html_ = df.to_html(index=False, notebook=True, max_rows=pd.get_option("display.max_rows"),
                        max_cols=pd.get_option("display.max_columns"),
                        show_dimensions=pd.get_option("display.show_dimensions")) if numbers_only else df._repr_html_()
