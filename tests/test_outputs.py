@@ -158,6 +158,15 @@ def test_the_labs_shipped_recordings_may_be_recorded_again():
     assert outputs.output_file(str(shipped)) == shipped  # checked only: nothing is written here
 
 
+def test_recording_a_shipped_file_leaves_no_manifest_in_the_package(tmp_path, monkeypatch):
+    monkeypatch.setattr(outputs, "REPO", tmp_path)  # a checkout of its own, so the real recordings are not touched
+    data = tmp_path / "uprobe_lab" / "data"
+    data.mkdir(parents=True)
+    (data / "scaling.json").write_text("old")
+    outputs.write_output(data / "scaling.json", "new")
+    assert (data / "scaling.json").read_text() == "new" and [p.name for p in data.iterdir()] == ["scaling.json"]
+
+
 def test_the_example_program_is_never_built_over_a_users_file(tmp_path):
     from uprobe_lab import own_program
 

@@ -190,5 +190,6 @@ def write_output(path, text: str, flag: str = "--record", example: str = "run.js
 
 def record_file(out: Path):
     """After writing ``out`` (checked by ``output_file``): note it in its directory's manifest, so a rerun may
-    replace it."""
-    Manifest(out.parent).record([out.name])
+    replace it. A shipped recording needs no note, and the package's data gets no manifest."""
+    if not _shipped(out):
+        Manifest(out.parent).record([out.name])
