@@ -70,7 +70,7 @@ def test_the_trampolines_and_the_patch_show_the_kernels_bytes():
 
 def test_the_red_zone_diagram_marks_the_words_the_call_writes():
     # 6.18: call pushes the return address at rsp-8, the trampoline rcx, r11, rax below it: four red-zone words
-    # overwritten; 7.2: lea -0x80(%rsp) first, so the same four words land at rsp-0x88..-0xa0, none in the red zone
+    # overwritten; 7.3: lea -0x80(%rsp) first, so the same four words land at rsp-0x88..-0xa0, none in the red zone
     svg = diagrams.redzone().render()
     assert svg.count('fill="#fde0dd"') == 4 and svg.count('fill="#dff0d8"') == 4
     written = re.findall(r">(return address[^<]*|saved r\w+)<", svg)

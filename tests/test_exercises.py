@@ -42,7 +42,7 @@ WRONG = {
     "03b.1": ("emulate", "Not emulate"),
     "03b.2": ({"uretprobe-nop5": {"exceptions": 0, "syscalls": 2}, "uretprobe-nop10": {"exceptions": 0, "syscalls": 2}},
               "uretprobe-nop5: count the entry"),
-    "03b.3": (("usdt-nop5", "7.2", {"exceptions": 0, "syscalls": 1}), "exceptions: 0 is too low"),
+    "03b.3": (("usdt-nop5", "7.3", {"exceptions": 0, "syscalls": 1}), "exceptions: 0 is too low"),
     "04.1": ({"d503201f": "simulate", "a9bf7bfd": "simulate", "910003fd": "xol", "d65f03c0": "simulate"},
              "a9bf7bfd: stp - look again at arch/arm64/kernel/probes/decode-insn.c"),
     "04.2": ({"xol": 1, "simulate": 1}, "xol: count the exceptions a hit takes in that mode"),
@@ -109,10 +109,10 @@ EXPECTED = {
     "03.3": {"0x400ffb": "optimise", "0x400ffc": "emulate"},
     # the call's return address at rsp-8, the trampoline's push rcx, r11, rax at rsp-0x10, -0x18, -0x20
     "03.4": {-0x8, -0x20},
-    # 7.2's can_optimize() refuses a nop10 across two pages, so the generic checks run and is_prefix_bad()
-    # refuses its 0x2e (CS) prefix: -ENOTSUPP at attach (the recorded Debian 7.2.13 refused it the same way)
+    # 7.3's can_optimize() refuses a nop10 across two pages, so the generic checks run and is_prefix_bad()
+    # refuses its 0x2e (CS) prefix: -ENOTSUPP at attach (the recorded Debian 7.3.4 and 7.2.13 refused it the same way)
     "03b.1": "reject",
-    # 7.2: a nop5 entry is an int3, emulated; the nop10 entry is call + sys_uprobe; either returns through
+    # 7.3: a nop5 entry is an int3, emulated; the nop10 entry is call + sys_uprobe; either returns through
     # the uretprobe trampoline's sys_uretprobe (335)
     "03b.2": {"uretprobe-nop5": {"exceptions": 1, "syscalls": 1}, "uretprobe-nop10": {"exceptions": 0, "syscalls": 2}},
     # upstream simulates nop (6.13) and ret (a branch); stp x29, x30 and add x29, sp, #0 are stepped
@@ -164,10 +164,10 @@ OPEN_CASES = {
     # uretprobe-nop5 on 6.18: sys_uprobe in, sys_uretprobe out; the page-crossing nop5 keeps its int3
     "03.5": [(("uretprobe-nop5", "6.18"), {"exceptions": 0, "syscalls": 2}),
              (("uprobe-nop5-pagecross", "6.18"), {"exceptions": 1, "syscalls": 0})],
-    # 6.18 has no nop10 path, so its libbpf probes the 1-byte nop (int3, emulated); 7.2 optimises the nop10 and
+    # 6.18 has no nop10 path, so its libbpf probes the 1-byte nop (int3, emulated); 7.3 optimises the nop10 and
     # its libbpf probes it at +1 (call + sys_uprobe)
     "03b.3": [(("usdt-nop10", "6.18"), {"exceptions": 1, "syscalls": 0}),
-              (("usdt-nop10", "7.2"), {"exceptions": 0, "syscalls": 1})],
+              (("usdt-nop10", "7.3"), {"exceptions": 0, "syscalls": 1})],
     # svc traps by itself (rejected); paciasp is safe to step; the seed simulates the fp/lr stp
     "04.5": [(("d4000001", "xol"), {"action": "reject"}), (("d503233f", "xol"), {"action": "xol"}),
              (("a9bf7bfd", "simulate"), {"action": "simulate"})],
@@ -439,13 +439,13 @@ def test_one_spelling_table_serves_every_checker(ex_id, answer):
 
 
 def test_a_usdt_pick_may_be_a_probe_the_kernel_refuses():
-    # 6.16 has no nop10 path and is_prefix_bad() refuses its 0x2e; 7.2's can_optimize refuses a nop10 across a page,
-    # so the generic checks run and refuse it too (03b.1); 7.2 optimises the nop10 bench's own site
+    # 6.16 has no nop10 path and is_prefix_bad() refuses its 0x2e; 7.3's can_optimize refuses a nop10 across a page,
+    # so the generic checks run and refuse it too (03b.1); 7.3 optimises the nop10 bench's own site
     assert exercises.check("03b.3", ("uprobe-nop10", "6.16", "reject")).ok
-    assert exercises.check("03b.3", ("uprobe-nop10-pagecross", "7.2", "refused")).ok
+    assert exercises.check("03b.3", ("uprobe-nop10-pagecross", "7.3", "refused")).ok
     assert exercises.check("03b.3", ("uprobe-nop10-pagecross", "6.18", "reject")).ok
-    accepted = exercises.check("03b.3", ("uprobe-nop10", "7.2", "reject"))
-    assert not accepted.ok and "7.2 accepts a probe on uprobe-nop10's site" in accepted.message
+    accepted = exercises.check("03b.3", ("uprobe-nop10", "7.3", "reject"))
+    assert not accepted.ok and "7.3 accepts a probe on uprobe-nop10's site" in accepted.message
     counted = exercises.check("03b.3", ("uprobe-nop10", "6.16", {"exceptions": 1, "syscalls": 0}))
     assert not counted.ok and "does it?" in counted.message
 

@@ -75,7 +75,7 @@ def test_chapter_01_prints_its_walks_only_outside_lecture_mode(lecture):
 STAGE = re.compile(r"^stage \d+/\d+ ", re.M)  # how PatchRun.text() starts a patch stage
 
 
-# per chapter: the stages it prints (03: two 6.18 stages; 03b: 7.2's undo, seven) and its one stage table
+# per chapter: the stages it prints (03: two 6.18 stages; 03b: 7.3's undo, seven) and its one stage table
 PATCH_CHAPTERS = {"03_nop5_optimization.ipynb": 2, "03b_nop10_optimization.ipynb": 7}
 
 

@@ -165,15 +165,15 @@ def test_cost_table_of_the_demo_elf(tmp_path):
 def test_libbpf_choices_per_kernel():
     """Worked out by hand from usdt.h's has_nop_combo()/probe_uprobe_syscall(): 6.16 has no syscall 336 (ENOSYS),
     so both libbpfs probe the nop; 6.18 answers ENXIO, which only the 6.18 tree's libbpf wants, and only on its
-    nop,nop5 combo; 7.2 answers EPROTO, which only the 7.2 tree's libbpf wants, and only on nop,nop10."""
+    nop,nop5 combo; 7.3 answers EPROTO, which only the 7.3 tree's libbpf wants, and only on nop,nop10."""
     from uprobe_lab.views.nop5 import libbpf_choices
     table = libbpf_choices().set_index("kernel")
     assert list(table["syscall 336 off the trampoline"]) == ["-ENOSYS", "-ENXIO", "-EPROTO"]
-    six18, seven2 = "libbpf of the 6.18 tree", "libbpf of the 7.3 tree"
+    six18, seven3 = "libbpf of the 6.18 tree", "libbpf of the 7.3 tree"
     assert table.loc["6.16"].drop("syscall 336 off the trampoline").eq("+0").all()
     assert table.loc["6.18", f"{six18}: nop,nop5"] == "+1"
     assert table.loc["6.18", f"{six18}: nop,nop10"] == "+0"
-    assert table.loc["6.18", f"{seven2}: nop,nop10"] == "+0"
-    assert table.loc["7.2", f"{seven2}: nop,nop10"] == "+1"
-    assert table.loc["7.2", f"{seven2}: nop,nop5"] == "+0"
-    assert table.loc["7.2", f"{six18}: nop,nop5"] == "+0"
+    assert table.loc["6.18", f"{seven3}: nop,nop10"] == "+0"
+    assert table.loc["7.3", f"{seven3}: nop,nop10"] == "+1"
+    assert table.loc["7.3", f"{seven3}: nop,nop5"] == "+0"
+    assert table.loc["7.3", f"{six18}: nop,nop5"] == "+0"

@@ -49,12 +49,12 @@ def test_stp_events_keeps_its_index_and_columns():
 
 
 def test_sys_uprobe_exits_sysret_unless_a_consumer_moved_sp():
-    """[7.2] arch/x86/kernel/uprobes.c sys_uprobe: an unchanged sp returns by sysret through the trampoline (the
+    """[7.3] arch/x86/kernel/uprobes.c sys_uprobe: an unchanged sp returns by sysret through the trampoline (the
     leaf returns its red-zone value 5); a consumer that moved sp is returned to by iret, at site + 10 on the new
     stack, where the leaf reads the consumer's 0xBEEF."""
     from uprobe_lab.views.nop5 import sys_uprobe_exits
 
-    rows = sys_uprobe_exits("7.2").to_dict("records")
+    rows = sys_uprobe_exits("7.3").to_dict("records")
     assert rows == [
         {"consumer moves sp": False, "returned": "0x5", "syscalls": 1, "sysret": 1, "iret": 0},
         {"consumer moves sp": True, "returned": "0xbeef", "syscalls": 1, "sysret": 0, "iret": 1},

@@ -27,7 +27,7 @@ def test_a_column_the_table_lacks_is_named_with_those_it_has():
 
 
 def test_the_model_predictions_show_a_refusal_as_a_word_and_each_basis_whole():
-    table = nop5.model_predictions(("uprobe-nop5", "uprobe-nop10"), ("6.18", "7.2"))
+    table = nop5.model_predictions(("uprobe-nop5", "uprobe-nop10"), ("6.18", "7.3"))
     assert not table.isna().any().any()
     refused = table[(table["kernel"] == "6.18") & (table["bench"] == "uprobe-nop10")].iloc[0]
     reason = bench.refusal("uprobe-nop10", "x86_64", "6.18")

@@ -268,7 +268,7 @@ def test_chapter_02_return_stepper_on_every_kernel(monkeypatch):
 
 @pytest.mark.parametrize("chapter, restored", [
     ("03", "0f 1f 44 00 00"),  # section 2: the unregister puts the nop5 back
-    ("03b", "66 2e 0f 1f 84 e8"),  # 7.2's unoptimise restores bytes 0..4 only: the call's e8 stays at byte 5
+    ("03b", "66 2e 0f 1f 84 e8"),  # 7.3's unoptimise restores bytes 0..4 only: the call's e8 stays at byte 5
 ])
 def test_chapter_03_patch_stages_to_the_last(monkeypatch, chapter, restored):
     widgets, _ = run_chapter(chapter, monkeypatch)

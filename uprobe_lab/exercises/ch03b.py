@@ -1,4 +1,4 @@
-"""Chapter 03b: the nop10 optimisation (7.2) - which nop it takes, a uretprobe on it, USDT sites per kernel."""
+"""Chapter 03b: the nop10 optimisation (7.3) - which nop it takes, a uretprobe on it, USDT sites per kernel."""
 from __future__ import annotations
 
 from .. import events_per_hit
@@ -15,51 +15,51 @@ KINDS = ("exceptions", "syscalls")
 
 
 def _page_crossing_nop10() -> str:
-    """What 7.2 does with a probe on the bench's page-crossing nop10, where the bench program puts it."""
-    proc = make_process("x86_64", "7.2")
+    """What 7.3 does with a probe on the bench's page-crossing nop10, where the bench program puts it."""
+    proc = make_process("x86_64", "7.3")
     site = proc.program.resolve("uprobe_target_nop10_pagecross")
-    return hit_verdict(proc.read(site, 10), site, "7.2")["probe"]
+    return hit_verdict(proc.read(site, 10), site, "7.3")["probe"]
 
 
 exercise(
     id="03b.1", kind="predict", title="A nop10 across a page boundary",
     question="The bench's `uprobe-nop10-pagecross` target puts the nop10 `66 2e 0f 1f 84 00 00 00 00 00` so that "
-             "its ten bytes cross a page boundary. What does 7.2 do with a probe there? Answer one of "
+             "its ten bytes cross a page boundary. What does 7.3 do with a probe there? Answer one of "
              "`\"optimise\"` (a syscall per hit after the first), `\"emulate\"` (an int3 per hit), `\"xol\"` "
              "(int3 and a single step) or `\"reject\"` (refused at attach).",
-    hint="Two checks meet here: the one that lets 7.2 optimise the nop10, and the generic instruction checks that "
-         "7.2 skips only when the first one says yes. What do the generic checks think of byte 1?",
+    hint="Two checks meet here: the one that lets 7.3 optimise the nop10, and the generic instruction checks that "
+         "7.3 skips only when the first one says yes. What do the generic checks think of byte 1?",
     solution="""from uprobe_lab.arches import make_process
 from uprobe_lab.own_program import hit_verdict
-proc = make_process("x86_64", "7.2")
+proc = make_process("x86_64", "7.3")
 site = proc.program.resolve("uprobe_target_nop10_pagecross")
 print(hex(site), proc.read(site, 10).hex(" "))        # three bytes before a page ends
-answer = hit_verdict(proc.read(site, 10), site, "7.2")["probe"]""",
-    explanation="`can_optimize` says no (the bytes cross a page), so 7.2 runs the generic checks, and "
-                "`is_prefix_bad` refuses the 0x2e (CS) prefix: -ENOTSUPP at attach. Debian's 7.2 kernel does "
-                "the same; libbpf therefore keeps such a USDT probe on the 1-byte nop before it.",
+answer = hit_verdict(proc.read(site, 10), site, "7.3")["probe"]""",
+    explanation="`can_optimize` says no (the bytes cross a page), so 7.3 runs the generic checks, and "
+                "`is_prefix_bad` refuses the 0x2e (CS) prefix: -ENOTSUPP at attach. Debian's 7.3.4 and "
+                "7.2.13 kernels do the same; libbpf therefore keeps such a USDT probe on the 1-byte nop before it.",
     expected=_page_crossing_nop10,
     judge=j.choice(PROBE_ACTIONS),
-    why=lambda e: f"The lab's decoder for 7.2 answers {e} for these bytes at that address.",
+    why=lambda e: f"The lab's decoder for 7.3 answers {e} for these bytes at that address.",
 )
 
 
 def _uretprobe_bills() -> dict[str, dict[str, float]]:
-    return {b: {k: events_per_hit(b, "x86_64", "7.2").get(k, 0) for k in KINDS} for b in URETPROBE_BENCHES}
+    return {b: {k: events_per_hit(b, "x86_64", "7.3").get(k, 0) for k in KINDS} for b in URETPROBE_BENCHES}
 
 
 exercise(
-    id="03b.2", kind="predict", title="A uretprobe on each nop, on 7.2",
+    id="03b.2", kind="predict", title="A uretprobe on each nop, on 7.3",
     question="`uretprobe-nop5` and `uretprobe-nop10` put a uretprobe on a function whose first instruction is "
-             "a nop5 or the nop10. In 7.2's steady state, how many exceptions and syscalls does one call cost? "
+             "a nop5 or the nop10. In 7.3's steady state, how many exceptions and syscalls does one call cost? "
              "Answer whole numbers (exact): `{\"uretprobe-nop5\": {\"exceptions\": ..., \"syscalls\": ...}, "
              "\"uretprobe-nop10\": {...}}`.",
-    hint="Add the entry (what does 7.2 do with a probe on that nop?) and the return (through which trampoline, "
+    hint="Add the entry (what does 7.3 do with a probe on that nop?) and the return (through which trampoline, "
          "entering the kernel how?).",
     solution="""import uprobe_lab as ul
-answer = {b: {k: ul.events_per_hit(b, "x86_64", "7.2").get(k, 0) for k in ("exceptions", "syscalls")}
+answer = {b: {k: ul.events_per_hit(b, "x86_64", "7.3").get(k, 0) for k in ("exceptions", "syscalls")}
           for b in ("uretprobe-nop5", "uretprobe-nop10")}""",
-    explanation="The nop5 entry is an int3, emulated (7.2 no longer optimises it); the nop10 entry is the "
+    explanation="The nop5 entry is an int3, emulated (7.3 no longer optimises it); the nop10 entry is the "
                 "optimised `call` and `sys_uprobe`. Both return through the uretprobe trampoline's "
                 "`sys_uretprobe`: one syscall more each.",
     expected=_uretprobe_bills,
@@ -75,7 +75,7 @@ USDT_AND_NOP10_BENCHES = tuple(b for b in bench_names("x86_64") if b.startswith(
 exercise(
     id="03b.3", kind="open", title="A USDT site on the kernel of your choice",
     question="Pick a USDT or nop10 bench (`usdt-nop5`, `usdt-nop10-pagecross`, `uretprobe-nop10`, ...) and a "
-             "kernel (any the lab models, 6.10 to 7.2); predict its exceptions and syscalls per hit before you "
+             "kernel (any the lab models, 6.10 to 7.3); predict its exceptions and syscalls per hit before you "
              "look it up, then check: "
              "`answer = (\"usdt-nop10\", \"6.18\", {\"exceptions\": ..., \"syscalls\": ...})`. If you "
              "predict that the kernel refuses the probe, answer `\"reject\"` in place of the counts: "

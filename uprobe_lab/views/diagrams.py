@@ -437,35 +437,35 @@ def arm64_stp() -> Svg:
 
 def redzone() -> Svg:
     """Where an optimised site's call and trampoline write, below a leaf function's rsp: 6.18's nop5 (inside the
-    red zone) against 7.2's nop10 (below it), from the lab's own runs of the red-zone leaf."""
+    red zone) against 7.3's nop10 (below it), from the lab's own runs of the red-zone leaf."""
     clobbered = {k: check_transparency(leaf, k).redzone_changed
-                 for k, leaf in (("6.18", "redzone_leaf_nop5"), ("7.2", "redzone_leaf_nop10"))}
+                 for k, leaf in (("6.18", "redzone_leaf_nop5"), ("7.3", "redzone_leaf_nop10"))}
     (_, lea, lea_text), = disasm(LEA_RSP_MINUS_0X80, "x86_64", 0)
     step = -int.from_bytes(lea[-1:], "little", signed=True)  # the lea's disp8: how far rsp moves first
     # the call's return address, then the trampoline's pushes (the nop5's and the nop10's trampolines push alike)
     pushed = ["return address"] + ["saved " + text.split()[1] for _, _, text in
                                    disasm(uprobe_trampoline_code(nop10=True), "x86_64", 0) if text.startswith("push")]
     writes = {"6.18": {-8 * (i + 1): what for i, what in enumerate(pushed)},
-              "7.2": {-step - 8 * (i + 1): what for i, what in enumerate(pushed)}}
-    rows = [0, *writes["6.18"], None, -REDZONE_SIZE, *writes["7.2"]]  # rsp, the red zone's ends, the words written
+              "7.3": {-step - 8 * (i + 1): what for i, what in enumerate(pushed)}}
+    rows = [0, *writes["6.18"], None, -REDZONE_SIZE, *writes["7.3"]]  # rsp, the red zone's ends, the words written
     def placed(kernel: str) -> str:
         return ", ".join(f"{what} at rsp{off:+#x}" for off, what in writes[kernel].items())
     desc = (f"A leaf function keeps a live value at rsp-8, in the red zone: the {REDZONE_SIZE} bytes below rsp that "
             "the System V ABI lets a leaf use without moving rsp. On 6.18 the optimised nop5 is a call, and the "
             f"call and the trampoline write {placed('6.18')}: inside the red zone, over the live value first (the "
             "lab's run of the leaf finds the words at "
-            + ", ".join(f"rsp{o:+#x}" for o in sorted(clobbered['6.18'], reverse=True)) + " changed). On 7.2 the "
-            f"optimised nop10 starts with {lea_text}, so they write {placed('7.2')}: below the red zone, and the "
+            + ", ".join(f"rsp{o:+#x}" for o in sorted(clobbered['6.18'], reverse=True)) + " changed). On 7.3 the "
+            f"optimised nop10 starts with {lea_text}, so they write {placed('7.3')}: below the red zone, and the "
             "trampoline's ret $0x80 moves rsp back; the lab's run finds no red-zone word changed.")
-    title = "The red zone: where the optimised call writes (6.18 nop5, 7.2 nop10)"
+    title = "The red zone: where the optimised call writes (6.18 nop5, 7.3 nop10)"
     col_w, left, top, cell = 440, 220, 96, 30
     svg = Svg(left + 2 * col_w + 12, top + cell * len(rows) + 52, title, desc)
     svg.text(12, TITLE_Y, title, size=TITLE_SIZE, font=SANS, weight="bold", room=svg.width - 24)
     svg.text(12, 52, "the leaf's stack, higher addresses at the top; red: a red-zone word overwritten, green: "
              "written below it", font=SANS, room=svg.width - 24)
-    for col, kernel in enumerate(("6.18", "7.2")):
+    for col, kernel in enumerate(("6.18", "7.3")):
         x = left + col * col_w
-        head = "6.18: call (nop5)" if kernel == "6.18" else f"7.2: {lea_text}; call (nop10)"
+        head = "6.18: call (nop5)" if kernel == "6.18" else f"7.3: {lea_text}; call (nop10)"
         svg.text(x, top - 10, head, size=HEAD_SIZE, font=SANS, weight="bold", room=col_w - 12)
         for i, off in enumerate(rows):
             y = top + cell * i
@@ -494,7 +494,7 @@ def redzone() -> Svg:
     middle = (band[0] + band[1]) / 2
     svg.text(26, middle - 3, "red zone", size=HEAD_SIZE, font=SANS, weight="bold", room=104)
     svg.text(26, middle + 18, f"({REDZONE_SIZE} bytes)", font=SANS, room=104)
-    svg.text(12, top + cell * len(rows) + 34, "7.2's trampoline ends with ret $0x80: it pops the return address, "
+    svg.text(12, top + cell * len(rows) + 34, "7.3's trampoline ends with ret $0x80: it pops the return address, "
              "then undoes the lea", font=SANS, room=svg.width - 24)
     return svg
 
@@ -513,7 +513,7 @@ ALT = {
     "nop5_patch": "The nop5 rewrite in stages: int3 on byte 0, sync, the call's offset in bytes 1 to 4, sync, e8 "
                   "on byte 0, sync; the call then enters the uprobes-trampoline page and the uprobe syscall",
     "redzone": "A leaf's stack below its rsp: on 6.18 the optimised nop5's call and the trampoline's pushes "
-               "overwrite rsp-8 to rsp-32, inside the 128-byte red zone, the leaf's live value first; on 7.2 the "
+               "overwrite rsp-8 to rsp-32, inside the 128-byte red zone, the leaf's live value first; on 7.3 the "
                "nop10's lea moves rsp down 0x80 first, so they land below the red zone and the live value is kept",
     "arm64_stp": "arm64 STP simulation: brk #5 replaces the function entry stp of fp and lr; the kernel stores fp at the new "
                  "sp and lr above it, moves sp down 16 and pc on 4, and returns with one exception",

@@ -30,7 +30,7 @@ KINDS = ("exceptions", "iret", "syscalls", "sysret", "emulated", "xol_steps", "c
 
 @dataclass
 class PatchRun:
-    """One probe's life on an optimisable site (6.18's nop5, 7.2's nop10): registered, hit (optimised), unregistered."""
+    """One probe's life on an optimisable site (6.18's nop5, 7.3's nop10): registered, hit (optimised), unregistered."""
 
     proc: object
     site: int
@@ -53,7 +53,7 @@ class PatchRun:
         kernel = self.proc.kernel.name
         return (f"kernel {kernel} did not rewrite the site at {self.site:#x} (every hit took the int3 path), "
                 f"so there are no stages to step through; use patch_run('6.18') for the nop5 "
-                f"or patch_run('7.2') for the nop10")
+                f"or patch_run('7.3') for the nop10")
 
     def widget(self):
         """A slider over the stages, played by the Play button; falls back to the full text without ipywidgets."""
@@ -80,13 +80,13 @@ class PatchRun:
 
 
 def patch_run(kernel="6.18", target: str | None = None) -> PatchRun:
-    """Register a probe on the bench's optimisable nop (6.18: the nop5, 7.2: the nop10), hit it twice,
+    """Register a probe on the bench's optimisable nop (6.18: the nop5, 7.3: the nop10), hit it twice,
     unregister it.
 
     The first hit takes the int3 and, right after its consumers, the kernel rewrites the site (6.18:
-    into a call; 7.2: into lea -0x80(%rsp),%rsp; call); the second goes through that call and
+    into a call; 7.3: into lea -0x80(%rsp),%rsp; call); the second goes through that call and
     sys_uprobe, with no exception. ``run.proc.trace`` thus holds one hit of each path before the
-    unregister undoes the rewrite (7.2: bytes 0..4 only)."""
+    unregister undoes the rewrite (7.3: bytes 0..4 only)."""
     if target is None:
         target = "uprobe_target_nop10" if get_kernel(kernel).optimize_nop10 else "uprobe_target_nop5"
     proc = make_process("x86_64", kernel)
@@ -106,7 +106,7 @@ def events_table(kernels=("6.11", "6.16", "6.18"),
     return bench_events_table(benches, kernels=kernels, kinds=KINDS)
 
 
-def kernels_side_by_side(kernels=("6.16", "6.18", "7.2"),
+def kernels_side_by_side(kernels=("6.16", "6.18", "7.3"),
                          benches=("uprobe-nop", "uprobe-nop5", "uprobe-nop10", "usdt-nop", "usdt-nop5",
                                   "usdt-nop10", "usdt-nop10-pagecross")) -> pd.DataFrame:
     """Events per hit, benches down and kernels across: ``E exc + S sys`` per cell, or ``refused``.
@@ -122,7 +122,7 @@ def kernels_side_by_side(kernels=("6.16", "6.18", "7.2"),
     return pd.DataFrame({k: [cell(b, k) for b in benches] for k in kernels}, index=list(benches))
 
 
-def libbpf_choices(kernels=("6.16", "6.18", "7.2"), shapes=("nop,nop5", "nop,nop10")) -> pd.DataFrame:
+def libbpf_choices(kernels=("6.16", "6.18", "7.3"), shapes=("nop,nop5", "nop,nop10")) -> pd.DataFrame:
     """Per kernel: what its syscall 336 feature probe returns, and where each libbpf puts a USDT probe (+0 or +1)."""
     rows = []
     for k in kernels:
@@ -136,7 +136,7 @@ def libbpf_choices(kernels=("6.16", "6.18", "7.2"), shapes=("nop,nop5", "nop,nop
     return pd.DataFrame(rows)
 
 
-def model_predictions(benches=("uprobe-nop5", "uprobe-nop10", "usdt-nop10"), kernels=("6.18", "7.2")) -> pd.DataFrame:
+def model_predictions(benches=("uprobe-nop5", "uprobe-nop10", "usdt-nop10"), kernels=("6.18", "7.3")) -> pd.DataFrame:
     """The cost model's throughput for each bench on each kernel (the default CPU profile), with its 80% interval
     and what it rests on (a published figure, or a prediction and why), as `python -m uprobe_lab model` has them; a
     bench the kernel refuses reads "refused", its reason in the basis."""
@@ -155,7 +155,7 @@ def address_map(proc, sites=()) -> str:
     """/proc/PID/maps of a process, with each probe site and the trampoline it calls marked."""
     lines = [proc.maps()]
     for site in sites:
-        lea = proc.read(site, LEA_INSN_SIZE) == LEA_RSP_MINUS_0X80  # 7.2: the call follows the lea
+        lea = proc.read(site, LEA_INSN_SIZE) == LEA_RSP_MINUS_0X80  # 7.3: the call follows the lea
         at = site + LEA_INSN_SIZE if lea else site
         target = call_target(proc.read(at, 5), at)
         if target is not None:
@@ -169,14 +169,14 @@ def address_map(proc, sites=()) -> str:
 
 def redzone_reports() -> list:
     """The leaf with a live red-zone value: nop5 on the int3 path (6.16), optimised nop5 (6.18), the
-    nop5 back on the int3 path (7.2), and 7.2's optimised nop10."""
+    nop5 back on the int3 path (7.3), and 7.3's optimised nop10."""
     return [check_transparency("redzone_leaf_nop5", "6.16"),
             check_transparency("redzone_leaf_nop5", "6.18"),
-            check_transparency("redzone_leaf_nop5", "7.2"),
-            check_transparency("redzone_leaf_nop10", "7.2")]
+            check_transparency("redzone_leaf_nop5", "7.3"),
+            check_transparency("redzone_leaf_nop10", "7.3")]
 
 
-def sys_uprobe_exits(kernel="7.2") -> pd.DataFrame:
+def sys_uprobe_exits(kernel="7.3") -> pd.DataFrame:
     """The optimised red-zone leaf's second call (its value 5 in the red zone), once with a consumer that leaves
     sp alone and once with one that opens a new frame 16 bytes down (the return address copied, 0xBEEF in the
     red-zone slot the leaf reads back): sys_uprobe returns by sysret through the trampoline, or by iret."""
@@ -206,10 +206,10 @@ def stack_at_sys_uprobe(kernel="6.18") -> pd.DataFrame:
     """The user stack when sys_uprobe is entered from the trampoline, for a uretprobe'd optimised site.
 
     The four words the trampoline and the site's call pushed sit on top: saved rax, r11, rcx and the
-    call's return address (site + 5 on 6.18, site + 10 on 7.2, whose call follows the lea). On 7.2 the
+    call's return address (site + 5 on 6.18, site + 10 on 7.3, whose call follows the lea). On 7.3 the
     lea put them 0x80 bytes further down, below the probed function's red zone. The probed function's
     own return address - the one a uretprobe hijacks - is above all that (``optimize.UPROBE_SYSCALL_ARGS_SIZE``
-    up, + 0x80 on 7.2). RFC v2 read it there; the merged sys_uprobe moves sp past the words first.
+    up, + 0x80 on 7.3). RFC v2 read it there; the merged sys_uprobe moves sp past the words first.
     """
     nop10 = get_kernel(kernel).optimize_nop10
     proc = make_process("x86_64", kernel)
@@ -227,7 +227,7 @@ def stack_at_sys_uprobe(kernel="6.18") -> pd.DataFrame:
     proc.call("producer_loop", 2, site)
     if not captured:
         raise LabError(f"kernel {kernel} never enters sys_uprobe: it does not optimise the site, every hit takes "
-                       f"the int3 path; ask for kernel 6.18 (the nop5) or 7.2 (the nop10)")
+                       f"the int3 path; ask for kernel 6.18 (the nop5) or 7.3 (the nop10)")
     size = optimize.opt_insn_size(proc.kernel)
     names = ["saved rax", "saved r11", "saved rcx", f"return address of the site's call (site + {size})",
              "the probed function's return address (what a uretprobe hijacks)"]
@@ -240,7 +240,7 @@ def stack_at_sys_uprobe(kernel="6.18") -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def fork_table(kernels=("6.18", "7.2"), host: bool = True) -> pd.DataFrame:
+def fork_table(kernels=("6.18", "7.3"), host: bool = True) -> pd.DataFrame:
     """A child forked after its parent's probes were hit (uprobe_lab.native.fork), one row per kernel and
     accepted site: the emulator on each of ``kernels``, then this host's kernel when it can run probes (a
     row saying why not, when it cannot)."""
