@@ -66,8 +66,8 @@ WRONG = {
     "07.3": ({"31": True, "200": True, "arm64": 1023}, "31: compare the threads mid-step"),
     "07.4": (("uprobe-ret", "6.13", 6), "too low"),  # the siglock forgotten
     "08.1": ({"4889e5": "xol", "f30f1efa": "emulate", "e800000000": "emulate"}, "f30f1efa: look at which"),
-    "08.2": ({"uprobe 6.18": 450, "usdt 6.18": 168, "usdt 7.2": 168}, "uprobe 6.18: 450 ns is too low"),  # one exception
-    "08.4": ({"uprobe 6.18": 1.0, "usdt 6.18": 3.35, "usdt 7.2": 3.36}, "uprobe 6.18: 1% is too low"),
+    "08.2": ({"uprobe 6.18": 450, "usdt 6.18": 168, "usdt 7.3": 168}, "uprobe 6.18: 450 ns is too low"),  # one exception
+    "08.4": ({"uprobe 6.18": 1.0, "usdt 6.18": 3.35, "usdt 7.3": 3.36}, "uprobe 6.18: 1% is too low"),
     "08.5": ({"uprobe 6.18", "usdt 6.18"}, "Should not be there: usdt 6.18"),  # 6.18's optimised site shares nothing
     "08.3": (("55", "6.18", {"probe": "xol", "exceptions": 2}), "probe: not xol"),  # push is emulated
 }
@@ -422,8 +422,8 @@ def test_lists_spellings_and_key_case_are_taken():
     assert exercises.check("08.3", ["b827000000", "6.18", {"probe": "stepped", "exceptions": 2.0}]).ok
     assert exercises.check("08.3", ("55", "6.10", {"probe": "emulated", "exceptions": 1})).ok
     assert exercises.check("08.2", {k.upper(): v for k, v in exercises.get("08.2").expected().items()}).ok
-    verdict = exercises.check("08.2", {"UPROBE 6.18": 1.0, "usdt 6.18": 3.35, "usdt 7.2": 3.36, "usdt 6.13": 3})
-    assert "Not asked: usdt 6.13 (the question asks for uprobe 6.18, usdt 6.18, usdt 7.2)" in verdict.message
+    verdict = exercises.check("08.2", {"UPROBE 6.18": 1.0, "usdt 6.18": 3.35, "usdt 7.3": 3.36, "usdt 6.13": 3})
+    assert "Not asked: usdt 6.13 (the question asks for uprobe 6.18, usdt 6.18, usdt 7.3)" in verdict.message
 
 
 @pytest.mark.parametrize("ex_id, answer", [

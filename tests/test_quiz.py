@@ -13,8 +13,8 @@ from uprobe_lab.exercises.quiz import QUESTIONS, check_quiz, quiz
 # Q1 8a5c6cbfe4a3's insn_is_nop() refuses PAUSE (f3 90) and drops 0x90 from the branch switch: stepped (b);
 # Q2 the call's return address at rsp-8, the trampoline's push rcx, r11, rax at -0x10, -0x18, -0x20: 4 words (c);
 # Q3 ten bytes ending on the page's last byte do not cross it: can_optimize says yes, a syscall a hit (a);
-# Q4 7.1 has 6.18's sys_uprobe, -ENXIO off the trampoline; -EPROTO came with 7.2's nop10 (a);
-# Q5 [uprobes-trampoline] is VM_DONTCOPY until d9a48e77f6fe (7.2): the child calls an unmapped page, SIGSEGV (c);
+# Q4 7.1 has 6.18's sys_uprobe, -ENXIO off the trampoline; -EPROTO came with 7.3's nop10 (a);
+# Q5 [uprobes-trampoline] is VM_DONTCOPY until d9a48e77f6fe (7.3): the child calls an unmapped page, SIGSEGV (c);
 # Q6 arm64 simulates branches, nop, adr/adrp; a load is stepped: BRK + step exception (b);
 # Q7 on the i7 profile an exception costs several syscalls: 2 exceptions + a step > 1 exception + 1 syscall (a);
 # Q8 6.12 runs 6.11's rules, the nop5 stepped: int3 + #DB (c);

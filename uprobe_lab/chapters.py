@@ -31,7 +31,7 @@ CHAPTERS = (
     Chapter("01_breakpoint_uprobes", "01 · Breakpoint uprobes", 30,
             "int3, the consumers, emulate vs single-step; why `ret` costs two traps",
             "int3 over the probed instruction, the trap, consumers, emulate vs single-step out of line; why `ret` "
-            "costs two traps; a nop5 hit stepped on each kernel 6.10-7.2; what the kernel refuses"),
+            "costs two traps; a nop5 hit stepped on each kernel 6.10-7.3; what the kernel refuses"),
     Chapter("02_uretprobes", "02 · Uretprobes and the syscall trampoline", 30,
             "hijacking the return address; the int3 vs the syscall trampoline",
             "the return-address hijack on a stack view; one probed return stepped instruction by instruction "

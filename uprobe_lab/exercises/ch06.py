@@ -55,17 +55,18 @@ exercise(
              "steady-state `uprobe-nop5` hit cost? Not on Linux? Then take the course's default kernel's rules. "
              "A whole number (exact).",
     hint="`row_for_release(platform.release())` (uprobe_lab.kernel) names the modelled version whose rules a release "
-         "follows; chapter 03's events table (6.11 to 6.18) and 03b's side by side (6.16 to 7.2) give the events. Not on Linux? Then there are no uprobes here: take the "
+         "follows; chapter 03's events table (6.11 to 6.18) and 03b's side by side (6.16 to 7.3) give the events. Not on Linux? Then there are no uprobes here: take the "
          "course's default kernel, `DEFAULT_KERNEL`.",
     solution="""import platform
 import uprobe_lab as ul
 from uprobe_lab.kernel import DEFAULT_KERNEL, row_for_release
 kernel = row_for_release(platform.release())[0] if platform.system() == "Linux" else DEFAULT_KERNEL
 answer = ul.events_per_hit("uprobe-nop5", "x86_64", kernel).get("exceptions", 0)""",
-    explanation="On 6.18 to 7.1 the probed nop5 becomes a call into `[uprobes-trampoline]` after its first hit: "
-                "no exception at all (the table above shows `optimized` for it when measured here). 7.2 optimises "
-                "only the nop10, so its nop5 costs one int3 per hit, emulated - as on 6.16 and 6.17; before 6.16 "
-                "the nop5 is stepped out of line: two exceptions.",
+    explanation="On 6.18 to 7.1 (and 7.2 before 7.2.6) the probed nop5 becomes a call into `[uprobes-trampoline]` "
+                "after its first hit: no exception at all (the table above shows `optimized` for it when measured "
+                "here). 7.3 and the 7.2.y kernels from 7.2.6 optimise only the nop10, so their nop5 costs one int3 "
+                "per hit, emulated - as on 6.16 and 6.17; before 6.16 the nop5 is stepped out of line: two "
+                "exceptions.",
     expected=lambda: events_per_hit("uprobe-nop5", "x86_64", host_model_kernel()).get("exceptions", 0),
     judge=_exceptions_judge(),
     why=lambda e: f"{_host_rules_said()}: {e} exception(s) per hit.",

@@ -19,7 +19,7 @@ CAPSTONE_RATE = 200_000  # calls per second
 CAPSTONE = {  # the probe -> (the bench target whose hit takes the same path, the kernel)
     "uprobe 6.18": ("uprobe-ret", "6.18"),  # the function's entry is a stepped instruction
     "usdt 6.18": ("usdt-nop5", "6.18"),  # a USDT site with libbpf's nop5 combo
-    "usdt 7.2": ("usdt-nop10", "7.2"),  # the nop10 combo
+    "usdt 7.3": ("usdt-nop10", "7.3"),  # the nop10 combo
 }
 TOLERANCE = 0.15  # relative: the profile's own 80% interval is wider than that
 
@@ -58,9 +58,9 @@ def _judge_within(unit: str):
     return judge
 
 
-CAPSTONE_KEYS = "`{\"uprobe 6.18\": ..., \"usdt 6.18\": ..., \"usdt 7.2\": ...}`"
+CAPSTONE_KEYS = "`{\"uprobe 6.18\": ..., \"usdt 6.18\": ..., \"usdt 7.3\": ...}`"
 CAPSTONE_PROBES = ("as a uprobe on the function's entry, whose first instruction is stepped, on 6.18; as a USDT "
-                   "site with libbpf's nop5 combo on 6.18; with its nop10 combo on 7.2")
+                   "site with libbpf's nop5 combo on 6.18; with its nop10 combo on 7.3")
 
 
 def recorded_hit_us() -> dict[str, float]:
@@ -111,7 +111,7 @@ exercise(
     solution=f"""from uprobe_lab.bench import events_per_hit
 from uprobe_lab.model import get_profile
 profile = get_profile("{CAPSTONE_CPU}")
-paths = {{"uprobe 6.18": ("uprobe-ret", "6.18"), "usdt 6.18": ("usdt-nop5", "6.18"), "usdt 7.2": ("usdt-nop10", "7.2")}}
+paths = {{"uprobe 6.18": ("uprobe-ret", "6.18"), "usdt 6.18": ("usdt-nop5", "6.18"), "usdt 7.3": ("usdt-nop10", "7.3")}}
 answer = {{label: profile.hit_interval(events_per_hit(bench, "x86_64", kernel))[0]
           for label, (bench, kernel) in paths.items()}}""",
     explanation="Each probe's hit takes the path of one of the kernel bench's targets: the stepped entry "
@@ -210,12 +210,12 @@ exercise(
     id="08.5", kind="predict", title="The capstone, step 3: on 64 CPUs",
     question="The same service on a 64-CPU server, the function called on every CPU at once. For which of the three "
              "probes does each hit write a line that other CPUs also write, so that its cost per hit grows with "
-             f"the number of CPUs hitting it? Answer a set of the labels, e.g. `{{\"usdt 7.2\"}}` (or `set()` for "
+             f"the number of CPUs hitting it? Answer a set of the labels, e.g. `{{\"usdt 7.3\"}}` (or `set()` for "
              "none).",
     hint="Chapter 07: what does a stepped hit hold from its trap to its single-step trap, and what does that take "
-         "from the process's shared state? What does an optimised site's hit touch on 6.18 and 7.2?",
+         "from the process's shared state? What does an optimised site's hit touch on 6.18 and 7.3?",
     solution="""from uprobe_lab.views.many_cpus import shared_writes
-paths = {"uprobe 6.18": ("uprobe-ret", "6.18"), "usdt 6.18": ("usdt-nop5", "6.18"), "usdt 7.2": ("usdt-nop10", "7.2")}
+paths = {"uprobe 6.18": ("uprobe-ret", "6.18"), "usdt 6.18": ("usdt-nop5", "6.18"), "usdt 7.3": ("usdt-nop10", "7.3")}
 answer = {label for label, (bench, kernel) in paths.items() if shared_writes(bench, [kernel])[kernel]}""",
     explanation="The stepped entry takes an XOL slot (a bit of the area's bitmap, set and cleared) and holds a "
                 "reference on the probe over the step: four writes to lines every CPU writes, so on 64 CPUs its "

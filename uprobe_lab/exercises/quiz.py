@@ -104,18 +104,18 @@ QUESTIONS = [
        "overwrite?", C_WORDS,
        lambda: str(len(check_transparency("redzone_leaf_nop5", "6.18").redzone_changed)),
        "The call's return address at rsp-8, then the trampoline's rcx, r11 and rax below it, down to rsp-0x20."),
-    _q("Q3", "03, 03b", "On 7.2, a probed nop10 that ends on the last byte of its page. In the steady state a hit "
-       "costs...", C_BILL, lambda: _bill_words(hit_verdict(NOP10, PAGE_END - len(NOP10), "7.2")),
+    _q("Q3", "03, 03b", "On 7.3, a probed nop10 that ends on the last byte of its page. In the steady state a hit "
+       "costs...", C_BILL, lambda: _bill_words(hit_verdict(NOP10, PAGE_END - len(NOP10), "7.3")),
        "All ten bytes are on one page, so can_optimize says yes: after the first hit it is lea; call, a syscall a "
        "hit. One byte later it would cross the page and be refused."),
     _q("Q4", "03b", "On a 7.1 kernel (which still optimises the nop5), a program's own code calls syscall 336 "
        "(`uprobe`) outside any trampoline. It gets...", C_ERRNO, lambda: _sys_uprobe_from_own_code("7.1"),
-       "-EPROTO came with the nop10 scheme in 7.2; before it sys_uprobe answers a stray caller -ENXIO, which is how "
-       "libbpf tells the two apart."),
+       "-EPROTO came with the nop10 scheme (7.3; 7.2.y from 7.2.6); before it sys_uprobe answers a stray caller "
+       "-ENXIO, which is how libbpf tells the two apart."),
     _q("Q5", "03, 03b", "On 7.1, a process whose probed nop5 has been hit forks, and the child calls the probed "
        "function. The child...", C_CHILD, lambda: _forked_child("7.1"),
-       "The child's text still calls [uprobes-trampoline], but that page is VM_DONTCOPY before 7.2 (d9a48e77f6fe): "
-       "the call goes to an unmapped page."),
+       "The child's text still calls [uprobes-trampoline], but that page is VM_DONTCOPY before 7.3 (d9a48e77f6fe; "
+       "7.2.y: 7.2.6): the call goes to an unmapped page."),
     _q("Q6", "04", "On an upstream arm64 kernel, a probe on `ldr x0, [x1]` (`f9400020`) costs per hit...", C_ARM,
        lambda: {"simulate": C_ARM["a"], "xol": C_ARM["b"], "reject": C_ARM["c"]}[
            analyze("f9400020", arch="arm64")["action"]],
