@@ -1,9 +1,9 @@
-"""The host kernel as referee for the optimised-uprobe schemes (6.18's nop5, 7.2's nop10).
+"""The host kernel as referee for the optimised-uprobe schemes (6.18's nop5, 7.3's nop10).
 
 ``detect_scheme`` asks this host's kernel (syscall 336 off the trampoline; a real uprobe on the bench's
 nop5 and nop10, hit twice, read back through /proc/self/mem) and the tests check that the emulated
 kernel it names gives the same answers. On a 6.18 host: ENXIO, the nop5 becomes a call, the nop10 is
-refused at attach (errno 524); on a 7.2 host: EPROTO, the nop10 becomes lea; call, the nop5 stays int3.
+refused at attach (errno 524); on a 7.3 host (or 7.2.6 on): EPROTO, the nop10 becomes lea; call, the nop5 stays int3.
 """
 import pytest
 
@@ -56,7 +56,7 @@ def test_host_behaves_like_a_modelled_kernel_and_the_emulator_agrees():
 def test_native_nop10_bench_on_this_host():
     rows = {r["bench"]: r for r in run_native_benches(["uprobe-nop5", "uprobe-nop10", "usdt-nop10"],
                                                        iterations=2000, repeats=2)}
-    if detect_scheme().behaves_like == "7.2":
+    if detect_scheme().behaves_like == "7.3":  # the nop10 scheme: classify names its newest version
         assert rows["uprobe-nop10"]["optimized"] and rows["uprobe-nop10"]["site_bytes"].startswith("488d642480e8")
         assert rows["usdt-nop10"]["optimized"] and rows["usdt-nop10"]["usdt_probe"].startswith("+1")
     else:  # 6.18 and older refuse the probe at attach: the 0x2e prefix

@@ -4,12 +4,12 @@ Distribution kernels carry backports and odd version strings, so the lab asks th
 questions on its own bench bytes, in this process:
 
 1. syscall 336 from ordinary text (libbpf's probe_uprobe_syscall): -ENOSYS means no uprobe syscall
-   (before 6.18), -ENXIO is 6.18's sys_uprobe, -EPROTO is 7.2's;
+   (before 6.18), -ENXIO is 6.18's sys_uprobe, -EPROTO is 7.3's (and 7.2.y's from 7.2.6);
 2. a uprobe on ``uprobe_target_nop5``, hit twice: did the nop5 become ``call [uprobes-trampoline]``
    (6.18's scheme)?
 3. a uprobe on ``uprobe_target_nop10``: refused at attach (errno 524, the kernel's ENOTSUPP: 0x2e is
    a CS prefix, refused by is_prefix_bad), or, hit twice, did it become
-   ``lea -0x80(%rsp),%rsp; call [uprobes-trampoline]`` (7.2's scheme)?
+   ``lea -0x80(%rsp),%rsp; call [uprobes-trampoline]`` (7.3's scheme)?
 
 Every probe is detached before the next question and on any way out.
 """
