@@ -1,4 +1,4 @@
-"""The nop5 optimisation (6.18); 7.2's nop10 form is in test_nop10.py."""
+"""The nop5 optimisation (6.18); 7.3's nop10 form is in test_nop10.py."""
 import random
 
 import pytest

@@ -194,7 +194,7 @@ def test_summary_names_each_kernels_sites_and_answers(recorded):
 
 def test_a_forked_child_keeps_no_xol_area_and_on_618_no_trampoline(recorded):
     # __create_xol_area() maps [uprobes] VM_DONTCOPY on every line; 6.18's create_uprobe_trampoline() maps
-    # [uprobes-trampoline] VM_DONTCOPY too, and 7.2's d9a48e77f6fe lets fork copy it
+    # [uprobes-trampoline] VM_DONTCOPY too, and d9a48e77f6fe (7.3; 7.2.y) lets fork copy it
     for line, r in recorded.items():
         ret = r["fork"]["uprobe_target_ret"]
         assert (ret["child maps"], ret["child"], ret["child hits"], ret["child maps after"]) == (

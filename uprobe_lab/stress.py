@@ -134,7 +134,7 @@ def interrupt_stress(trials: int, max_delay: float, seed: int = 15) -> dict:
         if key not in benches:
             try:
                 benches[key] = StressedBench(*key)
-            except UnprobeableInstruction:  # e.g. a nop10 before 7.2: the bench row says "refused"
+            except UnprobeableInstruction:  # e.g. a nop10 before 7.3 or 7.2.6: the bench row says "refused"
                 refused.add(key)
                 continue
         stopped += benches[key].interrupted_run(rng.uniform(0, max_delay), real_signal=i % 2 == 1)

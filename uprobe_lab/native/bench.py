@@ -46,8 +46,8 @@ CPU_LOCK_DIR_ENV = "UPROBE_LAB_CPU_LOCK_DIR"
 
 
 # The native table: the 6.18 bench's names (bench_spec gives each one's target and probe kind), with
-# the pagecross pair last, the order of the recorded example. The 7.2 and USDT benches (EXTRA_BENCH_NAMES)
-# run when asked for by name: the recording predates them.
+# the pagecross pair last, the order of the recorded example. 7.3's nop10 benches and the USDT ones
+# (EXTRA_BENCH_NAMES) run when asked for by name: the recording predates them.
 BENCH_NAMES = tuple(sorted((n for n in bench_names() if "nop10" not in n and not n.startswith("usdt-")),
                            key=lambda n: n.endswith("-pagecross")))
 EXTRA_BENCH_NAMES = tuple(n for n in bench_names() if n not in BENCH_NAMES)

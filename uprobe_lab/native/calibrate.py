@@ -46,7 +46,7 @@ def native_table_prices(arch: str) -> frozenset[str]:
             try:
                 counts = model.price_counts(model.events_for(bench, arch, kernel))
             except LabError:
-                continue  # a probe that kernel refuses (a nop10 before 7.2)
+                continue  # a probe that kernel refuses (a nop10 before 7.3 or 7.2.6)
             counted.update(p for p, c in zip(model.PRICE_NAMES, counts) if c)
     return frozenset(counted)
 
@@ -213,7 +213,7 @@ def predict_kernels(profile: model.Profile, rows: list[dict], kernels=None) -> p
 
 def predict_benches(profile: model.Profile, benches, kernel: str) -> pd.DataFrame:
     """Benches this machine cannot run, predicted for ``kernel`` with their 80% intervals: bench, kernel, mops,
-    low, high (a 6.18 kernel refuses a probe on the nop10 that 7.2 optimises; the profile still prices it)."""
+    low, high (a 6.18 kernel refuses a probe on the nop10 that 7.3 optimises; the profile still prices it)."""
     rows = [(b, kernel, *(round(x, 3) for x in profile.interval(b, kernel))) for b in benches]
     return pd.DataFrame(rows, columns=["bench", "kernel", "mops", "low", "high"])
 

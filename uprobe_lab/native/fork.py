@@ -4,7 +4,7 @@ For each site of :data:`FORK_SITES` a fresh process attaches a uprobe, calls the
 optimisable nop is rewritten after its first hit), then forks. The child looks at its copy of the site
 and at its special mappings, calls the site twice itself, and exits. The answers, per site:
 
-* ``attach``: accepted, or refused (the nop10 before 7.2);
+* ``attach``: accepted, or refused (the nop10 before 7.3 or 7.2.6);
 * ``parent site`` / ``child site``: the site in words (:func:`uprobe_lab.sites.site_state`): ``int3``,
   ``call [uprobes-trampoline]``, or ``call into an unmapped page``;
 * ``parent maps`` / ``child maps`` / ``child maps after``: the uprobe special mappings each has (the
@@ -12,11 +12,11 @@ and at its special mappings, calls the site twice itself, and exits. The answers
 * ``child``: ``exit 0`` or the signal that killed it; ``child hits``: the consumer's runs for its calls.
 
 On 6.18 the optimised nop5 is a ``call`` into a page mapped VM_DONTCOPY, so the child's copy calls an
-unmapped page and dies of SIGSEGV; 7.2 copies the trampoline (d9a48e77f6fe) and the child's calls are
+unmapped page and dies of SIGSEGV; 7.3 copies the trampoline (d9a48e77f6fe) and the child's calls are
 probe hits like the parent's. ``[uprobes]`` is VM_DONTCOPY on every version: a child that needs it maps
 its own. The host side counts hits with one perf event for every process (pid -1) bound to the CPU both
 processes are pinned to, and must run in a process no earlier probe touched (``host_fork_report`` starts
-one): a 7.2 kernel would hand an earlier trampoline down too.
+one): a 7.3 kernel would hand an earlier trampoline down too.
 
     python -m uprobe_lab.native.fork      # this host's answers as JSON
 """
@@ -89,7 +89,7 @@ def _emulated_site(name: str, kernel, hits: int) -> dict:
 
 def fork_report_here(hits: int = HITS) -> dict:
     """{site: answers} of this host's kernel. Each site is asked in a forked child of this process, which
-    must hold no uprobe mapping (a 7.2 kernel hands ``[uprobes-trampoline]`` down to a child)."""
+    must hold no uprobe mapping (a 7.3 kernel hands ``[uprobes-trampoline]`` down to a child)."""
     check_native_support()
     return {name: in_forked_child(f"the fork question on {name}", _host_site, name, hits) for name in FORK_SITES}
 

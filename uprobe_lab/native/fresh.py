@@ -1,5 +1,5 @@
 """Asking the host in a process no earlier probe touched: the kernel keeps ``[uprobes]`` and
-``[uprobes-trampoline]`` mapped until a process exits (and 7.2 hands the trampoline down on fork), so
+``[uprobes-trampoline]`` mapped until a process exits (and 7.3 hands the trampoline down on fork), so
 a question about those mappings is asked in a new Python (:func:`in_new_python`) or, where starting
 one is slow (a TCG guest), in a forked child of a process that holds none (:func:`in_forked_child`).
 Both return the answer, a dict, sent back as JSON.

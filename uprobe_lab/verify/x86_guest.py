@@ -45,7 +45,7 @@ def _snapshot_in_child(bench: str) -> dict:
 def guest_report() -> dict:
     """What this kernel does (run inside the guest, as root): release, scheme answers, snapshots."""
     check_native_support()
-    # snapshots first: from 7.2 a forked child inherits the parent's [uprobes-trampoline] (seen on the 7.3
+    # snapshots first: from 7.3 (7.2.6) a forked child inherits the parent's [uprobes-trampoline] (seen on the 7.3
     # guest), which detect_scheme's nop10 probe would create
     snapshots = {b: _snapshot_in_child(b) for b in BENCHES}
     fork = fork_report_here()  # each site in a forked child of this process, which holds no probe yet

@@ -74,7 +74,7 @@ def stepper_widget(make_stepper, title: str = "", kernels=None, kernel: str | No
     With ``kernels`` (e.g. ``("6.11", "6.16", "6.18")``), ``make_stepper(kernel)`` builds one for a kernel and a
     selector above the buttons switches between them, starting again from the first step.
 
-    A kernel that refuses the probe (a LabError from ``make_stepper`` or a step, e.g. nop10 before 7.2) shows
+    A kernel that refuses the probe (a LabError from ``make_stepper`` or a step, e.g. nop10 before 7.3) shows
     why in place of the walk, with the buttons off, until another kernel is picked."""
     import ipywidgets as w
 

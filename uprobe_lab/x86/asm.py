@@ -30,9 +30,10 @@ X86_NOPS = {
 ASM_NOP_MAX = 11
 # NOP9-NOP11 carry a CS prefix, which is_prefix_bad() refuses before branch_setup_xol_ops compares any
 # x86_nops[] pattern (a 6.18 host answers -ENOTSUPP for all three): only x86_nops[1..8] can be probed, and
-# emulated from 6.16; 7.2 accepts x86_nops[10] as its optimisable nop10, without those checks
+# emulated from 6.16; 7.3 (and 7.2.y from 7.2.6) accepts x86_nops[10] as its optimisable nop10, without those
+# checks
 PROBEABLE_NOP_MAX = 8
-NOP10 = X86_NOPS[10]  # nopw %cs:0x0(%rax,%rax,1): the site 7.2 optimises
+NOP10 = X86_NOPS[10]  # nopw %cs:0x0(%rax,%rax,1): the site 7.3 optimises
 
 NOP = b"\x90"
 RET = b"\xc3"

@@ -4,7 +4,7 @@ the one known divergence, the 6.18 nop5 red-zone hazard.
 A divergence is classified ``red-zone`` when it is exactly that hazard: a nop5 site ran optimised,
 and the unprobed program, with the four words the ``call`` and the trampoline push (rax, r11, rcx,
 return address at sp-32..sp-1 of the site, all inside the 128-byte red zone) written at every
-optimised hit, ends in the probed run's state bit for bit. 7.2's optimised nop10 (``nop10-opt``)
+optimised hit, ends in the probed run's state bit for bit. 7.3's optimised nop10 (``nop10-opt``)
 moves sp below the red zone before its call, so any divergence there is a ``BUG``.
 """
 from __future__ import annotations
@@ -48,7 +48,7 @@ class X86FuzzTarget:
         return state
 
     def special_sites(self, insns) -> list[int]:
-        # nop5 (optimised on 6.18) and nop10 (optimised on 7.2, refused before) sites
+        # nop5 (optimised on 6.18) and nop10 (optimised on 7.3 and 7.2.y, refused before) sites
         return [addr for addr, raw in insns if len(raw) in (5, 10) and raw[:2] in (b"\x0f\x1f", b"\x66\x2e")]
 
     def record_hit(self, proc, vaddr: int, regs) -> tuple:
@@ -67,7 +67,7 @@ class X86FuzzTarget:
 
     def classify(self, config: Config, vaddr, records: list, got: dict, replay) -> str:
         kernel = get_kernel(config.kernel)
-        if vaddr is None or not kernel.optimize_nop5:  # 7.2's nop10 call is below the red zone
+        if vaddr is None or not kernel.optimize_nop5:  # 7.3's nop10 call is below the red zone
             return "BUG"
         if not any(r[0] for r in records) or "error" in got:
             return "BUG"

@@ -2,7 +2,7 @@
 
 Twin of tools/testing/selftests/bpf/benchs/bench_trigger.c: the targets are what GCC emits for
 ``uprobe_target_{nop,push,ret,nop5}`` with ``-O2 -fno-omit-frame-pointer`` and ``__nocf_check``
-(no endbr64). 7.2's bench renamed the x86 target to ``uprobe_target_nop10`` (the 10-byte nop
+(no endbr64). 7.3's bench renamed the x86 target to ``uprobe_target_nop10`` (the 10-byte nop
 ``66 2e 0f 1f 84 00 00 00 00 00``); the lab keeps both. The USDT targets are the bodies of the
 bench's ``usdt_1`` / ``usdt_2``: the USDT site (see uprobe_lab.usdt) and ``ret``, one per site shape.
 ``uprobe_syscall_probe`` is libbpf's feature probe for the uprobe syscall: ``syscall(336)`` from

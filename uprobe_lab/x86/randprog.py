@@ -45,7 +45,7 @@ def fuzz_program(rng: random.Random, n: int = 28, leaves: int = 2, branchy: bool
     """``fuzz_main`` calls ``fuzz_target`` FUZZ_REPEATS times; ``fuzz_target`` calls leaves ``leaf0..``.
 
     Arithmetic, moves, standard nops, pushes/pops, lea, forward jcc and red-zone stores, plus calls (uretprobes on the leaves, call emulation),
-    nop5 sites (6.18 optimises them), nop10 sites (7.2 optimises them, older kernels refuse them), stores to
+    nop5 sites (6.18 optimises them), nop10 sites (7.3 optimises them, older kernels refuse them), stores to
     the data page, and red-zone loads. A red-zone slot is loaded only while the program's own value
     is known to be there: written on every path since the last call (a callee, or a return
     trampoline, may write below %rsp). So a probe that clobbers live red-zone data shows up in the

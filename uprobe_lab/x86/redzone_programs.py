@@ -6,7 +6,7 @@ invisible to the program. An optimised nop5 site breaks that: its ``call`` store
 address at rsp-8 and the trampoline pushes three more words below it - all inside the red zone.
 
 * ``redzone_leaf_nop5(x)``: stores x at -8(%rsp), runs a nop5 (the probe site), returns -8(%rsp).
-* ``redzone_leaf_nop10(x)``: the same around a nop10 site, for 7.2's scheme
+* ``redzone_leaf_nop10(x)``: the same around a nop10 site, for 7.3's scheme
   (``lea -0x80(%rsp),%rsp; call``), which keeps the red zone.
 * ``call_sys_uprobe()``: ``syscall(336)`` from ordinary text, to show sys_uprobe refusing it.
 
