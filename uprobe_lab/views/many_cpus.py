@@ -269,12 +269,14 @@ def record_native_scaling(path: str | Path = SCALING_PATH, iterations: int = 200
     return data
 
 
-def native_scaling_table(run: dict) -> pd.DataFrame:
+def _per_cpu(rows: pd.DataFrame) -> pd.DataFrame:
     """M/s per CPU at each number of CPUs, one column per bench in the order they ran (the probes, then the
     baselines without one)."""
-    rows = pd.DataFrame(run["rows"])
-    table = rows.pivot(index="cpus", columns="bench", values="mops_per_cpu").round(3)
-    return table[list(dict.fromkeys(rows["bench"]))].rename_axis(index="CPUs", columns="M/s per CPU")
+    return rows.pivot_table(index="cpus", columns="bench", values="mops_per_cpu")[list(dict.fromkeys(rows["bench"]))]
+
+
+def native_scaling_table(run: dict) -> pd.DataFrame:
+    return _per_cpu(pd.DataFrame(run["rows"])).round(3).rename_axis(index="CPUs", columns="M/s per CPU")
 
 
 def native_scaling_chart(run: dict) -> Figure:
@@ -311,7 +313,7 @@ def native_scaling_text(run: dict) -> str:
     baseline rows, when the run has them), what the host kernel's hit shares, and why a stepped hit costs more.
     Wrapped for printing."""
     rows = pd.DataFrame(run["rows"])
-    per_cpu = rows.pivot_table(index="cpus", columns="bench", values="mops_per_cpu")[list(dict.fromkeys(rows["bench"]))]
+    per_cpu = _per_cpu(rows)
     one, top = per_cpu.index.min(), per_cpu.index.max()
     if one == top:
         return f"This run has {one} CPU(s) only: there is no curve to read."  # short: no wrap
