@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from uprobe_lab import cli, kernel
-from uprobe_lab.kernel import KERNELS, RULES, Rule, kernel_for_release
+from uprobe_lab.kernel import KERNELS, RULES, Rule, kernel_for_release, modelled_kernel, row_for_release
 from uprobe_lab.native import calibrate, example
 from uprobe_lab.native.scheme import classify
 from uprobe_lab.x86.constants import EPROTO
@@ -144,6 +144,24 @@ def test_the_table_reader_sees_a_disagreement(monkeypatch, tmp_path):
 def test_kernel_for_release_places_the_nop10_series_where_the_notices_do(release, version, nop5, nop10):
     k = kernel_for_release(release, version)
     assert (k.optimize_nop5, k.optimize_nop10, k.copy_uprobe_trampolines_on_fork) == (nop5, nop10, nop10)
+
+
+# The modelled row that answers for a release is the one it hits like (same sources as above): mainline 7.2 and
+# 7.2.y before 7.2.6 hit as 6.18; a release of unknown sublevel (an ABI number) is its mainline release.
+@pytest.mark.parametrize("release, row", [
+    ("7.2", "7.2"),  # a modelled version's own name: the 7.2.y line as it stands
+    ("7.2.0", "6.18"), ("7.2.5", "6.18"), ("7.2.0-45-generic", "6.18"),
+    ("7.2.6", "7.2"), ("7.2.13+deb14-amd64", "7.2"),
+    ("7.3.4", "7.3"), ("7.1.13+deb13-amd64", "6.18"), ("6.12.117+deb13-amd64", "6.11"),
+])
+def test_a_release_answers_with_the_row_it_hits_like(release, row):
+    assert row_for_release(release)[0] == row
+    assert modelled_kernel(release) == row
+
+
+def test_a_7_2_release_before_the_backport_says_why_6_18_answers():
+    _, note = row_for_release("7.2.3")
+    assert "6.18 row answers" in note and "7.2.6 took optimize_nop10" in note
 
 
 def test_kernel_for_release_has_rcu_tasks_trace_from_6_12_77():

@@ -532,6 +532,12 @@ def test_release_strings_map_to_the_modelled_kernel():
         predict(m, "5.4")
 
 
+def test_a_7_2_release_before_the_nop10_backport_is_priced_as_6_18():
+    assert model.kernel_setup("x86_64", "7.2.3") == ("6.18", {})
+    assert model.kernel_setup("x86_64", "7.2.6") == ("7.2", {})
+    assert model.kernel_setup("x86_64", "7.2.0-45-generic") == ("6.18", {})  # an ABI number: mainline 7.2
+
+
 def test_missing_rows_are_named():
     m = table_003()
     with pytest.warns(UserWarning, match="no uprobe-nop row"):

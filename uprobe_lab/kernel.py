@@ -218,12 +218,26 @@ def _major_minor(text: str) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
+def _hit_rules(kernel: KernelVersion) -> frozenset[str]:
+    """The rules that change an x86 hit's events (each one made a modelled version of its own)."""
+    return frozenset(r.name for r in RULES if r.new_version and r.name in kernel.rules)
+
+
 def modelled_kernel(release: str) -> str | None:
-    """The modelled kernel whose probe-hit rules ``release`` has (``6.14.2`` -> ``6.11``: the newest
-    modelled version not newer than it), or None if it predates them all or is not a version."""
-    have = _major_minor(release)
+    """The modelled kernel whose probe-hit rules ``release`` has, or None if it predates them all or is not a
+    version: the newest modelled version not newer than it whose rules it shares (``6.14.2`` -> ``6.11``;
+    ``7.2.3`` -> ``6.18``: the nop10 series reached the 7.2.y line at 7.2.6), else the newest not newer. A
+    modelled version's own name is its row (``7.2``: the line as it stands)."""
+    text = str(release).strip()
+    if text in KERNELS:
+        return text
+    have = _major_minor(text)
     older = [k for k in sorted(KERNELS, key=_major_minor) if have is not None and _major_minor(k) <= have]
-    return older[-1] if older else None
+    if not older:
+        return None
+    rules = _hit_rules(kernel_of(text, have, _sublevel(text)))
+    same = [k for k in older if _hit_rules(KERNELS[k]) == rules]
+    return (same or older)[-1]
 
 
 def row_for_release(release: str) -> tuple[str, str | None]:
@@ -234,7 +248,13 @@ def row_for_release(release: str) -> tuple[str, str | None]:
         return text, None
     row = modelled_kernel(text)
     if row is not None:
-        return row, f"kernel {text}: the lab's {row} row answers for it (the newest modelled version not newer)"
+        newest = max((k for k in KERNELS if _major_minor(k) <= _major_minor(text)), key=_major_minor)
+        if row == newest:
+            return row, f"kernel {text}: the lab's {row} row answers for it (the newest modelled version not newer)"
+        changes = "; ".join(f"{newest}.{sub} {'took' if took else 'dropped'} {r.name}"
+                            for r, sub, took in stable_changes(_major_minor(newest), "x86_64"))
+        return row, (f"kernel {text}: the lab's {row} row answers for it: it hits as {row} does, while the "
+                     f"{newest} row is the {newest}.y line as it stands ({changes})")
     if _major_minor(text) is None:
         raise LabError(f"{text!r} is not a kernel release: give one such as 7.3, 6.8.0-45-generic or $(uname -r), "
                        f"or a modelled version: {', '.join(KERNELS)}")

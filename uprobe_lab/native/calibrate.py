@@ -3,8 +3,8 @@
 The rows to calibrate on are :mod:`.price_benches`' (the consumer scan and one bench per event kind,
 each timed to a stated relative error); :func:`.price_benches.price_rows_or_recorded` measures them here or hands back
 the bundled recording, saying which. Native rows name their kernel as ``uname -r``
-(``6.18.44-fc-v857``); :func:`uprobe_lab.kernel.modelled_kernel` maps a release to the newest modelled version not newer
-than it (a 6.14 kernel behaves as 6.11, a 6.19 as 6.18).
+(``6.18.44-fc-v857``); :func:`uprobe_lab.kernel.modelled_kernel` maps a release to the modelled version it hits like
+(a 6.14 kernel behaves as 6.11, a 6.19 as 6.18, a 7.2.3 as 6.18).
 
 A calibration refuses rows noisier than its tolerance (``rel_tol``, the row's relative error of the
 figure) and names them; a fitted price outside :data:`uprobe_lab.model.PLAUSIBLE_NS` comes back in

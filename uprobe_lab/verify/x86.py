@@ -30,7 +30,7 @@ RECHECKS = 2
 
 
 def lab_kernel_for(release: str) -> str:
-    """The modelled version for a host release: the newest lab version not newer than it."""
+    """The modelled version for a host release: the row it hits like (:func:`uprobe_lab.kernel.modelled_kernel`)."""
     kernel = modelled_kernel(release)
     if kernel is None:
         raise LabError(f"the host runs {release}, which is not a version or is older than every modelled kernel "
