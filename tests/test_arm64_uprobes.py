@@ -107,7 +107,9 @@ def test_mops_refusal_follows_its_release_and_backports(release, refused):
 def test_mops_on_the_named_kernels():
     from uprobe_lab.kernel import KERNELS
 
-    assert [k.arm64_reject_mops for k in KERNELS.values()] == [False, True, True, True, True, True]  # 6.11 by 6.11.11
+    # each row is its mainline release: MOPS refused from 6.13 (c56c599d9002), so not on mainline 6.11 (6.11.11 took it)
+    assert {name: k.arm64_reject_mops for name, k in KERNELS.items()} == {
+        "6.10": False, "6.11": False, "6.16": True, "6.18": True, "7.3": True}
 
 def test_decode_fields_of_the_pattern():
     f = decode_fields(0xA9BF7BFD)
@@ -442,7 +444,7 @@ def test_cli_bench_push(stp, expect):
 # Where each kernel steps or simulates it: docs/references.md, rule arm64_simulate_bc_cond (7.1; 6.18.34, ...).
 @pytest.mark.parametrize("kernel, action", [("7.3", "simulate"), ("7.1.0", "simulate"), ("6.18.34", "simulate"),
                                             ("6.18.15", "xol"), ("6.16", "xol"), ("7.0.10", "xol"),
-                                            ("6.18", "simulate"), ("6.18.0", "xol")])  # 6.18: its stable line
+                                            ("6.18", "xol"), ("6.18.0", "xol")])  # 6.18: mainline 6.18
 def test_cli_analyze_bc_cond_by_kernel(kernel, action):
     got = _cli("analyze", "--arch", "arm64", "54000050", "--kernel", kernel, "--json")
     assert (got["mnemonic"], got["action"]) == ("bc.eq", action)
@@ -452,14 +454,14 @@ def test_cli_analyze_bc_cond_by_kernel(kernel, action):
 
 
 def test_a_bare_release_says_which_stable_sublevels_answer_otherwise():
-    """6.18 (a modelled version) reads as its stable line as it stands and names 6.18.34's backport and how to ask
-    for mainline; 6.12 (not modelled) reads as mainline 6.12.0 and names the sublevels that took a rule since; a
-    sublevel says nothing more; 7.3 (no stable change to an arm64 rule) says nothing."""
+    """A release without a sublevel reads as mainline X.Y.0, modelled (6.18) or not (6.12), and names the sublevels
+    that took a rule since; a sublevel says nothing more; 7.3 (no stable change to an arm64 rule) says nothing."""
     def stderr(kernel):
         return subprocess.run([sys.executable, "-m", "uprobe_lab", "analyze", "--arch", "arm64", "54000050",
                                "--kernel", kernel], capture_output=True, text=True, check=True).stderr
-    assert "6.18.y stable line as it stands (6.18.34 took arm64_simulate_bc_cond (2ccd8ff980b5))" in stderr("6.18")
-    assert "--kernel 6.18.0" in stderr("6.18")
+    line_6_18 = stderr("6.18")
+    assert "mainline 6.18 (6.18.0)" in line_6_18 and "6.18.34 took arm64_simulate_bc_cond (2ccd8ff980b5)" in line_6_18
+    assert "--kernel 6.18.34" in line_6_18
     line_6_12 = stderr("6.12")
     assert "mainline 6.12 (6.12.0)" in line_6_12 and "6.12.92 took arm64_simulate_bc_cond" in line_6_12
     assert stderr("6.12.92") == "" and stderr("7.3") == ""

@@ -179,7 +179,7 @@ ELSEWHERE = bytes.fromhex("0db802000000c3c3")  # at E: or $0x2b8,%eax; add %al,%
 @pytest.mark.parametrize("site, kernel, returned", [
     ("b807000000c3", "6.18", 0x2B8), ("b807000000c3", "6.16", 7),  # mov $7,%eax: stepped out of line
     ("90b807000000c3", "6.18", 0x2B8), ("90b807000000c3", "6.16", 2),  # nop: emulated
-    ("90b807000000c3", "6.11", 2), ("90b807000000c3", "7.2", 0x2B8),
+    ("90b807000000c3", "6.11", 2), ("90b807000000c3", "7.3", 0x2B8),
 ])
 def test_a_moved_ip_skips_the_probed_instruction_from_6_18(site, kernel, returned):
     proc = X86Process(kernel)

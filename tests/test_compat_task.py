@@ -56,7 +56,7 @@ def test_bad_program_arguments_are_refused():
         compat.CompatBench(5, "target", "uprobe", consumers=0)
 
 
-@pytest.mark.parametrize("kernel", ["6.10", "6.11", "6.16", "6.18", "7.2"])
+@pytest.mark.parametrize("kernel", ["6.10", "6.11", "6.16", "6.18", "7.3"])
 def test_a_compat_task_returns_through_an_int3_on_every_kernel(kernel):
     """The compat bench's events equal 6.10's 64-bit uretprobe-nop: two exceptions, no syscall."""
     ev = events_per_hit("uretprobe-nop-compat", "x86_64", kernel)

@@ -22,6 +22,8 @@ def test_a_config_is_a_release_plus_rules_that_exist():
     k = contention.config_kernel("6.13+speculative_vma_lookup")
     assert k.rcu_tasks_trace and k.speculative_vma_lookup and not k.ri_pool
     assert not contention.config_kernel("6.9").treelock_rwlock
+    # a release is its mainline release: 6.12.77's backport of RCU Tasks Trace is no variant's, "6.12+..." names it
+    assert not contention.config_kernel("6.12").rcu_tasks_trace and contention.config_kernel("6.12+rcu_tasks_trace").rcu_tasks_trace
     with pytest.raises(LabError, match="rule names"):
         contention.config_kernel("6.13+speculative_lookup")
 

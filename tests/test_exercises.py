@@ -177,9 +177,9 @@ OPEN_CASES = {
     "07.4": [(("uprobe-ret", "6.13"), {"shared writes": 9}), (("uprobe-nop", "6.8"), {"shared writes": 11})],
     # glibc's getpid starts with mov eax, 0x27: stepped, int3 + #DB; push %rbp is emulated on every kernel
     # uprobe-ret on 6.10: int3 + #DB (2 exceptions), one out-of-line step, one probe lookup + one consumer run (handler
-    # 2); uprobe-nop10 on 7.2: optimised into call + sys_uprobe, no exception, the same lookup and consumer
+    # 2); uprobe-nop10 on 7.3: optimised into call + sys_uprobe, no exception, the same lookup and consumer
     "06.3": [(("uprobe-ret", "6.10"), {"exception": 2, "xol_step": 1, "handler": 2, "syscall": 0}),
-             (("uprobe-nop10", "7.2"), {"exception": 0, "syscall": 1, "xol_step": 0, "handler": 2})],
+             (("uprobe-nop10", "7.3"), {"exception": 0, "syscall": 1, "xol_step": 0, "handler": 2})],
     "08.3": [(("b827000000", "6.18"), {"probe": "xol", "exceptions": 2}),
              (("55", "6.10"), {"probe": "emulate", "exceptions": 1})],
 }

@@ -149,7 +149,6 @@ def test_fork_refuses_a_running_or_dead_process():
 @pytest.mark.parametrize("kernel,fates", [
     ("6.11", {NOP5: "exit 0", NOP10: None, "uprobe_target_ret": "exit 0"}),
     ("6.18", {NOP5: "SIGSEGV", NOP10: None, "uprobe_target_ret": "exit 0"}),
-    ("7.2", {NOP5: "exit 0", NOP10: "exit 0", "uprobe_target_ret": "exit 0"}),  # the 7.2.y line, from 7.2.6
     ("7.3", {NOP5: "exit 0", NOP10: "exit 0", "uprobe_target_ret": "exit 0"}),
 ])
 def test_fork_report_per_kernel(kernel, fates):

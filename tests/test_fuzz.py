@@ -65,7 +65,7 @@ def test_constructed_redzone_case_is_detected_on_6_18_only():
     assert case.mechanism == "nop5-opt"
     ret_addr = (site + 5).to_bytes(8, "little").hex()  # the call's return address replaced the live value
     assert f"data {FUZZ_DATA:#x}: {0x1122334455667788 .to_bytes(8, 'little').hex()} -> {ret_addr}" in case.diff
-    for label in ("6.10", "6.11", "6.16", "7.2"):
+    for label in ("6.10", "6.11", "6.16", "7.3"):
         assert sum(per[label].divergences.values()) == 0, label
     assert per["6.16"].mechanisms["x86_64/emulate"] >= 1  # the same site, emulated: transparent
 
@@ -89,7 +89,7 @@ def test_a_probe_that_changes_state_is_a_bug_even_on_an_optimised_nop5(monkeypat
 def test_the_same_leaf_around_a_nop10_runs_optimised_on_73_without_divergence():
     program = redzone_program(asm.NOP10)
     site = program.resolve("fuzz_target") + 10 + 10 + 5
-    r = fz.fuzz_program_once("x86_64", 0, configs=[c for c in fz.TARGETS["x86_64"].configs() if c.label == "7.2"], sites=0,
+    r = fz.fuzz_program_once("x86_64", 0, configs=[c for c in fz.TARGETS["x86_64"].configs() if c.label == "7.3"], sites=0,
                              program=program)
     assert r.mechanisms["x86_64/nop10-opt"] >= 1 and not r.cases, "\n".join(map(str, r.cases))
     older = fz.fuzz_program_once("x86_64", 0, configs=[c for c in fz.TARGETS["x86_64"].configs() if c.label == "6.18"], sites=0,

@@ -15,24 +15,24 @@ from uprobe_lab.x86.constants import EPROTO
 
 
 def test_the_modelled_versions_are_the_oldest_and_each_release_that_changed_a_hit():
-    # 7.2 is a modelled version of its own because its stable line took the nop10 series (7.2.6); 7.3 is mainline's
-    assert list(KERNELS) == ["6.10", "6.11", "6.16", "6.18", "7.2", "7.3"]
+    # each a mainline release; the 7.2.y line's nop10 backport (7.2.6) makes no row: its releases answer with 7.3's
+    assert list(KERNELS) == ["6.10", "6.11", "6.16", "6.18", "7.3"]
     many_cpus = ["lockless_consumers", "lockless_lookup", "per_cpu_nhit", "perf_filter_nr_systemwide", "rcu_tasks_trace",
                  "ri_pool", "singlestep_without_siglock", "speculative_vma_lookup", "srcu_uprobe_lifetime",
                  "treelock_rwlock", "uretprobe_lease", "xol_no_slot_count"]
-    # 6.18 as its stable line ended: with BC.cond (6.18.34)
+    # mainline 6.18: without BC.cond (6.18.34 took it)
     assert sorted(KERNELS["6.18"].rules) == sorted(["arm64_refuse_ldr_literal", "arm64_reject_mops", "arm64_simulate_nop",
-                                                    "arm64_simulate_bc_cond", "emulate_all_nops", "ip_change_skips_insn",
+                                                    "emulate_all_nops", "ip_change_skips_insn",
                                                     "optimize_nop5", "trampoline_sls_int3", "uretprobe_syscall",
                                                     *many_cpus])
     # of 2024-25's work on many CPUs, 6.10 and 6.11 have only the rwlock (0dc715295d41) and the filter's lockless
     # check (cdf355cc60e3), both merged for 6.10
     assert [r for r in many_cpus if r in KERNELS["6.11"].rules] == ["perf_filter_nr_systemwide", "treelock_rwlock"]
-    # a modelled version reads a stable line as it ended: 6.11.y got both arm64 fixes (6.11.5, 6.11.11)
-    assert KERNELS["6.11"].arm64_refuse_ldr_literal and KERNELS["6.11"].arm64_reject_mops
-    for name in ("7.2", "7.3"):  # the nop10 series moved the optimisation from the nop5 to the nop10
-        assert not KERNELS[name].optimize_nop5 and KERNELS[name].optimize_nop10
-    assert KERNELS["7.3"].uretprobes_srcu_fast and not KERNELS["7.2"].uretprobes_srcu_fast
+    # a modelled version is mainline: 6.11.y got both arm64 fixes later (6.11.5, 6.11.11), mainline 6.11 has neither
+    assert not KERNELS["6.11"].arm64_refuse_ldr_literal and not KERNELS["6.11"].arm64_reject_mops
+    assert kernel_for_release("6.11.11").arm64_refuse_ldr_literal and kernel_for_release("6.11.11").arm64_reject_mops
+    # the nop10 series moved the optimisation from the nop5 to the nop10
+    assert not KERNELS["7.3"].optimize_nop5 and KERNELS["7.3"].optimize_nop10 and KERNELS["7.3"].uretprobes_srcu_fast
 
 
 def test_a_rule_name_nobody_declared_is_an_attribute_error():
@@ -149,9 +149,8 @@ def test_kernel_for_release_places_the_nop10_series_where_the_notices_do(release
 # The modelled row that answers for a release is the one it hits like (same sources as above): mainline 7.2 and
 # 7.2.y before 7.2.6 hit as 6.18; a release of unknown sublevel (an ABI number) is its mainline release.
 @pytest.mark.parametrize("release, row", [
-    ("7.2", "7.2"),  # a modelled version's own name: the 7.2.y line as it stands
-    ("7.2.0", "6.18"), ("7.2.5", "6.18"), ("7.2.0-45-generic", "6.18"),
-    ("7.2.6", "7.2"), ("7.2.13+deb14-amd64", "7.2"),
+    ("7.2", "6.18"), ("7.2.0", "6.18"), ("7.2.5", "6.18"), ("7.2.0-45-generic", "6.18"),
+    ("7.2.6", "7.3"), ("7.2.13+deb14-amd64", "7.3"),  # the backport: they hit as mainline 7.3
     ("7.3.4", "7.3"), ("7.1.13+deb13-amd64", "6.18"), ("6.12.117+deb13-amd64", "6.11"),
 ])
 def test_a_release_answers_with_the_row_it_hits_like(release, row):
@@ -159,9 +158,10 @@ def test_a_release_answers_with_the_row_it_hits_like(release, row):
     assert modelled_kernel(release) == row
 
 
-def test_a_7_2_release_before_the_backport_says_why_6_18_answers():
-    _, note = row_for_release("7.2.3")
-    assert "6.18 row answers" in note and "7.2.6 took optimize_nop10" in note
+def test_a_7_2_release_says_why_its_row_answers():
+    assert "7.3 row answers" in row_for_release("7.2.6")[1] and "optimize_nop10 at 7.2.6" in row_for_release("7.2.6")[1]
+    bare = row_for_release("7.2")[1]  # mainline 7.2, and the sublevel to give for the backport
+    assert "6.18 row answers" in bare and "7.2.6 took optimize_nop10" in bare and "--kernel 7.2.6" in bare
 
 
 def test_kernel_for_release_has_rcu_tasks_trace_from_6_12_77():

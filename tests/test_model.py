@@ -534,7 +534,7 @@ def test_release_strings_map_to_the_modelled_kernel():
 
 def test_a_7_2_release_before_the_nop10_backport_is_priced_as_6_18():
     assert model.kernel_setup("x86_64", "7.2.3") == ("6.18", {})
-    assert model.kernel_setup("x86_64", "7.2.6") == ("7.2", {})
+    assert model.kernel_setup("x86_64", "7.2.6") == ("7.3", {})  # the backport: it hits as 7.3
     assert model.kernel_setup("x86_64", "7.2.0-45-generic") == ("6.18", {})  # an ABI number: mainline 7.2
 
 
@@ -674,9 +674,9 @@ def test_model_rows_say_whether_this_cpu_has_a_published_figure():
     other = basis("intel", "6.18", "uprobe-nop5")
     assert other.startswith("prediction for this CPU") and "unspecified (x86-64)" in other
     assert basis("intel", "6.11", "uretprobe-nop").startswith("priced from the published figures' fit")
-    assert basis("intel", "7.2", "uprobe-nop10").startswith("prediction: no throughput has been published")
+    assert basis("intel", "7.3", "uprobe-nop10").startswith("prediction: no throughput has been published")
     rows = [cli.model_rows([n], "x86_64", k, cpu, {})[0]
-            for cpu, k, n in [("nop5", "6.18", "uprobe-nop5"), ("intel", "6.18", "uprobe-nop5"), ("intel", "7.2", "uprobe-nop10")]]
+            for cpu, k, n in [("nop5", "6.18", "uprobe-nop5"), ("intel", "6.18", "uprobe-nop5"), ("intel", "7.3", "uprobe-nop10")]]
     assert [r["published"] for r in rows] == ["this cpu", "other cpus", "none"]
     lines = bench.format_table(rows).splitlines()
     assert "prediction" not in lines[0]

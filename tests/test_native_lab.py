@@ -173,7 +173,7 @@ def example_profile():
 
 def test_calibrated_profile_predicts_the_kernels():
     pred = calibrate.predict_kernels(example_profile(), EXAMPLE["benches"]).set_index("bench")
-    kernels = ["6.10", "6.11", "6.16", "6.18", "7.2", "7.3"]
+    kernels = ["6.10", "6.11", "6.16", "6.18", "7.3"]
     assert list(pred.columns) == ["measured_on", "measured_mops", "stddev"] + [
         c for k in kernels for c in (k, f"{k} low", f"{k} high", f"{k} change", f"{k} change low", f"{k} change high")]
     assert (pred["measured_on"] == "6.18").all()
@@ -184,23 +184,23 @@ def test_calibrated_profile_predicts_the_kernels():
     assert pred.loc["uprobe-nop5", "6.16"] > 5 * pred.loc["uprobe-nop5", "6.11"]  # emulated, not single-stepped
     assert pred.loc["uprobe-nop5", "6.18"] > pred.loc["uprobe-nop5", "6.16"]  # call + syscall, no int3
     assert pred.loc["uprobe-nop5-pagecross", "6.18"] == pred.loc["uprobe-nop5-pagecross", "6.16"]
-    # 7.2 optimises only the nop10: its nop5 rows pay 6.16's int3 and emulation again, the rest are 6.18's
+    # 7.3 optimises only the nop10: its nop5 rows pay 6.16's int3 and emulation again, the rest are 6.18's
     for bench in pred.index:
         expected = "6.16" if "nop5" in bench else "6.18"
-        assert pred.loc[bench, "7.2"] == pred.loc[bench, expected], bench
+        assert pred.loc[bench, "7.3"] == pred.loc[bench, expected], bench
     # 6.16's int3-and-emulate nop5 is what the page-crossing nop5 still does on 6.18: measured here
     assert abs(pred.loc["uprobe-nop5", "6.16"] / pred.loc["uprobe-nop5-pagecross", "measured_mops"] - 1) < 0.1
     assert abs(pred.loc["uprobe-nop5", "6.18"] / pred.loc["uprobe-nop5", "measured_mops"] - 1) < 0.1
 
 
-def test_benches_this_kernel_refuses_are_predicted_for_7_2():
-    """A 6.18 host cannot probe the nop10; on 7.2 its optimised path is 6.18's nop5 one plus the `lea` below the
+def test_benches_this_kernel_refuses_are_predicted_for_7_3():
+    """A 6.18 host cannot probe the nop10; on 7.3 its optimised path is 6.18's nop5 one plus the `lea` below the
     red zone: one user instruction more per hit, so the two times differ by exactly the user_insn price."""
     prof = example_profile()
-    table = calibrate.predict_benches(prof, ["uprobe-nop10", "uretprobe-nop10"], "7.2").set_index("bench")
-    assert list(table.columns) == ["kernel", "mops", "low", "high"] and (table["kernel"] == "7.2").all()
+    table = calibrate.predict_benches(prof, ["uprobe-nop10", "uretprobe-nop10"], "7.3").set_index("bench")
+    assert list(table.columns) == ["kernel", "mops", "low", "high"] and (table["kernel"] == "7.3").all()
     assert ((table["low"] < table["mops"]) & (table["mops"] < table["high"])).all()
-    nop10_ns, nop5_ns = 1e3 / prof.predict("uprobe-nop10", "7.2"), 1e3 / prof.predict("uprobe-nop5", "6.18")
+    nop10_ns, nop5_ns = 1e3 / prof.predict("uprobe-nop10", "7.3"), 1e3 / prof.predict("uprobe-nop5", "6.18")
     assert nop10_ns - nop5_ns == pytest.approx(prof.prices["user_insn"], rel=1e-6)
     with pytest.raises(model.LabError, match="0x2e"):
         calibrate.predict_benches(prof, ["uprobe-nop10"], "6.18")

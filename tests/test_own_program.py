@@ -222,8 +222,8 @@ def test_where_a_nop10_sits_decides_its_verdict_as_on_a_real_7_2():
     assert real["snapshots"]["uprobe-nop10"]["site_bytes"] == "488d642480"  # the nop10 it did optimise
     assert "ENOTSUPP" in real["snapshots"]["uprobe-nop10-pagecross"]["refused"]
     nop10 = bytes.fromhex("662e0f1f840000000000")
-    assert hit_verdict(nop10, 0x401ffd, "7.2")["probe"] == "reject"  # bytes 3..9 on the next page
-    assert hit_verdict(nop10, 0x401000, "7.2")["probe"] == "optimise"
+    assert hit_verdict(nop10, 0x401ffd, "7.3")["probe"] == "reject"  # bytes 3..9 on the next page
+    assert hit_verdict(nop10, 0x401000, "7.3")["probe"] == "optimise"
 
 
 def test_overhead_is_rate_times_time():

@@ -299,7 +299,7 @@ EXPECTED = {
              "uretprobe-ret": dict(exceptions=3, syscalls=0, iret=3, sysret=0)},
     **{k: {"uretprobe-nop": dict(exceptions=1, syscalls=1, iret=1, sysret=1),
            "uretprobe-push": dict(exceptions=1, syscalls=1, iret=1, sysret=1),
-           "uretprobe-ret": dict(exceptions=2, syscalls=1, iret=2, sysret=1)} for k in ("6.11", "6.16", "6.18", "7.2", "7.3")},
+           "uretprobe-ret": dict(exceptions=2, syscalls=1, iret=2, sysret=1)} for k in ("6.11", "6.16", "6.18", "7.3")},
 }
 
 

@@ -62,7 +62,7 @@ def test_libbpf_keeps_a_page_crossing_nop10_on_the_nop():
     assert offset == 0 and "crosses a page" in why
 
 
-@pytest.mark.parametrize("kernel,expected", [("6.16", -ENOSYS), ("6.18", -ENXIO), ("7.2", -EPROTO)])
+@pytest.mark.parametrize("kernel,expected", [("6.16", -ENOSYS), ("6.18", -ENXIO), ("7.3", -EPROTO)])
 def test_feature_probe_runs_in_the_emulated_kernel(kernel, expected):
     proc = make_process("x86_64", kernel)
     ret = proc.call("uprobe_syscall_probe")
@@ -70,7 +70,7 @@ def test_feature_probe_runs_in_the_emulated_kernel(kernel, expected):
 
 
 def test_attach_on_73_probes_the_nop10_and_optimises_it_like_the_selftest():
-    proc = make_process("x86_64", "7.2")
+    proc = make_process("x86_64", "7.3")
     consumer = CountingConsumer()
     uprobe, offset, _ = attach_usdt(proc, "usdt_nop10", consumer)
     addr = proc.program.resolve("usdt_nop10")
@@ -86,24 +86,24 @@ def test_mismatched_libbpf_and_kernel_stay_on_the_nop():
     proc = make_process("x86_64", "6.18")
     uprobe, offset, why = attach_usdt(proc, "usdt_nop10", CountingConsumer(), LIBBPF_NOP10)
     assert offset == 0 and "-ENXIO" in why  # a nop10 probe would be refused by 6.18
-    proc = make_process("x86_64", "7.2")
+    proc = make_process("x86_64", "7.3")
     _, offset, _ = attach_usdt(proc, "usdt_nop5", CountingConsumer(), LIBBPF_NOP5)
     assert offset == 0
 
 
 def test_usdt_events_per_hit_by_kernel():
     table = {(b, k): events_per_hit(b, kernel=k) for b in ("usdt-nop", "usdt-nop5", "usdt-nop10", "usdt-nop10-pagecross")
-             for k in ("6.16", "6.18", "7.2")}
+             for k in ("6.16", "6.18", "7.3")}
     cost = {key: (e.get("exceptions", 0), e.get("syscalls", 0)) for key, e in table.items()}
     int3, call = (1, 0), (0, 1)
     assert cost == {
-        ("usdt-nop", "6.16"): int3, ("usdt-nop", "6.18"): int3, ("usdt-nop", "7.2"): int3,
-        ("usdt-nop5", "6.16"): int3, ("usdt-nop5", "6.18"): call, ("usdt-nop5", "7.2"): int3,
-        ("usdt-nop10", "6.16"): int3, ("usdt-nop10", "6.18"): int3, ("usdt-nop10", "7.2"): call,
+        ("usdt-nop", "6.16"): int3, ("usdt-nop", "6.18"): int3, ("usdt-nop", "7.3"): int3,
+        ("usdt-nop5", "6.16"): int3, ("usdt-nop5", "6.18"): call, ("usdt-nop5", "7.3"): int3,
+        ("usdt-nop10", "6.16"): int3, ("usdt-nop10", "6.18"): int3, ("usdt-nop10", "7.3"): call,
         ("usdt-nop10-pagecross", "6.16"): int3, ("usdt-nop10-pagecross", "6.18"): int3,
-        ("usdt-nop10-pagecross", "7.2"): int3,
+        ("usdt-nop10-pagecross", "7.3"): int3,
     }
-    assert usdt_events("usdt-nop10", "7.2")["offset"] == 1 and usdt_events("usdt-nop10", "6.18")["offset"] == 0
+    assert usdt_events("usdt-nop10", "7.3")["offset"] == 1 and usdt_events("usdt-nop10", "6.18")["offset"] == 0
 
 
 # --- the ELF notes -------------------------------------------------------------------------------

@@ -55,8 +55,8 @@ def _buttons(box):
 
 
 def test_a_kernel_that_refuses_the_probe_says_so_instead_of_keeping_the_last_walk():
-    make = lambda k: probed_stepper("uprobe_target_nop10", k, warm=True)  # noqa: E731 - nop10 probeable from 7.2
-    box = stepper_widget(make, kernels=list(ul.KERNELS), kernel="7.2")
+    make = lambda k: probed_stepper("uprobe_target_nop10", k, warm=True)  # noqa: E731 - nop10 probeable from 7.3
+    box = stepper_widget(make, kernels=list(ul.KERNELS), kernel="7.3")
     buttons = _buttons(box)
     buttons["Step"].click()
     buttons["Step"].click()
@@ -68,17 +68,17 @@ def test_a_kernel_that_refuses_the_probe_says_so_instead_of_keeping_the_last_wal
     for b in ("Step", "Back", "Run to end", "Reset"):  # pressed anyway (click() ignores disabled): no exception
         buttons[b].click()
     assert box.stepper() is None
-    box.picker.value = "7.2"
+    box.picker.value = "7.3"
     assert box.stepper().steps == [] and "cannot step" not in box.output.value
     buttons["Step"].click()
-    assert _lines(box.stepper()) == _lines(replay(lambda: make("7.2"), 1))
+    assert _lines(box.stepper()) == _lines(replay(lambda: make("7.3"), 1))
 
 
 def test_a_refused_starting_kernel_builds_the_widget_with_the_reason():
     box = stepper_widget(lambda k: probed_stepper("uprobe_target_nop10", k, warm=True), kernels=list(ul.KERNELS),
                          kernel="6.16")
     assert box.stepper() is None and "is_prefix_bad" in box.output.value
-    box.picker.value = "7.2"
+    box.picker.value = "7.3"
     assert box.stepper() is not None and not _buttons(box)["Step"].disabled
 
 

@@ -1,7 +1,7 @@
 """arch_uprobe_analyze_insn decides as the kernel does: emulate, single-step out of line, or refuse."""
 import pytest
 
-from uprobe_lab.kernel import get_kernel
+from uprobe_lab.kernel import get_kernel, kernel_for_release
 from uprobe_lab.program import disasm
 from uprobe_lab.uprobes import UnprobeableInstruction
 from uprobe_lab.x86.analyze import analyze_hex, analyze_table
@@ -124,8 +124,8 @@ def test_analyze_table_rows_keep_whole_reasons():
 def test_an_emulated_call_says_what_a_shadow_stack_task_gets():
     """abf08854d224 (7.2, perf-urgent-2026-07-05): the kernel pushes an emulated call's return address on the
     user shadow stack too; the lab's tasks have none, and analyze says both."""
-    for kernel, has in (("7.3", True), ("7.2", True), ("6.18", False)):
-        reason = analyze_hex("e800010000", get_kernel(kernel))["reason"]
+    for kernel, has in ((get_kernel("7.3"), True), (kernel_for_release("7.2.0"), True), (get_kernel("6.18"), False)):
+        reason = analyze_hex("e800010000", kernel)["reason"]
         assert "the lab's tasks have no shadow stack" in reason
         assert ("pushes the return address there too" in reason) is has
         assert ("does not push the return address there" in reason) is not has
@@ -134,7 +134,7 @@ def test_an_emulated_call_says_what_a_shadow_stack_task_gets():
 # (bench whose probed site is these bytes, bytes, kernel): the analyzer's word on the site's life must match what
 # the emulator's steady-state hit runs: a rewritten site is entered by the trampoline's syscall, any other by int3
 LIVES = [("uprobe-nop5", "0f1f440000", "6.16"), ("uprobe-nop5", "0f1f440000", "6.18"),
-         ("uprobe-nop5", "0f1f440000", "7.2"), ("uprobe-nop10", "662e0f1f840000000000", "7.2")]
+         ("uprobe-nop5", "0f1f440000", "7.3"), ("uprobe-nop10", "662e0f1f840000000000", "7.3")]
 
 
 @pytest.mark.parametrize("bench,raw,kernel", LIVES, ids=[f"{b}-{k}" for b, _, k in LIVES])

@@ -91,4 +91,4 @@ def test_the_long_kernel_nops_carry_a_cs_prefix_and_are_refused():
         for length in (9, 10, 11):
             with pytest.raises(UnprobeableInstruction, match="CS segment"):
                 arch_uprobe_analyze_insn(asm.X86_NOPS[length], 0x400000, get_kernel(name))
-    assert arch_uprobe_analyze_insn(asm.X86_NOPS[10], 0x400000, get_kernel("7.2")).action == "emulate"  # nop10
+    assert arch_uprobe_analyze_insn(asm.X86_NOPS[10], 0x400000, get_kernel("7.3")).action == "emulate"  # nop10

@@ -169,7 +169,7 @@ def cmd_analyze(args) -> int:
         kernel = kernel_for_release(kernel)
     bare = re.fullmatch(r"(\d+)\.(\d+)", str(args.kernel))  # no sublevel: say which sublevels answer otherwise
     if bare:
-        line = describe_stable_changes((int(bare[1]), int(bare[2])), args.arch, as_line=args.kernel in KERNELS)
+        line = describe_stable_changes((int(bare[1]), int(bare[2])), args.arch)
         if line:
             print(line, file=sys.stderr)
     result = analyze(args.insn, args.arch, kernel, **options)
@@ -307,7 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--arch", default="x86_64", choices=list(ARCHES))
     a.add_argument("--kernel", default=DEFAULT_KERNEL, type=kernel_release,
                    help=f"a release (6.18.15, $(uname -r)) or a modelled version {', '.join(KERNELS)} "
-                        f"(a stable line as it ended; default {DEFAULT_KERNEL})")
+                        f"(mainline X.Y.0; default {DEFAULT_KERNEL})")
     a.add_argument("--stp", choices=["xol", "simulate"], help="arm64: how a probed stp x29, x30 runs")
     a.add_argument("--json", action="store_true")
     a.set_defaults(func=cmd_analyze)

@@ -30,16 +30,16 @@ class Rule:
     removed: dict[Release, int] = field(default_factory=dict)  # stable line -> first sublevel without it again
     new_version: bool = False  # it changes an x86 hit's events: the release is a modelled version of its own
 
-    def in_release(self, release: Release, sublevel: int | None = None) -> bool:
+    def in_release(self, release: Release, sublevel: int = 0) -> bool:
         """Whether a kernel of ``release`` has it; a stable line's backport (or removal) counts from ``sublevel``
-        (None: the line as it ended, which is how a modelled version reads it)."""
+        (0: mainline X.Y.0, as a modelled version reads it; -1, unknown, reads the same)."""
         gone = self.removed.get(release)
-        if gone is not None and (sublevel is None or sublevel >= gone):
+        if gone is not None and sublevel >= gone:
             return False
         if self.since <= release and (self.until is None or release < self.until):
             return True
         first = self.backports.get(release)
-        return first is not None and (sublevel is None or sublevel >= first)
+        return first is not None and sublevel >= first
 
 
 RULES: list[Rule] = [
@@ -139,36 +139,34 @@ def version_name(release: Release) -> str:
 
 def stable_changes(release: Release, arch: str) -> list[tuple[Rule, int, bool]]:
     """The rules of ``arch`` (and the core) that ``release``'s stable line took (True) or dropped again (False) at a
-    sublevel, oldest first: where X.Y.0 and the line as it stands differ."""
+    sublevel, oldest first: where X.Y.0 and the line's later releases differ."""
     mine = [r for r in RULES if r.arch in (arch, "core")]
     out = [(r, r.backports[release], True) for r in mine if release in r.backports and not r.since <= release]
     out += [(r, r.removed[release], False) for r in mine if release in r.removed]
     return sorted(out, key=lambda change: change[1])
 
 
-def describe_stable_changes(release: Release, arch: str, as_line: bool) -> str:
-    """One line for a learner who named ``release`` without a sublevel: which stable sublevels change the answer,
-    and how to ask for the other side. ``as_line``: the name reads as the line as it stands (a modelled version)
-    rather than mainline X.Y.0. '' when the line changed nothing for ``arch``."""
+def describe_stable_changes(release: Release, arch: str) -> str:
+    """One line for a learner who named ``release`` without a sublevel, which means mainline X.Y.0: which stable
+    sublevels change the answer, and how to ask for them. '' when the line changed nothing for ``arch``."""
     changes = stable_changes(release, arch)
     if not changes:
         return ""
     name = version_name(release)
     said = "; ".join(f"{name}.{sub} {'took' if took else 'dropped'} {r.name} ({r.commit})" for r, sub, took in changes)
-    if as_line:
-        return f"kernel {name}: the {name}.y stable line as it stands ({said}); for mainline {name} give --kernel {name}.0"
     return f"kernel {name}: mainline {name} ({name}.0); its stable line changed since ({said}): give the sublevel, e.g. --kernel {name}.{changes[-1][1]}"
 
 
-def kernel_of(name: str, release: Release, sublevel: int | None = None) -> KernelVersion:
+def kernel_of(name: str, release: Release, sublevel: int = 0) -> KernelVersion:
     """The lab's kernel for ``release``: every rule it has, by the table."""
     return KernelVersion(name, frozenset(r.name for r in RULES if r.in_release(release, sublevel)))
 
 
 def modelled_versions() -> list[Release]:
-    """The oldest version and each release that brought a rule of its own (new_version), or whose stable line
-    took one (7.2: the nop10 series from 7.2.6), oldest first."""
-    return sorted({OLDEST, *(line for r in RULES if r.new_version for line in (r.since, *r.backports))})
+    """The oldest version and each mainline release that brought a rule of its own (new_version), oldest first. A
+    stable line that took such a rule is no version of its own: its releases answer with the row they hit like
+    (7.2.6, which took the nop10 series, with 7.3; :func:`modelled_kernel`)."""
+    return sorted({OLDEST, *(r.since for r in RULES if r.new_version)})
 
 
 KERNELS: dict[str, KernelVersion] = {}
@@ -177,7 +175,7 @@ KERNELS: dict[str, KernelVersion] = {}
 def rebuild() -> None:
     """Derive the modelled versions from :data:`RULES` (again, after a rule was added to it)."""
     KERNELS.clear()
-    KERNELS.update({version_name(v): kernel_of(version_name(v), v) for v in modelled_versions()})
+    KERNELS.update({version_name(v): kernel_of(version_name(v), v) for v in modelled_versions()})  # mainline X.Y.0
 
 
 rebuild()
@@ -194,7 +192,8 @@ DEFAULT_KERNEL = "6.18"
 
 
 def get_kernel(version: str | KernelVersion | None = None) -> KernelVersion:
-    """Look a version up by name ('6.10', '6.11', '6.16', '6.18', '7.2', '7.3'); None gives the default."""
+    """Look a version up by name ('6.10', '6.11', '6.16', '6.18', '7.3': each the mainline release); None gives the
+    default."""
     if isinstance(version, KernelVersion):
         return version
     if isinstance(version, float):  # 6.10 as a number is 6.1
@@ -225,9 +224,9 @@ def _hit_rules(kernel: KernelVersion) -> frozenset[str]:
 
 def modelled_kernel(release: str) -> str | None:
     """The modelled kernel whose probe-hit rules ``release`` has, or None if it predates them all or is not a
-    version: the newest modelled version not newer than it whose rules it shares (``6.14.2`` -> ``6.11``;
-    ``7.2.3`` -> ``6.18``: the nop10 series reached the 7.2.y line at 7.2.6), else the newest not newer. A
-    modelled version's own name is its row (``7.2``: the line as it stands)."""
+    version: the newest modelled version not newer than it with the same rules (``6.14.2`` -> ``6.11``,
+    ``7.2.5`` -> ``6.18``), else the newer one its stable line's backports made it hit like (``7.2.6``, which
+    took the nop10 series, -> ``7.3``), else the newest not newer."""
     text = str(release).strip()
     if text in KERNELS:
         return text
@@ -236,8 +235,9 @@ def modelled_kernel(release: str) -> str | None:
     if not older:
         return None
     rules = _hit_rules(kernel_of(text, have, _sublevel(text)))
-    same = [k for k in older if _hit_rules(KERNELS[k]) == rules]
-    return (same or older)[-1]
+    same = [k for k in sorted(KERNELS, key=_major_minor) if _hit_rules(KERNELS[k]) == rules]
+    not_newer = [k for k in same if _major_minor(k) <= have]
+    return not_newer[-1] if not_newer else same[0] if same else older[-1]
 
 
 def row_for_release(release: str) -> tuple[str, str | None]:
@@ -247,14 +247,15 @@ def row_for_release(release: str) -> tuple[str, str | None]:
     if text in KERNELS:
         return text, None
     row = modelled_kernel(text)
+    if row is not None and _major_minor(row) > _major_minor(text):
+        took = ", ".join(f"{r.name} at {version_name(_major_minor(text))}.{sub}"
+                         for r, sub, gained in stable_changes(_major_minor(text), "x86_64") if gained and r.new_version)
+        return row, (f"kernel {text}: the lab's {row} row answers for it: its stable line took {row}'s "
+                     f"{took}, so it hits as mainline {row} does")
     if row is not None:
-        newest = max((k for k in KERNELS if _major_minor(k) <= _major_minor(text)), key=_major_minor)
-        if row == newest:
-            return row, f"kernel {text}: the lab's {row} row answers for it (the newest modelled version not newer)"
-        changes = "; ".join(f"{newest}.{sub} {'took' if took else 'dropped'} {r.name}"
-                            for r, sub, took in stable_changes(_major_minor(newest), "x86_64"))
-        return row, (f"kernel {text}: the lab's {row} row answers for it: it hits as {row} does, while the "
-                     f"{newest} row is the {newest}.y line as it stands ({changes})")
+        note = f"kernel {text}: the lab's {row} row answers for it (the newest modelled version not newer)"
+        later = describe_stable_changes(_major_minor(text), "x86_64") if re.fullmatch(r"\d+\.\d+", text) else ""
+        return row, note + (f"\n{later}" if later else "")
     if _major_minor(text) is None:
         raise LabError(f"{text!r} is not a kernel release: give one such as 7.3, 6.8.0-45-generic or $(uname -r), "
                        f"or a modelled version: {', '.join(KERNELS)}")

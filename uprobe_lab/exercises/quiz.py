@@ -96,9 +96,9 @@ def _dearer_on_the_i7() -> str:
 # Each question is about a case no chapter prints (another instruction, kernel, site or count): it asks for what
 # the chapters it names teach, applied. A test holds the chapters' printed output to that.
 QUESTIONS = [
-    _q("Q1", "01, 03b", "On 7.2, a probe on `pause` (`f3 90`) is...", C_ACTION,
-       lambda: ACTION_WORD[hit_verdict(bytes.fromhex("f390"), 0x401000, "7.2")["probe"]],
-       "7.2's insn_is_nop() (8a5c6cbfe4a3) takes no PAUSE for a nop, and 0x90 is no longer a case of the "
+    _q("Q1", "01, 03b", "On 7.3, a probe on `pause` (`f3 90`) is...", C_ACTION,
+       lambda: ACTION_WORD[hit_verdict(bytes.fromhex("f390"), 0x401000, "7.3")["probe"]],
+       "7.3's insn_is_nop() (8a5c6cbfe4a3, since 6.19) takes no PAUSE for a nop, and 0x90 is no longer a case of the "
        "branch switch: it is stepped. 6.18 still emulated it as prefix* + 0x90."),
     _q("Q2", "03", "How many of the red zone's sixteen 8-byte words below rsp does one optimised nop5 hit on 6.18 "
        "overwrite?", C_WORDS,

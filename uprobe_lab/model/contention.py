@@ -62,7 +62,7 @@ def config_kernel(config: str) -> KernelVersion:
     unknown = [name for name in extra if name not in {r.name for r in RULES}]
     if release is None or unknown:
         raise LabError(f"config {config!r}: a release and rule names of uprobe_lab.kernel.RULES, e.g. 6.13+ri_pool")
-    kernel = kernel_of(config, release)
+    kernel = kernel_of(config, release)  # the release as mainline: a variant names any later rule itself
     return KernelVersion(config, kernel.rules | frozenset(extra))
 
 

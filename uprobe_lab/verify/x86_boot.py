@@ -27,7 +27,7 @@ BUSYBOX = "/bin/busybox"
 ARCH = "amd64"
 # Each kernel line the referee boots, by the image package names Debian gives it (the newest is taken):
 # 6.1: int3 return trampoline, nop5 stepped; 6.12: the uretprobe syscall; 6.16: every nop emulated; 6.18:
-# the nop5 optimisation; 7.2: the nop10 optimisation in a stable line (the lab's 7.2); 7.3: mainline's nop10.
+# the nop5 optimisation; 7.2: the nop10 optimisation in a stable line (from 7.2.6: the lab's 7.3 row); 7.3: mainline's nop10.
 KERNEL_LINES = {
     "6.1": r"linux-image-6\.1\.0-(\d+)-amd64",
     "6.12": r"linux-image-6\.12\.(\d+)\+deb1[23]-amd64",
