@@ -8,6 +8,7 @@
   min(width / 1280, height / 720) at any other size): body text 22 px, tables and outputs 18 px, step logs 16 px,
   a chart's and a diagram's text 16 px as drawn (its font size times the factor its SVG is scaled by);
 * listings (pre, code, step logs) are in a monospace font.
+* the page bar (the count and its buttons) is opaque: a slide scrolled under it does not show through.
 
 One Voila server for all chapters; one chapter's page at a time (each starts a kernel). A failure names the
 chapter, the slide, the screen size and the offending element. ``-s`` prints each chapter's figures.
@@ -116,6 +117,11 @@ MEASURE_JS = r"""async ([scale, minimum]) => {
     problems.push(`${kind} below ${Math.round(minimum[kind] * scale * 10) / 10} px: ${n} element(s), the smallest ` +
                   `${px} px: ${what}`);
   if (document.scrollingElement.scrollWidth > innerWidth + 1) problems.push('the page scrolls sideways');
+  // a slide scrolled part way runs under the page bar: the bar must hide what is under it, not print over it
+  const bar = document.getElementById('paged-bar'), barStyle = bar && getComputedStyle(bar);
+  if (bar && (barStyle.opacity !== '1' || !/^rgb\(/.test(barStyle.backgroundColor)))
+    problems.push(`the page bar is see-through (opacity ${barStyle.opacity}, background ${barStyle.backgroundColor}): ` +
+                  'the slide text under it shows through the page count');
   const top = box.getBoundingClientRect().top - box.scrollTop;
   const bottom = Math.max(0, ...cells.map(c => c.getBoundingClientRect().bottom - top));
   return {screens: Math.round(100 * bottom / innerHeight) / 100, smallest, problems};
