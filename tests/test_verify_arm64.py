@@ -5,8 +5,12 @@ download into ~/.cache/uprobe_lab); where either cannot be had the module's boot
 say why. CI installs qemu-system-arm (.ci/run).
 """
 import shutil
+import struct
+from dataclasses import replace
 
 import pytest
+from unicorn import UC_ARCH_ARM64, UC_HOOK_INTR, UC_MODE_ARM, Uc
+from unicorn import arm64_const as A
 
 from uprobe_lab.arm64 import asm
 from uprobe_lab.kernel import kernel_for_release
@@ -216,6 +220,51 @@ def test_an_alignment_fault_in_the_xol_slot_is_delivered_at_the_probe():
     assert probed.sig_pc == L.slot_base(0) + L.P
 
 
+def _signal_entry(elf, fault_pc):
+    """/init's signal handler run in Unicorn for a SIGSEGV at ``fault_pc``: (its first syscall, the record's sig and
+    sig_pc at that point)."""
+    uc, ucontext = Uc(UC_ARCH_ARM64, UC_MODE_ARM), 0x50000000
+    uc.mem_map(G.INIT_BASE, (G.DATA + G.DATA_SIZE - G.INIT_BASE + L.PAGE - 1) & ~(L.PAGE - 1))
+    uc.mem_write(G.INIT_BASE, elf)
+    uc.mem_map(L.SHARED, L.PAGE), uc.mem_map(ucontext, L.PAGE)
+    uc.mem_write(ucontext + G.UC_PC, struct.pack("<Q", fault_pc))
+    uc.reg_write(A.UC_ARM64_REG_X0, 11), uc.reg_write(A.UC_ARM64_REG_X2, ucontext)
+    calls = []
+    uc.hook_add(UC_HOOK_INTR, lambda uc, intno, _: (calls.append(uc.reg_read(A.UC_ARM64_REG_X8)), uc.emu_stop()))
+    uc.emu_start(L.SIGNAL_ENTRY, 0, count=200)
+    record = uc.mem_read(L.SHARED, L.REC_SIZE)
+    return calls[0], *struct.unpack_from("<QQ", record, L.REC["sig"])
+
+
+def test_a_fault_on_the_xol_read_leaves_the_record_to_the_case():
+    """On a CPU with FEAT_PAN3 the [uprobes] page is execute-only and FINISH's load from it faults: the handler exits
+    without recording that fault (the case's own signal, if it had one, stays), where it records any other fault
+    and goes on to FINISH (whose first syscall opens /proc/self/maps)."""
+    elf = G.build_init()
+    xol_read = G.INIT_BASE + elf.index(asm.b(asm.ldp(1, 2, 5, 0, "offset")))
+    assert _signal_entry(elf, xol_read) == (G.SYS["exit"], 0, 0)
+    assert _signal_entry(elf, L.CODE + L.P) == (G.SYS["openat"], 11, L.CODE + L.P)
+
+
+def test_xol_bytes_the_task_could_not_load_are_noted_not_compared():
+    """A readable [uprobes] starts with slot 0's brk #5, so all-zero XOL bytes in a record are bytes the task could
+    not load: the judge says so and judges the verdict and the effect; bytes read and different still disagree."""
+    raw = bytearray(L.REC_SIZE)
+    struct.pack_into("<Q", raw, L.REC["xol"], 0xFFFF0000)
+    struct.pack_into("<Q", raw, L.REC["tag"], 1 << 32)
+    assert J.parse_record(raw.hex())[2].xol_bytes == b""
+    raw[L.REC["xol_bytes"]] = 0xA0
+    assert J.parse_record(raw.hex())[2].xol_bytes == b"\xa0" + bytes(15)
+    case, kernel = C.Case("add", 0x91000420), kernel_for_release("6.18.15")
+    l_un, l_pr = J.lab_run(case, 0, kernel, False), J.lab_run(case, 0, kernel, True)
+    unread = J.judge(0, case, l_un, replace(l_pr, xol_bytes=b""), l_un, l_pr)
+    assert unread.agree and J.XOL_UNREAD in unread.notes
+    report = V.Report("pkg", "6.18.15+deb13-arm64", "6.18", 1.0, 1.0, [unread, J.judge(0, case, l_un, l_pr, l_un, l_pr)])
+    assert f"{J.XOL_UNREAD}: not compared on 1 of 2 forms" in report.text()
+    other = J.judge(0, case, l_un, replace(l_pr, xol_bytes=bytes(range(1, 17))), l_un, l_pr)
+    assert not other.agree and J.XOL_UNREAD not in other.notes
+
+
 # --- a real kernel ---------------------------------------------------------------------------
 
 # Random words whose literal load reaches another case's page when they sit among the others (issue 40):
@@ -289,8 +338,7 @@ HBC_6_12_PACKAGE = "linux-image-6.12.111+deb12-arm64-unsigned"  # bookworm-backp
 def bc_cond_report(request):
     """Debian's 7.3.4 and 6.12.111 booted under a QEMU whose -cpu max has FEAT_HBC: the host's if it is 8.2 or
     later, else bookworm-backports' qemu-system-arm unpacked into the lab's cache (bookworm's 7.2 has no FEAT_HBC).
-    Debian's 6.1 cannot answer for the kernels that step bc.cond: under QEMU 10's -cpu max its every stepped word
-    (add x0, x1, #1 too) ends in SIGSEGV with a blank XOL slot, a guest/CPU mismatch unrelated to bc.cond."""
+    That QEMU (10.0) has FEAT_PAN3 too, which makes [uprobes] execute-only: a stepped case's XOL bytes go unread."""
     from uprobe_lab.verify import arm64_boot as B
 
     if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None:

@@ -60,8 +60,9 @@ class Arm64Process(EmulatedProcess):
     Regs = PtRegs
     PC, SP, RETVAL = A.UC_ARM64_REG_PC, A.UC_ARM64_REG_SP, A.UC_ARM64_REG_X0
     STEPPER_REGS = ("ip", "sp", "x0", "x29", "x30", "pstate")
-    # arm64 Linux maps PROT_EXEC readable (execute-only mappings were reverted in 5.16, 24cecc377463):
-    # code stepped in [uprobes] can load from the page, as the referee's kernels show.
+    # arm64 Linux maps PROT_EXEC readable on a CPU without FEAT_PAN3 (execute-only mappings were reverted in 5.5,
+    # 24cecc377463, and came back in 5.13 for EPAN CPUs only, 18107f8a2df6): the lab models such a CPU, where code
+    # stepped in [uprobes] can load from the page, as the referee's kernels show under QEMU 7.2 (QEMU 10 has EPAN).
     EXEC_IMPLIES_READ = True
     TASK_STATE = ("utask", "single_step", "_stepped")
 

@@ -96,6 +96,9 @@ class Report:
             if j.cpu_differs:
                 lines.append(f"VERDICT ONLY {j.case.text()} ({j.case.word:08x}): {'; '.join(j.notes)}, so the "
                              f"probe's effect is not compared (kernel {j.kernel_verdict}, lab {j.lab_verdict})")
+        unread = sum(J.XOL_UNREAD in j.notes for j in self.judged)
+        if unread:
+            lines.append(f"{J.XOL_UNREAD}: not compared on {unread} of {len(self.judged)} forms")
         for j in self.judged:
             if not j.agree:
                 lines.append(f"DISAGREE {j.case.text()} ({j.case.word:08x}): kernel {j.kernel_verdict} {j.kernel_effect}"

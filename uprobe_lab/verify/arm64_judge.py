@@ -53,8 +53,10 @@ def parse_record(hexline: str) -> tuple[int, int, Run]:
     tag, status = q("tag"), q("status")
     exit_ = "" if status == 0 else (f"exit {status >> 8}" if status & 0x7F == 0 else
                                    f"killed by {signal.Signals(status & 0x7F).name}")
+    # All zero: the task could not load them (execute-only [uprobes]); a page it reads starts with slot 0's brk #5
+    xol_bytes = raw[L.REC["xol_bytes"]: L.REC["xol_bytes"] + 16]
     run = Run(_values(raw), struct.unpack_from("<q", raw, L.REC["attach0"])[0], q("seen"), q("xol"),
-              raw[L.REC["xol_bytes"]: L.REC["xol_bytes"] + 16] if q("xol") else b"", q("sig"), q("sig_pc"), exit_)
+              xol_bytes if q("xol") and any(xol_bytes) else b"", q("sig"), q("sig_pc"), exit_)
     return tag & 0xFFFFFFFF, tag >> 32, run
 
 
@@ -174,6 +176,9 @@ def known_bug(word: int) -> str:
     return ""
 
 
+XOL_UNREAD = "XOL bytes unread: the task cannot load from [uprobes] (execute-only on a CPU with FEAT_PAN3)"
+
+
 def judge(index: int, case: C.Case, k_un: Run, k_pr: Run, l_un: Run, l_pr: Run) -> Judged:
     base = L.slot_base(index)
     j = Judged(index, case, verdict(case, k_pr), verdict(case, l_pr), effect(k_un, k_pr, base), effect(l_un, l_pr, base))
@@ -182,7 +187,9 @@ def judge(index: int, case: C.Case, k_un: Run, k_pr: Run, l_un: Run, l_pr: Run) 
             j.notes.append(f"DISAGREE: the task read {k_pr.seen:08x} at the probe, not brk #5")
         if l_pr.seen != k_pr.seen and l_pr.attach >= 0:
             j.notes.append(f"DISAGREE: probed word {k_pr.seen:08x} (kernel) vs {l_pr.seen:08x} (lab)")
-        if k_pr.xol and l_pr.xol and k_pr.xol_bytes != l_pr.xol_bytes:
+        if k_pr.xol and not k_pr.xol_bytes:
+            j.notes.append(XOL_UNREAD)
+        elif k_pr.xol and l_pr.xol and k_pr.xol_bytes != l_pr.xol_bytes:
             j.notes.append(f"DISAGREE: XOL bytes {k_pr.xol_bytes.hex()} (kernel) vs {l_pr.xol_bytes.hex()} (lab)")
     if (k_un.sig, k_un.exit) != (l_un.sig, l_un.exit):
         j.notes.append(f"cpu: unprobed run ends with signal {k_un.sig} under QEMU, {l_un.sig} under Unicorn")
