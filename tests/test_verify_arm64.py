@@ -259,7 +259,8 @@ def test_xol_bytes_the_task_could_not_load_are_noted_not_compared():
     l_un, l_pr = J.lab_run(case, 0, kernel, False), J.lab_run(case, 0, kernel, True)
     unread = J.judge(0, case, l_un, replace(l_pr, xol_bytes=b""), l_un, l_pr)
     assert unread.agree and J.XOL_UNREAD in unread.notes
-    report = V.Report("pkg", "6.18.15+deb13-arm64", "6.18", 1.0, 1.0, [unread, J.judge(0, case, l_un, l_pr, l_un, l_pr)])
+    read = J.judge(0, case, l_un, l_pr, l_un, l_pr)
+    report = V.Report("pkg", "6.18.15+deb13-arm64", "6.18", 1.0, 1.0, [unread, read])
     assert f"{J.XOL_UNREAD}: not compared on 1 of 2 forms" in report.text()
     other = J.judge(0, case, l_un, replace(l_pr, xol_bytes=bytes(range(1, 17))), l_un, l_pr)
     assert not other.agree and J.XOL_UNREAD not in other.notes
@@ -332,13 +333,18 @@ QEMU_WITH_HBC = (8, 2)
 
 
 HBC_6_12_PACKAGE = "linux-image-6.12.111+deb12-arm64-unsigned"  # bookworm-backports, after 6.12.92's backport
+# trixie-backports' last 6.18 (it built 6.18.5, .9, .12, .15, then 6.19): before 6.18.34's backport, so it steps
+# bc.cond
+HBC_6_18_PACKAGE = "linux-image-6.18.15+deb13-arm64"
+# ldr x0, [x2, x1]: a SIGSEGV of the case's own, stepped, then the XOL read's fault on a FEAT_PAN3 CPU (the guest must
+# keep the first and survive the second)
+FAULTING_LOAD = C.Case("load-store", enc.ldr_x_reg(0, 2, 1))
 
 
-@pytest.fixture(scope="session", params=[HBC_PACKAGE, HBC_6_12_PACKAGE])
-def bc_cond_report(request):
-    """Debian's 7.3.4 and 6.12.111 booted under a QEMU whose -cpu max has FEAT_HBC: the host's if it is 8.2 or
-    later, else bookworm-backports' qemu-system-arm unpacked into the lab's cache (bookworm's 7.2 has no FEAT_HBC).
-    That QEMU (10.0) has FEAT_PAN3 too, which makes [uprobes] execute-only: a stepped case's XOL bytes go unread."""
+def _boot_with_hbc(package, cases):
+    """Boot ``package`` under a QEMU whose -cpu max has FEAT_HBC: the host's if it is 8.2 or later, else
+    bookworm-backports' qemu-system-arm unpacked into the lab's cache (bookworm's 7.2 has no FEAT_HBC). That QEMU
+    (10.0) has FEAT_PAN3 too, which makes [uprobes] execute-only: a stepped case's XOL bytes go unread."""
     from uprobe_lab.verify import arm64_boot as B
 
     if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None:
@@ -346,9 +352,21 @@ def bc_cond_report(request):
     try:
         version = B.qemu_version()
         qemu = B.QEMU if version is not None and version >= QEMU_WITH_HBC else B.fetch_backported_qemu()
-        return V.verify_arm64(package=request.param, cases=HBC_CASES, qemu=qemu)
+        return V.verify_arm64(package=package, cases=cases, qemu=qemu)
     except B.RefereeUnavailable as err:
-        pytest.skip(f"no QEMU with FEAT_HBC or no {request.param} to boot: {err}")
+        pytest.skip(f"no QEMU with FEAT_HBC or no {package} to boot: {err}")
+
+
+@pytest.fixture(scope="session", params=[HBC_PACKAGE, HBC_6_12_PACKAGE])
+def bc_cond_report(request):
+    """Debian's 7.3.4 and 6.12.111, which simulate bc.cond."""
+    return _boot_with_hbc(request.param, HBC_CASES)
+
+
+@pytest.fixture(scope="session")
+def bc_cond_stepped_report():
+    """Debian's 6.18.15, which steps bc.cond."""
+    return _boot_with_hbc(HBC_6_18_PACKAGE, HBC_CASES + [FAULTING_LOAD])
 
 
 @pytest.mark.qemu
@@ -361,11 +379,37 @@ def test_debian_7_3_and_6_12_stable_simulate_bc_cond_as_the_lab_does(bc_cond_rep
     assert all(j.agree for j in bc_cond_report.judged), "\n" + bc_cond_report.text()
 
 
+@pytest.mark.qemu
+def test_debian_6_18_15_steps_bc_cond_and_loses_its_branch_as_the_lab_does(bc_cond_stepped_report):
+    """6.18.15 predates 6.18.34's backport of 2ccd8ff980b5 (docs/references.md): its decoder sees no branch in bc.eq
+    and steps it out of line, and the step ends with pc = the probed address + 4, so the taken bc.eq falls through to
+    the next instruction's pad; b.eq is simulated as ever. The faulting load keeps its own SIGSEGV."""
+    report = bc_cond_stepped_report
+    assert report.release.startswith("6.18.15")
+    assert [(j.case.word, j.kernel_verdict) for j in report.judged] == [
+        (0x54000050, "stepped"), (0x54000050, "stepped"), (0x54000040, "simulated"), (FAULTING_LOAD.word, "stepped")]
+    taken, not_taken, _, load = report.judged
+    assert taken.kernel_effect == {"pad": L.PAD_ID["fall"]} and "2ccd8ff980b5" in taken.kernel_bug
+    assert not_taken.kernel_effect == {} and load.kernel_effect == {}
+    assert all(j.agree for j in report.judged), "\n" + report.text()
+
+
 def test_the_lab_steps_bc_cond_on_the_6_18_debian_booted_and_simulates_it_on_7_3():
     """The lab's side of the referee for the same words: Debian's 6.18.15 predates 6.18.34's backport."""
     for release, expected in (("6.18.15+deb13-arm64", "stepped"), ("7.3.4+deb13-arm64", "simulated")):
         verdict, _, _ = _lab_verdicts(0x54000050, release)
         assert verdict == expected, release
+
+
+def test_the_lab_loses_a_taken_bc_cond_it_steps_and_says_why():
+    """Stepped from the XOL slot (6.18.15), the taken bc.eq ends at pc = probed address + 4: the fall-through pad.
+    Simulated (7.3.4), it reaches its target as unprobed."""
+    taken = HBC_CASES[0]
+    for release, expected in (("6.18.15+deb13-arm64", {"pad": L.PAD_ID["fall"]}), ("7.3.4+deb13-arm64", {})):
+        kernel = kernel_for_release(release)
+        un, pr = J.lab_run(taken, 0, kernel, False), J.lab_run(taken, 0, kernel, True)
+        assert J.effect(un, pr, L.slot_base(0)) == expected, release
+    assert "2ccd8ff980b5" in J.known_bug(taken.word) and not J.known_bug(0x54000040)
 
 
 def test_a_word_the_two_cpus_run_differently_is_judged_on_its_verdict_only():

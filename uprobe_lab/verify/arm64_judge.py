@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from unicorn import arm64_const as A
 
 from ..arm64 import asm
-from ..arm64.decode import EINVAL
+from ..arm64.decode import EINVAL, is_bc_cond
 from ..arm64.process import Arm64Process
 from ..errors import LabError
 from ..uprobes import CountingConsumer, UnprobeableInstruction, uprobe_register
@@ -173,6 +173,9 @@ def known_bug(word: int) -> str:
     if is_fp_ldr_literal(word):
         return ("SIMD/FP ldr (literal) is not in aarch64_insn_uses_literal(): it is stepped from the XOL slot "
                 "and loads from the slot's neighbourhood, not from its literal")
+    if is_bc_cond(word):
+        return ("FEAT_HBC's bc.cond is no branch to the decoder before 2ccd8ff980b5: it is stepped from the XOL slot, "
+                "where the step ends with pc = probed address + 4, so a taken bc.cond falls through")
     return ""
 
 
