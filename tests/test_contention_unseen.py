@@ -1,0 +1,77 @@
+"""v2 on a many-CPU table it has never seen: read from `bench --mode native -p N --json` runs, predicted with the
+fitted machines' parameters and the machine's own no-probe curve, scored (uprobe_lab.model.unseen)."""
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from uprobe_lab import LabError
+from uprobe_lab.model import unseen
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run(bench, cpus, mops, one_cpu, kernel="6.18.44-test"):
+    """One row as bench --mode native -p N --json prints it (the fields the model reads)."""
+    row = {"bench": bench, "arch": "x86_64", "mode": "native", "kernel": kernel, "cpus": cpus, "mops": mops,
+           "mops_per_cpu": mops / cpus}
+    if cpus > 1:
+        row["one_cpu"] = {"cpu": 0, "mops_per_cpu": one_cpu}
+    return row
+
+
+RUNS = [run("uprobe-nop", 2, 6.0, 3.2), run("usermode-count", 2, 190.0, 100.0), run("syscall-count", 2, 10.0, 5.0),
+        run("uprobe-nop", 4, 10.0, 3.0), run("usermode-count", 4, 320.0, 100.0), run("syscall-count", 4, 18.0, 5.0),
+        run("uprobe-nop", 8, 12.0, 2.0), run("usermode-count", 8, 560.0, 100.0)]
+
+
+def test_the_runs_become_one_curve_and_the_machine_s_own_scaling():
+    table, m = unseen.table_from_bench_runs(RUNS)
+    # worked out by hand: T1 is the median of the runs' own 1-CPU rates (3.2, 3.0, 2.0); m(N) = 95, 80, 70 / 100
+    assert table[["bench", "producers", "total_mops"]].values.tolist() == [
+        ["uprobe-nop", 1, 3.0], ["uprobe-nop", 2, 6.0], ["uprobe-nop", 4, 10.0], ["uprobe-nop", 8, 12.0]]
+    assert set(table["config"]) == {"6.18"} and m == {1: 1.0, 2: 0.95, 4: 0.8, 8: 0.7}
+
+
+def test_every_row_is_scored_against_its_own_prediction():
+    first = unseen.score_unseen(RUNS, 4)
+    rows = first["rows"]
+    assert list(rows["producers"]) == [2, 4, 8] and (rows["low"] < rows["model_mops"]).all()
+    assert (rows["model_mops"] < rows["high"]).all()
+    # measured twice what the model says: every error is -50%, and outside an interval at most x1.75 wide above
+    doubled = copy.deepcopy(RUNS)
+    model = dict(zip(rows["producers"], rows["model_mops"]))
+    for r in doubled:
+        if r["bench"] == "uprobe-nop":
+            r["mops"] = 2 * model[r["cpus"]]
+    second = unseen.score_unseen(doubled, 4)
+    assert second["rows"]["model_mops"].tolist() == pytest.approx(rows["model_mops"].tolist())  # T1 and m unchanged
+    assert second["rows"]["error"].tolist() == pytest.approx([-0.5, -0.5, -0.5])
+    assert second["median_abs_error"] == pytest.approx(0.5) and second["inside_80"] == 0.0
+
+
+@pytest.mark.parametrize("runs, cores, message", [
+    (RUNS + [run("uprobe-nop", 8, 12.0, 3.0, kernel="7.3.4")], 4, "one kernel's"),
+    ([{k: v for k, v in RUNS[0].items() if k != "one_cpu"}], 4, "no one_cpu run"),
+    ([r for r in RUNS if not (r["bench"] == "usermode-count" and r["cpus"] == 4)], 4, "no usermode-count row at -p 4"),
+    ([r for r in RUNS if r["bench"] != "uprobe-nop"], 4, "no bench measured on 2 or more CPUs"),
+    (RUNS, 0, "physical core count"),
+    ({"bench": "uprobe-nop"}, 4, "a list of rows"),
+])
+def test_what_is_no_unseen_table_is_refused_with_the_way_out(runs, cores, message):
+    with pytest.raises(LabError, match=message):
+        unseen.score_unseen(runs, cores)
+
+
+def test_the_benchmark_script_prints_the_rows_and_the_goals(tmp_path):
+    path = tmp_path / "p2-p4.json"
+    path.write_text(json.dumps(RUNS))
+    out = subprocess.run([sys.executable, "benchmarks/contention_model.py", "--unseen", str(path), "--cores", "4"],
+                         cwd=REPO, capture_output=True, text=True, check=True).stdout
+    assert "uprobe-nop" in out and "goal <= 10%" in out and "m(N)" in out and "2: 0.950" in out
+    missing = subprocess.run([sys.executable, "benchmarks/contention_model.py", "--unseen", str(tmp_path / "none.json"),
+                              "--cores", "4"], cwd=REPO, capture_output=True, text=True)
+    assert missing.returncode != 0 and "none.json" in missing.stderr and "Traceback" not in missing.stderr

@@ -1,0 +1,74 @@
+"""A many-CPU table the contention model has never seen, predicted and scored as docs/model.md's version 2 says.
+
+The table comes as the JSON that ``bench --mode native -p N --json`` prints, one run per N (the files of several
+runs, or their rows in one list): each bench's row at N gives the total M/s, its ``one_cpu`` run the 1-CPU rate
+(T1), and the no-probe loop's row (``usermode-count``) the machine's own per-CPU scaling m(N). Nothing is fitted
+on it: the fitted machines' tau0 and gamma (:func:`.contention.predict_unseen`), eta = 0.3, C = the machine's
+cores, and v2's 80% interval (leave one fitting table out), all fixed before the table is read.
+"""
+from __future__ import annotations
+
+import statistics
+
+import numpy as np
+
+from ..errors import LabError
+from ..kernel import _major_minor, version_name
+from ..machine_scaling import BASELINES
+from . import contention
+
+TABLE = "unseen"
+
+
+def table_from_bench_runs(runs: list[dict], machine: str = "unseen"):
+    """``bench --mode native -p N --json`` rows -> (a table in scaling.csv's columns, with a 1-CPU row per bench,
+    and the no-probe loop's per-CPU rate at each N over its rate at 1, {1: 1.0, N: m(N)})."""
+    import pandas as pd
+
+    if not isinstance(runs, list) or not all(isinstance(r, dict) for r in runs):
+        raise LabError("an unseen table is a list of rows as `bench --mode native -p N --json` prints them")
+    kernels = {r.get("kernel") for r in runs}
+    if len(kernels) != 1 or any(r.get("mode") != "native" or "cpus" not in r for r in runs):
+        raise LabError(f"an unseen table is one kernel's native -p N runs; these rows have kernels {sorted(map(str, kernels))}"
+                       " and modes " + ", ".join(sorted({str(r.get('mode')) for r in runs})))
+    line = _major_minor(str(kernels.pop()))
+    if line is None:
+        raise LabError("the rows' kernel is no release (expected uname -r, e.g. 6.18.44)")
+    rows, one_cpu, machine_scaling = [], {}, {1: 1.0}
+    for r in runs:
+        n, bench = int(r["cpus"]), r["bench"]
+        if n > 1 and "one_cpu" not in r:
+            raise LabError(f"{bench} at -p {n} has no one_cpu run: the model needs each curve's 1-CPU rate "
+                           "(bench --mode native -p N measures it with the N-CPU run)")
+        if bench == "usermode-count" and n > 1:
+            machine_scaling[n] = r["mops_per_cpu"] / r["one_cpu"]["mops_per_cpu"]
+        if bench in BASELINES:
+            continue
+        one_cpu.setdefault(bench, []).append(r["mops"] if n == 1 else r["one_cpu"]["mops_per_cpu"])
+        if n > 1:
+            rows.append({"bench": bench, "producers": n, "total_mops": float(r["mops"])})
+    if not rows:
+        raise LabError("the rows have no bench measured on 2 or more CPUs: run bench --mode native -p N with N >= 2")
+    # each -p N run measured its own 1-CPU rate: the curve's T1 is their median
+    rows += [{"bench": b, "producers": 1, "total_mops": statistics.median(v)} for b, v in one_cpu.items()]
+    table = pd.DataFrame(rows).assign(table=TABLE, machine=machine, variant="", config=version_name(line))
+    return table.sort_values(["bench", "producers"], ignore_index=True), machine_scaling
+
+
+def score_unseen(runs: list[dict], cores: int) -> dict:
+    """Predict the table of ``runs`` (:func:`table_from_bench_runs`) on a machine of ``cores`` physical cores, each
+    row with v2's 80% interval, and score it as the protocol does: median |error| and the share inside."""
+    if not isinstance(cores, int) or cores < 1:
+        raise LabError(f"cores is the machine's physical core count, e.g. 16, got {cores!r}")
+    table, machine_scaling = table_from_bench_runs(runs)
+    with_m = sorted(n for n in set(table["producers"]) if n > 1 and n not in machine_scaling)
+    if with_m:
+        raise LabError(f"no usermode-count row at -p {', '.join(map(str, with_m))}: v2 takes m(N) from the machine's "
+                       "own no-probe loop (bench --mode native -p N runs it beside the benches)")
+    rows = contention.predict_unseen(table, cores, machine_scaling)
+    low, high = contention.loto_interval(2)
+    rows["low"], rows["high"] = rows["model_mops"] / np.exp(high), rows["model_mops"] / np.exp(low)
+    rows["error"] = rows["model_mops"] / rows["total_mops"] - 1
+    inside = (rows["total_mops"] >= rows["low"]) & (rows["total_mops"] <= rows["high"])
+    return {"rows": rows, "median_abs_error": float(rows["error"].abs().median()), "inside_80": float(inside.mean()),
+            "interval_log": (low, high), "machine_scaling": machine_scaling}
