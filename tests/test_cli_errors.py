@@ -363,15 +363,31 @@ def test_too_many_emulated_calls_say_what_to_lower(capsys):
 
 
 @pytest.mark.parametrize("release, row, rule", [
-    # worked out from kernel.RULES by hand: 9.9 is past every rule, whose newest for x86 is 7.2's optimize_nop10;
+    # worked out from kernel.RULES by hand: 9.9 is past every rule, whose newest for x86 is 7.3's optimize_nop10;
     # 6.13 hits as 6.11 (the newest modelled version not newer) and has the 6.13 core rules (xol_no_slot_count...)
     ("9.9", "7.3", "from 7.3"), ("99999999999999999999.1", "7.3", "from 7.3"), ("6.13", "6.11", "from 6.13"),
+    # 7.2.13 has the nop10 series by the 7.2.y line's backport (7.2.6), not from its release
+    ("7.2.13", "7.3", "optimize_nop10, a backport of 7.3's to 7.2.6"),
 ])
 def test_p_with_a_release_says_which_rules_answer(capsys, release, row, rule):
     assert cli.main(["bench", "uprobe-nop", "-p", "2", "--kernel", release, "--iterations", "10"]) == 0
     err = capsys.readouterr().err
     assert err.startswith(f"kernel {release}: the emulator runs the lab's rules of every release up to it: a hit "
                           f"on one CPU is the {row} row's") and rule in err
+
+
+def test_a_p_row_is_named_by_the_release_it_ran(capsys):
+    """A release with a sublevel runs its backports, so its row carries the sublevel; one without is mainline."""
+    for release, name in (("7.2.13", "7.2.13"), ("7.2", "7.2"), ("6.8.0-45-generic", "6.8")):
+        assert cli.main(["bench", "uprobe-nop10", "-p", "2", "--kernel", release, "--iterations", "10", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)[0]["kernel"] == name
+
+
+def test_predict_says_which_row_prices_a_release(capsys, files, tmp_path):
+    measured = files("m.csv", HEADER + GOOD_ROWS)
+    assert cli.main(["predict", "--measured", measured, "--to", "7.2", "--out", str(tmp_path / "p.csv")]) == 0
+    err = capsys.readouterr().err
+    assert "kernel 7.2: the lab's 6.18 row answers for it" in err and "--kernel 7.2.6" in err
 
 
 def test_p_with_a_modelled_version_says_nothing(capsys):

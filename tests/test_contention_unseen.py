@@ -36,6 +36,16 @@ def test_the_runs_become_one_curve_and_the_machine_s_own_scaling():
     assert set(table["config"]) == {"6.18"} and m == {1: 1.0, 2: 0.95, 4: 0.8, 8: 0.7}
 
 
+def test_a_refused_bench_is_left_out_and_a_backport_names_the_config():
+    refused = {"bench": "uprobe-nop10", "arch": "x86_64", "mode": "native", "kernel": "6.18.44-test",
+               "refused": "refused by this kernel (6.18.44-test) at attach: ..."}
+    table, _ = unseen.table_from_bench_runs(RUNS + [refused])
+    assert set(table["bench"]) == {"uprobe-nop"}
+    # 6.12.80 has 6.12.77's backport of RCU Tasks Trace (87195a1ee332), which mainline 6.12 has not
+    table, _ = unseen.table_from_bench_runs([dict(r, kernel="6.12.80") for r in RUNS])
+    assert set(table["config"]) == {"6.12+rcu_tasks_trace"}
+
+
 def test_every_row_is_scored_against_its_own_prediction():
     first = unseen.score_unseen(RUNS, 4)
     rows = first["rows"]
@@ -59,6 +69,7 @@ def test_every_row_is_scored_against_its_own_prediction():
     ([r for r in RUNS if not (r["bench"] == "usermode-count" and r["cpus"] == 4)], 4, "no usermode-count row at -p 4"),
     ([r for r in RUNS if r["bench"] != "uprobe-nop"], 4, "no bench measured on 2 or more CPUs"),
     (RUNS, 0, "physical core count"),
+    ([{k: v for k, v in RUNS[0].items() if k != "mops"}], 4, "a row without bench, cpus, mops"),
     ({"bench": "uprobe-nop"}, 4, "a list of rows"),
 ])
 def test_what_is_no_unseen_table_is_refused_with_the_way_out(runs, cores, message):

@@ -158,6 +158,17 @@ def test_a_release_answers_with_the_row_it_hits_like(release, row):
     assert modelled_kernel(release) == row
 
 
+def test_a_release_without_a_sublevel_names_the_sublevels_that_answer_otherwise():
+    abi = row_for_release("7.2.0-45-generic")[1]  # Ubuntu's form: an ABI number where the sublevel would be
+    assert "no sublevel (an ABI number), so read as mainline" in abi and "--kernel 7.2.6" in abi
+    assert "\n" not in row_for_release("7.2.0")[1]  # 7.2.0 is mainline by its own name: nothing more to say
+
+
+def test_the_api_points_a_release_to_its_row():
+    with pytest.raises(kernel.LabError, match=r"for release 7.2.13 give its row, 7.3"):
+        kernel.get_kernel("7.2.13")
+
+
 def test_a_7_2_release_says_why_its_row_answers():
     assert "7.3 row answers" in row_for_release("7.2.6")[1] and "optimize_nop10 at 7.2.6" in row_for_release("7.2.6")[1]
     bare = row_for_release("7.2")[1]  # mainline 7.2, and the sublevel to give for the backport

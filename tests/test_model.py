@@ -668,7 +668,7 @@ def test_cli_reproduce_reports_the_headline(tmp_path, capsys):
 
 def test_model_rows_say_whether_this_cpu_has_a_published_figure():
     """Seed 003 publishes uprobe-nop5 on 6.18 for its unnamed machine only: for that profile the row is
-    published, for the Intel i7 a prediction that names where it was published; nop10 (7.2) is published nowhere."""
+    published, for the Intel i7 a prediction that names where it was published; nop10 (7.3) is published nowhere."""
     basis = lambda cpu, kernel, name: cli.model_rows([name], "x86_64", kernel, cpu, {})[0]["basis"]
     assert "published figures exist for this CPU" in basis("nop5", "6.18", "uprobe-nop5")
     other = basis("intel", "6.18", "uprobe-nop5")

@@ -6,7 +6,6 @@ import contextlib
 import json
 import os
 import platform
-import re
 import sys
 import warnings
 
@@ -14,8 +13,8 @@ from . import analyze, bench
 from .arches import ARCHES
 from .constants import MAX_ITERATIONS
 from .errors import LabError
-from .kernel import (DEFAULT_KERNEL, KERNELS, RULES, describe_stable_changes, kernel_for_release, release_rules,
-                     row_for_release, version_name)
+from .kernel import (DEFAULT_KERNEL, KERNELS, RULES, _major_minor, kernel_for_release, release_rules,
+                     row_for_release, unknown_sublevel_note, version_name)
 from .outputs import OutputDir, output_file, record_file
 
 
@@ -167,11 +166,9 @@ def cmd_analyze(args) -> int:
     kernel = args.kernel
     if kernel not in KERNELS:  # a release: its own rules, stable backports from its sublevel (6.18.15 vs 6.18.34)
         kernel = kernel_for_release(kernel)
-    bare = re.fullmatch(r"(\d+)\.(\d+)", str(args.kernel))  # no sublevel: say which sublevels answer otherwise
-    if bare:
-        line = describe_stable_changes((int(bare[1]), int(bare[2])), args.arch)
-        if line:
-            print(line, file=sys.stderr)
+    line = unknown_sublevel_note(args.kernel, args.arch)  # no sublevel: say which sublevels answer otherwise
+    if line:
+        print(line, file=sys.stderr)
     result = analyze(args.insn, args.arch, kernel, **options)
     if args.json:
         print(json.dumps(result, indent=2))
@@ -210,6 +207,9 @@ def cmd_predict(args) -> int:
 
     out = output_file(args.out) if args.out is not None else None
     measured = read_measured(args.measured)
+    _, note = row_for_release(args.to)  # which row prices a release, as bench and analyze say it
+    if note:
+        print(note, file=sys.stderr)
     with warnings.catch_warnings(record=True):  # printed below, once each
         warnings.simplefilter("always")
         result = model.predict_from_measured(measured, args.to)
@@ -368,8 +368,10 @@ def release_rules_note(release: str, arch: str) -> str | None:
     rules = release_rules(text).rules
     newest = max((r for r in RULES if r.name in rules and r.arch in (arch, "core")), key=lambda r: r.since,
                  default=None)
-    has = (f"the newest rule it has is {newest.name}, from {version_name(newest.since)}" if newest
-           else "it has none of the lab's rules")
+    line = _major_minor(text)
+    came = (f"a backport of {version_name(newest.since)}'s to {version_name(line)}.{newest.backports[line]}"
+            if newest and newest.since > line else f"from {version_name(newest.since)}" if newest else "")
+    has = f"the newest rule it has is {newest.name}, {came}" if newest else "it has none of the lab's rules"
     return (f"kernel {text}: the emulator runs the lab's rules of every release up to it: a hit on one CPU is the "
             f"{row} row's, and {has}")
 

@@ -73,7 +73,7 @@ RULES: list[Rule] = [
          backports={(5, 4): 302, (5, 10): 247, (5, 15): 197, (6, 6): 117, (6, 17): 8}),
     Rule("arm64_simulate_nop", "arm64", (6, 13), "ac4ad5c09b34"),  # nop simulated instead of stepped
     # FEAT_HBC's BC.cond (b.cond with bit 4 set) matches insn.h's bcond mask, so it is simulated like b.cond;
-    # before, it was stepped out of line, where a taken branch lands relative to the XOL slot
+    # before, it was stepped out of line and the step's end set pc = vaddr + 4: a taken BC.cond fell through
     Rule("arm64_simulate_bc_cond", "arm64", (7, 1), "2ccd8ff980b5",
          backports={(6, 6): 142, (6, 12): 92, (6, 18): 34, (7, 0): 11}),
     # MOPS (cpy*/set*) prologue/main/epilogue words refused instead of stepped (patch 049/676 of 6.6.64-rc1,
@@ -157,6 +157,19 @@ def describe_stable_changes(release: Release, arch: str) -> str:
     return f"kernel {name}: mainline {name} ({name}.0); its stable line changed since ({said}): give the sublevel, e.g. --kernel {name}.{changes[-1][1]}"
 
 
+def unknown_sublevel_note(release: str, arch: str) -> str:
+    """For a release read as mainline because it names no sublevel ('7.2', or an ABI number: '7.2.0-45-generic'),
+    the line that says which stable sublevels of its line answer otherwise for ``arch``; '' for any other."""
+    text = str(release).strip()
+    line = _major_minor(text)
+    if line is None or _sublevel(text) >= 0:
+        return ""
+    said = describe_stable_changes(line, arch)
+    if said and text != version_name(line):
+        said = f"kernel {text}: no sublevel (an ABI number), so read as mainline; " + said
+    return said
+
+
 def kernel_of(name: str, release: Release, sublevel: int = 0) -> KernelVersion:
     """The lab's kernel for ``release``: every rule it has, by the table."""
     return KernelVersion(name, frozenset(r.name for r in RULES if r.in_release(release, sublevel)))
@@ -206,9 +219,12 @@ def get_kernel(version: str | KernelVersion | None = None) -> KernelVersion:
     try:
         return KERNELS[name]
     except KeyError:
+        row = modelled_kernel(name) if isinstance(name, str) else None
+        hint = (f"; for release {name} give its row, {row} (row_for_release says why), or its own rules, "
+                f"kernel_for_release({name!r})" if row is not None else "")
         raise LabError(
             f"unknown kernel version {shown(name)}: the lab models {', '.join(KERNELS)} "
-            f"(the versions where a probe hit's cost changed)"
+            f"(the versions where a probe hit's cost changed){hint}"
         ) from None
 
 
@@ -254,7 +270,7 @@ def row_for_release(release: str) -> tuple[str, str | None]:
                      f"{took}, so it hits as mainline {row} does")
     if row is not None:
         note = f"kernel {text}: the lab's {row} row answers for it (the newest modelled version not newer)"
-        later = describe_stable_changes(_major_minor(text), "x86_64") if re.fullmatch(r"\d+\.\d+", text) else ""
+        later = unknown_sublevel_note(text, "x86_64")
         return row, note + (f"\n{later}" if later else "")
     if _major_minor(text) is None:
         raise LabError(f"{text!r} is not a kernel release: give one such as 7.3, 6.8.0-45-generic or $(uname -r), "
@@ -273,7 +289,12 @@ def release_rules(release) -> KernelVersion:
     rel = _major_minor(str(release))
     if rel is None:
         raise LabError(f"{release!r} is not a kernel release: give one such as 6.13 or 6.8.0-45-generic")
-    return kernel_of(version_name(rel), rel, _sublevel(str(release)))
+    return kernel_of(_release_name(rel, _sublevel(str(release))), rel, _sublevel(str(release)))
+
+
+def _release_name(line: Release, sublevel: int) -> str:
+    """A release as the lab names it: 7.2.13 where the sublevel is known (its backports count), else 7.2 (mainline)."""
+    return f"{version_name(line)}.{sublevel}" if sublevel >= 0 else version_name(line)
 
 
 def _sublevel(release: str, version: str | None = None) -> int:
@@ -295,4 +316,6 @@ def kernel_for_release(release: str, version: str | None = None) -> KernelVersio
         raise LabError(f"cannot read a kernel version from {release!r} (expected e.g. 6.1.0-57-arm64)")
     detail = f"{release}, {version}" if version else release
     # a release names its line at an unknown sublevel: stable backports count only where the sublevel is known
-    return kernel_of(f"{rel[0]}.{rel[1]} ({detail})", rel, _sublevel(release, version))
+    sublevel = _sublevel(release, version)
+    name = _release_name(rel, sublevel)
+    return kernel_of(name if detail == name else f"{name} ({detail})", rel, sublevel)

@@ -158,8 +158,9 @@ def arm_probe_decode_insn(insn: int, kernel=None) -> tuple[str, str, str]:
     if not why:
         stepped = "single-stepped out of line: BRK, step in the XOL slot, step exception, pc = vaddr + 4"
         if is_bc_cond(insn):  # only a kernel without 2ccd8ff980b5 gets here with it
-            stepped += ("; this kernel's decoder does not see FEAT_HBC's BC.cond as a branch, so a taken bc.cond "
-                        "lands relative to the XOL slot (simulated like b.cond from 7.1, 2ccd8ff980b5)")
+            stepped += ("; this kernel's decoder does not see FEAT_HBC's BC.cond as a branch, and the step's end "
+                        "sets pc = vaddr + 4 whatever the step did, so a taken bc.cond falls through: the branch is "
+                        "lost (simulated like b.cond from 7.1, 2ccd8ff980b5)")
         return "INSN_GOOD", "", stepped
     old_ldr_literal = kernel is not None and not kernel.arm64_refuse_ldr_literal
     bc_cond = is_bc_cond(insn)

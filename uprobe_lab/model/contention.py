@@ -109,6 +109,7 @@ def record_transfers(path: str | Path = TRANSFERS_PATH) -> dict:
     write_output(path, json.dumps(data, indent=1) + "\n", "path", "contention_transfers.json")
     recorded_transfers.cache_clear()
     transfers.cache_clear()
+    loto_interval.cache_clear()
     return data
 
 

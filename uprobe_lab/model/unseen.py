@@ -13,7 +13,7 @@ import statistics
 import numpy as np
 
 from ..errors import LabError
-from ..kernel import _major_minor, version_name
+from ..kernel import RULES, _major_minor, kernel_for_release, kernel_of, version_name
 from ..machine_scaling import BASELINES
 from . import contention
 
@@ -27,13 +27,24 @@ def table_from_bench_runs(runs: list[dict], machine: str = "unseen"):
 
     if not isinstance(runs, list) or not all(isinstance(r, dict) for r in runs):
         raise LabError("an unseen table is a list of rows as `bench --mode native -p N --json` prints them")
+    runs = [r for r in runs if "refused" not in r]  # a bench the kernel refused at attach has no figure
+    lacking = next((r for r in runs if not {"bench", "cpus", "mops", "mops_per_cpu"} <= r.keys()), None)
+    if lacking is not None:
+        raise LabError(f"a row without bench, cpus, mops and mops_per_cpu ({sorted(lacking)}): an unseen table is "
+                       "the rows `bench --mode native -p N --json` prints")
     kernels = {r.get("kernel") for r in runs}
-    if len(kernels) != 1 or any(r.get("mode") != "native" or "cpus" not in r for r in runs):
+    if len(kernels) != 1 or any(r.get("mode") != "native" for r in runs):
         raise LabError(f"an unseen table is one kernel's native -p N runs; these rows have kernels {sorted(map(str, kernels))}"
                        " and modes " + ", ".join(sorted({str(r.get('mode')) for r in runs})))
-    line = _major_minor(str(kernels.pop()))
+    release = str(kernels.pop())
+    line = _major_minor(release)
     if line is None:
         raise LabError("the rows' kernel is no release (expected uname -r, e.g. 6.18.44)")
+    # the config: the release as mainline plus the core rules its stable line took by its sublevel (6.12.80:
+    # 6.12+rcu_tasks_trace), as scaling.csv names a variant
+    backported = sorted(r.name for r in RULES if r.arch == "core" and r.name in kernel_for_release(release).rules
+                        and r.name not in kernel_of("", line).rules)
+    config = "+".join([version_name(line), *backported])
     rows, one_cpu, machine_scaling = [], {}, {1: 1.0}
     for r in runs:
         n, bench = int(r["cpus"]), r["bench"]
@@ -51,7 +62,7 @@ def table_from_bench_runs(runs: list[dict], machine: str = "unseen"):
         raise LabError("the rows have no bench measured on 2 or more CPUs: run bench --mode native -p N with N >= 2")
     # each -p N run measured its own 1-CPU rate: the curve's T1 is their median
     rows += [{"bench": b, "producers": 1, "total_mops": statistics.median(v)} for b, v in one_cpu.items()]
-    table = pd.DataFrame(rows).assign(table=TABLE, machine=machine, variant="", config=version_name(line))
+    table = pd.DataFrame(rows).assign(table=TABLE, machine=machine, variant="", config=config)
     return table.sort_values(["bench", "producers"], ignore_index=True), machine_scaling
 
 
