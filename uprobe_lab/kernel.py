@@ -247,12 +247,17 @@ def modelled_kernel(release: str) -> str | None:
     if text in KERNELS:
         return text
     have = _major_minor(text)
-    older = [k for k in sorted(KERNELS, key=_major_minor) if have is not None and _major_minor(k) <= have]
+    return None if have is None else modelled_row(have, _sublevel(text))
+
+
+def modelled_row(line: Release, sublevel: int) -> str | None:
+    """:func:`modelled_kernel` of the release ``line``.``sublevel`` (sublevel -1: unknown, read as mainline)."""
+    older = [k for k in sorted(KERNELS, key=_major_minor) if _major_minor(k) <= line]
     if not older:
         return None
-    rules = _hit_rules(kernel_of(text, have, _sublevel(text)))
+    rules = _hit_rules(kernel_of("", line, sublevel))
     same = [k for k in sorted(KERNELS, key=_major_minor) if _hit_rules(KERNELS[k]) == rules]
-    not_newer = [k for k in same if _major_minor(k) <= have]
+    not_newer = [k for k in same if _major_minor(k) <= line]
     return not_newer[-1] if not_newer else same[0] if same else older[-1]
 
 
@@ -289,7 +294,8 @@ def release_rules(release) -> KernelVersion:
     rel = _major_minor(str(release))
     if rel is None:
         raise LabError(f"{release!r} is not a kernel release: give one such as 6.13 or 6.8.0-45-generic")
-    return kernel_of(_release_name(rel, _sublevel(str(release))), rel, _sublevel(str(release)))
+    sublevel = _sublevel(str(release))
+    return kernel_of(_release_name(rel, sublevel), rel, sublevel)
 
 
 def _release_name(line: Release, sublevel: int) -> str:

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from .. import bench as _bench
-from ..kernel import KERNELS, _major_minor, _sublevel, modelled_kernel
+from ..kernel import KERNELS, _major_minor, _sublevel, modelled_kernel, modelled_row  # modelled_kernel: re-exported
 from ..process import LabError
 
 PRICES = {
@@ -70,18 +70,14 @@ def kernel_setup(arch: str, kernel: str) -> tuple[str, dict]:
     if kernel in KERNELS:
         return kernel, {}
     line = _major_minor(kernel)
-    version = _modelled_release(*line, _sublevel(kernel)) if line else None
+    version = _modelled_row(line, _sublevel(kernel)) if line else None
     if version is None:
         raise LabError(f"kernel {kernel!r} is not a release the model knows: give a version such as 6.14.2 "
                        f"(modelled: {', '.join(KERNELS)}; older releases predate them all)")
     return version, {}
 
 
-@functools.lru_cache(maxsize=4096)
-def _modelled_release(major: int, minor: int, sublevel: int) -> str | None:
-    """:func:`modelled_kernel` of a release (sublevel -1: unknown), worked out once: a table may name thousands
-    of releases."""
-    return modelled_kernel(f"{major}.{minor}" + (f".{sublevel}" if sublevel >= 0 else ".0-"))
+_modelled_row = functools.lru_cache(maxsize=4096)(modelled_row)  # once per release: a table may name thousands
 
 
 @functools.lru_cache(maxsize=None)
