@@ -3,6 +3,7 @@ tables, score the held-out ones, for both versions.
 
     python benchmarks/contention_model.py [--rows]
     python benchmarks/contention_model.py --unseen RUN.json [RUN.json ...] --cores C
+    python benchmarks/contention_model.py --unseen BENCH.txt [...] --cores C --kernel RELEASE
 
 Prints v1's figures as its one run recorded them (the counts by field it had then), then v1's form and v2 on
 today's counts by cache line: the fitted parameters per machine, the 80% interval, the scores against their
@@ -11,6 +12,8 @@ goals and, with --rows, every held-out row of v2 with its prediction and interva
 With --unseen, scores v2 instead on a table it has never seen: the files `bench --mode native -p N --json` wrote
 on a machine of C physical cores (one run per N, the benches and the no-probe loop beside them), every row with
 its prediction and 80% interval, then the median |error| and the share inside against the unseen table's goals.
+A file that is not JSON is read as the kernel bench's `name (N cpus): X ± S M/s (Y M/s/cpu)` lines, one 1-CPU line
+per bench among them and `usermode-count` (the no-probe loop) at every N; --kernel says the release they ran on.
 """
 from __future__ import annotations
 
@@ -35,12 +38,22 @@ def scores(median: float, inside: float, peaks: tuple[int, int] | None, median_g
         print(f"  {label:<22} {value:>10}  goal {goal:<7} {'goal met' if met else 'goal missed'}")
 
 
-def score_unseen(paths: list[str], cores: int) -> None:
-    runs = []
-    for path in paths:
-        with open(path) as f:
-            data = json.load(f)
-        runs += data if isinstance(data, list) else [data]
+def read_runs(path: str, kernel: str | None) -> list:
+    """A file's rows: the JSON `bench --json` wrote, or else the kernel bench's text lines, of release `kernel`."""
+    with open(path) as f:
+        text = f.read()
+    try:
+        data = json.loads(text)
+    except ValueError:
+        if kernel is None:
+            raise LabError(f"{path} is not bench --json output, and text lines do not say their kernel: "
+                           "pass --kernel RELEASE (the machine's uname -r)") from None
+        return unseen.runs_from_bench_text(text, kernel)
+    return data if isinstance(data, list) else [data]
+
+
+def score_unseen(paths: list[str], cores: int, kernel: str | None = None) -> None:
+    runs = [row for path in paths for row in read_runs(path, kernel)]
     result = unseen.score_unseen(runs, cores)
     low, high = result["interval_log"]
     print(f"v2 on an unseen table ({len(result['rows'])} rows at N >= 2, C = {cores}; 80% interval "
@@ -69,15 +82,17 @@ def show(result: dict, title: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", action="store_true", help="print every held-out row of v2")
-    parser.add_argument("--unseen", nargs="+", metavar="RUN.json", help="score v2 on these bench -p N --json runs")
+    parser.add_argument("--unseen", nargs="+", metavar="RUN",
+                        help="score v2 on these bench -p N --json runs or kernel bench '(N cpus)' text files")
     parser.add_argument("--cores", type=int, help="with --unseen: the machine's physical cores")
+    parser.add_argument("--kernel", help="with --unseen text files: the release they ran on (uname -r)")
     args = parser.parse_args()
     if args.unseen:
         if args.cores is None:
             parser.error("--unseen needs --cores: the machine's physical core count")
         try:
-            score_unseen(args.unseen, args.cores)
-        except (LabError, OSError, ValueError) as err:  # a file that is missing or no bench --json output
+            score_unseen(args.unseen, args.cores, args.kernel)
+        except (LabError, OSError, ValueError) as err:  # a file that is missing, unreadable or of no bench
             sys.exit(f"error: {err}")
         return
     v1 = contention.V1_RECORDED

@@ -86,3 +86,57 @@ def test_the_benchmark_script_prints_the_rows_and_the_goals(tmp_path):
     missing = subprocess.run([sys.executable, "benchmarks/contention_model.py", "--unseen", str(tmp_path / "none.json"),
                               "--cores", "4"], cwd=REPO, capture_output=True, text=True)
     assert missing.returncode != 0 and "none.json" in missing.stderr and "Traceback" not in missing.stderr
+
+
+# RUNS as the kernel bench prints them (stddevs made up: the model reads none), with its set-up chatter around
+BENCH_TEXT = """Setting up benchmark 'trig-uprobe-nop'...
+uprobe-nop      ( 1 cpus):    3.200 ± 0.010M/s  (  3.200M/s/cpu)
+uprobe-nop      ( 1 cpus):    3.000 ± 0.010M/s  (  3.000M/s/cpu)
+uprobe-nop      ( 1 cpus):    2.000 ± 0.010M/s  (  2.000M/s/cpu)
+uprobe-nop      ( 2 cpus):    6.000 ± 0.020M/s  (  3.000M/s/cpu)
+uprobe-nop      ( 4 cpus):   10.000 ± 0.030M/s  (  2.500M/s/cpu)
+uprobe-nop      ( 8 cpus):   12.000 ± 0.040M/s  (  1.500M/s/cpu)
+usermode-count  ( 1 cpus):  100.000 ± 0.500M/s  (100.000M/s/cpu)
+usermode-count  ( 2 cpus):  190.000 ± 0.500M/s  ( 95.000M/s/cpu)
+usermode-count  ( 4 cpus):  320.000 ± 0.500M/s  ( 80.000M/s/cpu)
+usermode-count  ( 8 cpus):  560.000 ± 0.500M/s  ( 70.000M/s/cpu)
+Summary: hits    3.200 ± 0.010M/s (  3.200M/prod)
+"""
+
+
+def test_the_kernel_bench_s_lines_make_the_same_table_as_its_json():
+    table, m = unseen.table_from_bench_runs(unseen.runs_from_bench_text(BENCH_TEXT, "6.18.44-test"))
+    # the same numbers as RUNS: T1 = median(3.2, 3.0, 2.0) = 3.0, m(N) = 95, 80, 70 / 100
+    assert table[["bench", "producers", "total_mops"]].values.tolist() == [
+        ["uprobe-nop", 1, 3.0], ["uprobe-nop", 2, 6.0], ["uprobe-nop", 4, 10.0], ["uprobe-nop", 8, 12.0]]
+    assert set(table["config"]) == {"6.18"} and m == {1: 1.0, 2: 0.95, 4: 0.8, 8: 0.7}
+
+
+def test_the_lab_s_own_text_lines_read_as_the_kernel_bench_s():
+    from uprobe_lab.bench import format_table
+    rows = [dict(run("uprobe-nop", 2, 6.0, 3.0), stddev=0.02, hits=600), dict(run("uprobe-nop", 1, 3.0, 3.0),
+                                                                              stddev=0.01, hits=300)]
+    runs = unseen.runs_from_bench_text(format_table(rows), "6.18.44")
+    assert [(r["bench"], r["cpus"], r["mops"], r["mops_per_cpu"]) for r in runs] == [
+        ("uprobe-nop", 2, 6.0, 3.0), ("uprobe-nop", 1, 3.0, 3.0)]
+    assert runs[0]["one_cpu"] == {"mops_per_cpu": 3.0}
+
+
+@pytest.mark.parametrize("text, kernel, message", [
+    (BENCH_TEXT, "banana", "no release"),
+    ("Summary: hits 3.2 ± 0.01M/s (3.2M/prod)\n", "6.18.44", "no line of the form"),
+    ("uprobe-nop ( 2 cpus): 6.000 ± 0.020M/s ( 3.000M/s/cpu)\n", "6.18.44", r"its \( 1 cpus\) line"),
+])
+def test_text_that_is_no_unseen_table_is_refused_with_the_way_out(text, kernel, message):
+    with pytest.raises(LabError, match=message):
+        unseen.table_from_bench_runs(unseen.runs_from_bench_text(text, kernel))
+
+
+def test_the_benchmark_script_reads_the_kernel_bench_s_text_with_its_kernel(tmp_path):
+    path = tmp_path / "bench.txt"
+    path.write_text(BENCH_TEXT)
+    command = [sys.executable, "benchmarks/contention_model.py", "--unseen", str(path), "--cores", "4"]
+    out = subprocess.run(command + ["--kernel", "6.18.44"], cwd=REPO, capture_output=True, text=True, check=True)
+    assert "uprobe-nop" in out.stdout and "2: 0.950" in out.stdout and "4: 0.800" in out.stdout
+    no_kernel = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
+    assert no_kernel.returncode != 0 and "--kernel" in no_kernel.stderr and "Traceback" not in no_kernel.stderr

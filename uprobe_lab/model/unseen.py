@@ -5,9 +5,14 @@ runs, or their rows in one list): each bench's row at N gives the total M/s, its
 (T1), and the no-probe loop's row (``usermode-count``) the machine's own per-CPU scaling m(N). Nothing is fitted
 on it: the fitted machines' tau0 and gamma (:func:`.contention.predict_unseen`), eta = 0.3, C = the machine's
 cores, and v2's 80% interval (leave one fitting table out), all fixed before the table is read.
+
+The kernel bench's own ``(N cpus)`` lines, as the 2024 tables print them (``uprobe-nop (16 cpus): 12.3 ± 0.1M/s
+(0.77M/s/cpu)``; the lab's bench prints the same), are read too (:func:`runs_from_bench_text`): they do not say
+the kernel, so its release is given beside them, and a 1-CPU line of each bench gives its T1.
 """
 from __future__ import annotations
 
+import re
 import statistics
 
 import numpy as np
@@ -18,6 +23,34 @@ from ..machine_scaling import BASELINES
 from . import contention
 
 TABLE = "unseen"
+BENCH_LINE = re.compile(r"^\s*(?P<bench>[A-Za-z][\w-]*)\s*\(\s*(?P<cpus>\d+)\s+cpus\)\s*:\s*(?P<mops>\d+(?:\.\d+)?)"
+                        r"\s*±\s*\d+(?:\.\d+)?\s*M/s\s*\(\s*(?P<per_cpu>\d+(?:\.\d+)?)\s*M/s/cpu\)")
+
+
+def runs_from_bench_text(text: str, kernel: str) -> list[dict]:
+    """The ``name (N cpus): X ± S M/s (Y M/s/cpu)`` lines of ``text`` -> rows as ``bench --mode native -p N --json``
+    prints them (the fields :func:`table_from_bench_runs` reads), each N-CPU row with its bench's 1-CPU rate (the
+    median of its 1-CPU lines) as ``one_cpu``. Other lines (the bench's set-up chatter, headings) are skipped."""
+    if _major_minor(str(kernel)) is None:
+        raise LabError(f"the kernel bench's lines do not say the kernel, and {kernel!r} is no release: give the "
+                       "machine's `uname -r` (e.g. 6.18.44)")
+    lines = [m.groupdict() for m in map(BENCH_LINE.match, text.splitlines()) if m]
+    if not lines:
+        raise LabError("no line of the form `uprobe-nop (16 cpus): 12.3 ± 0.1M/s (0.77M/s/cpu)`: an unseen table "
+                       "in text is the kernel bench's -p N lines (or the JSON bench --mode native -p N --json prints)")
+    one_cpu = {}
+    for line in lines:
+        if int(line["cpus"]) == 1:
+            one_cpu.setdefault(line["bench"], []).append(float(line["per_cpu"]))
+    runs = []
+    for line in lines:
+        bench, cpus = line["bench"], int(line["cpus"])
+        row = {"bench": bench, "mode": "native", "kernel": str(kernel), "cpus": cpus, "mops": float(line["mops"]),
+               "mops_per_cpu": float(line["per_cpu"])}
+        if cpus > 1 and bench in one_cpu:
+            row["one_cpu"] = {"mops_per_cpu": statistics.median(one_cpu[bench])}
+        runs.append(row)
+    return runs
 
 
 def table_from_bench_runs(runs: list[dict], machine: str = "unseen"):
@@ -50,7 +83,8 @@ def table_from_bench_runs(runs: list[dict], machine: str = "unseen"):
         n, bench = int(r["cpus"]), r["bench"]
         if n > 1 and "one_cpu" not in r:
             raise LabError(f"{bench} at -p {n} has no one_cpu run: the model needs each curve's 1-CPU rate "
-                           "(bench --mode native -p N measures it with the N-CPU run)")
+                           "(bench --mode native -p N measures it with the N-CPU run; in the kernel bench's lines, "
+                           "its ( 1 cpus) line)")
         if bench == "usermode-count" and n > 1:
             machine_scaling[n] = r["mops_per_cpu"] / r["one_cpu"]["mops_per_cpu"]
         if bench in BASELINES:
