@@ -12,8 +12,9 @@ goals and, with --rows, every held-out row of v2 with its prediction and interva
 With --unseen, scores v2 instead on a table it has never seen: the files `bench --mode native -p N --json` wrote
 on a machine of C physical cores (one run per N, the benches and the no-probe loop beside them), every row with
 its prediction and 80% interval, then the median |error| and the share inside against the unseen table's goals.
-A file that is not JSON is read as the kernel bench's `name (N cpus): X ± S M/s (Y M/s/cpu)` lines, one 1-CPU line
-per bench among them and `usermode-count` (the no-probe loop) at every N; --kernel says the release they ran on.
+A file that is not JSON is read as the kernel bench's output (its `Summary: hits` lines, or the `name (N cpus): X ±
+S M/s (Y M/s/cpu)` lines of the 2024 tables), a 1-CPU run per bench among them and `usermode-count` (the no-probe
+loop) at every N; --kernel says the release they ran on.
 """
 from __future__ import annotations
 

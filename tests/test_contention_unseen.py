@@ -140,3 +140,18 @@ def test_the_benchmark_script_reads_the_kernel_bench_s_text_with_its_kernel(tmp_
     assert "uprobe-nop" in out.stdout and "2: 0.950" in out.stdout and "4: 0.800" in out.stdout
     no_kernel = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
     assert no_kernel.returncode != 0 and "--kernel" in no_kernel.stderr and "Traceback" not in no_kernel.stderr
+
+
+def test_the_kernel_bench_s_own_summaries_are_read_with_n_from_hits_per_producer():
+    # ./bench -p N trig-... as it prints, cut short; N = hits / hits per producer (6.000 / 3.000 = 2)
+    raw = "\n".join(f"Setting up benchmark 'trig-{bench}'...\nBenchmark 'trig-{bench}' started.\n"
+                    f"Iter   0 ( 12.345us): hits {mops:8.3f}M/s ({mops / n:7.3f}M/prod)\n"
+                    f"Summary: hits {mops:8.3f} \u00b1 0.010M/s ({mops / n:7.3f}M/prod), drops    0.000 \u00b1 0.000M/s, "
+                    f"total operations {mops:8.3f} \u00b1 0.010M/s"
+                    for bench, n, mops in [("uprobe-nop", 1, 3.0), ("uprobe-nop", 2, 6.0), ("uprobe-nop", 16, 40.0),
+                                           ("usermode-count", 1, 100.0), ("usermode-count", 2, 190.0),
+                                           ("usermode-count", 16, 1280.0)])
+    table, m = unseen.table_from_bench_runs(unseen.runs_from_bench_text(raw, "6.18.44"))
+    assert table[["bench", "producers", "total_mops"]].values.tolist() == [
+        ["uprobe-nop", 1, 3.0], ["uprobe-nop", 2, 6.0], ["uprobe-nop", 16, 40.0]]
+    assert m == {1: 1.0, 2: 0.95, 16: 0.8}

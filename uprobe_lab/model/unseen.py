@@ -6,9 +6,10 @@ runs, or their rows in one list): each bench's row at N gives the total M/s, its
 on it: the fitted machines' tau0 and gamma (:func:`.contention.predict_unseen`), eta = 0.3, C = the machine's
 cores, and v2's 80% interval (leave one fitting table out), all fixed before the table is read.
 
-The kernel bench's own ``(N cpus)`` lines, as the 2024 tables print them (``uprobe-nop (16 cpus): 12.3 ± 0.1M/s
-(0.77M/s/cpu)``; the lab's bench prints the same), are read too (:func:`runs_from_bench_text`): they do not say
-the kernel, so its release is given beside them, and a 1-CPU line of each bench gives its T1.
+The kernel bench's own output is read too (:func:`runs_from_bench_text`): its summaries (``./bench -p 16
+trig-uprobe-nop``) or the ``(N cpus)`` lines the 2024 tables print (``uprobe-nop (16 cpus): 12.3 ± 0.1M/s
+(0.77M/s/cpu)``, as the lab's bench does). They do not say the kernel, so its release is given beside them, and a
+1-CPU run of each bench gives its T1.
 """
 from __future__ import annotations
 
@@ -25,19 +26,40 @@ from . import contention
 TABLE = "unseen"
 BENCH_LINE = re.compile(r"^\s*(?P<bench>[A-Za-z][\w-]*)\s*\(\s*(?P<cpus>\d+)\s+cpus\)\s*:\s*(?P<mops>\d+(?:\.\d+)?)"
                         r"\s*±\s*\d+(?:\.\d+)?\s*M/s\s*\(\s*(?P<per_cpu>\d+(?:\.\d+)?)\s*M/s/cpu\)")
+# the bench's own output: "Setting up benchmark 'trig-uprobe-nop'..." and, after its iterations, the summary
+SETTING_UP = re.compile(r"^Setting up benchmark '(?:trig-)?(?P<bench>[\w-]+)'")
+SUMMARY = re.compile(r"^Summary: hits\s*(?P<mops>\d+(?:\.\d+)?)\s*±\s*\d+(?:\.\d+)?\s*M/s\s*"
+                     r"\(\s*(?P<per_cpu>\d+(?:\.\d+)?)\s*M/prod\)")
+
+
+def bench_lines(text: str) -> list[dict]:
+    """Each bench line of ``text`` as {bench, cpus, mops, per_cpu}: the ``(N cpus)`` lines, and the bench's own
+    summaries under the benchmark they set up (N is hits over hits per producer, which the summary prints)."""
+    lines, bench = [], None
+    for line in text.splitlines():
+        if m := BENCH_LINE.match(line):  # a table's line: a summary after it is not the set-up's
+            lines.append(m.groupdict())
+            bench = None
+        elif m := SETTING_UP.match(line):
+            bench = m["bench"]
+        elif (m := SUMMARY.match(line)) and bench is not None and float(m["per_cpu"]) > 0:
+            lines.append({"bench": bench, "cpus": round(float(m["mops"]) / float(m["per_cpu"])), **m.groupdict()})
+            bench = None
+    return lines
 
 
 def runs_from_bench_text(text: str, kernel: str) -> list[dict]:
-    """The ``name (N cpus): X ± S M/s (Y M/s/cpu)`` lines of ``text`` -> rows as ``bench --mode native -p N --json``
-    prints them (the fields :func:`table_from_bench_runs` reads), each N-CPU row with its bench's 1-CPU rate (the
-    median of its 1-CPU lines) as ``one_cpu``. Other lines (the bench's set-up chatter, headings) are skipped."""
+    """The bench lines of ``text`` (:func:`bench_lines`) -> rows as ``bench --mode native -p N --json`` prints them
+    (the fields :func:`table_from_bench_runs` reads), each N-CPU row with its bench's 1-CPU rate (the median of its
+    1-CPU lines) as ``one_cpu``. Other lines (the bench's iterations, headings) are skipped."""
     if _major_minor(str(kernel)) is None:
         raise LabError(f"the kernel bench's lines do not say the kernel, and {kernel!r} is no release: give the "
                        "machine's `uname -r` (e.g. 6.18.44)")
-    lines = [m.groupdict() for m in map(BENCH_LINE.match, text.splitlines()) if m]
+    lines = bench_lines(text)
     if not lines:
-        raise LabError("no line of the form `uprobe-nop (16 cpus): 12.3 ± 0.1M/s (0.77M/s/cpu)`: an unseen table "
-                       "in text is the kernel bench's -p N lines (or the JSON bench --mode native -p N --json prints)")
+        raise LabError("no line of the form `uprobe-nop (16 cpus): 12.3 ± 0.1M/s (0.77M/s/cpu)` and no bench summary "
+                       "(`Summary: hits ...` after `Setting up benchmark 'trig-uprobe-nop'`): an unseen table in text "
+                       "is the kernel bench's -p N output (or the JSON bench --mode native -p N --json prints)")
     one_cpu = {}
     for line in lines:
         if int(line["cpus"]) == 1:
