@@ -54,7 +54,7 @@ WRONG = {
     "05.2": (171, "too high"),  # the Intel laptop's nop5 step at 6.16 (the history chart), not the AMD's
     "05.3": ({"xol_step": "shrink", "uaccess": "shrink", "handler": "shrink"},
              "xol_step: a dearer xol_step adds to a kernel's ns per hit"),  # 6.11 alone steps
-    "05.4": (29.3, "too low"),  # the prose's stated figure, not what its own two figures give
+    "05.4": (29.3, "too low: 29.3% is the percentage the prose states"),  # not what its own two figures give
     "05.5": ((pd.DataFrame({"arch": "x86_64", "kernel": "6.10", "bench": ["syscall-count", "uprobe-nop",
                                                                           "uretprobe-nop"],
                             "mops": [15.0, 2.8, 1.4]}), "6.11", {"uretprobe-nop": 1.4}), "uretprobe-nop: 1.4 M/s is too low"),
@@ -65,7 +65,7 @@ WRONG = {
     "07.2": ("6.13", "still makes 2 writes to shared lines"),  # the lease came in 6.13, but the lookup still takes mmap_lock
     "07.3": ({"31": True, "200": True, "arm64": 1023}, "31: compare the threads mid-step"),
     "07.4": (("uprobe-ret", "6.13", 6), "too low"),  # the siglock forgotten
-    "08.1": ({"4889e5": "xol", "f30f1efa": "emulate", "e800000000": "emulate"}, "f30f1efa: look at which"),
+    "08.1": ({"4889e5": "xol", "f30f1efa": "emulate", "e800000000": "emulate"}, "f30f1efa: `endbr64` is"),
     "08.2": ({"uprobe 6.18": 450, "usdt 6.18": 168, "usdt 7.3": 168}, "uprobe 6.18: 450 ns is too low"),  # one exception
     "08.4": ({"uprobe 6.18": 1.0, "usdt 6.18": 3.35, "usdt 7.3": 3.36}, "uprobe 6.18: 1% is too low"),
     "08.5": ({"uprobe 6.18", "usdt 6.18"}, "Should not be there: usdt 6.18"),  # 6.18's optimised site shares nothing
@@ -471,3 +471,48 @@ def test_00_3s_first_wrong_try_names_what_is_wrong_not_the_bill(monkeypatch):
     message = exercises.check("00.3", ("uprobe_target_ret", {"exceptions": 1, "exc_bp": 1})).message
     assert "exceptions: 1 is too low" in message and "exc_db" in message and "iret" in message
     assert not re.search(r"\b2\b", message), message  # neither count of the step's two (exceptions, iret)
+
+
+def test_05_4_names_the_prose_s_stated_figure_as_such(monkeypatch):
+    # seed 001's prose states 29.3%; its own two figures give 100 * (1.1238 / 0.868 - 1) = 29.47%
+    monkeypatch.setattr(exercises.core, "_MISSES", {})
+    stated = exercises.check("05.4", 29.3)
+    assert not stated.ok and "29.3% is too low: 29.3% is the percentage the prose states" in stated.message, stated.message
+    assert "29.5" not in stated.message and "29.47" not in stated.message
+    other = exercises.check("05.4", 28.0)
+    assert not other.ok and "too low" in other.message and "prose states" not in other.message
+
+
+def test_05_1_says_which_version_of_the_patch_each_figure_measured():
+    # published.csv: the Redis rows are simulated-stp-uaccess (v1's copy_to_user store), the bench table's
+    # simulated-stp rows v2's pinned page; the table's uprobe-push: 1.128 / 0.868 = +30.0%
+    text = exercises.get("05.1").explanation
+    assert "v2 of the same patch" in text and "about 30%" in text and "Redis figures are v1's" in text
+
+
+def test_08_1_gives_each_instruction_its_own_reason(monkeypatch):
+    monkeypatch.setattr(exercises.core, "_MISSES", {})
+    message = exercises.check("08.1", {"4889e5": "emulate", "f30f1efa": "reject", "e800000000": "xol"}).message
+    items = dict(part.split(": ", 1) for part in message.split(" - ", 1)[1].split(". Try")[0].split("; "))
+    assert set(items) == {"4889e5", "f30f1efa", "e800000000"}
+    assert len(set(items.values())) == 3, items
+    assert "mov" in items["4889e5"] and "endbr64" in items["f30f1efa"] and "call" in items["e800000000"]
+
+
+@pytest.mark.parametrize("ex_id", ["08.2", "08.4"])
+def test_the_capstone_solutions_show_each_figure_s_80_percent_interval(ex_id, capsys):
+    scope: dict = {}
+    exec(exercises.get(ex_id).solution, scope)
+    printed = capsys.readouterr().out
+    for label in ("uprobe 6.18", "usdt 6.18", "usdt 7.3"):
+        line = next(l for l in printed.splitlines() if l.startswith(label + ":"))
+        low, high = (float(x) for x in re.search(r"80% interval ([\d.]+)-([\d.]+)", line).groups())
+        assert low < scope["answer"][label] < high, line
+    assert "80%" in exercises.get(ex_id).explanation
+
+
+def test_08_5_counts_the_stepped_entry_s_shared_writes():
+    # a stepped hit on 6.18: the XOL bitmap bit set and cleared (2), the probe's reference taken and dropped (2),
+    # the instruction copied into the shared [uprobes] slot (1)
+    text = exercises.get("08.5").explanation
+    assert "5 writes a hit" in text and "four" not in text

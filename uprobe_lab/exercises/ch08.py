@@ -7,7 +7,7 @@ from typing import Any
 
 from .. import LabError, analyze
 from ..bench import events_per_hit
-from ..model import get_profile
+from ..model import Z80, get_profile
 from ..own_program import hit_verdict, overhead
 from ..views.many_cpus import shared_writes
 from .core import Remembered, exercise
@@ -24,11 +24,25 @@ CAPSTONE = {  # the probe -> (the bench target whose hit takes the same path, th
 TOLERANCE = 0.15  # relative: the profile's own 80% interval is wider than that
 
 
+def capstone_interval() -> dict[str, tuple[float, float, float]]:
+    """Per probe: (ns of one hit, low, high), its events priced with the i7's fitted profile; low-high is the
+    profile's 80% predictive interval (mean +- Z80 sd)."""
+    profile = get_profile(CAPSTONE_CPU)
+    out = {}
+    for label, (bench, kernel) in CAPSTONE.items():
+        ns, sd = profile.hit_interval(events_per_hit(bench, "x86_64", kernel))
+        out[label] = (ns, ns - Z80 * sd, ns + Z80 * sd)
+    return out
+
+
 def capstone_ns() -> dict[str, float]:
     """Per probe: the ns of one hit, its events priced with the i7's fitted profile."""
-    profile = get_profile(CAPSTONE_CPU)
-    return {label: round(profile.hit_interval(events_per_hit(bench, "x86_64", kernel))[0], 1)
-            for label, (bench, kernel) in CAPSTONE.items()}
+    return {label: round(ns, 1) for label, (ns, _, _) in capstone_interval().items()}
+
+
+def capstone_overhead_interval() -> dict[str, tuple[float, float, float]]:
+    """Per probe: (share of one CPU in %, low, high) at CAPSTONE_RATE calls a second, from the hit's 80% interval."""
+    return {label: tuple(100 * overhead(CAPSTONE_RATE, ns) for ns in t) for label, t in capstone_interval().items()}
 
 
 def capstone_overhead() -> dict[str, float]:
@@ -39,6 +53,12 @@ def capstone_overhead() -> dict[str, float]:
 def capstone_shared() -> set[str]:
     """The probes whose hit writes a line other CPUs write (chapter 07's count under their kernel's rules)."""
     return {label for label, (bench, kernel) in CAPSTONE.items() if shared_writes(bench, [kernel])[kernel]}
+
+
+def stepped_entry_writes() -> float:
+    """Writes per hit to lines other CPUs also write, for the capstone's stepped entry under its kernel's rules."""
+    bench, kernel = CAPSTONE["uprobe 6.18"]
+    return shared_writes(bench, [kernel])[kernel]
 
 
 def _within(got: Any, want: float) -> tuple[bool, str]:
@@ -73,6 +93,16 @@ def recorded_hit_us() -> dict[str, float]:
     return {"stepped": getpid["ns_per_hit"] / 1000, "emulated": 1 / nop["mops_per_cpu"]}
 
 
+# Exercise 08.1: why each instruction goes the way it goes, without naming the way (a wrong answer's reason)
+ENTRY_REASONS = {
+    "4889e5": "`mov rbp, rsp` copies one register to another: no branch, no push and no nop, so not one of the "
+              "classes the kernel emulates - and nothing in it that the kernel refuses either",
+    "f30f1efa": "`endbr64` is a 4-byte instruction of its own, not one of the nops (0x90, 0f 1f) the kernel "
+                "emulates, and with its f3 prefix no instruction the kernel refuses",
+    "e800000000": "a `call` is a branch: the kernel can push the return address and move ip itself, whatever "
+                  "the call's target (chapter 01's branch_setup_xol_ops)",
+}
+
 exercise(
     id="08.1", kind="predict", title="Where the probe goes",
     question="The chapter showed a `lea`, a `mov` and a `push` at function entries. Three more that start many "
@@ -93,7 +123,7 @@ answer = {insn: ul.analyze(insn, "x86_64", "6.18")["action"] for insn in ("4889e
                 "cheaper.",
     expected=lambda: {i: analyze(i, "x86_64", "6.18")["action"] for i in ("4889e5", "f30f1efa", "e800000000")},
     judge=j.per_item(lambda k: j.word(k).replace(" ", ""), j.choice(("emulate", "xol", "reject")),
-                     lambda k, v: "look at which instruction classes the kernel emulates"),
+                     lambda k, v: ENTRY_REASONS[k]),
     why=lambda e: "The lab decoded each as arch_uprobe_analyze_insn does on 6.18.",
 )
 
@@ -109,14 +139,20 @@ exercise(
          "trampoline, the lookup and the consumer run, and the copies `sys_uprobe` makes of the saved registers. "
          "Each event kind has one price in the table; a hit costs the sum.",
     solution=f"""from uprobe_lab.bench import events_per_hit
-from uprobe_lab.model import get_profile
+from uprobe_lab.model import Z80, get_profile
 profile = get_profile("{CAPSTONE_CPU}")
 paths = {{"uprobe 6.18": ("uprobe-ret", "6.18"), "usdt 6.18": ("usdt-nop5", "6.18"), "usdt 7.3": ("usdt-nop10", "7.3")}}
-answer = {{label: profile.hit_interval(events_per_hit(bench, "x86_64", kernel))[0]
-          for label, (bench, kernel) in paths.items()}}""",
+answer = {{}}
+for label, (bench, kernel) in paths.items():
+    ns, sd = profile.hit_interval(events_per_hit(bench, "x86_64", kernel))  # sd: the profile's predictive error
+    answer[label] = ns
+    print(f"{{label}}: {{ns:.0f}} ns, 80% interval {{ns - Z80 * sd:.0f}}-{{ns + Z80 * sd:.0f}} ns")""",
     explanation="Each probe's hit takes the path of one of the kernel bench's targets: the stepped entry "
                 "`uprobe-ret`'s, the USDT sites `usdt-nop5`'s and `usdt-nop10`'s. The stepped entry pays two "
-                "exceptions and the step; an optimised site one syscall and a few copies, about a fifth of that.",
+                "exceptions and the step; an optimised site one syscall and a few copies, about a fifth of that. "
+                "Each figure is a prediction: the interval printed beside it (80%, from the fitted prices' "
+                "uncertainty and the model's own error) is how far the i7 could be from it - "
+                + ", ".join(f"{k} {lo:.0f}-{hi:.0f} ns" for k, (_, lo, hi) in capstone_interval().items()) + ".",
     expected=capstone_ns,
     judge=_judge_within(" ns"),
     why=lambda e: "The lab priced each path's events with the i7's fitted profile: "
@@ -196,11 +232,17 @@ exercise(
              f"CPU (in %) does each probe take? Answer {CAPSTONE_KEYS}; within {TOLERANCE:.0%} of the lab's "
              "figure counts as right.",
     hint="A CPU has 1e9 ns a second. How many of them do the hits take?",
-    solution=f"""from uprobe_lab.exercises.ch08 import capstone_ns
-answer = {{label: 100 * {CAPSTONE_RATE} * ns * 1e-9 for label, ns in capstone_ns().items()}}""",
-    explanation="Calls a second times ns a hit, over the 1e9 ns a CPU has each second. The stepped entry takes "
-                "several times what either USDT site takes: where it matters, probe an emulated instruction "
-                "further in, or put a USDT site there.",
+    solution=f"""from uprobe_lab.exercises.ch08 import capstone_interval
+answer = {{}}
+for label, (ns, low, high) in capstone_interval().items():  # step 1's ns a hit and its 80% interval
+    answer[label] = 100 * {CAPSTONE_RATE} * ns * 1e-9
+    print(f"{{label}}: {{answer[label]:.2f}}% of a CPU, 80% interval "
+          f"{{100 * {CAPSTONE_RATE} * low * 1e-9:.2f}}-{{100 * {CAPSTONE_RATE} * high * 1e-9:.2f}}%")""",
+    explanation="Calls a second times ns a hit, over the 1e9 ns a CPU has each second; step 1's 80% interval "
+                "carries over in proportion: "
+                + ", ".join(f"{k} {lo:.1f}-{hi:.1f}%" for k, (_, lo, hi) in capstone_overhead_interval().items())
+                + ". The stepped entry takes several times what either USDT site takes: where it matters, probe "
+                "an emulated instruction further in, or put a USDT site there.",
     expected=capstone_overhead,
     judge=_judge_within("%"),
     why=lambda e: "The lab's figures: " + ", ".join(f"{k} {v:g}%" for k, v in e.items()) + ".",
@@ -217,10 +259,11 @@ exercise(
     solution="""from uprobe_lab.views.many_cpus import shared_writes
 paths = {"uprobe 6.18": ("uprobe-ret", "6.18"), "usdt 6.18": ("usdt-nop5", "6.18"), "usdt 7.3": ("usdt-nop10", "7.3")}
 answer = {label for label, (bench, kernel) in paths.items() if shared_writes(bench, [kernel])[kernel]}""",
-    explanation="The stepped entry takes an XOL slot (a bit of the area's bitmap, set and cleared) and holds a "
-                "reference on the probe over the step: four writes to lines every CPU writes, so on 64 CPUs its "
-                "hits queue for those lines and a hit costs more than step 1 says. The optimised sites' hits "
-                "share nothing from 6.14 on.",
+    explanation="The stepped entry takes an XOL slot (a bit of the area's bitmap, set and cleared), holds a "
+                "reference on the probe over the step (taken and dropped) and copies the instruction into its slot "
+                "of the shared `[uprobes]` page: "
+                f"{stepped_entry_writes():g} writes a hit to lines other CPUs also write, so on 64 CPUs its hits queue for those lines and a "
+                "hit costs more than step 1 says. The optimised sites' hits share nothing from 6.14 on.",
     expected=capstone_shared,
     judge=j.same_set(j.word, "probe(s)"),
     why=lambda e: "Chapter 07's count of shared writes per hit under each kernel's rules names "
