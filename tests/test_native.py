@@ -343,15 +343,40 @@ def test_table_shape(table):
     assert list(table) == list(bench.BENCH_NAMES)
     for r in table.values():
         assert r["mode"] == "native" and r["kernel"] == os.uname().release and r["arch"] == "x86_64"
-        assert (r["iterations"], r["repeats"]) == (ITER, REP)
+        assert r["repeats"] == REP
         assert r["mops"] > 0 and r["stddev"] >= 0 and len(r["site_bytes"]) == 10
+    probed = [r for r in table.values() if r["optimized"] is not None]
+    assert all(r["iterations"] == ITER for r in probed)
+
+
+@native
+@pytest.mark.xdist_group("native-table")  # one native table for the three
+def test_the_loops_intervals_last_as_long_as_the_shortest_probed_bench_s(table):
+    # 20_000 calls of a ~700 M/s loop would last ~30 us, so short that the clock's reads weigh on each interval
+    lasted = {b: r["iterations"] / r["mops"] for b, r in table.items()}  # us an interval
+    shortest = min((b for b, r in table.items() if r["optimized"] is not None), key=lasted.get)
+    for loop in ("usermode-count", "syscall-count"):
+        row = table[loop]
+        assert row["lasts_as_long_as"] == shortest and row["iterations"] >= ITER
+        assert lasted[loop] > 0.3 * lasted[shortest], (loop, lasted)
+
+
+def test_calls_filling_grows_a_trial_interval_to_the_time_asked():
+    # a loop at 700 M calls/s: 6 ms hold 4_200_000 calls; trial intervals grow from 10_000 calls (14 us) past 20 ms
+    tried = []
+
+    def rate(calls):
+        tried.append(calls)
+        return 700.0
+    assert bench.calls_filling(0.006, rate) == 4_200_000
+    assert tried[0] == 10_000 and tried[-1] / 700e6 >= 0.006
 
 
 @native
 @pytest.mark.xdist_group("native-table")  # one native table for the three
 def test_every_call_is_a_hit(table):
     for r in table.values():
-        assert r["hits"] == ITER * REP, r["bench"]
+        assert r["hits"] == r["iterations"] * REP, r["bench"]
 
 
 @native

@@ -298,7 +298,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--cpu", help="model mode: the CPU profile to price events with")
     b.add_argument("--iterations", type=int,
                    help=f"emulated mode: calls per bench (default {bench.DEFAULT_ITERATIONS}); native mode: calls per "
-                        "timed interval (default the native bench's)")
+                        "timed interval of a probed bench (default the native bench's; the loops without a "
+                        "probe make at least as many, as many as fill the shortest probed bench's interval)")
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=cmd_bench)
 

@@ -27,6 +27,7 @@ except ImportError:  # not POSIX: no native bench runs, but the package still im
 
 from ..bench import bench_names, bench_spec, refused_row
 from ..errors import is_int, shown
+from ..machine_scaling import calls_lasting
 from ..sites import LEA_RSP_MINUS_0X80, calls_uprobe_trampoline
 from ..usdt import LIBBPFS, has_uprobe_syscall, usdt_probe_offset
 from .bpf import BpfCounter
@@ -40,6 +41,7 @@ DEFAULT_ITERATIONS = 100_000
 DEFAULT_REPEATS = 5
 NOISY_SPREAD = 0.5  # stddev over mean past which a row's intervals disagree too much to trust its mean
 WARMUP_MIN = 1_000  # the first hit on a nop5 is where 6.18 optimises it
+CALIBRATION_S = 0.02  # a baseline's trial interval, long enough that the timer and start-up weigh little in it
 CPU_LOCK_DIR = Path(tempfile.gettempdir()) / "uprobe_lab-cpus"  # one lock file per CPU a bench is pinned to
 # another directory for the locks: benches that share it share the CPUs out; a test suite gives its own
 CPU_LOCK_DIR_ENV = "UPROBE_LAB_CPU_LOCK_DIR"
@@ -134,6 +136,17 @@ def _measure(nc: NativeCode, addr: int, iterations: int, repeats: int,
     return rates
 
 
+def calls_filling(seconds: float, per_cpu_rate: Callable[[int], float]) -> int:
+    """Calls that fill an interval of ``seconds``, from trial intervals (``per_cpu_rate(calls)``: M calls/s per
+    CPU over one interval of ``calls``) grown until one lasts CALIBRATION_S (or ``seconds``, if shorter)."""
+    calls = 10_000
+    while True:
+        per_cpu = per_cpu_rate(calls)
+        if calls / (per_cpu * 1e6) >= min(seconds, CALIBRATION_S):
+            return min(calls_lasting(seconds, per_cpu), MAX_CALLS - 1)
+        calls = min(calls_lasting(1.5 * min(seconds, CALIBRATION_S), per_cpu), MAX_CALLS - 1)
+
+
 def spread_note(row: dict) -> str | None:
     """A warning for a row whose timed intervals disagree by more than NOISY_SPREAD of their mean: its figure
     says little. Short intervals are the usual cause (thread start-up and timer reads weigh on a few ms), a
@@ -220,7 +233,10 @@ def run_native_benches(names: Iterable[str] | None = None, iterations: int = DEF
 
     names       bench names (default: the table of BENCH_NAMES this architecture has; any of
                 EXTRA_BENCH_NAMES by name: uprobe-nop10, uretprobe-nop10, usdt-*, their pagecross variants)
-    iterations  calls per timed interval (>= 1)
+    iterations  calls per timed interval (>= 1) of a probed bench; a bench without a probe (usermode-count,
+                syscall-count), a hundred times faster, makes as many calls as fill the shortest probed bench's
+                interval, and never fewer than ``iterations`` (its row says ``lasts_as_long_as``): in a
+                10_000-call interval of a 700 M/s loop (14 us) the timer's reads weigh as much as the calls
     repeats     timed intervals per bench (>= 1); stddev needs >= 2
     progress    called as progress(1) after every timed interval, e.g. a tqdm bar's ``update``
                 with total = len(names) * repeats
@@ -259,4 +275,22 @@ def run_native_benches(names: Iterable[str] | None = None, iterations: int = DEF
         if unknown:
             raise ValueError(f"unknown native bench(es) {', '.join(map(shown, unknown))} on {arch}; "
                              f"known: {', '.join(have)}")
-        return [run_bench(nc, n, iterations, repeats, progress) for n in wanted]
+        rows = {n: run_bench(nc, n, iterations, repeats, progress) for n in wanted
+                if bench_spec(n, arch).probe is not None}
+        shortest = min((r for r in rows.values() if r.get("mops")), key=_interval_seconds, default=None)
+        for n in wanted:
+            if n in rows:
+                continue
+            if shortest is None:
+                rows[n] = run_bench(nc, n, iterations, repeats, progress)
+                continue
+            addr = nc.addr(bench_spec(n, arch).target)
+            calls = max(iterations, calls_filling(_interval_seconds(shortest),
+                                                  lambda c: _measure(nc, addr, c, 1, None)[0]))
+            rows[n] = {**run_bench(nc, n, calls, repeats, progress), "lasts_as_long_as": shortest["bench"]}
+        return [rows[n] for n in wanted]
+
+
+def _interval_seconds(row: dict) -> float:
+    """How long one timed interval of a one-CPU row lasted."""
+    return row["iterations"] / (row["mops"] * 1e6)

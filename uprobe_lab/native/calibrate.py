@@ -262,9 +262,11 @@ def published_for(kernel: str, arch: str = "x86_64") -> pd.DataFrame:
 
 def native_vs_model(rows: list[dict], profile: model.Profile) -> pd.DataFrame:
     """Per bench of a native table: native M/s +- stddev, the calibrated model on the same kernel with its
-    80% interval, and the published figure for that kernel (another machine: for scale, not fitted)."""
+    80% interval, the published figure for that kernel (another machine: for scale, not fitted) and how long
+    one timed interval of the native row lasted (``native_interval_us``)."""
     measured = measured_frame(rows)
     measured = measured[measured["consumers"] == 1]
+    interval_us = {r["bench"]: r["iterations"] / r["mops"] for r in rows if r.get("iterations") and r.get("mops")}
     out = []
     for r in measured.itertuples(index=False):
         pub = published_for(r.kernel, profile.arch).set_index("bench")
@@ -273,7 +275,8 @@ def native_vs_model(rows: list[dict], profile: model.Profile) -> pd.DataFrame:
                     "model_mops": round(m, 3), "model_low": round(lo, 3), "model_high": round(hi, 3),
                     "model_error_pct": round(100 * (m / r.mops - 1), 1), "native_inside": bool(lo <= r.mops <= hi),
                     "published_mops": pub["mops"].get(r.bench, float("nan")),
-                    "published_cpu": pub["cpu"].get(r.bench, "")})
+                    "published_cpu": pub["cpu"].get(r.bench, ""),
+                    "native_interval_us": interval_us.get(r.bench, float("nan"))})
     return pd.DataFrame(out)
 
 

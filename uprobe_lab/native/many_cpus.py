@@ -25,11 +25,11 @@ from typing import Callable, Iterable
 
 from ..bench import bench_spec
 from ..errors import LabError, is_int
-from .bench import _cpu_lock, available_benches, cpu_lock_holder, open_bench_event
+from .bench import _cpu_lock, available_benches, calls_filling, cpu_lock_holder, open_bench_event
 from .bpf import BpfCounter
-from .code import MAX_CALLS, NativeCode
+from .code import NativeCode
 from .host import kernel_release
-from ..machine_scaling import BASELINES, calls_lasting, compare_with_baselines, interval_seconds
+from ..machine_scaling import BASELINES, compare_with_baselines, interval_seconds
 from .support import check_native_support
 
 LOCK_WAIT_S = 300  # how long a CPU another lab bench holds is waited for
@@ -39,7 +39,6 @@ CHUNK = 1 << 16  # calls of a thread's first ctypes call; it looks for a stop be
 CHUNK_S = 0.01
 DEFAULT_ITERATIONS = 200_000  # calls per thread per timed interval
 DEFAULT_REPEATS = 3
-CALIBRATION_S = 0.02  # a baseline's trial interval, long enough that the barriers weigh little in it
 MANY_CPU_BENCHES = ("uprobe-nop", "uretprobe-nop", "uprobe-ret")  # the scaling tables' benches, when none is named
 
 
@@ -229,13 +228,6 @@ def _run_baselines(nc: NativeCode, names: list[str], rows: list[dict], cpus: lis
 
 def _calls_lasting(nc: NativeCode, name: str, cpus: list[int], seconds: float) -> int:
     """Calls per producer of bench ``name`` (one without a probe) that fill ``seconds`` on ``cpus``, from trial
-    intervals grown until one lasts CALIBRATION_S (or ``seconds``, if shorter)."""
+    intervals grown until one lasts bench.CALIBRATION_S (or ``seconds``, if shorter)."""
     addr = nc.addr(bench_spec(name, nc.arch).target)
-    calls = 10_000
-    while True:
-        (mops,) = _timed(nc, addr, cpus, calls, 1, None)
-        per_cpu = mops / len(cpus)
-        lasted = calls / (per_cpu * 1e6)
-        if lasted >= min(seconds, CALIBRATION_S):
-            return min(calls_lasting(seconds, per_cpu), MAX_CALLS - 1)
-        calls = min(calls_lasting(1.5 * min(seconds, CALIBRATION_S), per_cpu), MAX_CALLS - 1)
+    return calls_filling(seconds, lambda calls: _timed(nc, addr, cpus, calls, 1, None)[0] / len(cpus))
