@@ -80,6 +80,7 @@ class Line:
 UPROBE = Line("struct uprobe", 0, ("rb_node", "ref", "register_rwsem"))
 XOL_AREA = Line("struct xol_area", 0, ("wq", "slot_count", "bitmap"))  # 6.8-6.11: vaddr on the next line
 XOL_AREA_6_12 = Line("struct xol_area", 0, ("wq", "slot_count", "bitmap", "page", "vaddr"))
+XOL_AREA_6_13 = Line("struct xol_area", 0, ("wq", "bitmap", "page", "vaddr"))  # 7a166094bd2b dropped slot_count
 XOL_BITMAP = Line("xol_area->bitmap[]", 0, ("slots 0-31",))
 XOL_SLOT = Line("[uprobes] slot 1", 0, ("ixol",))  # x86-64: page offset 128
 NHIT = Line("struct trace_uprobe", 64, ("nhit",))
@@ -89,6 +90,14 @@ MM_LOCK_SEQ = Line("struct mm_struct", None, ("mm_lock_seq",))
 TREELOCK = Line("uprobes_treelock", 0, ("rwlock or spinlock",))
 SEQCOUNT = Line("uprobes_seqcount", 0, ("sequence",))
 SIGLOCK = Line("struct sighand_struct", 0, ("siglock",))
+
+
+def xol_area_line(k) -> Line:
+    """struct xol_area's first line as kernel ``k`` lays it out: wq, slot_count and bitmap (vaddr on a later line)
+    until 6.12; 6.12's vaddr beside them; from 6.13 (7a166094bd2b) no slot_count."""
+    if k.xol_no_slot_count:
+        return XOL_AREA_6_13
+    return XOL_AREA_6_12 if k.lockless_lookup else XOL_AREA
 
 
 def _at(line: Line, kind: str, n: int) -> tuple:
@@ -142,7 +151,7 @@ def xol_slot_accesses(k) -> tuple:
     bit = _at(XOL_BITMAP, ATOMIC, 1)
     if k.xol_no_slot_count:
         return (bit,)
-    return bit, _at(XOL_AREA_6_12 if k.lockless_lookup else XOL_AREA, ATOMIC, 1)
+    return bit, _at(xol_area_line(k), ATOMIC, 1)
 
 
 def handle_singlestep_accesses(k) -> tuple:

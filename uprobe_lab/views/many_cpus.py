@@ -54,6 +54,22 @@ def all_states() -> list[str]:
     return list(seen)
 
 
+def boxes(kernel: str, touched=()) -> list[str]:
+    """One state per box of :func:`lines_figure` on ``kernel``: every state of :func:`all_states`, a cache line
+    that kernels lay out differently (struct xol_area's first line) once, with the fields ``kernel`` has on it
+    (the version ``touched`` names, else the one the kernel's rules lay out)."""
+    own = contended.xol_area_line(release_rules(kernel)).name
+    out = {}
+    for state in all_states():  # a line is named by its structure and offset; without an offset, by its fields
+        line = state.partition(": ")[0]
+        out.setdefault(line if " +" in line else state, []).append(state)
+    picked = []
+    for line, versions in out.items():
+        seen = [s for s in versions if s in touched]
+        picked.append(seen[0] if seen else own if line == own.partition(": ")[0] else versions[-1])
+    return picked
+
+
 def exact_hits(benches=("uprobe-nop", "uprobe-ret"), kernels=("6.8", "6.18"), cpus=(1, 8, 64),
                iterations: int = 10, arch: str = "x86_64") -> pd.DataFrame:
     """Hits counted by the consumer against iterations x CPUs, per bench, kernel and CPU count."""
@@ -107,7 +123,7 @@ def lines_figure(bench: str = "uprobe-nop", kernel: str = "6.10", cpus: int = 8)
     for key, v in r["shared_per_hit"].items():
         line, kind = key.rsplit(" (", 1)
         touched.setdefault(line, {})[kind[:-1]] = v
-    states = all_states()
+    states = boxes(kernel, touched)
     cols = 4
     rows = -(-len(states) // cols)
     # 12 in wide and every word at 12 pt: a slide shows it at its drawn size, under the widget's controls
