@@ -7,6 +7,7 @@ import pytest
 
 matplotlib.use("Agg")
 
+from matplotlib.collections import PolyCollection  # noqa: E402
 from uprobe_lab import model  # noqa: E402
 from uprobe_lab.views import charts  # noqa: E402
 from uprobe_lab.views.arm64 import plot_published_bench, stp_gains  # noqa: E402
@@ -41,7 +42,8 @@ def test_kernel_history_chart_is_linear_and_its_circles_are_the_seed_figures():
     fig = charts.kernel_history_chart(profiles=("intel",), benches=("uretprobe-nop",))
     ax = fig.axes[0]
     assert ax.get_yscale() == "linear"
-    circles = {tuple(p) for p in ax.collections[0].get_offsets().tolist()}
+    dots = next(c for c in ax.collections if not isinstance(c, PolyCollection))  # the band is a PolyCollection
+    circles = {tuple(p) for p in dots.get_offsets().tolist()}
     # Intel i7-1165G7, uretprobe-nop: seed 000 1.498 and seed 002 (v1) 1.487 M/s on 6.10; both 1.969 M/s with
     # the uretprobe syscall (6.11)
     kernels = [t.get_text() for t in ax.get_xticklabels()]

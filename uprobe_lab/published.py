@@ -85,6 +85,23 @@ SEED_TABLES = "published.csv"
 OUTSIDE_SEEDS = "outside_seeds.csv"
 
 
+# Seed tables whose before/after columns are no release's figures: an unmerged patch set measured on its own
+# base, charted at the releases whose rules its columns stand for
+UNRELEASED = {"003": ("RFCv2", "Feb 2025"), "004": ("RFCv2", "Feb 2025")}
+
+
+def figure_words(source: str, kernels) -> str:
+    """How a chart names a table's figures charted at ``kernels``: "published", or for an unmerged patch set's
+    table what it measured and the rules it stands for ("RFCv2 before/after (Feb 2025), standing for 6.11 / 6.18
+    rules"; at one kernel "RFCv2 (Feb 2025), standing for 6.18 rules")."""
+    what = UNRELEASED.get(source_label(source))
+    if what is None:
+        return "published"
+    kernels = list(dict.fromkeys(map(str, kernels)))
+    columns = " before/after" if len(kernels) == 2 else ""
+    return f"{what[0]}{columns} ({what[1]}), standing for {' / '.join(kernels)} rules"
+
+
 def source_label(source: str) -> str:
     """How tables name their source: a seed by its number ("003"), a text outside the seeds by its file stem."""
     return source[:3] if source[:3].isdigit() else source.rsplit(".", 1)[0]

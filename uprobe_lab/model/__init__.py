@@ -22,7 +22,8 @@ from __future__ import annotations
 from ..process import LabError
 from .applications import APP_MODEL, app_predictions
 from .evaluation import (REPRO_COLUMNS, ROLE_FIT, ROLE_MOVED, ROLE_UNMOVED, coverage_tail, error_summary, headline,
-                         headline_text, moved_rows, outside_seeds_alone, per_table_alone, reproduction)
+                         headline_text, moved_rows, outside_seeds_alone, per_table_alone, reproduction,
+                         targets_met, targets_text)
 from .fit import PLAUSIBLE_NS, ROW_SIGMA_FLOOR, Z80, Prior, Profile, fit_profile, mops_interval
 from .prices import (ARM64_KERNEL, BENCH_ALIASES, FIXED_PRICES, PRICE_NAMES, PRICES, breakdown, clear_cache,
                      events_for, fixed_ns, hit_ns, kernel_setup, modelled_kernel, price_counts)

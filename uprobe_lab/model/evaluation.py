@@ -112,6 +112,30 @@ def headline(repro: pd.DataFrame) -> dict:
             "unmoved_coverage": float(un["inside"].mean()) if len(un) else math.nan}
 
 
+# The protocol's targets for the moved rows (the module doc of uprobe_lab.model): (headline key, goal, at most?)
+TARGETS = (("moved_median_abs_err_pct", 5.0, True), ("moved_coverage", 0.80, False),
+           ("moved_max_half_width_pct", 15.0, True))
+
+
+def targets_met(h: dict) -> dict[str, bool]:
+    """Per target of :data:`TARGETS`: whether the headline ``h`` meets it."""
+    return {key: (h[key] <= goal) if at_most else (h[key] >= goal) for key, goal, at_most in TARGETS}
+
+
+def targets_text(h: dict) -> str:
+    """The headline against the protocol's targets, each said met or missed."""
+    met = targets_met(h)
+    said = {"moved_median_abs_err_pct": lambda v, g: f"median |error| {v:.1f}% (target <= {g:g}%)",
+            "moved_coverage": lambda v, g: f"{100 * v:.0f}% of the moved rows inside their 80% intervals "
+                                            f"(target >= {100 * g:.0f}%)",
+            "moved_max_half_width_pct": lambda v, g: f"widest half-width {v:.1f}% (target <= {g:g}%)"}
+    parts = [f"{said[key](h[key], goal)}: {'met' if met[key] else 'missed'}" for key, goal, _ in TARGETS]
+    missed = [key for key in met if not met[key]]
+    verdict = ("every target met" if not missed else
+               f"{len(missed)} of {len(TARGETS)} targets missed")
+    return f"Against the protocol's targets, {verdict}: " + "; ".join(parts) + "."
+
+
 def headline_text(h: dict, what: str) -> str:
     return (f"{what}: {h['moved_rows']} moved rows, median |error| {h['moved_median_abs_err_pct']:.1f}%, "
             f"{100 * h['moved_coverage']:.0f}% inside their 80% intervals (half-width median "
@@ -139,4 +163,4 @@ def error_summary(repro: pd.DataFrame) -> pd.DataFrame:
 
 
 __all__ = ["REPRO_COLUMNS", "ROLE_FIT", "ROLE_HELDOUT", "ROLE_MOVED", "ROLE_UNMOVED", "coverage_tail", "error_summary", "headline",
-           "headline_text", "moved_rows", "outside_seeds_alone", "per_table_alone", "reproduction"]
+           "headline_text", "moved_rows", "TARGETS", "targets_met", "targets_text", "outside_seeds_alone", "per_table_alone", "reproduction"]

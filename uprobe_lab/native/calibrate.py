@@ -276,6 +276,7 @@ def native_vs_model(rows: list[dict], profile: model.Profile) -> pd.DataFrame:
                     "model_error_pct": round(100 * (m / r.mops - 1), 1), "native_inside": bool(lo <= r.mops <= hi),
                     "published_mops": pub["mops"].get(r.bench, float("nan")),
                     "published_cpu": pub["cpu"].get(r.bench, ""),
+                    "published_source": pub["source"].get(r.bench, ""),
                     "native_interval_us": interval_us.get(r.bench, float("nan"))})
     return pd.DataFrame(out)
 

@@ -3,6 +3,7 @@ work headless (no pyplot state, no display needed); in a notebook, ``display(fig
 from __future__ import annotations
 
 import math
+import textwrap
 
 import numpy as np
 from matplotlib.figure import Figure
@@ -11,7 +12,7 @@ from matplotlib.ticker import MaxNLocator
 from .. import model
 from ..kernel import KERNELS
 from ..presenter import lecture_mode
-from ..published import seed_speedups
+from ..published import figure_words, seed_speedups
 from . import chart_html
 
 BEFORE_COLOR, AFTER_COLOR = "#8da0cb", "#fc8d62"
@@ -23,6 +24,16 @@ def cpu_words(cpu: str) -> str:
 
 
 ROLE_HATCH = {"moved": "xx"}  # fit and unmoved rows: "//"
+
+
+LOOP_BENCHES = ("base", "usermode-count", "syscall-count")  # no probe: their rate counts loop iterations
+
+
+def rate_label(benches, log: bool = False) -> str:
+    """A rate axis's label: hits, or loop iterations for the benches without a probe, and a log scale said."""
+    loops = [b for b in LOOP_BENCHES if b in set(benches)]
+    what = f"M/s (hits; loop iterations for {', '.join(loops)})" if loops else "M hits/s"
+    return what + (", log scale" if log else "") + " - higher is better"
 
 
 def seed_tables(repro) -> list[tuple[str, str, str]]:
@@ -118,8 +129,9 @@ def seed_table_chart(repro, source: str, table: str) -> Figure:
                     fontsize=12)
     crowded = len(benches) > 5  # their names slanted would overlap: upright
     ax.set_xticks(x, benches, rotation=90 if crowded else 30, ha="center" if crowded else "right", fontsize=12)
-    ax.set_ylabel("M hits/s (higher is better)", fontsize=12)
-    if top > 50:  # usermode-count dwarfs the rest
+    log = top > 50  # usermode-count dwarfs the rest
+    ax.set_ylabel(textwrap.fill(rate_label(benches, log), 40, break_on_hyphens=False), fontsize=12)
+    if log:
         ax.set_yscale("log")
         ax.set_ylim(top=top * 20)  # room for its speedups above it
     else:
@@ -172,7 +184,7 @@ def error_chart(repro) -> Figure:
     ax.axhline(0, color="0.5", lw=0.8)
     ax.set_ylabel("model error %")
     ax.set_xlabel("published M/s row")
-    ax.legend(fontsize=9)
+    ax.legend(fontsize=9, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)  # beside: never over a row
     return fig
 
 
@@ -204,7 +216,8 @@ HISTORY_BENCHES = ("uprobe-nop", "uprobe-ret", "uprobe-nop5", "uretprobe-nop", "
 
 def kernel_history_chart(profiles=("intel", "nop5"), benches=HISTORY_BENCHES, kernels=None) -> Figure:
     """Throughput by kernel version on a linear axis, one panel per published CPU: lines are the CPU's fitted
-    profile priced on each modelled kernel's events; dots are what that CPU's seed table measured."""
+    profile priced on each modelled kernel's events, with its 80% interval as a band; circles are what that CPU's
+    seed table measured, named for what they are (a patch set's before/after columns stand for a release's rules)."""
     kernels = list(kernels or [k for k in KERNELS if k[:1].isdigit()])
     rows = model.bench_rows()
     fig = Figure(figsize=(4.9 * len(profiles) + 2.2, 4.8), layout="constrained")  # two panels within 12 in
@@ -215,18 +228,25 @@ def kernel_history_chart(profiles=("intel", "nop5"), benches=HISTORY_BENCHES, ke
         measured = rows[rows["cpu"] == prof.cpu]
         for i, bench in enumerate(benches):
             color = f"C{i}"
-            ax.plot(x, [prof.predict(bench, k) for k in kernels], marker="o", ms=4, lw=2, color=color, label=bench)
+            iv = np.array([prof.interval(bench, k) for k in kernels])
+            ax.plot(x, iv[:, 0], marker="o", ms=4, lw=2, color=color, label=bench)
+            ax.fill_between(x, iv[:, 1], np.minimum(iv[:, 2], 2 * iv[:, 0]), color=color, alpha=0.15, lw=0)
             seen = measured[measured["bench"] == bench].drop_duplicates(["kernel", "value"])
             pos = [kernels.index(k) for k in seen["kernel"] if k in kernels]
             ax.scatter(pos, [v for k, v in zip(seen["kernel"], seen["value"]) if k in kernels], s=90,
                        facecolor="white", edgecolor=color, linewidth=2, zorder=3)
         ax.set_xticks(x, kernels, fontsize=11)
         ax.set_xlabel("kernel version", fontsize=11)
-        ax.set_title(cpu_words(prof.cpu), fontsize=12)
+        shown = measured[measured["kernel"].isin(kernels) & measured["bench"].isin(benches)]
+        words = "; ".join(dict.fromkeys(w for w in (figure_words(src, grp["kernel"]) for src, grp
+                                                    in shown.groupby("source", sort=False)) if w != "published"))
+        # under the CPU, where they are no release's figures: what the circles are
+        ax.set_title(cpu_words(prof.cpu) + ("\n" + textwrap.fill(f"circles: {words}", 48) if words else ""),
+                     fontsize=12 if not words else 11)
         ax.set_ylim(bottom=0)
         ax.grid(axis="y", color="0.9")
-    axes[0].set_ylabel("M hits/s (higher is better)", fontsize=11)
+    axes[0].set_ylabel(rate_label(benches), fontsize=11)
     axes[-1].legend(fontsize=10, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False,
-                    title="line: model; circle: published", title_fontsize=10)
+                    title="line: model, band: its 80% interval\ncircle: the seed's figure", title_fontsize=10)
     fig.suptitle("What each kernel release bought, bench by bench", fontsize=13)
     return fig

@@ -12,6 +12,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from ..native.calibrate import kernel_change, kernel_columns
+from ..published import figure_words
+from .charts import cpu_words
 from ..text import wrap
 from .redraw import widget_table_html
 
@@ -23,6 +25,17 @@ def results_table(rows: list[dict]) -> pd.DataFrame:
     cols = ["bench", "mops", "stddev", "hits", "iterations", "repeats", "optimized", "site_bytes", "kernel"]
     df = pd.DataFrame(rows)
     return df[[c for c in cols if c in df.columns]].round({"mops": 3, "stddev": 3})
+
+
+def published_words(comparison: pd.DataFrame) -> str:
+    """The legend of the published bars: whose figures, and what they are (an unmerged patch set's columns stand
+    for a release's rules, they were not measured on it)."""
+    shown = comparison[comparison["published_mops"].astype(float).notna()]
+    cpus = ", ".join(sorted({cpu_words(c) for c in shown["published_cpu"] if isinstance(c, str) and c}))
+    kernel = shown["kernel"].iloc[0] if len(shown) else ""
+    words = [figure_words(src, [kernel]) for src in dict.fromkeys(shown.get("published_source", []))
+             if isinstance(src, str) and src]
+    return f"{'; '.join(dict.fromkeys(words)) or 'published'} ({cpus}), for scale"
 
 
 def native_chart(comparison: pd.DataFrame, title: str = "") -> Figure:
@@ -45,8 +58,7 @@ def native_chart(comparison: pd.DataFrame, title: str = "") -> Figure:
            capsize=2, label="model, calibrated on the price benches (80% interval)")
     pub = comparison["published_mops"].astype(float)
     if pub.notna().any():
-        cpus = sorted({c for c in comparison["published_cpu"] if isinstance(c, str) and c})
-        ax.bar(x + w, pub, w, color=PUBLISHED_COLOR, label=f"published ({', '.join(cpus)})")
+        ax.bar(x + w, pub, w, color=PUBLISHED_COLOR, label=published_words(comparison))
     ax.set_xticks(x, benches, rotation=30, ha="right", fontsize=9)
     ax.set_yscale("log")
     ax.set_ylabel("M/s, log scale (higher is better)")
