@@ -60,12 +60,21 @@ def test_the_trampolines_and_the_patch_show_the_kernels_bytes():
     steps = re.findall(r">[0-9a-f]{2}(?: [0-9a-f]{2})* +(push rax|push rcx|push r11|mov rax, 0x14f|syscall|pop r11|pop rcx|ret)<", tramp)
     assert steps == ["push rax", "push rcx", "push r11", "mov rax, 0x14f", "syscall", "pop r11", "pop rcx", "ret"]
     assert "48 c7 c0 4f 01 00 00 mov rax, 0x14f" in tramp and "sys_uretprobe (335)" in tramp  # 0x14f is 335
+    # the listing is 6.18's: its trailing int3 (354492a0e1bc) is marked as 6.18's, not 6.11's
+    assert re.search(r">cc +int3  \(6\.18\+\)<", tramp)
+    # sys_uretprobe (6.11+) calls uprobe_handle_trampoline; 6.10's int3 path calls it handle_trampoline
+    assert ">uprobe_handle_trampoline:<" in tramp and ">handle_trampoline; iret<" in tramp
     patch = diagrams.nop5_patch().render()
     cells = re.findall(r'text-anchor="middle"[^>]*>([0-9a-f]{2})<', patch)  # the site's byte cells
     rows = [" ".join(cells[i:i + 5]) for i in range(0, len(cells), 5)]
     assert rows[0] == "cc 1f 44 00 00"  # the probe's int3 on byte 0 of the nop5
     assert rows[2].startswith("cc ") and rows[2][3:] == rows[-1][3:] != rows[0][3:]  # the call's tail first
     assert rows[-1].startswith("e8 ")  # byte 0 last
+
+
+def test_the_int3_hit_saves_pt_regs_in_x86s_entry_code():
+    svg = diagrams.int3_hit().render()
+    assert "kernel_entry" not in svg and "PUSH_AND_CLEAR_REGS" in svg  # kernel_entry is arm64's macro
 
 
 def test_the_red_zone_diagram_marks_the_words_the_call_writes():

@@ -243,7 +243,9 @@ def int3_hit() -> Svg:
     (_, _, text), = disasm(orig, "x86_64", vaddr)
     boxes = [
         Box("user", "the probed instruction", [f"{vaddr:x}: cc  int3", f"(was {orig.hex()}  {text})"], "#BP trap"),
-        Box("kernel", "exc_int3", ["save pt_regs (kernel_entry)", "uprobe_pre_sstep_notifier", "-> handle_swbp"]),
+        Box("kernel", "exc_int3", [
+            "pt_regs saved on entry", "(idtentry: PUSH_AND_CLEAR_REGS)", "uprobe_pre_sstep_notifier",
+            "-> handle_swbp"]),
         Box("kernel", "handle_swbp: which probe?", [
             "bp_vaddr = ip - 1 (uprobe_get_swbp_addr)", "the return trampoline? -> chapter 02",
             "find_active_uprobe(bp_vaddr)", "none, but int3 there: SIGTRAP"]),
@@ -314,20 +316,24 @@ def uretprobe() -> Svg:
             "arch_uretprobe_hijack_return_addr:", "  keep R in a return instance",
             "  [rsp] = slot 0 of [uprobes]"], "iret"),
         Box("user", "func runs, then ret", ["ret pops slot 0, not R"], "ret"),
-        Box("[uprobes]", "slot 0 (6.11+): trampoline", code_lines(tramp, "x86_64", width=20), "syscall"),
+        Box("[uprobes]", "slot 0 (6.11+): trampoline", [
+            line + ("  (6.18+)" if line.endswith("int3") else "")
+            for line in code_lines(tramp, "x86_64", width=20)], "syscall"),
         Box("kernel", f"sys_uretprobe ({__NR_uretprobe})", [
-            "restore r11, rcx, rax", "handle_trampoline: consumers", "rax's slot <- R", "write r11, rcx back",
-            "return the function's rax"], "sysret"),
+            "restore r11, rcx, rax", "uprobe_handle_trampoline:", "  the consumers", "rax's slot <- R",
+            "write r11, rcx back", "return the function's rax"], "sysret"),
         Box("[uprobes]", "pop r11; pop rcx; ret", ["ret pops rax's slot: R"]),
     ]
     desc = (f"A return probe on x86-64. At the entry int3, arch_uretprobe_hijack_return_addr keeps the return "
             f"address R in a return instance and writes the address of slot 0 of the [uprobes] page ({slot0}) "
             "over it on the stack. When the function returns it lands in the trampoline. Before 6.11 slot 0 is a "
-            "single int3: a second exception, handled by handle_swbp and uprobe_handle_trampoline, leaving by iret. "
+            "single int3: a second exception, handled by handle_swbp and handle_trampoline (renamed "
+            "uprobe_handle_trampoline in 6.11), leaving by iret. "
             "Since 6.11 slot 0 holds push rax; push rcx; push r11; mov rax, 335; syscall; pop r11; pop rcx; ret "
             "(6.18 adds an int3 after the ret). syscall overwrites rcx and r11, so the trampoline saves them with "
             "rax on the stack: r11 at sp, rcx at sp+8, rax at sp+16. sys_uretprobe restores them into the "
-            "registers the consumers see, runs the return consumers, writes r11 and rcx back and puts R into "
+            "registers the consumers see, runs the return consumers through uprobe_handle_trampoline, writes r11 "
+            "and rcx back and puts R into "
             "rax's slot, and returns the function's rax by sysret; pop r11, pop rcx and ret then land at R.")
     seq = Sequence("A return probe: the hijack and the trampoline", desc, ["user", "kernel", "[uprobes]"], boxes)
     svg = seq.draw()
@@ -336,7 +342,8 @@ def uretprobe() -> Svg:
         ("sp+24", "the caller's frame"), ("sp+16", "saved rax -> R"), ("sp+8", "saved rcx"), ("sp+0", "saved r11")],
         w, notes=("rax's slot becomes R",))
     y = stack_panel(svg, x, y + 12, "6.10 and 32-bit: slot 0 is", [(slot0, "cc  int3")], w,
-                    notes=("#BP -> handle_swbp ->", "handle_trampoline; iret", "",
+                    notes=("#BP -> handle_swbp ->", "handle_trampoline; iret",
+                           "(6.11+: uprobe_ prefix)", "",
                            f"uretprobe {__NR_uretprobe}, uprobe {__NR_uprobe}"))
     return seq.finish(y)
 
