@@ -1,9 +1,11 @@
 """Programs that test return probes on x86-64, and the checks built on them.
 
-The register round trip is the twin of ``uretprobe_regs`` in the kernel selftest
-tools/testing/selftests/bpf/prog_tests/uprobe_syscall.c: load chosen values into every
-general-purpose register (and the arithmetic flags), call a probed function that is only a
-``ret``, and store what the caller sees afterwards. With a transparent uretprobe the two sets are
+The register round trip is modelled on ``uretprobe_regs`` in the kernel selftest
+tools/testing/selftests/bpf/prog_tests/uprobe_syscall.c, which records whatever the registers
+hold before and after calling ``uretprobe_regs_trigger`` (``movq $0xdeadbeef,%rax; ret``, return-
+probed at its entry). The lab's version loads random values into every general-purpose register
+(and the arithmetic flags) first, calls a probed function that is only a ``ret``, and stores what
+the caller sees afterwards. With a transparent uretprobe the two sets are
 equal; with the broken teaching trampoline (no saves around ``syscall``) rcx and r11 differ.
 
 The other programs give the core's return-instance rules something to chew on: a recursion
@@ -57,7 +59,8 @@ def emit_regs_roundtrip(a: Assembler) -> None:
     a.emit(asm.pop("rax") + asm.mov_store("rdi", AFTER + SLOT["di"], "rax"))
     a.emit(asm.pop("rdi") + asm.RET)
     a.align(16, PAD)
-    # The selftest's trigger is a naked function holding one ret: the probe sits on that ret.
+    # The selftest's trigger is movq $0xdeadbeef,%rax; ret, probed at its entry; the lab's holds one ret
+    # (the probe sits on that ret), so rax keeps the random value the round trip loaded.
     a.function("uretprobe_regs_trigger")
     a.emit(asm.RET)
     a.align(16, PAD)
