@@ -65,7 +65,7 @@ GOOD_INSNS_64 = _bitmap("""
 # What the verdict says when OPCODE1 of a VEX/EVEX instruction collides with a branch or nop.
 KERNEL_BUG_VEX = ("KERNEL BUG: branch_setup_xol_ops() reads the opcode byte after the {kind} prefix as a "
                   "one-byte opcode, so this {kind} instruction is emulated as {what} and never runs "
-                  "(every modelled kernel: no upstream fix found, 7.3 included)")
+                  "(unfixed in every modelled kernel, 7.3 included)")
 
 
 LEGACY_PREFIXES = {0xF0, 0xF2, 0xF3, 0x2E, 0x36, 0x3E, 0x26, 0x64, 0x65, 0x66, 0x67}
