@@ -12,6 +12,8 @@ def test_the_summary_lists_each_counted_kind_once_in_vocabulary_order_with_its_m
     assert list(table.index) == [k for k in EVENT_KINDS if counts.get(k)]
     assert table.loc["exceptions", "count"] == 2 and table.loc["xol_steps", "count"] == 1  # int3 + #DB, one step
     assert table.loc["exc_db", "what it is"] == EVENT_KINDS["exc_db"]
+    for shown in (table._repr_html_(), repr(table)):  # the whole meaning, not pandas' 50 characters and "..."
+        assert EVENT_KINDS["exceptions"] in shown and "..." not in shown
 
 
 def test_bills_side_by_side_fill_a_missing_kind_with_0_and_drop_a_kind_no_bill_counts():

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from functools import lru_cache
 
 # kind -> what it means. Kinds are plain strings so a DataFrame or a CSV can carry them.
 EVENT_KINDS = {
@@ -119,12 +120,12 @@ class Trace:
         self.transfers.clear()
 
     def summary(self):
-        """The counts so far as a pandas DataFrame, one row per kind counted (vocabulary order), with what it means."""
-        import pandas as pd
-
+        """The counts so far as a pandas DataFrame, one row per kind counted (vocabulary order), with what it means
+        (shown whole, not cut to pandas' 50 characters)."""
+        whole_text = _whole_text_frame()
         counts = self._counts
         rows = [{"event": k, "count": counts[k], "what it is": EVENT_KINDS[k]} for k in EVENT_KINDS if counts.get(k)]
-        return pd.DataFrame(rows, columns=["event", "count", "what it is"]).set_index("event")
+        return whole_text(whole_text(rows, columns=["event", "count", "what it is"]).set_index("event"))
 
     def dataframe(self):
         """The recorded events as a pandas DataFrame (seq, kind, n, ip, note)."""
@@ -135,6 +136,25 @@ class Trace:
             for e in self.events
         ]
         return pd.DataFrame(rows, columns=["seq", "kind", "n", "ip", "note"])
+
+
+@lru_cache(maxsize=None)
+def _whole_text_frame():
+    """A DataFrame type shown with every cell's whole text (no ``display.max_colwidth`` cut to 50 characters and
+    "..."): a page's HTML table wraps long cells instead. Slices and results are plain DataFrames. Made on first
+    use, as pandas is imported only when a table is asked for."""
+    import pandas as pd
+
+    class WholeText(pd.DataFrame):
+        def _repr_html_(self):
+            with pd.option_context("display.max_colwidth", None):
+                return super()._repr_html_()
+
+        def __repr__(self) -> str:
+            with pd.option_context("display.max_colwidth", None):
+                return super().__repr__()
+
+    return WholeText
 
 
 def per_hit(counts: Counter, hits: int) -> dict[str, float]:

@@ -14,3 +14,4 @@ def unbroken(frame: pd.DataFrame, columns) -> "pd.io.formats.style.Styler":
         raise LabError(f"no column {missing[0]!r} in the table; give one of {', '.join(map(str, frame.columns))}")
     return (frame.style.set_properties(subset=list(columns), **{"white-space": "nowrap"})
             .set_table_attributes('class="dataframe"'))  # styled as every other table of the page
+
