@@ -516,3 +516,11 @@ def test_08_5_counts_the_stepped_entry_s_shared_writes():
     # the instruction copied into the shared [uprobes] slot (1)
     text = exercises.get("08.5").explanation
     assert "5 writes a hit" in text and "four" not in text
+
+
+def test_01_2_names_the_3_byte_nop_it_asks_about_and_its_solution_states_both_verdicts():
+    ex = exercises.get("01.2")
+    assert "3-byte nop" in ex.title and "`0f 1f 00`" in ex.question
+    told = ex.explanation + ex.solution
+    assert "(`xol`)" in ex.explanation and "(`emulate`)" in ex.explanation  # 6.11 steps it, 6.16 emulates it
+    assert '"6.11": "xol", "6.16": "emulate"' in told

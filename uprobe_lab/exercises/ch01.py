@@ -53,7 +53,7 @@ answer = {h: ul.analyze(h.replace(" ", ""), kernel="6.18")["action"]
 )
 
 exercise(
-    id="01.2", kind="predict", title="The rules changed: a 5-byte nop",
+    id="01.2", kind="predict", title="The rules changed: a 3-byte nop",
     question="The chapter showed what 6.11 and 6.16 do with the 5-byte nop `0f 1f 44 00 00`. Now the 3-byte nop "
              "`0f 1f 00` (`nopl (%rax)`, which compilers use to pad loops): what does the kernel do with a probe "
              "on it on 6.11, and on 6.16? Answer `{\"6.11\": ..., \"6.16\": ...}` with `\"emulate\"`, `\"xol\"` "
@@ -62,8 +62,11 @@ exercise(
          "\"prefix* + 0x90\" case of `branch_setup_xol_ops`). 6.16 recognises every nop in the kernel's "
          "`x86_nops` table.",
     solution="""import uprobe_lab as ul
-answer = {k: ul.analyze("0f1f00", kernel=k)["action"] for k in ("6.11", "6.16")}""",
-    explanation="Single-stepping costs a second exception (#DB); emulating it saves that - half the traps per hit.",
+answer = {k: ul.analyze("0f1f00", kernel=k)["action"] for k in ("6.11", "6.16")}
+# {"6.11": "xol", "6.16": "emulate"}""",
+    explanation="6.11 steps `0f 1f 00` out of line (`xol`): it emulated only `90` with prefixes. 6.16 emulates it "
+                "(`emulate`): it is in `x86_nops`. Single-stepping costs a second exception (#DB); emulating it "
+                "saves that - half the traps per hit.",
     expected=lambda: {k: analyze("0f1f00", kernel=k)["action"] for k in ("6.11", "6.16")},
     judge=j.per_item(str, j.choice(ACTIONS), lambda k, want: f"look at which nops {k} emulated"),
     why=lambda e: "The lab asked its model of branch_setup_xol_ops (arch/x86/kernel/uprobes.c) on each kernel.",
