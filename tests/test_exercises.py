@@ -27,12 +27,12 @@ WRONG = {
               "cd 80": "reject"}, "6a 01: push 1 - look again"),  # only a push of a register is emulated
     "01.2": ({"6.11": "emulate", "6.16": "emulate"}, "6.11: look at which nops 6.11 emulated"),
     "01.3": ("SIGILL", "Not sigill"),
-    "01.4": (("c3", "emulate"), "not emulate but xol"),
+    "01.4": (("c3", "emulate"), "ret: not emulate - look again at which of the three rules"),
     "02.1": ({"6.10": 2, "6.11": 1, "6.16": 1}, "6.10: the nop5 is stepped out of line"),  # only 0x90 emulated then
     "02.2": ({"rcx", "r11"}, "Missing 1 register(s)"),  # rax carries __NR_uprobe, so it is saved too
     "02.3": ({"r11", "rcx"}, "Missing 1 register(s)"),  # here ret takes the call's slot, so rax is popped too
-    "02.4": (13, "13 is too high"),  # the merged trampoline's offset; the broken one lacks 51 and 41 53, 3 bytes
-    "02.5": (335, "335 is too low"),  # uretprobe's number; uprobe came after it
+    "02.4": (13, "13 is too high: 0xd is where the merged trampoline's syscall ends"),  # the merged trampoline's offset; the broken one lacks 51 and 41 53, 3 bytes
+    "02.5": (335, "335 is too low: 335 is uretprobe's number"),  # uretprobe's number; uprobe came after it
     "02.6": (("uretprobe-ret", "6.11", {"exceptions": 1}), "exceptions: 1 is too low"),
     "03.1": ({"6.11": 3, "6.16": 2, "6.18": 0}, "3 of 3 wrong - 6.11: what does that release do with this nop5"),
     "03.2": (0x441F, "17439 is too low"),  # the offset alone: the call counts from the end of its 5 bytes
@@ -524,3 +524,27 @@ def test_01_2_names_the_3_byte_nop_it_asks_about_and_its_solution_states_both_ve
     told = ex.explanation + ex.solution
     assert "(`xol`)" in ex.explanation and "(`emulate`)" in ex.explanation  # 6.11 steps it, 6.16 emulates it
     assert '"6.11": "xol", "6.16": "emulate"' in told
+
+
+def test_01_4_names_the_kernels_action_only_with_the_third_wrong_try(monkeypatch):
+    monkeypatch.setattr(exercises.core, "_MISSES", {})
+    first, second, third = (exercises.check("01.4", ("fa", "xol")) for _ in range(3))  # cli: refused
+    for early in (first, second):
+        assert early.message.startswith("cli: not xol - ") and "reject" not in early.message
+    assert "cli as arch_uprobe_analyze_insn would on 6.18: reject" in third.message
+
+
+def test_an_answer_of_the_wrong_shape_is_not_counted_as_a_try(monkeypatch):
+    monkeypatch.setattr(exercises.core, "_MISSES", {})
+    misspelled = {"uprobe_target_nopp": 1, "uprobe_target_ret": 1}
+    for _ in range(3):
+        verdict = exercises.check("00.1", misspelled)
+        assert not verdict.ok and "not asked: uprobe_target_nopp" in verdict.message
+    why = exercises.get("00.1").why(exercises.get("00.1").expected())
+    assert why not in exercises.check("00.1", {"uprobe_target_nop": 1, "uprobe_target_ret": 1}).message
+
+
+def test_01_3_names_the_signal_as_the_kernel_does_not_as_the_learner_spelled_it():
+    want = exercises.get("01.3").expected()
+    message = exercises.check("01.3", want.lower()).message
+    assert want.upper() in message and want.lower() not in message

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .. import CountingConsumer, LabError, analyze, attach, new_process
-from .core import exercise
+from .core import Remembered, exercise
 from . import judges as j
 
 ACTIONS = ("emulate", "xol", "reject")
@@ -94,7 +94,7 @@ answer = proc.run(proc.program.resolve("uprobe_target_nop") + 2, 0).signal""",
                 "own breakpoint, delivered as SIGTRAP as a debugger would expect.",
     expected=lambda: _stray_signal().lower(),
     judge=j.choice(tuple(j.SIGNALS), j.signal_name),
-    why=lambda e: f"The lab's process died of {e}: an int3 with no uprobe is delivered to the program.",
+    why=lambda e: f"The lab's process died of {e.upper()}: an int3 with no uprobe is delivered to the program.",
 )
 
 
@@ -106,9 +106,18 @@ def _own_insn(answer, lab) -> tuple[bool, str]:
     if said not in ACTIONS:
         raise LabError(f"{j.shown(action)} is not one of {', '.join(ACTIONS)}")
     verdict = lab(str(insn).replace(" ", ""))
+    insn_text = f"{verdict['mnemonic']} {verdict['op_str']}".strip()
     if verdict["action"] == said:
-        return True, f"{verdict['mnemonic']} {verdict['op_str']}: {said}, as you said."
-    return False, f"{verdict['mnemonic']} {verdict['op_str']}: not {said} but {verdict['action']} - {verdict['reason']}."
+        return True, f"{insn_text}: {said}, as you said."
+    return False, (f"{insn_text}: not {said} - look again at which of the three rules takes it (finished in the "
+                   "trap, refused, or stepped).")
+
+
+def _decoded(insn, verdict) -> str:
+    """The lab's verdict on the learner's own instruction: shown with a right answer or the third wrong try."""
+    insn_text = f"{verdict['mnemonic']} {verdict['op_str']}".strip()
+    return (f"The lab decoded {insn_text} as arch_uprobe_analyze_insn would on 6.18: {verdict['action']} - "
+            f"{verdict['reason']}.")
 
 
 exercise(
@@ -119,7 +128,7 @@ exercise(
     hint="Good candidates: `48 89 e5` (mov %rsp,%rbp), `f3 0f 1e fa` (endbr64), `eb fe` (jmp .), `fa` (cli), "
          "`f0 ff 00` (lock inc).",
     solution="""answer = ("48 89 e5", "xol")   # mov %rsp,%rbp: neither emulated nor refused""",
-    expected=lambda: (lambda h: analyze(h, kernel="6.18")),
+    expected=lambda: Remembered(lambda h: analyze(h, kernel="6.18")),
     judge=_own_insn,
-    why=lambda lab: "The lab decoded your bytes as arch_uprobe_analyze_insn would on 6.18.",
+    why=Remembered.why("The lab decodes your bytes as arch_uprobe_analyze_insn would on 6.18.", _decoded),
 )

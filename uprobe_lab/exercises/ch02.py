@@ -7,7 +7,9 @@ from ..kernel import KERNELS
 from ..trace import EVENT_KINDS
 from ..uprobes import UnprobeableInstruction, uprobe_register
 from ..x86.asm import X86_NOPS
+from ..x86.constants import __NR_uretprobe
 from ..x86.optimize import uprobe_trampoline_code
+from ..x86.uretprobe import uretprobe_syscall_check_offset
 from ..x86.uretprobe_programs import RegsRecorder, make_uretprobe_process, random_registers, regs_roundtrip
 from .core import exercise
 from . import judges as j
@@ -122,6 +124,22 @@ def _broken_rcx() -> int:
     return rcx - mapping.start
 
 
+def _broken_rcx_wrong(got: float) -> str:
+    """Why an offset for 02.4 is wrong, without the right one: 0xd is the merged trampoline's."""
+    merged = uretprobe_syscall_check_offset(save_regs=True)
+    if got == merged:
+        return (f"{merged:#x} is where the merged trampoline's syscall ends, after its pushes of rax, rcx and r11; "
+                "the broken one pushes only rax.")
+    return "rcx holds the address of the instruction after syscall: add up the broken trampoline's bytes."
+
+
+def _other_number_wrong(got: float) -> str:
+    """Why a syscall number for 02.5 is wrong, without the right one."""
+    if got == __NR_uretprobe:
+        return f"{__NR_uretprobe} is uretprobe's number (6.11); uprobe was numbered later, for 6.18."
+    return "x86-64's own numbers are handed out in sequence: where does uretprobe sit in the table above?"
+
+
 exercise(
     id="02.4", kind="break it", title="Take the saves out",
     question="Build the broken 6.11 trampoline that does not save rcx and r11 (`make_uretprobe_process(\"6.11\", "
@@ -145,7 +163,7 @@ answer = rcx - mapping.start""",
                 "r11 nothing puts the program's values back; the merged trampoline's `push`/`pop` pairs are what "
                 "hide the clobber.",
     expected=_broken_rcx,
-    judge=j.number(offset_from="the start of [uprobes]"),
+    judge=j.number(offset_from="the start of [uprobes]", because=_broken_rcx_wrong),
     why=lambda e: f"The lab's run of the broken trampoline left rcx at [uprobes]+{e:#x}.",
 )
 
@@ -165,7 +183,7 @@ answer = int(insns[insns.index("syscall") - 1].split(",")[1], 0)""",
     explanation="x86-64's own numbers (below 424) are handed out in sequence: `uretprobe` took 335 for 6.11 and "
                 "`uprobe` the next one, 336, for 6.18 (0x150 in the listing).",
     expected=lambda: _syscall_number(uprobe_trampoline_code()),
-    judge=j.number(),
+    judge=j.number(because=_other_number_wrong),
     why=lambda e: f"The trampoline's bytes load {e} ({e:#x}) into rax.",
 )
 

@@ -152,8 +152,10 @@ def register(name: Any) -> str:
 LOWEST_LOAD_ADDRESS = 0x400000  # where x86-64's non-PIE programs start; a process's mappings lie at or above it
 
 
-def number(tolerance: float = 0.0, unit: str = "", offset_from: str = "") -> Callable[[Any, float], tuple[bool, str]]:
-    """Equal within ``tolerance`` (absolute); the reason says too high or too low. The question states the
+def number(tolerance: float = 0.0, unit: str = "", offset_from: str = "",
+           because: Callable[[float], str] | None = None) -> Callable[[Any, float], tuple[bool, str]]:
+    """Equal within ``tolerance`` (absolute); the reason says too high or too low, then ``because(answer)``:
+    what the wrong number stands for, or where to look (never the right number). The question states the
     tolerance in :func:`tolerance_words` (a test holds every numeric question to it). For an offset from
     ``offset_from`` (e.g. "the site"), an answer as large as an address is named as one."""
     def judge(answer, expected):
@@ -163,7 +165,8 @@ def number(tolerance: float = 0.0, unit: str = "", offset_from: str = "") -> Cal
         if offset_from and got >= LOWEST_LOAD_ADDRESS > expected:
             return False, (f"{int(got):#x} is an address, not an offset: give the offset from {offset_from} "
                            "(subtract its address).")
-        return False, f"{got:g}{unit} is too {'high' if got > expected else 'low'}."
+        said = f"{got:g}{unit} is too {'high' if got > expected else 'low'}"
+        return False, said + (f": {because(got)}" if because else ".")
     judge.tolerance = tolerance
     return judge
 
@@ -223,12 +226,12 @@ def per_item(normalise_key: Callable[[Any], Any], judge_value: Callable[[Any, An
         got = {normalise_key(k): v for k, v in answer.items()}
         unanswered = [k for k in expected if k not in got]
         unasked = [k for k in got if k not in expected]
-        if unanswered or unasked:
+        if unanswered or unasked:  # an answer of the wrong shape: said, and not counted as a try
             said = [f"no answer for {listed(unanswered)}"] if unanswered else []
             said += [f"not asked: {listed(unasked)} (the question asks for "
                      f"{', '.join(map(str, expected))})"] if unasked else []
             text = "; ".join(said)
-            return False, text[0].upper() + text[1:] + "."
+            raise LabError(text[0].upper() + text[1:])
         wrong = []
         for key, want in expected.items():
             ok, _ = judge_value(got[key], want)
