@@ -73,28 +73,49 @@ answer = {k: ul.analyze("0f1f00", kernel=k)["action"] for k in ("6.11", "6.16")}
 )
 
 
-def _stray_signal() -> str:
-    proc = new_process()
-    attach(proc, "uprobe_target_nop", CountingConsumer())
-    return proc.run(proc.program.resolve("uprobe_target_nop") + 2, 0).signal
+def _trampoline_signal() -> str:
+    """6.10: the CPU starts at slot 0 of [uprobes] (the int3 return trampoline) with no return probe pending."""
+    proc = new_process(kernel="6.10")
+    attach(proc, "uprobe_target_ret", CountingConsumer())
+    proc.call("uprobe_target_ret")  # the stepped ret maps [uprobes]
+    return proc.run(proc.mm.xol_area.slot_vaddr(0), 0).signal
+
+
+def _trampoline_judge(answer, expected) -> tuple[bool, str]:
+    """01.3's verdict, naming a signal as the kernel does (SIGTRAP), not as the learner spelled it."""
+    ok, _ = j.choice(tuple(j.SIGNALS), j.signal_name)(answer, expected)
+    said = j.signal_name(answer).upper()
+    if ok:
+        return True, ""
+    if said == "SIGTRAP":
+        return False, ("Not SIGTRAP: handle_swbp knows this int3's address - it is the trampoline's, not a stray "
+                       "breakpoint.")
+    return False, f"Not {said}."
 
 
 exercise(
-    id="01.3", kind="break it", title="A breakpoint nobody owns",
-    question="The bench program pads its functions with `int3` bytes. Start the CPU on the padding right after "
-             "`uprobe_target_nop` (its address + 2) in a process that has a uprobe elsewhere. Which signal does "
-             "the program get? Answer its name, e.g. `\"SIGSEGV\"`.",
-    hint="`handle_swbp()` looks the address up among the mm's uprobes. If there is none, is the int3 still the "
-         "kernel's business?",
+    id="01.3", kind="break it", title="A jump into the return trampoline",
+    question="Slot 0 of the `[uprobes]` page holds the return trampoline; on 6.10 it is a single `int3` (chapter "
+             "02 follows a return through it). In a 6.10 process whose probe on `uprobe_target_ret` has been hit "
+             "once (the stepped `ret` mapped the page), start the CPU at slot 0 "
+             "(`proc.mm.xol_area.slot_vaddr(0)`) with no return probe pending. Which signal does the program "
+             "get? Answer its name, e.g. `\"SIGSEGV\"`.",
+    hint="`handle_swbp()` compares the trap's address with the trampoline's before it looks for a uprobe, and "
+         "hands the trap to the trampoline's handler. What return address can that handler restore when no "
+         "return probe is pending?",
     solution="""import uprobe_lab as ul
-proc = ul.new_process()
-ul.attach(proc, "uprobe_target_nop", ul.CountingConsumer())
-answer = proc.run(proc.program.resolve("uprobe_target_nop") + 2, 0).signal""",
-    explanation="No uprobe at that address (and the bytes there really are `int3`): the trap is the program's "
-                "own breakpoint, delivered as SIGTRAP as a debugger would expect.",
-    expected=lambda: _stray_signal().lower(),
-    judge=j.choice(tuple(j.SIGNALS), j.signal_name),
-    why=lambda e: f"The lab's process died of {e.upper()}: an int3 with no uprobe is delivered to the program.",
+proc = ul.new_process(kernel="6.10")
+ul.attach(proc, "uprobe_target_ret", ul.CountingConsumer())
+proc.call("uprobe_target_ret")                       # the first hit maps [uprobes]
+answer = proc.run(proc.mm.xol_area.slot_vaddr(0), 0).signal""",
+    explanation="The int3 is at the trampoline's address, so it is not a stray breakpoint (that would be SIGTRAP, "
+                "as the chapter showed): handle_swbp passes it to handle_trampoline, which finds no pending "
+                "return, so no return address to restore, and sends SIGILL (\"handle uretprobe, sending "
+                "SIGILL\").",
+    expected=lambda: _trampoline_signal().lower(),
+    judge=_trampoline_judge,
+    why=lambda e: (f"The lab's process died of {e.upper()}: a trampoline hit with no pending return is an "
+                   "illegal return."),
 )
 
 

@@ -244,13 +244,13 @@ exercise(
     id="02.6", kind="open", title="Your own prediction",
     question="Pick a uretprobe bench (`uretprobe-push`, `uretprobe-ret`, ...) and a kernel, predict its "
              "exceptions, syscalls and xol_steps per hit, then check: "
-             "`answer = (\"uretprobe-ret\", \"6.11\", {\"exceptions\": ..., \"syscalls\": ..., \"xol_steps\": ...})`.",
+             "`answer = (\"uretprobe-nop5\", \"6.11\", {\"exceptions\": ..., \"syscalls\": ..., \"xol_steps\": ...})`.",
     hint="Add up the entry probe (what does the probed instruction cost?) and the return (int3 trampoline "
          "before 6.11, syscall from 6.11).",
     solution="""import uprobe_lab as ul
-bill = ul.events_per_hit("uretprobe-ret", "x86_64", "6.11")
-answer = ("uretprobe-ret", "6.11", {k: bill.get(k, 0) for k in ("exceptions", "syscalls", "xol_steps")})""",
-    explanation="uretprobe-ret: the probed `ret` is stepped out of line (int3 + #DB), and the return comes back "
-                "through the syscall trampoline.",
+bill = ul.events_per_hit("uretprobe-nop5", "x86_64", "6.11")
+answer = ("uretprobe-nop5", "6.11", {k: bill.get(k, 0) for k in ("exceptions", "syscalls", "xol_steps")})""",
+    explanation="uretprobe-nop5 on 6.11: the probed nop5 is stepped out of line (int3 + #DB, one XOL step), and "
+                "the return comes back through the syscall trampoline: 2 exceptions, 1 syscall, 1 xol_step.",
     **open_bench_task(("exceptions", "syscalls", "xol_steps"), URETPROBE_BENCHES, "a uretprobe bench"),
 )
