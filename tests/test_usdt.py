@@ -11,6 +11,7 @@ at addr_2 + 1 ({ 0x48, 0x8d, 0x64, 0x24, 0x80, 0xe8 }) with the nop left at addr
 subtest says libbpf keeps the probe on the preceding 1-byte nop.
 """
 import shutil
+from pathlib import Path
 import subprocess
 
 import pytest
@@ -177,3 +178,15 @@ def test_libbpf_choices_per_kernel():
     assert table.loc["7.3", f"{seven3}: nop,nop10"] == "+1"
     assert table.loc["7.3", f"{seven3}: nop,nop5"] == "+0"
     assert table.loc["7.3", f"{six18}: nop,nop5"] == "+0"
+
+
+def test_demo_elf_never_overwrites_a_file_it_did_not_write(tmp_path):
+    mine = tmp_path / "notes.txt"
+    mine.write_text("precious")
+    with pytest.raises(LabError, match="notes.txt"):
+        write_demo_elf(mine)
+    assert mine.read_text() == "precious"
+    again = write_demo_elf(write_demo_elf(tmp_path / "usdt_demo"))  # its own file it may write again
+    assert Path(again).read_bytes() == demo_elf_bytes()
+    with pytest.raises(LabError, match="directory"):
+        write_demo_elf(tmp_path)

@@ -275,7 +275,14 @@ def demo_elf_bytes() -> bytes:
 
 
 def write_demo_elf(path) -> str:
-    """Write :func:`demo_elf_bytes` to ``path`` and return the path."""
-    with open(path, "wb") as f:
-        f.write(demo_elf_bytes())
-    return str(path)
+    """Write :func:`demo_elf_bytes` to ``path`` and return the path: a new file, or one the lab wrote there before
+    (outputs.output_file's rule), so a mistyped path never overwrites a file of the user's."""
+    from .outputs import output_file, record_file
+
+    out = output_file(path, "write_demo_elf's path", "usdt_demo")
+    try:
+        out.write_bytes(demo_elf_bytes())
+    except OSError as err:
+        raise LabError(f"write_demo_elf {path}: cannot write it ({err.strerror}); give a path you can write") from None
+    record_file(out)
+    return str(out)
