@@ -419,3 +419,11 @@ def test_predict_on_a_million_rows_over_125k_releases_is_quick(tmp_path):
     assert cpu_s < 20, cpu_s  # CPU, not wall time: a busy machine does not fail it
     got = {line.split(",")[0]: float(line.split(",")[1]) for line in out.stdout.splitlines()[1:]}
     assert got == pytest.approx(rates, rel=1e-4)
+
+
+@pytest.mark.parametrize("lines", ["9.9", "banana", ",", "6.1,9.9"])
+def test_verify_kernels_names_the_lines_before_any_boot(capsys, monkeypatch, lines):
+    import uprobe_lab.verify.x86_kernels as x86_kernels
+
+    monkeypatch.setattr(x86_kernels, "referee", lambda *a, **k: pytest.fail("booted before checking the lines"))
+    fails_cleanly(capsys, ["verify", "--kernels", lines], "no Debian kernel line", "the lines are 6.1")

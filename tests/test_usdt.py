@@ -11,8 +11,8 @@ at addr_2 + 1 ({ 0x48, 0x8d, 0x64, 0x24, 0x80, 0xe8 }) with the nop left at addr
 subtest says libbpf keeps the probe on the preceding 1-byte nop.
 """
 import shutil
-from pathlib import Path
 import subprocess
+from pathlib import Path
 
 import pytest
 

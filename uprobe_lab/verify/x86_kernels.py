@@ -160,6 +160,12 @@ def run_referee(lines: list[str], record: str | Path | None = None, as_json: boo
     """Boot ``lines`` (all when empty), print every answer beside the lab's (or the reports as JSON) and
     the count that agree; write the reports to ``record`` if given. Exit status 0 when all agree, 1 when
     the kernels cannot be had (the message says why), 2 when some answer differs."""
+    lines = [line.strip() for line in lines]
+    unknown = [line for line in lines if line not in KERNEL_LINES]
+    if unknown:  # checked before any download or boot
+        raise LabError(f"--kernels: no Debian kernel line {', '.join(map(repr, unknown))}; the lines are "
+                       f"{', '.join(KERNEL_LINES)} (e.g. --kernels {next(iter(KERNEL_LINES))}), or --kernels alone "
+                       "for all")
     try:
         if record:
             output_file(record, "--record", "kernels.json")  # refused now, not after the boots
