@@ -4,7 +4,9 @@ import os
 import random
 import re
 import shutil
+import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -315,3 +317,31 @@ def test_a_release_s_own_rules_give_a_verdict_too():
     modelled = hit_verdict(bytes.fromhex("0f1f440000"), 0x401000, "6.18")
     assert hit_verdict(bytes.fromhex("0f1f440000"), 0x401000, rules) == {
         **modelled, "kernel": rules.name, "why": modelled["why"].replace("on 6.18 ", f"on {rules.name} ")}
+
+
+@native
+def test_perf_probe_count_deletes_its_probe_when_killed_and_a_dead_run_s_probe_later(tick, tmp_path):
+    """SIGTERM (kill, a closed terminal's SIGHUP likewise) runs the delete as Ctrl-C does, and the process still
+    dies of it; a probe whose run died by SIGKILL (lab_<symbol>_<dead pid>) is deleted by the next run."""
+    if shutil.which("perf") is None:
+        pytest.skip("perf is not installed")
+    script = (f"from uprobe_lab.own_program import perf_probe_count, function_site\n"
+              f"perf_probe_count(function_site({str(tick)!r}, 'tick'), ['sleep', '30'])\n")
+    child = subprocess.Popen([sys.executable, "-c", script])
+    event = f"lab_tick_{child.pid}"
+    for _ in range(100):  # until perf stat runs with the probe in place
+        time.sleep(0.1)
+        if event in subprocess.run(["perf", "probe", "-l"], capture_output=True, text=True).stdout:
+            break
+    time.sleep(0.5)
+    child.send_signal(signal.SIGTERM)
+    assert child.wait(timeout=20) == -signal.SIGTERM
+    assert event not in subprocess.run(["perf", "probe", "-l"], capture_output=True, text=True).stdout
+    assert "sleep 30" not in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    # a dead run's probe: a pid that has exited
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = f"lab_tick_{dead.pid}"
+    subprocess.run(["perf", "probe", "-q", "-x", str(tick), "--add", f"{stale}=tick"], check=True, capture_output=True)
+    perf_probe_count(function_site(tick, "tick"), [str(tick), "10"])
+    assert stale not in subprocess.run(["perf", "probe", "-l"], capture_output=True, text=True).stdout

@@ -13,12 +13,14 @@ differently (a ``push`` stores 8 bytes to the stack) is not counted.
 """
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import os
 import platform
 import re
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -269,14 +271,71 @@ def measure_probe(site: FunctionSite, call, calls: int = 200_000, repeats: int =
             "ns_per_call_with": round(with_probe, 1), "ns_per_hit": round(with_probe - without, 1)}
 
 
+@contextlib.contextmanager
+def _ended_by_signal_as_by_ctrl_c():
+    """SIGTERM and SIGHUP (``kill``, a closed terminal) raise KeyboardInterrupt inside, as Ctrl-C does, so the
+    ``finally`` that deletes a system-wide perf probe runs; on the way out the process then gets the signal it was
+    sent. Handlers can be set only in the main thread; elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received = []
+
+    def interrupt(signum, _frame):
+        received.append(signum)
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if received:
+            os.kill(os.getpid(), received[0])
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def _delete_stale_lab_events(perf: str) -> None:
+    """Delete the probes a run killed outright (SIGKILL) left behind: perf_probe_count's events are named
+    lab_<symbol>_<pid>, and one whose pid no longer runs is nobody's."""
+    for events in ("/sys/kernel/tracing/uprobe_events", "/sys/kernel/debug/tracing/uprobe_events"):
+        try:
+            text = Path(events).read_text()
+            break
+        except OSError:
+            continue
+    else:
+        return
+    for group, event, pid in re.findall(r"^[pr]:(\w+)/(lab_\w+_(\d+))\s", text, re.M):
+        if not _pid_alive(int(pid)):
+            subprocess.run([perf, "probe", "-q", "-d", f"{group}:{event}"], capture_output=True)
+
+
 def perf_probe_count(site: FunctionSite, command: list[str], timeout_s: float = 120) -> dict:
     """``perf probe`` on ``site``, ``perf stat`` counting its event while ``command`` runs (for at most ``timeout_s``:
     then perf and every process of the command are killed), and the probe deleted again (also on an error or
-    Ctrl-C): {count, commands}, or {reason} where perf cannot do it here."""
+    Ctrl-C, SIGTERM or SIGHUP; a run killed outright leaves its probe to the next run to delete): {count,
+    commands}, or {reason} where perf cannot do it here."""
 
     perf = shutil.which("perf")
     if perf is None:
         return {"reason": "perf is not installed (Debian: apt install linux-perf)"}
+    with _ended_by_signal_as_by_ctrl_c():
+        _delete_stale_lab_events(perf)
+        return _perf_probe_count(perf, site, command, timeout_s)
+
+
+def _perf_probe_count(perf: str, site: FunctionSite, command: list[str], timeout_s: float) -> dict:
     # perf takes a C identifier as the event's name; the pid keeps two runs at once (tests, two notebooks) apart,
     # since perf's probe events are system-wide and one run's delete would take the other's event
     event = re.sub(r"\W", "_", f"lab_{site.symbol}")[:50] + f"_{os.getpid()}"

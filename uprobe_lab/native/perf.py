@@ -29,6 +29,7 @@ u16, u32, u64, s32 = ctypes.c_uint16, ctypes.c_uint32, ctypes.c_uint64, ctypes.c
 
 UPROBE_PMU_DIR = "/sys/bus/event_source/devices/uprobe"
 PERF_FLAG_FD_CLOEXEC = 1 << 3
+PR_SET_PDEATHSIG = 1
 # _IO('$', n): the asm-generic ioctl encoding, the same on x86_64 and arm64
 PERF_EVENT_IOC_RESET = 0x2403
 
@@ -139,12 +140,17 @@ def sigint_deferred() -> Iterator[None]:
             previous(signal.SIGINT, held[0])  # Python's default handler raises KeyboardInterrupt
 
 
+def _killed_with_parent():  # runs in the child before exec: SIGKILL when this process dies, even by SIGKILL
+    _libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
 def run_own_group(command: list[str], timeout_s: float) -> subprocess.CompletedProcess:
     """Run ``command`` (text output captured) in a process group of its own and wait for it; on the timeout
     (TimeoutExpired) or Ctrl-C the whole group is killed and reaped before the exception goes on, so what the
     command started (``perf stat``'s workload) does not live on, reparented to init."""
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             start_new_session=True)  # its own group; a terminal's Ctrl-C reaches only this process
+                             start_new_session=True,  # its own group; a terminal's Ctrl-C reaches only this process
+                             preexec_fn=_killed_with_parent)
     try:
         out, err = child.communicate(timeout=timeout_s)
     except BaseException:
