@@ -1,7 +1,8 @@
 """arm64 exception entries into the uprobe core: twin of the BRK and single-step hooks
-(uprobe_brk_handler, uprobe_single_step_handler in arch/arm64/kernel/probes/uprobes.c, reached
-from el0_da/el0_dbg in arch/arm64/kernel/entry-common.c) and of el0_svc for the one syscall the
-bench makes.
+(uprobe_brk_handler, uprobe_single_step_handler in arch/arm64/kernel/probes/uprobes.c; in
+arch/arm64/kernel/entry-common.c a BRK reaches the first through el0_brk64 -> do_el0_brk64 and the step
+through el0_softstp -> do_el0_softstep since the arm64 debug-exception rework, both through
+el0_dbg -> do_debug_exception before it) and of el0_svc for the one syscall the bench makes.
 
 The kernel's ESR-based dispatch is replaced by decoding the trapping instruction (Unicorn reports
 no ESR).
