@@ -1,13 +1,15 @@
 """What a hit touches that other CPUs touch too, cache line by cache line: kernel/events/uprobes.c and, for the
 kernel bench's consumer, kernel/trace/trace_uprobe.c.
 
-One CPU's hit costs the same events on every kernel since 6.10; what changed from 6.8 to 6.15 is what many CPUs
-hitting one probe fight over. Each function here records, for one step of the hit path (named after the kernel
-function it happens in), the accesses that kernel's version makes (``proc.kernel``: the rules of
-uprobe_lab.kernel, each with its commit). An access names the 64-byte cache line it lands on (:class:`Line`:
-a structure and the line's offset in it, from the structure's layout below), since what moves between CPUs is
-the line, whichever of its fields was written. A process keeps its kernel's answers (``proc.accesses``, made
-once by :func:`accesses`), and the core hands them to ``Trace.touch`` as the hit passes each step. Kinds:
+What one CPU's hit costs changed with the rules of uprobe_lab.kernel that bring a modelled version (6.11, 6.16,
+6.18, 7.3); what many CPUs hitting one probe fight over changed with its contention rules (6.10, 6.12, 6.13,
+6.14, 6.15, 7.0, 7.3), which leave one CPU's events as they are: this module records the latter. Each function
+here records, for one step of the hit path (named after the kernel function it happens in), the accesses that
+kernel's version makes (``proc.kernel``: the rules of uprobe_lab.kernel, each with its commit). An access names
+the 64-byte cache line it lands on (:class:`Line`: a structure and the line's offset in it, from the
+structure's layout below), since what moves between CPUs is the line, whichever of its fields was written. A
+process keeps its kernel's answers (``proc.accesses``, made once by :func:`accesses`), and the core hands them
+to ``Trace.touch`` as the hit passes each step. Kinds:
 
 - ``spinlock``: a lock taken and released (two writes) on a line every CPU takes; the holders run one at a time.
 - ``atomic``: an atomic read-modify-write (rwlock or rwsem read side, refcount, bitmap bit) of a shared line.
