@@ -313,7 +313,8 @@ def _sublevel(release: str, version: str | None = None) -> int:
 def kernel_for_release(release: str, version: str | None = None) -> KernelVersion:
     """The lab's rules for a real kernel release ('6.1.0-57-arm64', '6.12.117+deb13-arm64', '7.3.4'): each rule
     of :data:`RULES` from the release that brought it (6.19.1 is 6.18 with insn_is_nop; anything older than
-    6.10 is 6.10: the int3 return trampoline predates it), or from the stable sublevel it was backported to
+    6.10 hits like 6.10 on one CPU, as the int3 return trampoline predates it, but keeps the lock rules from
+    before 6.10: no treelock_rwlock, no perf_filter_nr_systemwide), or from the stable sublevel it was backported to
     (the sublevel comes from ``version``, e.g. Debian's package version 6.1.192-3, or from the release itself).
     Stable backports not listed in the table are not modelled.
     """
