@@ -3,8 +3,8 @@ nop10. The tests run the lab's 7.3 row; test_kernel_rules.py says which 7.2.y re
 
 Every byte list here was read from the kernel source, not from the lab: arch/x86/kernel/uprobes.c in a
 mainline-tracking tree, analogdevicesinc/linux commit 7a6c9825d917f0428982af72a233a36dbf45cf8b
-(554ba38456da "uprobes/x86: Move optimized uprobe from nop5 to nop10", queued on perf/urgent in July
-2026, merged for 7.3; Debian's 7.2.13 and 7.3.4 kernels have it, tests/test_verify_x86_kernels.py). Quoted below as [7.3]. The 6.18 side is [6.18]: gregkh/linux commit
+(554ba38456da "uprobes/x86: Move optimized uprobe from nop5 to nop10", queued on peterz/queue's perf/core
+in July 2026, merged for 7.3; Debian's 7.2.13 and 7.3.4 kernels have it, tests/test_verify_x86_kernels.py). Quoted below as [7.3]. The 6.18 side is [6.18]: gregkh/linux commit
 663efc5aac21f039c17383aed6861dda591ed6a0 of the same file.
 """
 import json
