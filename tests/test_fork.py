@@ -2,7 +2,7 @@
 
 The expectations come from the kernel source, not from the lab:
 
-* kernel/fork.c dup_mmap(): ``if (mpnt->vm_flags & VM_DONTCOPY) { ... continue; }`` - such a mapping is
+* dup_mmap() (mm/mmap.c since 6.16, kernel/fork.c before): ``if (mpnt->vm_flags & VM_DONTCOPY) { ... continue; }`` - such a mapping is
   not in the child; every other one is copied, anonymous copies of text pages (where uprobes wrote their
   int3s and calls) included. uprobe_dup_mmap() only sets MMF_HAS_UPROBES and MMF_RECALC_UPROBES.
 * kernel/events/uprobes.c __create_xol_area(): ``[uprobes]`` is installed with

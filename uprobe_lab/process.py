@@ -433,7 +433,7 @@ class EmulatedProcess:
         return {"record": self.trace.record}
 
     def fork(self) -> "EmulatedProcess":
-        """A child as fork() makes it: twin of dup_mm() and dup_mmap() in kernel/fork.c.
+        """A child as fork() makes it: twin of dup_mm() (kernel/fork.c) and dup_mmap() (mm/mmap.c since 6.16).
 
         Every mapping is copied, byte for byte as it is now (text with its int3s and optimised calls
         included), except those mapped VM_DONTCOPY: ``[uprobes]`` always, and x86's
