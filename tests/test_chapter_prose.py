@@ -1,0 +1,34 @@
+"""Facts the chapters state in prose, checked against the kernel source history and the lab's recordings."""
+import re
+from pathlib import Path
+
+import nbformat
+
+from uprobe_lab.verify import x86_kernels
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+
+
+def markdown(name):
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    return [c.source for c in nb.cells if c.cell_type == "markdown"]
+
+
+def test_dup_mmap_is_placed_in_mm_mmap_c():
+    # "mm: move dup_mmap() to mm" (Lorenzo Stoakes, 6.16) moved it out of kernel/fork.c
+    text = "\n".join(markdown("03b_nop10_optimization.ipynb"))
+    assert "dup_mmap" in text and "kernel/fork.c" not in text and "mm/mmap.c" in text
+
+
+def test_03b_says_once_that_7_2_y_took_the_nop10_from_7_2_6():
+    cells = markdown("03b_nop10_optimization.ipynb")
+    assert [i for i, c in enumerate(cells) if re.search(r"7\.2\.y[^.]*from 7\.2\.6", c)] == [0]
+
+
+def test_03b_bolds_only_debian_releases_the_referee_recording_has():
+    text = "\n".join(markdown("03b_nop10_optimization.ipynb"))
+    recorded = {r["release"] for r in x86_kernels.load_recording()}
+    bolded = re.findall(r"\*\*(\d+\.\d+\.\d+)[^*]*\*\*", text)
+    assert bolded, "the referee paragraph names the release it ran"
+    for release in bolded:
+        assert any(str(r).startswith(release + "+") or str(r).startswith(release + "-") for r in recorded), release
