@@ -38,6 +38,7 @@ from elftools.elf.elffile import ELFFile
 from .constants import PAGE_SIZE
 from .errors import LabError
 from .kernel import get_kernel
+from .outputs import output_file, record_file
 from .uprobes import uprobe_register
 from .x86.asm import NOP10, X86_NOPS
 from .x86.constants import ENOSYS, ENXIO, EPROTO  # the kernel's errno values, not the host's
@@ -277,8 +278,6 @@ def demo_elf_bytes() -> bytes:
 def write_demo_elf(path) -> str:
     """Write :func:`demo_elf_bytes` to ``path`` and return the path: a new file, or one the lab wrote there before
     (outputs.output_file's rule), so a mistyped path never overwrites a file of the user's."""
-    from .outputs import output_file, record_file
-
     out = output_file(path, "write_demo_elf's path", "usdt_demo")
     try:
         out.write_bytes(demo_elf_bytes())
