@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 import uprobe_lab
-from uprobe_lab.arch_ops import ARCH_CONSTANTS, ARCH_HOOKS, ArchOps, ArchUprobe
+from uprobe_lab import uprobes
+from uprobe_lab.arch_ops import ARCH_CONSTANTS, ARCH_HOOKS, LAB_OWN_HOOKS, ArchOps, ArchUprobe
 from uprobe_lab.arches import ARCHES, make_process
 
 CORE = Path(uprobe_lab.__file__).with_name("uprobes.py")
@@ -43,6 +44,24 @@ def test_each_arch_implements_the_contract_with_its_signatures(arch):
         assert all(p.default is not p.empty for p in extra), (arch, name, "extra parameters need defaults")
     for name in ARCH_CONSTANTS:
         assert isinstance(getattr(ops, name), int) and getattr(ops, name) > 0
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHES))
+def test_a_hook_of_the_labs_own_says_it_has_no_kernel_twin(arch):
+    # the kernel reads the opcode in the generic is_trap_at_addr() and asks the weak is_swbp_insn(); no arch
+    # provides an is_swbp_at, so its docstring must not pass it off as the kernel's
+    ops = make_process(arch).arch_ops
+    assert set(LAB_OWN_HOOKS) <= set(ARCH_HOOKS)
+    for name in LAB_OWN_HOOKS:
+        assert "no kernel twin" in inspect.getdoc(getattr(ops, name)), (arch, name)
+
+
+def test_the_cores_functions_carry_their_kernel_twins_names():
+    # kernel/events/uprobes.c: find_active_uprobe_rcu() since 6.12; the abort of a trapped step is a branch
+    # of handle_singlestep() calling arch_uprobe_abort_xol(), with no function of the lab's name
+    assert hasattr(uprobes, "find_active_uprobe_rcu") and not hasattr(uprobes, "find_active_uprobe")
+    assert "kernel/events/uprobes.c" in uprobes.find_active_uprobe_rcu.__doc__
+    assert "no kernel twin" in uprobes.uprobe_abort_xol.__doc__
 
 
 @pytest.mark.parametrize("arch, symbol", [("x86_64", "uprobe_target_nop"), ("arm64", "uprobe_target_nop")])

@@ -134,7 +134,7 @@ EXPECTED = {
     # the recording (uprobe_lab/data/native_example_6.18.json): 2.027 / 1.466 M/s = 1.38
     "06.2": 1.4,
     # uretprobe-nop on 6.12 (kernel/events/uprobes.c after 8617408f7a01 and cc01bd044e6a): mmap_read_lock and unlock
-    # in find_active_uprobe, try_get_uprobe in prepare_uretprobe and put_uprobe at the return; SRCU elsewhere
+    # in find_active_uprobe_rcu, try_get_uprobe in prepare_uretprobe and put_uprobe at the return; SRCU elsewhere
     "07.1": 4,
     # 6.13's lease (dd1a7567784e) drops the reference, but mmap_lock stays until e0925f2dc4de (6.14)
     "07.2": "6.14",

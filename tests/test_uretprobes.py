@@ -12,7 +12,7 @@ from uprobe_lab.uprobes import MAX_URETPROBE_DEPTH, CountingConsumer, UprobeCons
 from uprobe_lab.x86 import asm
 from uprobe_lab.x86.uretprobe_programs import (DATA_BASE, REG_ORDER, RegsRecorder, check_registers_equal,
                                           make_uretprobe_process, random_registers, regs_roundtrip)
-from uprobe_lab.x86.uretprobe import uretprobe_syscall_check_offset, uretprobe_trampoline
+from uprobe_lab.x86.uretprobe import trampoline_check_ip, uretprobe_syscall_check_offset, uretprobe_trampoline
 from kernel_bytes import URETPROBE_TRAMPOLINE
 
 ALL = list(KERNELS)
@@ -81,6 +81,8 @@ def test_broken_trampoline_bytes():
         "48c7c04f010000") + asm.SYSCALL + asm.RET
     assert uretprobe_syscall_check_offset() == 13  # 1+1+2 pushes, 7 mov, 2 syscall
     assert uretprobe_syscall_check_offset(False) == 10
+    # arch/x86/kernel/uprobes.c trampoline_check_ip(tramp): tramp + (uretprobe_syscall_check - uretprobe_trampoline_entry)
+    assert trampoline_check_ip(0x7fff_f000) == 0x7fff_f00d
 
 
 @pytest.mark.parametrize("kernel", ["6.11", "6.18"])
@@ -93,7 +95,7 @@ def test_broken_trampoline_corrupts_rcx_r11_and_check_catches_it(kernel):
     values = random_registers(0)
     after = regs_roundtrip(proc, values)
     tramp = proc.mm.xol_area.vaddr
-    assert after["cx"] == tramp + uretprobe_syscall_check_offset(False)  # syscall's rcx = next rip
+    assert after["cx"] == trampoline_check_ip(tramp, save_regs=False)  # syscall's rcx = next rip
     assert after["r11"] == values["flags"]  # syscall's r11 = rflags
     assert after["ax"] == values["ax"] and after["flags"] == values["flags"]
     assert {n: after[n] for n in REG_ORDER if n not in ("cx", "r11")} == {

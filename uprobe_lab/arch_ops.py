@@ -3,7 +3,8 @@
 kernel/events/uprobes.c reaches the architecture only through the hooks include/linux/uprobes.h
 declares (``arch_uprobe_analyze_insn``, ``set_swbp``, ``arch_uprobe_pre_xol``, ...) and a few
 constants from asm/uprobes.h. The lab's core (uprobe_lab.uprobes) does the same through
-``proc.arch_ops``, an object with exactly the members of ``ArchOps`` below, by their kernel names.
+``proc.arch_ops``, an object with exactly the members of ``ArchOps`` below, by their kernel names, but for
+one hook of the lab's own, ``is_swbp_at`` (see ``LAB_OWN_HOOKS``).
 A new architecture provides one such object (x86.uprobes.X86ArchOps, arm64.uprobes.Arm64ArchOps)
 and its process class, and is listed in uprobe_lab.arches; a new kernel version is a row in
 uprobe_lab.kernel whose fields those hooks read.
@@ -48,10 +49,12 @@ class ArchOps(Protocol):
     # the breakpoint in text
     def set_swbp(self, proc, auprobe: ArchUprobe, vaddr: int) -> None: ...
     def set_orig_insn(self, proc, auprobe: ArchUprobe, vaddr: int) -> None: ...
+    # the lab's own hook, no kernel twin: the generic is_trap_at_addr() (kernel/events/uprobes.c) reads
+    # the opcode and asks the weak is_trap_insn()/is_swbp_insn(); here the arch does both
     def is_swbp_at(self, proc, vaddr: int) -> bool: ...
     def uprobe_get_swbp_addr(self, regs) -> int: ...
 
-    # after the consumers ran: optimise the site (x86 6.18), emulate, or step out of line
+    # after the consumers ran: optimise the site (x86: nop5 on 6.18, nop10 on 7.3), emulate, or step out of line
     def arch_uprobe_optimize(self, proc, auprobe: ArchUprobe, vaddr: int) -> None: ...
     def arch_uprobe_skip_sstep(self, proc, auprobe: ArchUprobe, regs) -> bool: ...
     def arch_uprobe_pre_xol(self, proc, auprobe: ArchUprobe, regs) -> None: ...
@@ -66,3 +69,4 @@ class ArchOps(Protocol):
 
 ARCH_HOOKS = tuple(name for name in vars(ArchOps) if name.startswith(("arch_", "set_", "is_", "uprobe_")))
 ARCH_CONSTANTS = ("MAX_UINSN_BYTES", "UPROBE_XOL_SLOT_BYTES", "TASK_SIZE")
+LAB_OWN_HOOKS = ("is_swbp_at",)  # hooks with no kernel function of their name

@@ -118,7 +118,7 @@ def _read_side(k) -> tuple:
     return (("uprobes_srcu (per-CPU counters)", PER_CPU), 2),
 
 
-def find_active_uprobe_accesses(k) -> tuple:
+def find_active_uprobe_rcu_accesses(k) -> tuple:
     """handle_swbp's lookup: the VMA under mmap_lock (6.14: speculatively), then the probe in uprobes_tree and its
     refcount (6.12: the tree under a seqcount and a read section, which also covers the walk of the consumers;
     rb_find_rcu reads the probe's first line). On 6.12 the int3's area->vaddr shares a line with slot_count."""
@@ -183,7 +183,7 @@ def handle_uretprobe_chain_accesses(k) -> tuple:
 @dataclass(frozen=True)
 class Accesses:
     """One kernel's accesses at each step of the hit path, as ((line, kind), count) pairs."""
-    find_active_uprobe: tuple
+    find_active_uprobe_rcu: tuple
     handler_chain: tuple
     pre_ssout: tuple
     xol_slot: tuple
@@ -193,6 +193,6 @@ class Accesses:
 
 
 def accesses(k) -> Accesses:
-    return Accesses(find_active_uprobe_accesses(k), handler_chain_accesses(k), pre_ssout_accesses(k),
+    return Accesses(find_active_uprobe_rcu_accesses(k), handler_chain_accesses(k), pre_ssout_accesses(k),
                     xol_slot_accesses(k), handle_singlestep_accesses(k), prepare_uretprobe_accesses(k),
                     handle_uretprobe_chain_accesses(k))

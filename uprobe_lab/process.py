@@ -415,8 +415,9 @@ class EmulatedProcess:
     def abandon_run(self) -> None:
         """Settle what a stopped run left half done, so the next call starts clean.
 
-        A pending out-of-line step is aborted as the kernel aborts one (``uprobe_abort_xol``: ip back
-        to the probed address, the XOL slot freed, the trap flag or MDSCR.SS cleared), and the return
+        A pending out-of-line step is aborted the way handle_singlestep() aborts a trapped one
+        (kernel/events/uprobes.c; the lab's ``uprobe_abort_xol`` does it): arch_uprobe_abort_xol() puts ip
+        back on the probed address and clears the trap flag or MDSCR.SS, then the XOL slot is freed. The return
         instances of the abandoned frames are dropped (a new call starts from the top of the stack,
         where cleanup_return_instances would find every one of them dead)."""
         with sigint_stops(lambda: None) as interrupt:  # Ctrl-C must not leave it half settled

@@ -23,7 +23,8 @@ EVENT_KINDS = {
     "iret": "return to user by iret (the slow, general exception return on x86)",
     "sysret": "return to user by sysret (the fast syscall return on x86)",
     "eret": "return to user by eret (arm64)",
-    "probe_lookups": "find_active_uprobe: a breakpoint address looked up in the probe tree",
+    "probe_lookups": "a breakpoint address looked up in the probe tree (find_active_uprobe_rcu; before 6.12 "
+                     "find_active_uprobe)",
     "consumers": "consumer handlers run (entry or return)",
     "emulated": "probed instruction emulated/simulated in the kernel instead of stepped",
     "xol_steps": "probed instruction single-stepped out of line in an XOL slot",

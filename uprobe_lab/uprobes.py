@@ -138,11 +138,11 @@ class XolArea:
 
 @dataclass
 class MmUprobes:
-    """Per-mm state: the probes applied, the XOL area, and x86's nop5 trampolines."""
+    """Per-mm state: the probes applied, the XOL area, and x86's optimised-probe trampolines."""
 
     probes: dict[int, Uprobe] = field(default_factory=dict)
     xol_area: XolArea | None = None
-    tramps: list[int] = field(default_factory=list)  # [uprobes-trampoline] pages (x86, 6.18)
+    tramps: list[int] = field(default_factory=list)  # [uprobes-trampoline] pages (x86, 6.18 and 7.3)
     has_uprobes: bool = False  # MMF_HAS_UPROBES: set on install, cleared only by a recalculation
     recalc: bool = False  # MMF_RECALC_UPROBES: a breakpoint went; recalculate at the next lookup miss
 
@@ -325,10 +325,11 @@ def uprobe_pre_sstep_notifier(proc) -> bool:
     return proc.mm.has_uprobes or bool(proc.utask.return_instances)
 
 
-def find_active_uprobe(proc, bp_vaddr: int) -> tuple[Uprobe | None, bool]:
-    """(uprobe, is_swbp): the probe at bp_vaddr, or whether a breakpoint insn is there at all."""
+def find_active_uprobe_rcu(proc, bp_vaddr: int) -> tuple[Uprobe | None, bool]:
+    """(uprobe, is_swbp): the probe at bp_vaddr, or whether a breakpoint insn is there at all. Twin of
+    find_active_uprobe_rcu() in kernel/events/uprobes.c (find_active_uprobe() before 6.12, 8617408f7a01)."""
     proc.trace.emit("probe_lookups")
-    proc.trace.touch(proc.accesses.find_active_uprobe, proc.cpu)
+    proc.trace.touch(proc.accesses.find_active_uprobe_rcu, proc.cpu)
     uprobe = proc.mm.probes.get(bp_vaddr)
     if uprobe is not None and uprobe.applied:
         return uprobe, True
@@ -351,7 +352,7 @@ def handle_swbp(proc, regs) -> None:
     if bp_vaddr == uprobe_get_trampoline_vaddr(proc):
         uprobe_handle_trampoline(proc, regs)
         return
-    uprobe, is_swbp = find_active_uprobe(proc, bp_vaddr)
+    uprobe, is_swbp = find_active_uprobe_rcu(proc, bp_vaddr)
     if uprobe is None:
         if is_swbp:
             proc.force_sig("SIGTRAP", f"breakpoint at {bp_vaddr:#x} with no uprobe")
@@ -423,9 +424,10 @@ def uprobe_post_sstep_notifier(proc) -> bool:
 
 
 def uprobe_abort_xol(proc) -> bool:
-    """Abandon a pending out-of-line step: the UTASK_SSTEP_TRAPPED branch of handle_singlestep()
-    (kernel/events/uprobes.c), which calls arch_uprobe_abort_xol() (ip back to the probed address,
-    trap flag or MDSCR.SS cleared), drops active_uprobe and frees the XOL slot.
+    """Abandon a pending out-of-line step. The lab's own function, no kernel twin of this name: it is the
+    UTASK_SSTEP_TRAPPED branch of handle_singlestep() (kernel/events/uprobes.c), which calls
+    arch_uprobe_abort_xol() (ip back to the probed address, trap flag or MDSCR.SS cleared), drops
+    active_uprobe and frees the XOL slot.
 
     The kernel takes it when the step faulted or a signal cut it short (uprobe_deny_signal); the
     lab also takes it when a run is stopped with a step pending (an instruction budget, Ctrl-C, a
@@ -540,8 +542,9 @@ def handle_uretprobe_chain(proc, ri: ReturnInstance, regs) -> None:
 
 
 def handle_syscall_uprobe(proc, regs, bp_vaddr: int) -> None:
-    """sys_uprobe's probe hit (6.18): consumers only - no emulation, no single-step."""
-    uprobe, _ = find_active_uprobe(proc, bp_vaddr)
+    """sys_uprobe's probe hit (x86: a nop5 on 6.18, a nop10 on 7.3): consumers only - no emulation, no
+    single-step. Twin of handle_syscall_uprobe() in kernel/events/uprobes.c."""
+    uprobe, _ = find_active_uprobe_rcu(proc, bp_vaddr)
     if uprobe is None:
         return
     handler_chain(proc, uprobe, regs)

@@ -42,7 +42,9 @@ def set_orig_insn(proc, auprobe: ArchUprobe, vaddr: int) -> None:
 
 
 def is_swbp_at(proc, vaddr: int) -> bool:
-    """is_trap_at_addr(): an unreadable address is -EFAULT, i.e. not a breakpoint (no error)."""
+    """Whether the uprobes BRK is at vaddr. The lab's own arch hook, no kernel twin: it does what the generic
+    is_trap_at_addr() (kernel/events/uprobes.c) does with the weak defaults is_trap_insn() and
+    is_swbp_insn(), which arm64 keeps. An unreadable address is -EFAULT there, i.e. not a breakpoint."""
     return proc.read_page(vaddr, 4) == asm.b(UPROBE_SWBP_INSN)
 
 

@@ -248,7 +248,7 @@ def int3_hit() -> Svg:
             "-> handle_swbp"]),
         Box("kernel", "handle_swbp: which probe?", [
             "bp_vaddr = ip - 1 (uprobe_get_swbp_addr)", "the return trampoline? -> chapter 02",
-            "find_active_uprobe(bp_vaddr)", "none, but int3 there: SIGTRAP"]),
+            "find_active_uprobe_rcu(bp_vaddr)", "none, but int3 there: SIGTRAP"]),
         Box("kernel", "handler_chain: the consumers", [
             "each consumer's ->handler(regs)", "a ->ret_handler too: prepare_uretprobe",
             "then arch_uprobe_optimize (nop5)"]),

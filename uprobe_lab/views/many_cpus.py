@@ -47,7 +47,7 @@ def all_states() -> list[str]:
     seen = {}
     for k in KERNELS + ("7.2",):
         a = contended.accesses(release_rules(k))
-        for step in (a.find_active_uprobe, a.handler_chain, a.pre_ssout, a.xol_slot, a.handle_singlestep,
+        for step in (a.find_active_uprobe_rcu, a.handler_chain, a.pre_ssout, a.xol_slot, a.handle_singlestep,
                      a.prepare_uretprobe, a.handle_uretprobe_chain):
             for (state, _), _ in step:
                 seen.setdefault(state, None)

@@ -9,7 +9,9 @@ from .constants import UPROBE_SWBP_INSN, UPROBE_SWBP_INSN_SIZE
 
 
 def is_swbp_at(proc, vaddr: int) -> bool:
-    """is_trap_at_addr(): an unreadable address is -EFAULT, i.e. not a breakpoint (no error)."""
+    """Whether an int3 is at vaddr. The lab's own arch hook, no kernel twin: it does what the generic
+    is_trap_at_addr() (kernel/events/uprobes.c) does with the weak defaults is_trap_insn() and
+    is_swbp_insn(), which x86 keeps. An unreadable address is -EFAULT there, i.e. not a breakpoint."""
     raw = proc.read_page(vaddr, 1)
     return raw is not None and raw[0] == UPROBE_SWBP_INSN
 

@@ -61,8 +61,15 @@ def uretprobe_trampoline(kernel: KernelVersion, save_regs: bool = True) -> bytes
 
 @lru_cache(maxsize=None)
 def uretprobe_syscall_check_offset(save_regs: bool = True) -> int:
-    """Offset of the label right after ``syscall``: the only rip sys_uretprobe accepts."""
+    """Offset of the label right after ``syscall`` in the trampoline: ``uretprobe_syscall_check -
+    uretprobe_trampoline_entry``, the offset trampoline_check_ip() adds."""
     return len(uretprobe_trampoline(_NO_SLS, save_regs).split(asm.SYSCALL)[0]) + len(asm.SYSCALL)
+
+
+def trampoline_check_ip(tramp: int, save_regs: bool = True) -> int:
+    """Twin of trampoline_check_ip() in arch/x86/kernel/uprobes.c: the only rip sys_uretprobe accepts, the
+    address right after ``syscall`` in the trampoline at ``tramp``."""
+    return tramp + uretprobe_syscall_check_offset(save_regs)
 
 
 def arch_uretprobe_trampoline(proc) -> bytes:
@@ -90,7 +97,7 @@ def sys_uretprobe(proc, regs) -> int:
     the consumers and the program get whatever ``syscall`` left in rcx and r11.
     """
     tramp = core.uprobe_get_trampoline_vaddr(proc)
-    if tramp == core.UPROBE_NO_TRAMPOLINE_VADDR or regs.ip != tramp + uretprobe_syscall_check_offset(proc.uretprobe_saves_regs):
+    if tramp == core.UPROBE_NO_TRAMPOLINE_VADDR or regs.ip != trampoline_check_ip(tramp, proc.uretprobe_saves_regs):
         proc.force_sig("SIGILL", f"sys_uretprobe called from {regs.ip:#x}, not from the [uprobes] trampoline")
         return -1
     names = uretprobe_syscall_args(proc.uretprobe_saves_regs)
