@@ -32,3 +32,25 @@ def test_03b_bolds_only_debian_releases_the_referee_recording_has():
     assert bolded, "the referee paragraph names the release it ran"
     for release in bolded:
         assert any(str(r).startswith(release + "+") or str(r).startswith(release + "-") for r in recorded), release
+
+
+# Phrases that tell how the project was written rather than what is true now (kernel history is fine).
+NARRATION = re.compile(r"\bit used to\b|\bused to (?:end|get|be|have|give)\b|\bearlier (?:version|session)\b"
+                       r"|\bin the (?:same )?session\b|\(issue \d+\)|\bhelper notes\b|\bas they now are\b"
+                       r"|\bnow been looked at\b", re.I)
+REPO = NOTEBOOKS.parent
+PROSE_SUFFIXES = {".md", ".py", ".ipynb"}
+
+
+def test_no_file_narrates_how_it_was_written():
+    found = []
+    for path in sorted(REPO.rglob("*")):
+        parts = path.relative_to(REPO).parts
+        if path.suffix not in PROSE_SUFFIXES or parts[0].startswith(".") or parts[:2] == ("tests", "data"):
+            continue
+        if path == Path(__file__):
+            continue
+        for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            if NARRATION.search(line):
+                found.append(f"{path.relative_to(REPO)}:{n}: {line.strip()[:100]}")
+    assert not found, "\n".join(found)

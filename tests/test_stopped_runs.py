@@ -274,7 +274,7 @@ def test_call_from_inside_a_consumer_is_refused_and_the_process_stays_usable(arc
 
 def test_notebook_01_ret_widget_step_reset_run_to_end_then_back():
     """Chapter 01's ret stepper, pressed after the cell below it ran its printed walk: the widget's process is its
-    own, so the walk under it cannot break it (it used to end in SIGSEGV at pc=0, then Reset greyed every button)."""
+    own, so the walk under it cannot break it: no SIGSEGV at pc=0, and Reset leaves the buttons usable."""
     pytest.importorskip("ipywidgets")
     from uprobe_lab.views.stepper import probed_stepper, stepper_widget
 

@@ -268,8 +268,8 @@ def test_xol_bytes_the_task_could_not_load_are_noted_not_compared():
 
 # --- a real kernel ---------------------------------------------------------------------------
 
-# Random words whose literal load reaches another case's page when they sit among the others (issue 40):
-# the guest mapped the whole cases file and the lab only the case's page, so their effects differed.
+# Random words whose literal load reaches another case's page when they sit among the others: they check that
+# the guest maps only its case's page of the cases file, as the lab does (else their effects differ).
 CROSS_PAGE = (0x1C501518, 0x9C9F520E, 0x5C2514B5, 0x5CE8A8D9)  # ldr s24/q14/d21/d25 (literal)
 SAMPLE, SEED = 300, 20260401
 

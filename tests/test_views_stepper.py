@@ -105,8 +105,8 @@ def test_a_widget_over_a_shared_process_is_refused_when_built():
 
 
 def test_a_stepper_whose_process_another_call_ran_refuses_to_step():
-    """What broke chapter 01's widget: a stepper went on from its own pc over the stack another call had left, and
-    its ret jumped to 0 (SIGSEGV). Now the stale stepper says why; the new one runs to the end."""
+    """A stepper going on from its own pc over the stack another call has left would ret to 0 (SIGSEGV) and break
+    chapter 01's widget: the stale stepper refuses and says why; the new one runs to the end."""
     proc = ul.new_process(kernel="6.18", record=True)
     ul.attach(proc, "uprobe_target_push", ul.CountingConsumer())
     stale = proc.stepper("uprobe_target_push")

@@ -404,9 +404,8 @@ def test_exercise_answered_in_jupyterlab(lab_server, browser, screenshot_dir):
 
 def test_chapter_01_steppers_run_to_end_reset_and_again_after_run_all(lab_server, browser, screenshot_dir):
     """Chapter 01 run top to bottom in JupyterLab, so the printed walks under the push and ret steppers have run;
-    then each stepper: Run to end, Reset, Run to end again - finished each time, no SIGSEGV, Step enabled after
-    Reset (it used to end in SIGSEGV at pc=0 and Reset left every button grey). The step log is at least 16 px,
-    in a monospace font."""
+    then each stepper: Run to end, Reset, Run to end again - finished each time, no SIGSEGV at pc=0, Step enabled
+    after Reset (no button left grey). The step log is at least 16 px, in a monospace font."""
     from playwright.sync_api import expect
 
     rel = "notebooks/01_breakpoint_uprobes.ipynb"

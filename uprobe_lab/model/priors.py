@@ -16,10 +16,10 @@ recordings are bundled, each made on the machine it describes: ``uprobe_lab/data
 (an Intel Xeon VM; the one a notebook falls back to where it cannot measure),
 ``host_prices_6.18_amd_epyc.json`` (an AMD EPYC VM, family 25 and kernel build fc-v1098) and
 ``host_prices_6.18_xeon_b.json`` (another kind of Intel Xeon VM, with AMX and kernel build fc-v1045), the
-last two by the benches as they now are. The first recording's rows were made with perf events of one task,
-whose every hit takes a lock per consumer that the kernel bench's events of every task skip
-(:func:`uprobe_lab.native.perf.bench_trigger_event`, which the benches now use, and with which the other two
-were made again for v7 and v8): its ``handler`` includes it, 15-57 ns on top of a consumer's 95-123 ns on
+last two by the benches as the package has them. The first recording's rows were made with perf events of one
+task, whose every hit takes a lock per consumer that the kernel bench's events of every task skip
+(:func:`uprobe_lab.native.perf.bench_trigger_event`, which the benches use, and with which the other two
+were made for v7 and v8): its ``handler`` includes it, 15-57 ns on top of a consumer's 95-123 ns on
 an AMD EPYC VM.
 
 A published CPU's prior (:func:`carried_prior`) is that host posterior scaled by ``s``, the median over
