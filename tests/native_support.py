@@ -126,8 +126,8 @@ native = pytest.mark.usefixtures("native_host")
 
 HOLD_CPU = """
 import sys, time
-from uprobe_lab.native.bench import _cpu_lock
-with _cpu_lock(int(sys.argv[1])) as mine:
+from uprobe_lab.native.bench import cpu_lock
+with cpu_lock(int(sys.argv[1])) as mine:
     print("held" if mine else "taken", flush=True)
     time.sleep(60)
 """

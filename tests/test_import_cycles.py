@@ -114,6 +114,26 @@ def test_no_import_cycles():
 MAX_MODULE_LINES = 550  # docs/architecture.md states it
 
 
+def private_imports(path: Path) -> list[str]:
+    """The names ``from <lab module> import _name`` takes in one file: a helper another module needs is public."""
+    return [alias.name for node in ast.walk(ast.parse(path.read_text(), str(path)))
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith(PACKAGE.name))
+            for alias in node.names if alias.name.startswith("_") and not alias.name.startswith("__")]
+
+
+def test_the_checker_sees_a_private_import(tmp_path):
+    (tmp_path / "m.py").write_text("from .kernel import _hidden, public\nfrom . import _other as o\nimport _thread\n"
+                                   "from uprobe_lab.bench import _x\nfrom pathlib import _ignored\n")
+    assert private_imports(tmp_path / "m.py") == ["_hidden", "_other", "_x"]
+
+
+def test_no_module_imports_another_modules_private_names():
+    tests = PACKAGE.parent / "tests"
+    found = [f"{p.relative_to(PACKAGE.parent)}: {name}" for p in sorted(PACKAGE.rglob("*.py")) + sorted(tests.rglob("*.py"))
+             for name in private_imports(p)]
+    assert found == []
+
+
 def test_no_module_is_over_550_lines():
     long = {str(p.relative_to(PACKAGE)): n for p in sorted(PACKAGE.rglob("*.py"))
             if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}

@@ -773,23 +773,23 @@ def test_a_private_lock_directory_keeps_a_bench_clear_of_the_machine_s_others(mo
     monkeypatch.setenv(native_bench.CPU_LOCK_DIR_ENV, str(shared))
     assert native_bench.cpu_lock_dir() == shared
     with cpu_held_elsewhere(0, shared):
-        with native_bench._cpu_lock(0) as free:
+        with native_bench.cpu_lock(0) as free:
             assert not free
         monkeypatch.setenv(native_bench.CPU_LOCK_DIR_ENV, str(mine))
-        with native_bench._cpu_lock(0) as free:
+        with native_bench.cpu_lock(0) as free:
             assert free
     monkeypatch.delenv(native_bench.CPU_LOCK_DIR_ENV)
     assert native_bench.cpu_lock_dir() == native_bench.CPU_LOCK_DIR
 
 
 def test_a_cpu_another_bench_holds_is_waited_for_saying_who_how_long_and_how_to_stop(monkeypatch, tmp_path, capsys):
-    from uprobe_lab.native.many_cpus import _held_cpu
+    from uprobe_lab.native.many_cpus import held_cpu
 
     monkeypatch.setenv(native_bench.CPU_LOCK_DIR_ENV, str(tmp_path))
     with cpu_held_elsewhere(3, tmp_path) as pid:
         t0 = time.monotonic()
         with pytest.raises(cli.LabError, match=rf"CPU 3 ran another lab bench \(pid {pid} \(.*-c.*\)\) for the 1 s"):
-            with _held_cpu(3, wait_s=1):
+            with held_cpu(3, wait_s=1):
                 pass
         assert time.monotonic() - t0 < 3
     said = capsys.readouterr().err.splitlines()

@@ -13,7 +13,7 @@ from . import analyze, bench
 from .arches import ARCHES
 from .constants import MAX_ITERATIONS
 from .errors import LabError
-from .kernel import (DEFAULT_KERNEL, KERNELS, RULES, _major_minor, kernel_for_release, release_rules,
+from .kernel import (DEFAULT_KERNEL, KERNELS, RULES, kernel_for_release, major_minor, release_rules,
                      row_for_release, unknown_sublevel_note, version_name)
 from .outputs import OutputDir, output_file, record_file
 
@@ -369,7 +369,7 @@ def release_rules_note(release: str, arch: str) -> str | None:
     rules = release_rules(text).rules
     newest = max((r for r in RULES if r.name in rules and r.arch in (arch, "core")), key=lambda r: r.since,
                  default=None)
-    line = _major_minor(text)
+    line = major_minor(text)
     came = (f"a backport of {version_name(newest.since)}'s to {version_name(line)}.{newest.backports[line]}"
             if newest and newest.since > line else f"from {version_name(newest.since)}" if newest else "")
     has = f"the newest rule it has is {newest.name}, {came}" if newest else "it has none of the lab's rules"

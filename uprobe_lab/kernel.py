@@ -161,8 +161,8 @@ def unknown_sublevel_note(release: str, arch: str) -> str:
     """For a release read as mainline because it names no sublevel ('7.2', or an ABI number: '7.2.0-45-generic'),
     the line that says which stable sublevels of its line answer otherwise for ``arch``; '' for any other."""
     text = str(release).strip()
-    line = _major_minor(text)
-    if line is None or _sublevel(text) >= 0:
+    line = major_minor(text)
+    if line is None or stable_sublevel(text) >= 0:
         return ""
     said = describe_stable_changes(line, arch)
     if said and text != version_name(line):
@@ -228,7 +228,8 @@ def get_kernel(version: str | KernelVersion | None = None) -> KernelVersion:
         ) from None
 
 
-def _major_minor(text: str) -> tuple[int, int] | None:
+def major_minor(text: str) -> tuple[int, int] | None:
+    """(major, minor) at the start of a release or version such as 6.18.4; None if it has none."""
     m = re.match(r"(\d+)\.(\d+)", str(text))
     return (int(m.group(1)), int(m.group(2))) if m else None
 
@@ -246,18 +247,18 @@ def modelled_kernel(release: str) -> str | None:
     text = str(release).strip()
     if text in KERNELS:
         return text
-    have = _major_minor(text)
-    return None if have is None else modelled_row(have, _sublevel(text))
+    have = major_minor(text)
+    return None if have is None else modelled_row(have, stable_sublevel(text))
 
 
 def modelled_row(line: Release, sublevel: int) -> str | None:
     """:func:`modelled_kernel` of the release ``line``.``sublevel`` (sublevel -1: unknown, read as mainline)."""
-    older = [k for k in sorted(KERNELS, key=_major_minor) if _major_minor(k) <= line]
+    older = [k for k in sorted(KERNELS, key=major_minor) if major_minor(k) <= line]
     if not older:
         return None
     rules = _hit_rules(kernel_of("", line, sublevel))
-    same = [k for k in sorted(KERNELS, key=_major_minor) if _hit_rules(KERNELS[k]) == rules]
-    not_newer = [k for k in same if _major_minor(k) <= line]
+    same = [k for k in sorted(KERNELS, key=major_minor) if _hit_rules(KERNELS[k]) == rules]
+    not_newer = [k for k in same if major_minor(k) <= line]
     return not_newer[-1] if not_newer else same[0] if same else older[-1]
 
 
@@ -268,19 +269,19 @@ def row_for_release(release: str) -> tuple[str, str | None]:
     if text in KERNELS:
         return text, None
     row = modelled_kernel(text)
-    if row is not None and _major_minor(row) > _major_minor(text):
-        took = ", ".join(f"{r.name} at {version_name(_major_minor(text))}.{sub}"
-                         for r, sub, gained in stable_changes(_major_minor(text), "x86_64") if gained and r.new_version)
+    if row is not None and major_minor(row) > major_minor(text):
+        took = ", ".join(f"{r.name} at {version_name(major_minor(text))}.{sub}"
+                         for r, sub, gained in stable_changes(major_minor(text), "x86_64") if gained and r.new_version)
         return row, (f"kernel {text}: the lab's {row} row answers for it: its stable line took {row}'s "
                      f"{took}, so it hits as mainline {row} does")
     if row is not None:
         note = f"kernel {text}: the lab's {row} row answers for it (the newest modelled version not newer)"
         later = unknown_sublevel_note(text, "x86_64")
         return row, note + (f"\n{later}" if later else "")
-    if _major_minor(text) is None:
+    if major_minor(text) is None:
         raise LabError(f"{text!r} is not a kernel release: give one such as 7.3, 6.8.0-45-generic or $(uname -r), "
                        f"or a modelled version: {', '.join(KERNELS)}")
-    oldest = min(KERNELS, key=_major_minor)
+    oldest = min(KERNELS, key=major_minor)
     return oldest, (f"kernel {text}: older than every modelled version; the lab's {oldest} row answers for it "
                     "(the int3 return trampoline and the stepped nop5 predate it)")
 
@@ -291,10 +292,10 @@ def release_rules(release) -> KernelVersion:
     A release without a sublevel is the mainline release: 6.12 has SRCU, 6.12.77 RCU Tasks Trace (a backport)."""
     if isinstance(release, KernelVersion) or release is None or str(release) in KERNELS:
         return get_kernel(release)
-    rel = _major_minor(str(release))
+    rel = major_minor(str(release))
     if rel is None:
         raise LabError(f"{release!r} is not a kernel release: give one such as 6.13 or 6.8.0-45-generic")
-    sublevel = _sublevel(str(release))
+    sublevel = stable_sublevel(str(release))
     return kernel_of(_release_name(rel, sublevel), rel, sublevel)
 
 
@@ -303,7 +304,7 @@ def _release_name(line: Release, sublevel: int) -> str:
     return f"{version_name(line)}.{sublevel}" if sublevel >= 0 else version_name(line)
 
 
-def _sublevel(release: str, version: str | None = None) -> int:
+def stable_sublevel(release: str, version: str | None = None) -> int:
     """The stable sublevel of ``release`` (or of a package ``version`` such as Debian's 6.1.192-3); -1 where none
     is known: Debian's and Ubuntu's uname -r carry an ABI number (6.1.0-57), not the sublevel."""
     sub = re.match(r"\d+\.\d+\.(\d+)", version or ("" if re.match(r"\d+\.\d+\.0-", release) else release))
@@ -318,11 +319,11 @@ def kernel_for_release(release: str, version: str | None = None) -> KernelVersio
     (the sublevel comes from ``version``, e.g. Debian's package version 6.1.192-3, or from the release itself).
     Stable backports not listed in the table are not modelled.
     """
-    rel = _major_minor(release)
+    rel = major_minor(release)
     if rel is None:
         raise LabError(f"cannot read a kernel version from {release!r} (expected e.g. 6.1.0-57-arm64)")
     detail = f"{release}, {version}" if version else release
     # a release names its line at an unknown sublevel: stable backports count only where the sublevel is known
-    sublevel = _sublevel(release, version)
+    sublevel = stable_sublevel(release, version)
     name = _release_name(rel, sublevel)
     return kernel_of(name if detail == name else f"{name} ({detail})", rel, sublevel)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from ..errors import LabError, is_int
 from ..uprobes import UnprobeableInstruction
 from . import asm, stp as stp_sim
-from .decode import _text, arch_uprobe_analyze_insn
+from .decode import arch_uprobe_analyze_insn, word_text
 
 
 def parse_word(text: str) -> int:
@@ -23,7 +23,7 @@ def parse_word(text: str) -> int:
 def decode_fields(word: int) -> dict:
     """Fields of the word that matter to uprobes (for the decode widget)."""
     f = stp_sim.pair_fields(word)
-    out = {"word": f"{word:08x}", "bytes": asm.b(word).hex(" "), "text": _text(word)}
+    out = {"word": f"{word:08x}", "bytes": asm.b(word).hex(" "), "text": word_text(word)}
     if f.is_pair:
         out.update({"pair": ("ldp" if f.load else "stp") + " " + f.form, "opc": f.opc,
                     "size": "64-bit x" if f.opc == 2 else ("32-bit w" if f.opc == 0 else f"opc {f.opc}"),

@@ -29,7 +29,8 @@ def b(word: int) -> bytes:
     return struct.pack("<I", word & 0xFFFFFFFF)
 
 
-def _reg(r: int) -> int:
+def reg_number(r: int) -> int:
+    """``r``, once checked to be a register number an encoding's 5-bit field holds."""
     if not 0 <= r <= 31:
         raise ValueError(f"register number {r} is not 0..31")
     return r
@@ -44,15 +45,15 @@ def svc(imm: int = 0) -> int:
 
 
 def ret(rn: int = LR) -> int:
-    return 0xD65F0000 | (_reg(rn) << 5)
+    return 0xD65F0000 | (reg_number(rn) << 5)
 
 
 def br(rn: int) -> int:
-    return 0xD61F0000 | (_reg(rn) << 5)
+    return 0xD61F0000 | (reg_number(rn) << 5)
 
 
 def blr(rn: int) -> int:
-    return 0xD63F0000 | (_reg(rn) << 5)
+    return 0xD63F0000 | (reg_number(rn) << 5)
 
 
 # Load/store pair. Variants: "pre" ([rn, #imm]!), "post" ([rn], #imm), "offset" ([rn, #imm]).
@@ -65,7 +66,7 @@ def stp(rt: int, rt2: int, rn: int, imm: int, mode: str = "pre", x: bool = True,
     if imm % scale or not -64 <= imm // scale <= 63:
         raise ValueError(f"pair offset {imm} must be a multiple of {scale} in [{-64 * scale}, {63 * scale}]")
     word = _PAIR_BASE[mode] | ((2 if x else 0) << 30) | (0x00400000 if load else 0)
-    return word | (((imm // scale) & 0x7F) << 15) | (_reg(rt2) << 10) | (_reg(rn) << 5) | _reg(rt)
+    return word | (((imm // scale) & 0x7F) << 15) | (reg_number(rt2) << 10) | (reg_number(rn) << 5) | reg_number(rt)
 
 
 def ldp(rt: int, rt2: int, rn: int, imm: int, mode: str = "post", x: bool = True) -> int:
@@ -74,7 +75,7 @@ def ldp(rt: int, rt2: int, rn: int, imm: int, mode: str = "post", x: bool = True
 
 def add_imm(rd: int, rn: int, imm: int) -> int:
     """add xd, xn, #imm (64-bit); ``add x29, sp, #0`` is ``mov x29, sp``."""
-    return 0x91000000 | ((imm & 0xFFF) << 10) | (_reg(rn) << 5) | _reg(rd)
+    return 0x91000000 | ((imm & 0xFFF) << 10) | (reg_number(rn) << 5) | reg_number(rd)
 
 
 def mov_sp(rd: int, rn: int) -> int:
@@ -82,17 +83,17 @@ def mov_sp(rd: int, rn: int) -> int:
 
 
 def subs_imm(rd: int, rn: int, imm: int) -> int:
-    return 0xF1000000 | ((imm & 0xFFF) << 10) | (_reg(rn) << 5) | _reg(rd)
+    return 0xF1000000 | ((imm & 0xFFF) << 10) | (reg_number(rn) << 5) | reg_number(rd)
 
 
 def mov_reg(rd: int, rm: int) -> int:
     """mov xd, xm (orr xd, xzr, xm)."""
-    return 0xAA0003E0 | (_reg(rm) << 16) | _reg(rd)
+    return 0xAA0003E0 | (reg_number(rm) << 16) | reg_number(rd)
 
 
 def movz(rd: int, imm16: int, x: bool = True, shift: int = 0) -> int:
     """movz xd/wd, #imm16, lsl #shift (shift 0, 16, 32 or 48)."""
-    return (0xD2800000 if x else 0x52800000) | ((shift // 16) << 21) | ((imm16 & 0xFFFF) << 5) | _reg(rd)
+    return (0xD2800000 if x else 0x52800000) | ((shift // 16) << 21) | ((imm16 & 0xFFFF) << 5) | reg_number(rd)
 
 
 def b_imm(offset: int, link: bool = False) -> int:
@@ -105,28 +106,28 @@ def bcond(cond: str, offset: int) -> int:
 
 def cbz(rt: int, offset: int, nonzero: bool = False, x: bool = True) -> int:
     return (0x35000000 if nonzero else 0x34000000) | (0x80000000 if x else 0) \
-        | (((offset >> 2) & 0x7FFFF) << 5) | _reg(rt)
+        | (((offset >> 2) & 0x7FFFF) << 5) | reg_number(rt)
 
 
 def tbz(rt: int, bit: int, offset: int, nonzero: bool = False) -> int:
     return (0x37000000 if nonzero else 0x36000000) | ((bit >> 5) << 31) | ((bit & 0x1F) << 19) \
-        | (((offset >> 2) & 0x3FFF) << 5) | _reg(rt)
+        | (((offset >> 2) & 0x3FFF) << 5) | reg_number(rt)
 
 
 def adr(rd: int, offset: int, page: bool = False) -> int:
     imm = (offset >> 12) if page else offset
-    return (0x90000000 if page else 0x10000000) | ((imm & 3) << 29) | (((imm >> 2) & 0x7FFFF) << 5) | _reg(rd)
+    return (0x90000000 if page else 0x10000000) | ((imm & 3) << 29) | (((imm >> 2) & 0x7FFFF) << 5) | reg_number(rd)
 
 
 def ldr_lit(rt: int, offset: int) -> int:
-    return 0x58000000 | (((offset >> 2) & 0x7FFFF) << 5) | _reg(rt)
+    return 0x58000000 | (((offset >> 2) & 0x7FFFF) << 5) | reg_number(rt)
 
 
 def unsigned_offset(base: int, scale: int, rt: int, rn: int, imm: int) -> int:
     """A load/store with an unsigned scaled 12-bit offset, [xn, #imm]; ``base`` names width and direction."""
     if imm % scale or not 0 <= imm // scale < 4096:
         raise ValueError(f"offset {imm} must be a multiple of {scale} in [0, {4095 * scale}]")
-    return base | ((imm // scale) << 10) | (_reg(rn) << 5) | _reg(rt)
+    return base | ((imm // scale) << 10) | (reg_number(rn) << 5) | reg_number(rt)
 
 
 def str_imm(rt: int, rn: int, imm: int = 0) -> int:
@@ -139,11 +140,11 @@ def ldr_imm(rt: int, rn: int, imm: int = 0) -> int:
 
 
 def add_reg(rd: int, rn: int, rm: int) -> int:
-    return 0x8B000000 | (_reg(rm) << 16) | (_reg(rn) << 5) | _reg(rd)
+    return 0x8B000000 | (reg_number(rm) << 16) | (reg_number(rn) << 5) | reg_number(rd)
 
 
 def eor_reg(rd: int, rn: int, rm: int) -> int:
-    return 0xCA000000 | (_reg(rm) << 16) | (_reg(rn) << 5) | _reg(rd)
+    return 0xCA000000 | (reg_number(rm) << 16) | (reg_number(rn) << 5) | reg_number(rd)
 
 
 def cmp_imm(rn: int, imm: int) -> int:

@@ -145,7 +145,8 @@ class ArchUprobe:
 
 
 
-def _text(word: int, vaddr: int = 0) -> str:
+def word_text(word: int, vaddr: int = 0) -> str:
+    """One instruction word as Capstone disassembles it at ``vaddr``, or ``.inst 0x...`` where it cannot."""
     d = disasm(asm.b(word), "arm64", vaddr)
     return d[0][2] if d else f".inst {word:#010x}"
 
@@ -201,7 +202,7 @@ def arch_uprobe_analyze_insn(raw: bytes, vaddr: int, kernel=None, stp: str = "xo
     if len(raw) < 4:
         raise UnprobeableInstruction(f"{bytes(raw).hex()} is shorter than one arm64 instruction (4 bytes)")
     insn = int.from_bytes(raw[:4], "little")
-    text = _text(insn, vaddr)
+    text = word_text(insn, vaddr)
     if handler := arm_uprobe_decode_special_insn(insn, stp, mte):
         return ArchUprobe(raw[:4], raw[:4], insn, vaddr, True, handler,
                           "stp x29, x30, [sp, #imm]!: simulated in the BRK handler (unmerged patch, seed 001)", text)

@@ -23,7 +23,7 @@ import numpy as np
 
 from .. import bench as _bench
 from ..errors import LabError
-from ..kernel import RULES, KernelVersion, _major_minor, kernel_of
+from ..kernel import RULES, KernelVersion, kernel_of, major_minor
 from ..outputs import write_output
 
 MACHINE_CORES = {"xeon-gold-6138-80": 40, "qemu-kvm-32": 32}  # physical cores, from the maker (the guest: its vCPUs)
@@ -58,7 +58,7 @@ def scaling_table():
 def config_kernel(config: str) -> KernelVersion:
     """A variant's kernel: '6.13+speculative_vma_lookup' -> 6.13's rules plus the named ones."""
     base, *extra = config.split("+")
-    release = _major_minor(base)
+    release = major_minor(base)
     unknown = [name for name in extra if name not in {r.name for r in RULES}]
     if release is None or unknown:
         raise LabError(f"config {config!r}: a release and rule names of uprobe_lab.kernel.RULES, e.g. 6.13+ri_pool")

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from .. import bench as _bench
-from ..kernel import KERNELS, _major_minor, _sublevel, modelled_kernel, modelled_row  # modelled_kernel: re-exported
+from ..kernel import KERNELS, major_minor, modelled_kernel, modelled_row, stable_sublevel  # modelled_kernel: re-exported
 from ..process import LabError
 
 PRICES = {
@@ -69,8 +69,8 @@ def kernel_setup(arch: str, kernel: str) -> tuple[str, dict]:
         return ARM64_KERNEL, dict(ARM64_STP[kernel])
     if kernel in KERNELS:
         return kernel, {}
-    line = _major_minor(kernel)
-    version = _modelled_row(line, _sublevel(kernel)) if line else None
+    line = major_minor(kernel)
+    version = _modelled_row(line, stable_sublevel(kernel)) if line else None
     if version is None:
         raise LabError(f"kernel {kernel!r} is not a release the model knows: give a version such as 6.14.2 "
                        f"(modelled: {', '.join(KERNELS)}; older releases predate them all)")

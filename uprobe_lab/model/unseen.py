@@ -19,7 +19,7 @@ import statistics
 import numpy as np
 
 from ..errors import LabError
-from ..kernel import RULES, _major_minor, kernel_for_release, kernel_of, version_name
+from ..kernel import RULES, kernel_for_release, kernel_of, major_minor, version_name
 from ..machine_scaling import BASELINES
 from . import contention
 
@@ -52,7 +52,7 @@ def runs_from_bench_text(text: str, kernel: str) -> list[dict]:
     """The bench lines of ``text`` (:func:`bench_lines`) -> rows as ``bench --mode native -p N --json`` prints them
     (the fields :func:`table_from_bench_runs` reads), each N-CPU row with its bench's 1-CPU rate (the median of its
     1-CPU lines) as ``one_cpu``. Other lines (the bench's iterations, headings) are skipped."""
-    if _major_minor(str(kernel)) is None:
+    if major_minor(str(kernel)) is None:
         raise LabError(f"the kernel bench's lines do not say the kernel, and {kernel!r} is no release: give the "
                        "machine's `uname -r` (e.g. 6.18.44)")
     lines = bench_lines(text)
@@ -92,7 +92,7 @@ def table_from_bench_runs(runs: list[dict], machine: str = "unseen"):
         raise LabError(f"an unseen table is one kernel's native -p N runs; these rows have kernels {sorted(map(str, kernels))}"
                        " and modes " + ", ".join(sorted({str(r.get('mode')) for r in runs})))
     release = str(kernels.pop())
-    line = _major_minor(release)
+    line = major_minor(release)
     if line is None:
         raise LabError("the rows' kernel is no release (expected uname -r, e.g. 6.18.44)")
     # the config: the release as mainline plus the core rules its stable line took by its sublevel (6.12.80:

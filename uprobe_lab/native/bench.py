@@ -74,7 +74,7 @@ def pinned_to_one_cpu():
         yield
         return
     with contextlib.ExitStack() as held:
-        cpu = next((c for c in sorted(old) if held.enter_context(_cpu_lock(c))), None)
+        cpu = next((c for c in sorted(old) if held.enter_context(cpu_lock(c))), None)
         if cpu is None:
             cpu = min(old)
             warnings.warn(f"every CPU this process may use ({', '.join(map(str, sorted(old)))}) runs another lab "
@@ -93,7 +93,7 @@ def cpu_lock_dir() -> Path:
 
 
 @contextlib.contextmanager
-def _cpu_lock(cpu: int):
+def cpu_lock(cpu: int):
     """True inside the block if this process holds ``cpu``'s bench lock (another lab bench holds it: False).
     The holder writes its pid in the file, so a bench that finds it taken can say who has it."""
     if fcntl is None:

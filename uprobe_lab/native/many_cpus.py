@@ -25,7 +25,7 @@ from typing import Callable, Iterable
 
 from ..bench import bench_spec
 from ..errors import LabError, is_int
-from .bench import _cpu_lock, available_benches, calls_filling, cpu_lock_holder, open_bench_event
+from .bench import available_benches, calls_filling, cpu_lock, cpu_lock_holder, open_bench_event
 from .bpf import BpfCounter
 from .code import NativeCode
 from .host import kernel_release
@@ -53,14 +53,14 @@ def producer_cpus(cpus: int) -> list[int]:
 
 
 @contextlib.contextmanager
-def _held_cpu(cpu: int, wait_s: float = LOCK_WAIT_S):
+def held_cpu(cpu: int, wait_s: float = LOCK_WAIT_S):
     """Hold ``cpu``'s lab bench lock for the block, waiting up to ``wait_s`` for another lab bench to let go of it:
     each producer needs its CPU to itself. A wait is said on stderr at once: who holds the CPU, for how long
     this bench waits, and that Ctrl-C stops it."""
     deadline = time.monotonic() + wait_s
     said = None
     while True:
-        with _cpu_lock(cpu) as mine:
+        with cpu_lock(cpu) as mine:
             if mine:
                 yield
                 return
@@ -178,7 +178,7 @@ def run_native_benches_on_cpus(names: Iterable[str] | None, cpus: int, iteration
     chosen = producer_cpus(cpus)
     with contextlib.ExitStack() as held, NativeCode(arch) as nc:
         for cpu in chosen:
-            held.enter_context(_held_cpu(cpu, lock_wait_s))
+            held.enter_context(held_cpu(cpu, lock_wait_s))
         have = available_benches(nc.program)
         wanted = list(names or MANY_CPU_BENCHES)
         unknown = [n for n in wanted if n not in have]
