@@ -188,3 +188,15 @@ def test_kernel_for_release_has_rcu_tasks_trace_from_6_12_77():
                                           ("6.16.12", False)])
 def test_kernel_for_release_simulates_bc_cond_from_the_release_that_took_it(release, has):
     assert kernel_for_release(release).arm64_simulate_bc_cond is has
+
+
+def test_every_kernel_version_property_is_read_by_the_package():
+    # a property only a test reads is dead code
+    import re
+    from pathlib import Path
+
+    import uprobe_lab
+    from uprobe_lab.kernel import KernelVersion
+    texts = [p.read_text() for p in Path(uprobe_lab.__file__).parent.rglob("*.py")]
+    props = [name for name, attr in vars(KernelVersion).items() if isinstance(attr, property)]
+    assert [name for name in props if not any(re.search(rf"\.{name}\b", t) for t in texts)] == []

@@ -258,11 +258,6 @@ def test_syscall_number_history():
     assert [n for n, _ in URETPROBE_SYSCALL_HISTORY] == [462, 463, 467, 335]
 
 
-def test_trampoline_handler_name():
-    assert KERNELS["6.10"].trampoline_handler_name == "handle_trampoline"
-    assert KERNELS["6.11"].trampoline_handler_name == "uprobe_handle_trampoline"
-
-
 def test_hijack_puts_trampoline_in_return_slot():
     proc = make_uretprobe_process("6.11")
     seen = {}

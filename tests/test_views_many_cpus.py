@@ -20,16 +20,6 @@ def test_the_shared_state_table_has_a_column_per_kernel_and_the_kernels_accesses
     assert v.shared_writes("uprobe-nop", ["6.8", "6.14"]) == {"6.8": 11, "6.14": 0}
 
 
-def test_a_hit_writes_lines_not_fields():
-    # by hand from the layouts (uprobe_lab.contended): 6.8 mmap_lock, uprobes_treelock, struct uprobe +0 (ref and
-    # register_rwsem together), trace_uprobe +64 (nhit), the filter's rwlock; 6.10 drops the filter lock
-    # (cdf355cc60e3); 6.12 leaves mmap_lock alone (nhit per-CPU, 10cdb82aa77f); 6.14 nothing
-    assert v.lines_written("uprobe-nop") == {"6.8": 5, "6.10": 4, "6.12": 1, "6.13": 1, "6.14": 0, "6.18": 0}
-    # a stepped ret adds the slot's first line, the bitmap's line, xol_area's slot_count line (until 6.13; on 6.12
-    # the line of vaddr too, so no new line there) and the siglock (until 6.15), and from 6.12 the probe's line again
-    assert v.lines_written("uprobe-ret") == {"6.8": 9, "6.10": 8, "6.12": 6, "6.13": 5, "6.14": 4, "6.18": 3}
-
-
 def test_every_state_any_kernel_touches_has_a_box():
     states = v.all_states()
     assert {"struct mm_struct: mmap_lock", "uprobes_treelock +0: rwlock or spinlock", "struct sighand_struct +0: siglock",
@@ -57,12 +47,12 @@ def test_without_native_probes_the_machine_section_shows_the_recording(monkeypat
 
 @native
 def test_a_cpu_another_bench_holds_sends_the_chapter_to_the_recording(monkeypatch, tmp_path):
-    from uprobe_lab.native.bench import CPU_LOCK_DIR_ENV, _cpu_lock
+    from uprobe_lab.native.bench import CPU_LOCK_DIR_ENV, cpu_lock
 
     monkeypatch.setenv(CPU_LOCK_DIR_ENV, str(tmp_path))  # locks of its own: another bench on the machine is no matter
     monkeypatch.setattr(v, "CPU_WAIT_S", 0.2)
     busy = min(os.sched_getaffinity(0))
-    with _cpu_lock(busy) as mine:
+    with cpu_lock(busy) as mine:
         assert mine
         run = v.native_scaling(iterations=1000, repeats=1)
     assert run["recorded"] and f"CPU {busy} ran another lab bench" in run["reason"]
@@ -118,3 +108,23 @@ def test_the_model_misses_are_listed_both_ways_with_the_lease_curve_too_high():
     assert "with SRCU for uretprobes (after)" in high and "against 47.6" in high and "published 42.4" in high
     assert "before [RFC v3]" in low and "published 15.2" in low
     assert text.startswith("Too high by more than 15% on ") and "held-out curves" in low
+
+
+def test_every_public_function_serves_a_chapter_the_package_or_a_recording():
+    # a view only a test calls is dead code: each is called by a notebook, by the package (this module included),
+    # or names the command that made a bundled recording
+    import inspect
+    import re
+    from pathlib import Path
+
+    import uprobe_lab
+    package = Path(uprobe_lab.__file__).parent
+    here = Path(v.__file__)
+    others = [p.read_text() for p in package.rglob("*.py") if p != here]
+    others += [p.read_text() for p in (package.parent / "notebooks").glob("*.ipynb")]
+    others += [p.read_text() for p in (package / "data").glob("*.json")]
+    own = here.read_text()
+    unused = [name for name, f in vars(v).items() if inspect.isfunction(f) and f.__module__ == v.__name__
+              and not name.startswith("_") and not any(re.search(rf"\b{name}\b", t) for t in others)
+              and len(re.findall(rf"\b{name}\b", own)) < 2]
+    assert unused == []

@@ -124,11 +124,6 @@ class KernelVersion:
         """sys_uprobe (336) exists: the optimised site's trampoline enters the kernel through it."""
         return self.optimize_nop5 or self.optimize_nop10
 
-    @property
-    def trampoline_handler_name(self) -> str:
-        # The uretprobe syscall patch renamed the static handle_trampoline().
-        return "uprobe_handle_trampoline" if self.uretprobe_syscall else "handle_trampoline"
-
     def __str__(self) -> str:
         return self.name
 

@@ -110,11 +110,6 @@ def shared_writes(bench: str = "uprobe-nop", kernels=KERNELS) -> dict[str, float
     return {k: sum(_written(bench, k).values()) for k in kernels}
 
 
-def lines_written(bench: str = "uprobe-nop", kernels=KERNELS) -> dict[str, int]:
-    """How many distinct cache lines one hit writes that other CPUs' hits also touch, per kernel."""
-    return {k: len({key.rsplit(" (", 1)[0] for key in _written(bench, k)}) for k in kernels}
-
-
 def lines_figure(bench: str = "uprobe-nop", kernel: str = "6.10", cpus: int = 8) -> Figure:
     """Each cache line a box, lit by what one hit does to it on ``kernel``; under it, how often the line moved to
     another CPU per hit with ``cpus`` threads."""
