@@ -37,7 +37,7 @@ def test_03b_bolds_only_debian_releases_the_referee_recording_has():
 # Phrases that tell how the project was written rather than what is true now (kernel history is fine).
 NARRATION = re.compile(r"\bit used to\b|\bused to (?:end|get|be|have|give)\b|\bearlier (?:version|session)\b"
                        r"|\bin the (?:same )?session\b|\(issue \d+\)|\bhelper notes\b|\bas they now are\b"
-                       r"|\bnow been looked at\b", re.I)
+                       r"|\bnow been looked at\b|\bcited here before\b|\bthe lab had wrong\b", re.I)
 REPO = NOTEBOOKS.parent
 PROSE_SUFFIXES = {".md", ".py", ".ipynb"}
 

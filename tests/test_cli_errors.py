@@ -159,8 +159,8 @@ def test_verify_sample_is_not_negative(capsys):
 
 
 def test_verify_arm64_runs_the_sample_it_is_given(capsys, monkeypatch):
-    """--sample and --seed reach the arm64 referee (they were dropped: its case list was fixed); unset, it
-    runs its sweep alone while x86 keeps 3000. x86-only settings are refused by name."""
+    """--sample and --seed reach the arm64 referee (its random words come on top of its fixed case list); unset,
+    it runs its sweep alone while x86 keeps 3000. x86-only settings are refused by name."""
     import uprobe_lab.verify as verify_mod
 
     class Report:

@@ -1,4 +1,4 @@
-"""The x86 decode rules the host referee (``python -m uprobe_lab verify``) showed the lab had wrong.
+"""x86 decode and out-of-line-step rules the host referee (``python -m uprobe_lab verify``) checks on a real kernel.
 
 Expected values come from arch/x86/kernel/uprobes.c (v6.18: branch_setup_xol_ops, can_optimize,
 riprel_analyze/riprel_pre_xol/riprel_post_xol, arch_uprobe_abort_xol) and were confirmed on a 6.18
