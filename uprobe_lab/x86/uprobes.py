@@ -10,8 +10,8 @@ arch_uprobe_analyze_insn                                                    x86.
 arch_uprobe_skip_sstep (branch/push emulation)                              x86.emulate
 arch_uprobe_pre_xol, arch_uprobe_post_xol, arch_uprobe_abort_xol            x86.xol
 arch_uretprobe_hijack_return_addr, arch_uretprobe_is_alive, trampoline      x86.uretprobe
-set_swbp, set_orig_insn, arch_uprobe_optimize (6.18 nop5)                   x86.optimize
-is_swbp_at, uprobe_get_swbp_addr (and exc_int3/exc_debug)                   x86.traps
+set_swbp, set_orig_insn, arch_uprobe_optimize (6.18 nop5, 7.3 nop10)        x86.optimize
+is_swbp_at (the lab's own), uprobe_get_swbp_addr, exc_int3/exc_debug        x86.traps
 ==========================================================================  =============
 
 The syscalls (do_syscall_64, sys_uretprobe, sys_uprobe) are in x86.syscalls; the CLI's and
