@@ -31,3 +31,15 @@ def shown(value, limit: int = 60) -> str:
     except Exception:
         return f"an object ({type(value).__name__}) that cannot be printed"
     return text if len(text) <= limit else f"{text[:limit - 15]}... ({len(text):,} characters)"
+
+
+def check_choice(value, choices, name: str, way_out: str = "") -> None:
+    """Refuse ``value`` unless it equals one of ``choices``, naming them all and ``way_out`` (a widget given a
+    value its buttons lack raises a TraitError, a dict a KeyError)."""
+    try:
+        known = not isinstance(value, bool) and value in choices  # True == 1, but True is no CPU count
+    except Exception:  # an array's == is no truth value; a learner's own __eq__ may raise
+        known = False
+    if not known:
+        raise LabError(f"{name} must be one of {', '.join(map(str, choices))}, got {shown(value)}"
+                       + (f"; {way_out}" if way_out else ""))

@@ -5,18 +5,20 @@ A directory remembers the files the lab wrote into it in a manifest (``.uprobe_l
 SHA-256 a line), so a second run replaces exactly those files and nothing else. A file that is not in the
 manifest, or whose content changed since the lab wrote it, belongs to the user: the command refuses before it
 writes anything. Places no command writes into at all: an empty path, the working directory, the checkout,
-a directory that holds the checkout, the home directory and ``/``.
+a directory that holds the checkout, the home directory and ``/``. A JSON recording such a command wrote is read
+back with :func:`read_recording`.
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from .errors import LabError
+from .errors import LabError, shown
 
 MANIFEST = ".uprobe_lab-written"
 REPO = Path(__file__).resolve().parents[1]
@@ -193,3 +195,29 @@ def record_file(out: Path):
     replace it. A shipped recording needs no note, and the package's data gets no manifest."""
     if not _shipped(out):
         Manifest(out.parent).record([out.name])
+
+
+def read_recording(path, keys: tuple[str, ...], made_by: str) -> dict:
+    """The JSON object a recording at ``path`` holds, with at least ``keys``; every way the file can be wrong ends
+    in one LabError naming the file, the problem and ``made_by``, what writes such a file."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        problem = "no such file"
+    except IsADirectoryError:
+        problem = "a directory, not a file"
+    except OSError as err:
+        problem = f"cannot read it ({err.strerror})"
+    except UnicodeDecodeError:
+        problem = "not text (a binary file?)"
+    except json.JSONDecodeError as err:
+        problem = f"not JSON ({err.msg}, line {err.lineno} column {err.colno})"
+    except (TypeError, ValueError):  # None is no path; a NUL cannot be in one
+        problem = "not a path"
+    else:
+        missing = [k for k in keys if not isinstance(data, dict) or k not in data]
+        if not missing:
+            return data
+        problem = f"JSON without {', '.join(missing)}, so not such a recording"
+    raise LabError(f"{shown(str(path) if isinstance(path, Path) else path, 200)}: {problem}; give the path of a file "
+                   f"{made_by}, or no path for the one the lab ships")

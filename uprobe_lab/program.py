@@ -10,7 +10,7 @@ from typing import Callable
 
 import capstone
 
-from .errors import LabError, SymbolNotFound
+from .errors import LabError, SymbolNotFound, shown
 
 CAPSTONE_MODES = {
     "x86_64": (capstone.CS_ARCH_X86, capstone.CS_MODE_64),
@@ -78,9 +78,9 @@ class Program:
         """Address of ``name`` + ``offset``; a clear error for unknown names or offsets past the symbol."""
         try:
             sym = self.symbols[name]
-        except KeyError:
+        except (KeyError, TypeError):  # TypeError: a list or dict is no name
             known = ", ".join(sorted(self.symbols))
-            raise SymbolNotFound(f"no symbol {name!r} in this program; known symbols: {known}") from None
+            raise SymbolNotFound(f"no symbol {shown(name)} in this program; known symbols: {known}") from None
         if not 0 <= offset < max(sym.size, 1):
             raise ValueError(f"offset {offset} is outside {name} (size {sym.size})")
         return sym.addr + offset

@@ -1,7 +1,7 @@
 """What the kernel would do with a probe on an arm64 instruction word, for the CLI and notebooks."""
 from __future__ import annotations
 
-from ..errors import LabError, is_int
+from ..errors import LabError, is_int, shown
 from ..uprobes import UnprobeableInstruction
 from . import asm, stp as stp_sim
 from .decode import arch_uprobe_analyze_insn, word_text
@@ -15,7 +15,7 @@ def parse_word(text: str) -> int:
     cleaned = cleaned[2:] if cleaned.startswith("0x") else cleaned
     if len(cleaned) != 8 or any(c not in "0123456789abcdef" for c in cleaned):
         # a short word would be zero-extended into some other instruction: all 8 digits are asked for
-        raise LabError(f"{text!r} is not an arm64 instruction word; write all 8 hex digits as a listing shows "
+        raise LabError(f"{shown(text)} is not an arm64 instruction word; write all 8 hex digits as a listing shows "
                        "them, e.g. a9bf7bfd for stp x29, x30, [sp, #-16]!")
     return int(cleaned, 16)
 

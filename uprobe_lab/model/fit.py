@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ..errors import check_choice
 from ..process import LabError
 from .prices import PRICE_NAMES, PRICES, events_for, events_rows, fixed_ns, price_counts
 
@@ -143,8 +144,7 @@ class Profile:
         """The same profile with some prices set by hand (their uncertainty kept)."""
         mean = self.mean.copy()
         for k, v in changes.items():
-            if k not in PRICE_NAMES:
-                raise KeyError(f"no price {k!r}; priced kinds: {', '.join(PRICE_NAMES)}")
+            check_choice(k, PRICE_NAMES, "a price's name")
             mean[PRICE_NAMES.index(k)] = float(v)
         return dataclasses.replace(self, mean=mean)
 

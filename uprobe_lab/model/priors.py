@@ -49,13 +49,13 @@ Not carried (uninformative prior instead, said in the profile's report):
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from ..outputs import read_recording
 from ..process import LabError
 from .fit import UNINFORMATIVE_SD_NS, Prior, Profile, fit_profile
 from .prices import PRICE_NAMES, events_for, events_rows, fixed_ns, modelled_kernel, price_counts
@@ -72,7 +72,7 @@ HOST_COLUMNS = ["bench", "consumers", "kernel", "release", "mops", "rel_err", "r
 
 def load_host_recording(path: str | Path = HOST_PRICES_PATH) -> dict:
     """The bundled recording: keys label, recorded, host, command, rows (price_benches rows)."""
-    return json.loads(Path(path).read_text())
+    return read_recording(path, ("rows",), "that native.price_benches.record_host_prices(path) wrote")
 
 
 def host_frame(rows: list[dict]) -> pd.DataFrame:

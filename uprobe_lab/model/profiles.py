@@ -11,6 +11,8 @@ import functools
 import numpy as np
 import pandas as pd
 
+from ..arches import get_arch
+from ..errors import shown
 from ..process import LabError
 from ..published import OUTSIDE_SEEDS, VARIANT_PAIRS, load_published, source_label
 from .fit import Profile, fit_profile
@@ -164,11 +166,12 @@ def clear_profiles() -> None:
 def get_profile(name: str | None = None, arch: str = "x86_64") -> Profile:
     """A published CPU's profile, fitted on its before rows (``intel``, ``amd``, ``nop5``, ``kunpeng``...)."""
     if name is None:
-        name = profile_names(arch)[0]
-    name = PROFILE_ALIASES.get(name.lower(), name.lower())
-    if name not in PROFILES:
-        raise LabError(f"unknown CPU profile {name!r}; known: {', '.join(PROFILES)}")
-    return _profile(name)
+        name = profile_names(get_arch(arch).name)[0]
+    key = PROFILE_ALIASES.get(name.lower(), name.lower()) if isinstance(name, str) else None
+    if key not in PROFILES:
+        raise LabError(f"unknown CPU profile {shown(name)}; known: {', '.join(PROFILES)} (for short: "
+                       f"{', '.join(PROFILE_ALIASES)})")
+    return _profile(key)
 
 
 def fit_report(name: str) -> pd.DataFrame:

@@ -30,6 +30,7 @@ from .. import model
 from ..bench import bench_names
 from ..kernel import KERNELS, row_for_release
 from ..model import fit as fitmod
+from ..errors import shown
 from ..process import LabError
 
 PROFILE_NAME = "this-machine"
@@ -60,12 +61,38 @@ def figure_rel_err(r: dict) -> float:
     return sd / mops / math.sqrt(n) if mops > 0 else math.inf
 
 
+ROW_KEYS = ("arch", "kernel", "bench", "mops")
+ROWS_FROM = ("a native result dict, as in run_native_benches(), price_benches.price_rows_or_recorded()[0] or "
+             "example.load_example()['benches']")
+
+
+def check_row(i: int, r) -> None:
+    """Refuse a native row that lacks a key the calibration reads, or whose rate is no rate."""
+    if isinstance(r, dict) and "refused" in r:  # bench.refused_row: a probe this kernel refuses measured nothing
+        raise LabError(f"row {i} ({shown(r.get('bench'))}) has no rate: {r['refused']}; leave it out of the rows")
+    missing = [k for k in ROW_KEYS if not isinstance(r, dict) or k not in r]
+    if missing:
+        raise LabError(f"row {i}, {shown(r)}, lacks {', '.join(missing)}: each row is {ROWS_FROM}, with "
+                       f"{', '.join(ROW_KEYS)}")
+    try:
+        mops = float(r["mops"])
+    except (TypeError, ValueError):
+        mops = math.nan
+    if not 0 < mops < math.inf:  # NaN too
+        raise LabError(f"row {i} ({shown(r['bench'])}) has mops={shown(r['mops'])}: a rate of hits in millions a "
+                       "second is a finite number above 0 (a bench that ran no hit measured nothing); measure it "
+                       "again or leave the row out")
+
+
 def measured_frame(rows: list[dict]) -> pd.DataFrame:
     """Native result dicts (bench table or price-bench rows) -> arch, kernel, release, bench, consumers,
     mops, stddev, rel_err (relative error of the figure: price rows carry it, a bench row's is
     stddev / mops / sqrt(repeats))."""
+    if not isinstance(rows, (list, tuple)):
+        raise LabError(f"the rows are a list, each {ROWS_FROM}; got {shown(rows)}")
     out = []
-    for r in rows:
+    for i, r in enumerate(rows):
+        check_row(i, r)
         kernel = row_for_release(r["kernel"])[0]  # older than every modelled version: the oldest answers
         out.append({"arch": r["arch"], "kernel": kernel, "release": r["kernel"], "bench": r["bench"],
                     "consumers": int(r.get("consumers", 1) or 1), "mops": float(r["mops"]),
@@ -138,6 +165,8 @@ def calibrate(rows: list[dict], cpu: str = "this machine", rel_tol: float = REL_
     ``host_prices_6.18_xeon_b.json`` from 4.2% to 3.8%; on the other two recordings' rows it moved it by less
     than 0.1%)."""
     measured = offered = measured_frame(rows)
+    if measured.empty:
+        raise LabError(f"no rows to calibrate on: give a list of rows, each {ROWS_FROM}")
     arches = sorted(set(measured["arch"]))
     if len(arches) != 1:
         raise LabError(f"native rows must be from one architecture, got {arches}")

@@ -22,7 +22,7 @@ from .compare import COMPARE_BENCHES, DEFAULT_HITS, host_bench_snapshot
 from .errors import NativeUnavailable
 from .support import check_native_support
 from .host import host_description
-from ..outputs import write_output
+from ..outputs import read_recording, write_output
 
 EXAMPLE_PATH = Path(__file__).resolve().parents[1] / "data" / "native_example_6.18.json"
 ENV = "UPROBE_LAB_NATIVE"
@@ -66,7 +66,7 @@ def record_example(path: str | Path = EXAMPLE_PATH, iterations: int = DEFAULT_IT
 
 def load_example(path: str | Path = EXAMPLE_PATH) -> dict:
     """The recorded run: keys label, recorded, host, command, benches (result dicts), snapshots."""
-    return json.loads(Path(path).read_text())
+    return read_recording(path, ("benches", "snapshots"), "that record_example(path) wrote")
 
 
 RECORDED_LABEL = recorded_label(load_example())  # the bundled recording's (8 KB, read on import)

@@ -15,9 +15,10 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..arm64.analyze import parse_word
 from ..errors import LabError
 from ..kernel import kernel_for_release
-from ..outputs import output_file, write_output
+from ..outputs import output_file, read_recording, write_output
 from . import arm64_boot as B
 from . import arm64_cases as C
 from . import arm64_guest as G
@@ -174,16 +175,21 @@ def save_recording(report: Report, path: Path) -> None:
 
 def recorded(path: Path = RECORDING) -> dict:
     """A judged run shipped with the lab (Debian's 6.1 under QEMU), for notebooks that must stay fast."""
-    return json.loads(Path(path).read_text())
+    return read_recording(path, ("cases", "release", "package"),
+                          "that python -m uprobe_lab verify --arch arm64 --record FILE wrote")
 
 
-def recorded_case(word: int, path: Path = RECORDING) -> dict:
-    """One case of the recorded run, beside what the lab answers for it now (same kernel release)."""
+def recorded_case(word: int | str, path: Path = RECORDING) -> dict:
+    """One case of the recorded run, beside what the lab answers for it now (same kernel release). ``word``: the
+    instruction word as an int or as a listing shows it (``'a9bf7bfd'``)."""
+    word = parse_word(word)
     rec = recorded(path)
     try:
         case = next(c for c in rec["cases"] if int(c["word"], 16) == word)
     except StopIteration:
-        raise LabError(f"{word:08x} is not among the recorded run's {len(rec['cases'])} forms") from None
+        raise LabError(f"{word:08x} is not among the recorded run's {len(rec['cases'])} forms (recorded()['cases'] "
+                       f"lists them, e.g. {rec['cases'][0]['word']}); uprobe_lab.analyze({word:#010x}, 'arm64') "
+                       "gives the lab's answer for any word") from None
     index = rec["cases"].index(case)
     lab_case = C.Case(case["class"], word)
     kernel = kernel_for_release(rec["release"], rec["package"].split()[-1])

@@ -33,7 +33,7 @@ import pandas as pd
 
 from ..errors import LabError
 from ..kernel import kernel_for_release
-from ..outputs import output_file, write_output
+from ..outputs import output_file, read_recording, write_output
 from .x86_guest import HITS, REFUSED
 from ..usdt import describe_syscall_result, emulated_syscall_336
 from ..native.compare import site_form, compare, emulator_snapshot
@@ -153,7 +153,8 @@ def summary(reports: list[dict]) -> pd.DataFrame:
 
 
 def load_recording(path: Path = RECORDING) -> list[dict]:
-    return json.loads(Path(path).read_text())["reports"]
+    made_by = "that python -m uprobe_lab verify --kernels --record FILE wrote"
+    return read_recording(path, ("reports",), made_by)["reports"]
 
 
 def run_referee(lines: list[str], record: str | Path | None = None, as_json: bool = False) -> int:

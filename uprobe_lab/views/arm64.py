@@ -14,9 +14,11 @@ from matplotlib.figure import Figure
 
 from ..arm64 import asm
 from ..arm64.analyze import analyze_word, decode_fields
+from ..arm64.decode import STP_MODES
 from ..arm64.process import Arm64Process
 from ..arm64.programs import bench_program
 from ..bench import events_table
+from ..errors import check_choice
 from ..program import Assembler, listing_lines
 from ..text import wrap
 from ..published import load_published, seed_speedups
@@ -39,6 +41,7 @@ def brk_install(symbol: str = "uprobe_target_push", stp: str = "xol") -> str:
     """The listing of ``symbol`` before and after a uprobe is registered on it."""
     proc = Arm64Process(stp=stp)
     proc.load(bench_program())
+    proc.program.resolve(symbol)  # an unknown name: an error that lists the known ones
     before = _listing(proc, symbol)
     uprobe = uprobe_register(proc, symbol, CountingConsumer())
     after = _listing(proc, symbol)
@@ -70,8 +73,10 @@ def decode_widget(stp: str = "simulate"):
     """Type a word, see its fields and the verdict (needs ipywidgets; returns the widget)."""
     import ipywidgets as w
 
+    check_choice(stp, STP_MODES, "stp",
+                 "xol: stepped out of line, as upstream does; simulate: emulated, as the unmerged STP patch does")
     text = w.Text(value="a9bf7bfd", description="word")
-    mode = w.ToggleButtons(options=["xol", "simulate"], value=stp, description="--stp")
+    mode = w.ToggleButtons(options=list(STP_MODES), value=stp, description="--stp")
     out = w.HTML()  # redrawn by value (views.redraw says why not an Output widget)
 
     def show(_=None):

@@ -19,7 +19,7 @@ from matplotlib.patches import FancyBboxPatch, Patch
 
 from .. import contended
 from ..bench import bench_process, run_bench_on_cpus
-from ..errors import LabError
+from ..errors import LabError, check_choice
 from ..kernel import release_rules
 from ..model import contention
 from ..native.example import native_reason
@@ -32,6 +32,7 @@ from .redraw import figure_view, show_figure
 
 KERNELS = ("6.8", "6.10", "6.12", "6.13", "6.14", "6.18")  # each a step of the 2024-25 work, and before it
 BENCHES = ("uprobe-nop", "uretprobe-nop", "uprobe-ret")
+CPU_COUNTS = (1, 2, 4, 8, 16, 32, 64)
 KIND_COLOR = {"spinlock": "#d7301f", "atomic": "#fc8d59", "write": "#fdae61", "read": "#fee08b", "per-cpu": "#91cf60",
               "per-task": "#1a9850", None: "#eeeeee"}
 KIND_WORDS = {"spinlock": "spinlock: CPUs wait their turn", "atomic": "atomic write of a shared line",
@@ -159,9 +160,13 @@ def lines_widget(bench: str = "uprobe-nop", kernel: str = "6.10", cpus: int = 8)
     redraws the figure into an Image widget (views.redraw says why not an Output widget)."""
     import ipywidgets as w
 
+    other = "lines_figure(bench, kernel, cpus) draws any other the lab models"
+    check_choice(kernel, KERNELS, "the widget's kernel", other)
+    check_choice(bench, BENCHES, "the widget's bench", other)
+    check_choice(cpus, CPU_COUNTS, "the widget's CPU count", other)
     k = w.ToggleButtons(options=list(KERNELS), value=kernel, description="kernel")
     b = w.ToggleButtons(options=list(BENCHES), value=bench, description="bench")
-    n = w.SelectionSlider(options=[1, 2, 4, 8, 16, 32, 64], value=cpus, description="CPUs")
+    n = w.SelectionSlider(options=list(CPU_COUNTS), value=cpus, description="CPUs")
     view = figure_view()
 
     def show(change=None):

@@ -10,6 +10,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from .. import model
+from ..errors import check_choice
 from ..published import load_published
 from .charts import breakdown_chart
 from .redraw import figure_view, show_figure, widget_table_html
@@ -130,6 +131,9 @@ def price_sliders(profile_name: str = "intel", prices=SLIDER_PRICES):
     import ipywidgets as w
 
     prof = model.get_profile(profile_name)
+    prices = (prices,) if isinstance(prices, str) else prices  # one price's name: one slider
+    for k in prices:
+        check_choice(k, model.PRICE_NAMES, "a slider's price", f"the default is {', '.join(SLIDER_PRICES)}")
     table = table_2024(prof.cpu)
     published = published_2024(table) if table else None
     sliders = {k: w.FloatSlider(value=round(prof.prices[k], 1), min=0, max=max(2 * prof.prices[k], 10), step=0.1,

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from ..errors import LabError, shown
 from ..native.calibrate import kernel_change, kernel_columns
 from ..published import figure_words
 from .charts import cpu_words
@@ -95,8 +96,20 @@ def predictions_chart(pred: pd.DataFrame, kernels=None) -> Figure:
     return fig
 
 
+SNAPSHOT_KEYS = ("kernel", "site_listing", "trampolines", "mappings")
+
+
+def check_snapshot(snapshot) -> None:
+    """Refuse what is not a snapshot, naming the keys it lacks."""
+    missing = [k for k in SNAPSHOT_KEYS if not isinstance(snapshot, dict) or k not in snapshot]
+    if missing:
+        raise LabError(f"a snapshot is a value of run.snapshots or what compare.host_bench_snapshot(bench) returns, "
+                       f"a dict with {', '.join(SNAPSHOT_KEYS)}; {shown(snapshot)} lacks {', '.join(missing)}")
+
+
 def trampoline_listing(snapshot: dict) -> str:
     """The probe site and every trampoline of a snapshot, disassembled, with where they were read."""
+    check_snapshot(snapshot)
     side = snapshot.get("side", "host")
     lines = [f"{side}: {snapshot.get('bench', '')} after {snapshot.get('hits', '?')} hits, kernel {snapshot['kernel']}",
              "probe site:"]
@@ -111,6 +124,7 @@ def trampoline_listing(snapshot: dict) -> str:
 
 def maps_lines(snapshot: dict) -> str:
     """The [uprobes] / [uprobes-trampoline] rows, /proc/self/maps style."""
+    check_snapshot(snapshot)
     rows = [f"{int(m['start'], 16):x}-{int(m['end'], 16):x} {m['perms']} {m['name']}" for m in snapshot["mappings"]]
     return "\n".join(rows) or "(no uprobe mappings)"
 
