@@ -58,10 +58,11 @@ CASES = {
     "calibrate no rows": (lambda _: calibrate.calibrate([]), "no rows to calibrate on: give a list of rows"),
     "calibrate a string": (lambda _: calibrate.calibrate("rows"), "the rows are a list, .* got 'rows'"),
     "events_for consumers=0": (lambda _: model.events_for("uprobe-nop", consumers=0),
-                               "consumers=0: a probe with no consumer is not installed .* usermode-count"),
-    "events_for consumers=-3": (lambda _: model.events_for("uprobe-nop", consumers=-3), "consumers=-3: a probe"),
-    "events_for consumers=1.5": (lambda _: model.events_for("uprobe-nop", consumers=1.5),
-                                 "consumers is an int from 1, got 1.5"),
+                               "consumers=0 on uprobe-nop: a probe with no consumer is not installed .* "
+                               "usermode-count"),
+    "events_for consumers=-3": (lambda _: model.events_for("usermode-count", consumers=-3),
+                                "consumers is an int from 1 \(0 for a bench without a probe\), got -3"),
+    "events_for consumers=1.5": (lambda _: model.events_for("uprobe-nop", consumers=1.5), "got 1.5"),
     "predict consumers=0": (lambda _: model.get_profile("intel").predict("uprobe-nop", "6.18", consumers=0),
                             "consumers=0"),
 }
@@ -87,4 +88,5 @@ def test_what_the_helpers_take_still_works():
     assert referee.recorded_case("a9bf7bfd") == referee.recorded_case(0xA9BF7BFD)
     assert model.get_profile(None, "arm64").name == model.get_profile("KUNPENG").name == "kunpeng916"
     assert model.events_for("uprobe-nop", consumers=3)["consumers"] == 3
+    assert model.events_for("usermode-count", consumers=0) == model.events_for("usermode-count")  # no probe, none
     assert len(model_views.price_sliders("intel", prices="exception").children) == 2  # one slider and the chart

@@ -102,18 +102,18 @@ def events_for(bench: str, arch: str = "x86_64", kernel: str = "6.18", consumers
     """Steady-state events per hit, from the emulator (cached), as the model prices them: a 32-bit task's
     traps are counted as ``compat_exceptions`` instead of ``exceptions`` (the module doc says why). ``kernel``
     may be an arm64 STP label or a release string. ``consumers`` > 1: that many consumers on the probe (each
-    runs on every hit). Fewer than one is refused: unregistering a probe's last consumer removes its breakpoint
-    (register_for_each_vma() in kernel/events/uprobes.c, as the filter chain of no consumer wants no mm; the lab's
-    twin is uprobes.uprobe_unregister), so no call hits a probe without one."""
-    if isinstance(consumers, bool) or not isinstance(consumers, numbers.Integral):  # numpy's ints are Integral
-        raise LabError(f"consumers is an int from 1, got {shown(consumers)}")
-    if consumers < 1:
-        raise LabError(f"consumers={consumers}: a probe with no consumer is not installed (the kernel removes its "
-                       "breakpoint when the last consumer goes), so no call hits it; give 1 or more, or price the "
-                       "plain call with the bench usermode-count, which has no probe")
+    runs on every hit); 0 only for a bench without a probe. A probe bench with none is refused: unregistering a
+    probe's last consumer removes its breakpoint (register_for_each_vma() in kernel/events/uprobes.c, as the filter
+    chain of no consumer wants no mm; the lab's twin is uprobes.uprobe_unregister), so no call hits it."""
+    if isinstance(consumers, bool) or not isinstance(consumers, numbers.Integral) or consumers < 0:
+        raise LabError(f"consumers is an int from 1 (0 for a bench without a probe), got {shown(consumers)}")
     version, extra = kernel_setup(arch, kernel)
     extra.update(options)
     ev = dict(_events(bench, arch, version, tuple(sorted(extra.items()))))
+    if consumers == 0 and ev.get("consumers"):
+        raise LabError(f"consumers=0 on {bench}: a probe with no consumer is not installed (the kernel removes its "
+                       "breakpoint when the last consumer goes), so no call hits it; give 1 or more, or price the "
+                       "plain call with the bench usermode-count, which has no probe")
     if consumers != 1 and ev.get("consumers"):
         ev["consumers"] = ev["consumers"] * consumers
     return ev
