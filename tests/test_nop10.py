@@ -309,3 +309,15 @@ def test_insn_is_nop_counts_rex_extended_registers():
     assert insn_is_nop(insn_decode(bytes.fromhex("4d8d4000")))  # lea 0x0(%r8),%r8
     assert not insn_is_nop(insn_decode(bytes.fromhex("4c8d4000")))  # lea 0x0(%rax),%r8
     assert not insn_is_nop(insn_decode(bytes.fromhex("440f1f00")))  # modrm_reg 0 + 8*REX.R: the kernel says no
+
+
+def test_7_3_emulates_its_nop5_and_its_nop10_in_the_same_words():
+    """branch_setup_xol_ops (6.19+, 8a5c6cbfe4a3) takes whatever insn_is_nop() recognises as a branch of offset 0:
+    the nop5 on every hit, the nop10 on its first (can_optimize() spared it the generic checks)."""
+    k = get_kernel("7.3")
+    nop5 = arch_uprobe_analyze_insn(bytes.fromhex("0f1f440000"), 0x400000, k)
+    nop10 = arch_uprobe_analyze_insn(bytes.fromhex("662e0f1f840000000000"), 0x400000, k)
+    for auprobe in (nop5, nop10):
+        assert (auprobe.ops, auprobe.branch_offs) == ("branch", 0)
+        assert auprobe.reason.endswith("insn_is_nop() takes it for a nop: emulated as a jump of 0 (ip += its length)")
+    assert "can_optimize() spares it the generic checks" in nop10.reason

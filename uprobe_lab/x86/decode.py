@@ -43,6 +43,8 @@ ARCH_UPROBE_FLAG_CAN_OPTIMIZE = "can_optimize"
 ARCH_UPROBE_FLAG_OPTIMIZE_FAIL = "optimize_fail"
 NOP10_OPT_INSN_SIZE = 10  # 7.3's OPT_INSN_SIZE: lea (5) + call (5)
 NOP10_PREFIX = bytes.fromhex("662e0f1f84")  # is_optimizable_nop10(): the rest are SIB/disp32 operands
+# how branch_setup_xol_ops emulates any nop it recognises: a branch with offset 0, so ip moves past the nop only
+JUMP_OF_0 = "emulated as a jump of 0 (ip += its length)"
 
 
 def _bitmap(rows: str) -> set[int]:
@@ -269,14 +271,14 @@ def branch_setup_xol_ops(auprobe: ArchUprobe, insn: Insn, kernel: KernelVersion)
     if kernel.insn_is_nop:
         if insn_is_nop(insn):
             auprobe.ops, auprobe.branch_opc1, auprobe.branch_offs = "branch", opc1, 0
-            auprobe.reason = "insn_is_nop(): emulated as a nop (ip += length)"
+            auprobe.reason = f"insn_is_nop() takes it for a nop: {JUMP_OF_0}"
             return True
         if opc1 == 0x90:
             return False  # PAUSE, xchg %r8,%rax or a VEX opcode byte 0x90: stepped out of line
     if kernel.emulate_all_nops and insn.length <= asm.ASM_NOP_MAX and insn.raw == asm.X86_NOPS[insn.length]:
         auprobe.ops, auprobe.branch_opc1, auprobe.branch_offs = "branch", opc1, 0
         since = "" if insn.opcode == b"\x90" else " (since 6.16; single-stepped before)"
-        auprobe.reason = f"a standard nop, x86_nops[{insn.length}]: emulated as a jump of 0{since}"
+        auprobe.reason = f"a standard nop, x86_nops[{insn.length}]{since}: {JUMP_OF_0}"
         return True
     if opc1 == 0x90:
         what = "prefix* + 0x90: emulated as a nop"
@@ -339,7 +341,8 @@ def arch_uprobe_analyze_insn(raw: bytes, vaddr: int, kernel: KernelVersion) -> A
         auprobe.flags.add(ARCH_UPROBE_FLAG_CAN_OPTIMIZE)
     if optimizable and kernel.optimize_nop10:  # 7.3's insn_is_nop() takes it for a nop: a jump of 0
         auprobe.ops, auprobe.branch_opc1, auprobe.branch_offs = "branch", insn.opcode[0], 0
-        auprobe.reason = "the optimisable nop10 (7.3; 7.2.y from 7.2.6): insn_is_nop() takes it for a nop, emulated as a jump of 0"
+        auprobe.reason = ("the optimisable nop10 (7.3; 7.2.y from 7.2.6): can_optimize() spares it the generic checks, "
+                          f"and insn_is_nop() takes it for a nop: {JUMP_OF_0}")
         return auprobe
     if branch_setup_xol_ops(auprobe, insn, kernel) or push_setup_xol_ops(auprobe, insn):
         return auprobe
