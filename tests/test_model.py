@@ -672,7 +672,8 @@ def test_model_rows_say_whether_this_cpu_has_a_published_figure():
     basis = lambda cpu, kernel, name: cli.model_rows([name], "x86_64", kernel, cpu, {})[0]["basis"]
     assert "published figures exist for this CPU" in basis("nop5", "6.18", "uprobe-nop5")
     other = basis("intel", "6.18", "uprobe-nop5")
-    assert other.startswith("prediction for this CPU") and "unspecified (x86-64)" in other
+    assert other == ("prediction for the Intel i7-1165G7: on this kernel the bench is published only for an unnamed "
+                     "x86-64 machine")
     assert basis("intel", "6.11", "uretprobe-nop").startswith("priced from the published figures' fit")
     assert basis("intel", "7.3", "uprobe-nop10").startswith("prediction: no throughput has been published")
     rows = [cli.model_rows([n], "x86_64", k, cpu, {})[0]

@@ -131,7 +131,7 @@ def model_rows(names, arch: str, kernel: str, cpu, options: dict) -> list[dict]:
     """The model's table, with a refusal row where the kernel refuses the probe, and each row saying
     whether a published figure exists for it or the model's number is a prediction only."""
     from .model import get_profile, model_table
-    from .published import load_published
+    from .published import cpu_words, load_published
 
     published = load_published()
     cpu_label = get_profile(cpu, arch).cpu  # the published tables' name for the profile's CPU
@@ -152,8 +152,8 @@ def model_rows(names, arch: str, kernel: str, cpu, options: dict) -> list[dict]:
             row["basis"] = "priced from the published figures' fit; published figures exist for this CPU, bench and kernel"
         elif len(seen):
             row["published"] = "other cpus"
-            row["basis"] = (f"prediction for this CPU: the bench is published on this kernel only for "
-                            f"{', '.join(dict.fromkeys(seen['cpu']))}")
+            row["basis"] = (f"prediction for the {cpu_label}: on this kernel the bench is published only for "
+                            f"{', '.join(dict.fromkeys(map(cpu_words, seen['cpu'])))}")
         else:
             row["published"] = "none"
             row["basis"] = "prediction: no throughput has been published for this bench on this kernel"

@@ -90,6 +90,11 @@ OUTSIDE_SEEDS = "outside_seeds.csv"
 UNRELEASED = {"003": ("RFCv2", "Feb 2025"), "004": ("RFCv2", "Feb 2025")}
 
 
+def cpu_words(cpu: str) -> str:
+    """A seed's CPU as a sentence says it ("unspecified (x86-64)" is the nop5 series' unnamed machine)."""
+    return "an unnamed x86-64 machine" if cpu.startswith("unspecified") else (cpu or "unknown CPU")
+
+
 def figure_words(source: str, kernels) -> str:
     """How a chart names a table's figures charted at ``kernels``: "published", or for an unmerged patch set's
     table what it measured and the rules it stands for ("RFCv2 before/after (Feb 2025), standing for 6.11 / 6.18

@@ -12,15 +12,10 @@ from matplotlib.ticker import MaxNLocator
 from .. import model
 from ..kernel import KERNELS
 from ..presenter import lecture_mode
-from ..published import figure_words, seed_speedups
+from ..published import cpu_words, figure_words, seed_speedups
 from . import chart_html
 
 BEFORE_COLOR, AFTER_COLOR = "#8da0cb", "#fc8d62"
-
-
-def cpu_words(cpu: str) -> str:
-    """A seed's CPU as a title says it ("unspecified (x86-64)" is the nop5 series' unnamed machine)."""
-    return "an unnamed x86-64 machine" if cpu.startswith("unspecified") else (cpu or "unknown CPU")
 
 
 ROLE_HATCH = {"moved": "xx"}  # fit and unmoved rows: "//"

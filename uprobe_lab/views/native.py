@@ -13,8 +13,7 @@ from matplotlib.figure import Figure
 
 from ..errors import LabError, shown
 from ..native.calibrate import kernel_change, kernel_columns
-from ..published import figure_words
-from .charts import cpu_words
+from ..published import cpu_words, figure_words
 from ..text import wrap
 from .redraw import widget_table_html
 
