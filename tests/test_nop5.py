@@ -5,7 +5,7 @@ import pytest
 
 from uprobe_lab.arches import make_process
 from uprobe_lab.bench import events_per_hit
-from uprobe_lab.errors import ProcessKilled
+from uprobe_lab.errors import LabError, ProcessKilled
 from uprobe_lab.program import disasm
 from uprobe_lab.uprobes import CountingConsumer, UnprobeableInstruction, UprobeConsumer, uprobe_register, uprobe_unregister
 from uprobe_lab.x86 import asm, optimize
@@ -413,3 +413,17 @@ def test_sys_uprobe_with_an_unmapped_return_address_returns_quietly():
     assert result.ok and consumer.hits == hits
     after = proc.regs()
     assert (after.ax, after.cx, after.r11, after.sp) == (0xA1, 0xC1, 0x202, sp)
+
+
+@pytest.mark.parametrize("kernel, rfc_offset", [("6.18", 0x20), ("7.3", 0x20 + 0x80)])
+def test_the_hijack_finds_the_return_address_at_the_sites_sp_on_both_paths(kernel, rfc_offset):
+    """The merged sys_uprobe moves sp past the trampoline's four words (ax, r11, cx, the call's return address;
+    on 7.3 also the lea's 0x80) before the consumers run, so the hijack reads [sp] as on the int3 path; RFC v2 read
+    it from sys_uprobe's entry sp, 4*8 up. Every path finds the same word: the probed function's return address."""
+    from uprobe_lab.views.nop5 import hijack_offsets
+
+    table = hijack_offsets(kernel)
+    assert list(table["return address at"]) == ["base + 0x0", "base + 0x0", f"base + {rfc_offset:#x}"]
+    assert table["word there"].nunique() == 1
+    with pytest.raises(LabError, match="never enters sys_uprobe"):
+        hijack_offsets("6.16")

@@ -240,6 +240,40 @@ def stack_at_sys_uprobe(kernel="6.18") -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def hijack_offsets(kernel="6.18") -> pd.DataFrame:
+    """Where a uretprobe's hijack (arch_uretprobe_hijack_return_addr, which reads [regs->sp]) finds the probed
+    function's return address on each path of an optimised site, measured in the emulator: from the consumers'
+    sp on the first hit (int3) and on a later one (syscall), and from sys_uprobe's entry sp, which RFC v2 used
+    (+ UPROBE_SYSCALL_ARGS_SIZE) before the merged sys_uprobe moved sp past the trampoline's words. The word
+    column is read at that moment of the run."""
+    nop10 = get_kernel(kernel).optimize_nop10
+    proc = make_process("x86_64", kernel)
+    site = proc.program.resolve("uprobe_target_nop10" if nop10 else "uprobe_target_nop5")
+    hits, entry = [], []
+
+    def handler(regs) -> int:
+        hits.append((proc.read(site, 1) == b"\xcc", regs.sp, proc.read_u64(regs.sp)))
+        return 0
+
+    def spy(p, regs):  # sys_uprobe's entry sp, and the word at the site's sp (the int3 hit's) at that moment
+        entry.append((regs.sp, p.read_u64(hits[0][1])))
+        return real(p, regs)
+
+    uprobe_register(proc, site, UprobeConsumer(handler=handler, ret_handler=lambda regs, func: None))
+    real = proc.set_syscall(__NR_uprobe, spy)
+    proc.call("producer_loop", 2, site)
+    int3 = next((sp, word) for trapped, sp, word in hits if trapped)
+    syscall = next(((sp, word) for trapped, sp, word in hits if not trapped), None)
+    if syscall is None or not entry:
+        raise LabError(f"kernel {kernel} never enters sys_uprobe: it does not optimise the site; ask for 6.18 or 7.3")
+    entry_sp, entry_word = entry[0]
+    rows = [("int3 (first hit)", "the consumers' regs->sp", 0, int3[1]),
+            ("syscall, merged sys_uprobe", "the consumers' regs->sp (moved past the pushed words)",
+             int3[0] - syscall[0], syscall[1]),
+            ("syscall, RFC v2", "sys_uprobe's entry sp", int3[0] - entry_sp, entry_word)]
+    return pd.DataFrame([{"path": path, "hijack's base": base, "return address at": f"base + {off:#x}",
+                          "word there": hex(word)} for path, base, off, word in rows])
+
 def fork_table(kernels=("6.18", "7.3"), host: bool = True) -> pd.DataFrame:
     """A child forked after its parent's probes were hit (uprobe_lab.native.fork), one row per kernel and
     accepted site: the emulator on each of ``kernels``, then this host's kernel when it can run probes (a
