@@ -20,10 +20,14 @@ def parse_word(text: str) -> int:
     return int(cleaned, 16)
 
 
-def decode_fields(word: int) -> dict:
-    """Fields of the word that matter to uprobes (for the decode widget)."""
+PROBE_VADDR = 0x400000  # where analyze places a word: a pc-relative operand reads as an address from there
+
+
+def decode_fields(word: int, vaddr: int = PROBE_VADDR) -> dict:
+    """Fields of the word that matter to uprobes (for the decode widget), its text as at ``vaddr``: the same
+    spelling of a pc-relative literal as the verdict's reason."""
     f = stp_sim.pair_fields(word)
-    out = {"word": f"{word:08x}", "bytes": asm.b(word).hex(" "), "text": word_text(word)}
+    out = {"word": f"{word:08x}", "bytes": asm.b(word).hex(" "), "text": word_text(word, vaddr)}
     if f.is_pair:
         out.update({"pair": ("ldp" if f.load else "stp") + " " + f.form, "opc": f.opc,
                     "size": "64-bit x" if f.opc == 2 else ("32-bit w" if f.opc == 0 else f"opc {f.opc}"),
@@ -35,11 +39,17 @@ def decode_fields(word: int) -> dict:
     return out
 
 
-def analyze_word(text: str, kernel=None, vaddr: int = 0x400000, stp: str | None = None, mte: bool = False,
+def pc_relative(word: int) -> bool:
+    """Whether the word's text names an address relative to its own (a literal load, adr, a branch): then the
+    text holds only with the word at PROBE_VADDR, which is worth saying beside it."""
+    return word_text(word, 0) != word_text(word, PROBE_VADDR)
+
+
+def analyze_word(text: str, kernel=None, vaddr: int = PROBE_VADDR, stp: str | None = None, mte: bool = False,
                 **_options) -> dict:
-    """What the kernel would do with a probe on this word: action simulate, xol or reject."""
+    """What the kernel would do with a probe on this word at ``vaddr``: action simulate, xol or reject."""
     word = parse_word(text)
-    fields = decode_fields(word)
+    fields = decode_fields(word, vaddr)
     base = {"mnemonic": fields["text"].split(" ")[0], "op_str": fields["text"].partition(" ")[2],
             "length": 4, "word": fields["word"], "stp": stp or "xol",
             "stp_fp_lr_pattern": fields["stp_fp_lr_pattern"]}

@@ -1,9 +1,10 @@
 """Chapter 04: arm64 BRK uprobes and the unmerged STP simulation."""
 from __future__ import annotations
 
-from .. import LabError, analyze, events_per_hit
-from ..views.arm64 import misaligned_stp
-from .core import exercise
+from .. import LabError, analyze
+from ..arm64.analyze import PROBE_VADDR, parse_word, pc_relative
+from ..views.arm64 import STACK_BOTTOM, stp_once
+from .core import Remembered, exercise
 from . import judges as j
 
 ACTIONS = ("simulate", "xol", "reject")
@@ -45,20 +46,32 @@ answer = {w: ul.analyze(w, arch="arm64")["action"] for w in ("d503201f", "a9bf7b
     why=lambda e: "The lab's arm64 decoder follows arch/arm64/kernel/probes/decode-insn.c.",
 )
 
+PIN_SPS = (0x7FFFFFFDD010, 0x7FFFFFFDD000)  # the new sp on the old sp's page, and on the page below
+
+
+def _pages_pinned() -> dict[str, int]:
+    return {f"{sp:#x}": stp_once(-16, sp=sp)["pages_pinned"] for sp in PIN_SPS}
+
+
 exercise(
-    id="04.2", kind="predict", title="What the STP simulation buys",
-    question="Steady state of `uprobe-push` on arm64 (its first instruction is `stp x29, x30, [sp, #-16]!`). How "
-             "many exceptions per hit upstream (`stp=\"xol\"`) and with the seed's simulation "
-             "(`stp=\"simulate\"`)? Answer whole numbers (exact): `{\"xol\": ..., \"simulate\": ...}`.",
-    hint="Stepping out of line needs a second exception once the step is done.",
-    solution="""import uprobe_lab as ul
-answer = {mode: ul.events_per_hit("uprobe-push", "arm64", stp=mode)["exceptions"] for mode in ("xol", "simulate")}""",
-    explanation="Simulating the store in the BRK handler drops the step exception: 2 → 1. The seed measured "
-                "+30% on uprobe-push (chapter 05 and the table above).",
-    expected=lambda: {m: events_per_hit("uprobe-push", "arm64", stp=m).get("exceptions", 0) for m in ("xol", "simulate")},
-    judge=j.per_item(str, j.number(), lambda m, n: "count the exceptions a hit takes in that mode, the BRK's and "
-                                                   "any after it"),
-    why=lambda e: f"The emulator counts {e['xol']} upstream and {e['simulate']} simulated.",
+    id="04.2", kind="predict", title="Two pages for one store",
+    question="The seed's v2 pins user stack pages (`get_user_pages_fast`), maps them into the kernel "
+             "(`kmap_local_page` for one page, `vmap` for more) and runs a real `stp` there: `uprobe-push` pinned one "
+             "page per hit above. Probe `stp x29, x30, [sp, #-16]!` once from sp = 0x7ffffffdd010 and once from "
+             "sp = 0x7ffffffdd000 (`stp_once(sp=...)` in uprobe_lab.views.arm64; pages are 4 KB). How many pages "
+             "does each hit pin? Answer whole numbers (exact): `{\"0x7ffffffdd010\": ..., \"0x7ffffffdd000\": ...}`.",
+    hint="The pair goes to the new sp, sp - 16. Which page holds it, which page holds the old sp, and does the seed "
+         "count the pages the store touches or the pages between the two?",
+    solution="""from uprobe_lab.views.arm64 import stp_once
+answer = {hex(sp): stp_once(-16, sp=sp)["pages_pinned"] for sp in (0x7ffffffdd010, 0x7ffffffdd000)}""",
+    explanation="From 0x7ffffffdd010 the pair goes to 0x7ffffffdd000..0f, on the old sp's own page: one page, "
+                "mapped with `kmap_local_page`. From the page-aligned 0x7ffffffdd000 it goes to 0x7ffffffdcff0, on "
+                "the page below, and the seed pins both pages (`nr_pages` counts from the new sp's page to the old "
+                "sp's) and maps them with `vmap` - for a store that never touches the old sp's page.",
+    expected=_pages_pinned,
+    judge=j.per_item(lambda k: f"{int(j.as_number(k)):#x}", j.number(),
+                     lambda sp, n: "which page does the pair land on, and which page holds the old sp?"),
+    why=lambda e: "The lab's model of the seed pinned " + ", ".join(f"{n} from sp {sp}" for sp, n in e.items()) + ".",
 )
 
 exercise(
@@ -77,43 +90,53 @@ answer = {w: ul.analyze(w, arch="arm64", stp="simulate")["action"] for w in ("a9
 )
 
 
-def _misaligned() -> tuple[str, bool]:
-    r = misaligned_stp(offset=-8)
-    return r["signal"].lower(), r["sp_before"] != r["sp_after"]
+GUARD_OUTCOMES = ("stored", "sigsegv")
 
 
-def _signal_and_sp(answer, expected) -> tuple[bool, str]:
-    if not isinstance(answer, (tuple, list)) or len(answer) != 2:
-        raise LabError("give (signal name, sp moved?), e.g. ('SIGBUS', False)")
-    signal = j.signal_name(answer[0])
-    wrong = []
-    if signal != expected[0]:
-        wrong.append(f"the signal is not {signal.upper()}")
-    if j.truth(answer[1]) != expected[1]:
-        wrong.append("sp " + ("did move" if expected[1] else "did not move"))
-    return (not wrong), "; ".join(wrong).capitalize() + ("." if wrong else "")
+def _guard_page() -> dict[str, str]:
+    """What each of the seed's stores does when the stp's pair lands in a PROT_NONE guard page below the stack."""
+    runs = {store: stp_once(-16, store=store, sp=STACK_BOTTOM, guard="---p") for store in ("pin", "uaccess")}
+    return {store: "stored" if r["stored"] else j.signal_name(r["signal"]) for store, r in runs.items()}
 
+
+def _outcome(text) -> str:
+    return "stored" if j.word(text) in ("stored", "stores", "store") else j.signal_name(text)
+
+
+GUARD_CLUES = {"pin": "whose permissions does a FOLL_FORCE write obey (mm/gup.c, check_vma_flags)?",
+               "uaccess": "copy_to_user stores with the task's own permissions (STTR): what are the guard page's?"}
 
 exercise(
-    id="04.4", kind="break it", title="A misaligned stack",
-    question="arm64 requires sp to stay 16-byte aligned. Run the seed's simulation on "
-             "`stp x29, x30, [sp, #-8]!` (`misaligned_stp(offset=-8)`). Which signal does the program get, and "
-             "has sp already moved when it arrives? Answer `(\"SIG...\", True or False)`.",
-    hint="Read the seed's `simulate_stp_fp_lr_sp_64b`: which sp does it check for alignment, what does it do "
-         "when the check fails, and what still runs at its `done:` label?",
-    solution="""from uprobe_lab.views.arm64 import misaligned_stp
-r = misaligned_stp(offset=-8)
-answer = (r["signal"], r["sp_before"] != r["sp_after"])""",
-    explanation="The seed checks the *new* sp (base plus offset): misaligned, with SCTLR_EL1.SA0 set, it sends "
-                "SIGSEGV and jumps to `done:`, which still writes the new sp and steps pc past the instruction, "
-                "though nothing was stored. Hardware does otherwise: the Arm ARM's STP checks the alignment of the "
-                "*base* sp, before the offset is added, so from an aligned sp this `stp` stores, completes and "
-                "leaves sp misaligned; the fault (an SP alignment fault, SIGBUS on Linux) comes with the next "
-                "access through sp.",
-    expected=_misaligned,
-    judge=_signal_and_sp,
-    why=lambda e: f"The lab: {e[0].upper()}, sp {'moved' if e[1] else 'unchanged'}.",
+    id="04.4", kind="break it", title="A guard page below the stack",
+    question="Put sp at the stack's lowest address, with a private PROT_NONE guard page mapped right below it: "
+             "`stp_once(sp=STACK_BOTTOM, guard=\"---p\", store=...)` (uprobe_lab.views.arm64). Unprobed, "
+             "`stp x29, x30, [sp, #-16]!` faults there (SIGSEGV). Probed, with the seed's simulation on, what does "
+             "each store do: v2 (`store=\"pin\"`, the seed: `get_user_pages_fast` with FOLL_WRITE | FOLL_FORCE, then "
+             "a real `stp` through a kernel mapping) and v1 (`store=\"uaccess\"`: one `copy_to_user`)? Answer "
+             "`\"stored\"` or `\"SIGSEGV\"` for each: `{\"pin\": ..., \"uaccess\": ...}`.",
+    hint="FOLL_FORCE is what a debugger's pokes use: read mm/gup.c's `check_vma_flags` for a write into a vma without "
+         "VM_WRITE. `copy_to_user` has no such licence.",
+    solution="""from uprobe_lab.views.arm64 import STACK_BOTTOM, stp_once
+answer = {}
+for store in ("pin", "uaccess"):
+    r = stp_once(-16, store=store, sp=STACK_BOTTOM, guard="---p")
+    answer[store] = "stored" if r["stored"] else r["signal"]""",
+    explanation="v2 pins with FOLL_WRITE | FOLL_FORCE, and `check_vma_flags` lets a forced write into a private "
+                "(copy-on-write) mapping without VM_WRITE, as it does for a debugger's poke: the pair lands in the "
+                "guard page and the task runs on, its stack grown into the guard unnoticed. v1's `copy_to_user` "
+                "stores with the task's own permissions and faults as the `stp` itself would: SIGSEGV, though, as "
+                "on every failure path of the seed, sp and pc still move.",
+    expected=_guard_page,
+    judge=j.per_item(j.word, j.choice(GUARD_OUTCOMES, _outcome), lambda store, want: GUARD_CLUES[store]),
+    why=lambda e: "The lab's model of the seed: " + ", ".join(
+        f"{v} {'stored the pair' if e[s] == 'stored' else 'got ' + e[s].upper()}" for s, v in (("pin", "v2"), ("uaccess", "v1"))) + ".",
 )
+
+
+def _insn_text(word: str, verdict: dict) -> str:
+    """The word's text as the verdict's reason spells it; a pc-relative one with the address the lab puts it at."""
+    text = f"{verdict['mnemonic']} {verdict['op_str']}".strip()
+    return text + (f" (at {PROBE_VADDR:#x})" if pc_relative(parse_word(word)) else "")
 
 
 def _own_word(answer, lab) -> tuple[bool, str]:
@@ -123,10 +146,19 @@ def _own_word(answer, lab) -> tuple[bool, str]:
     if mode not in ("xol", "simulate") or said not in ACTIONS:
         raise LabError(f"mode is 'xol' or 'simulate'; action one of {', '.join(ACTIONS)}")
     verdict = lab(w, mode)
-    text = f"{verdict['mnemonic']} {verdict['op_str']}".strip()
+    text = _insn_text(w, verdict)
     if verdict["action"] == said:
         return True, f"{text}: {said}, as you said."
-    return False, f"{text}: not {said} but {verdict['action']} - {verdict['reason']}."
+    # the verdict stays back until the third wrong try (the exercise's why): where to look instead
+    return False, (f"{text}: not {said} - look again at which rule of decode-insn.c takes it: simulated in the BRK "
+                   "handler, stepped out of line, or refused (what traps by itself, or reads relative to its pc)"
+                   + (", with the seed's STP rule first" if mode == "simulate" else "") + ".")
+
+
+def _decoded(word, mode, verdict) -> str:
+    """The lab's verdict on the learner's own word: shown with a right answer or the third wrong try."""
+    return (f"The lab decoded {_insn_text(word, verdict)} as the arm64 kernel would"
+            + (" with the seed's STP rule" if mode == "simulate" else "") + f": {verdict['action']} - {verdict['reason']}.")
 
 
 exercise(
@@ -136,7 +168,8 @@ exercise(
              "`answer = (\"f9400be0\", \"xol\", \"xol\")` (word, mode, action). Can you find one the kernel rejects?",
     hint="Try `d4000001` (svc #0), `d503233f` (paciasp), `58000040` (ldr x0, literal), `b9400000` (ldr w0, [x0]).",
     solution="""answer = ("d503233f", "xol", "xol")   # paciasp: safe to run from the XOL slot""",
-    expected=lambda: (lambda w, mode: analyze(w, arch="arm64", stp=mode)),
+    expected=lambda: Remembered(lambda w, mode: analyze(w, arch="arm64", stp=mode)),
     judge=_own_word,
-    why=lambda lab: "The lab decoded your word as the arm64 kernel would (with the seed's STP rule if asked).",
+    why=Remembered.why("The lab decodes your word as the arm64 kernel would (with the seed's STP rule if asked).",
+                       _decoded),
 )

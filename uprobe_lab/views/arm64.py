@@ -13,9 +13,11 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from ..arm64 import asm
-from ..arm64.analyze import analyze_word, decode_fields
+from ..arm64.analyze import PROBE_VADDR, analyze_word, decode_fields, pc_relative
+from ..arm64.constants import STACK_SIZE, STACK_TOP
 from ..arm64.decode import STP_MODES
 from ..arm64.process import Arm64Process
+from ..constants import PAGE_SIZE
 from ..arm64.programs import bench_program
 from ..bench import events_table
 from ..errors import check_choice
@@ -58,7 +60,8 @@ def decode_report(word: str, stp: str = "simulate") -> str:
     """Fields of an instruction word, whether it is the exact STP pattern, and what a probe does."""
     r = analyze_word(word, stp=stp)
     f = decode_fields(int(r["word"], 16))
-    lines = [f"{f['word']}  ({f['bytes']} in memory)  {f['text']}"]
+    at = f"  (at {PROBE_VADDR:#x})" if pc_relative(int(f["word"], 16)) else ""
+    lines = [f"{f['word']}  ({f['bytes']} in memory)  {f['text']}{at}"]
     if "pair" in f:
         reg = "w" if f["opc"] == 0 else "x"  # opc 0: 32-bit w registers; 1 (stgp, ldpsw) and 2: x
         lines.append(f"  {f['pair']}: size={f['size']} imm7={f['imm7']} (offset {f['offset']}) "
@@ -150,34 +153,55 @@ def plot_published_bench() -> Figure:
 
 
 __all__ = ["brk_install", "decode_report", "decode_widget", "stp_events", "published_stp",
-           "plot_published_stp", "plot_published_bench", "EXAMPLE_WORDS", "asm"]
+           "plot_published_stp", "plot_published_bench", "stp_once", "EXAMPLE_WORDS", "asm"]
 
 
 def stp_gains() -> pd.DataFrame:
-    """Seed 001's gains, computed from its own table beside the figure its text states."""
+    """Seed 001's gains, computed from its own table beside the figure its text states; ``agreement`` says how
+    the stated figure relates to the table's (published.seed_speedups: rounded, truncated or differs), with the
+    table's figure to three decimals, so that a stated figure that matches once rounded is not read as exact."""
     d = seed_speedups()
-    d = d[d["source"].str.startswith("001")]
-    d = d[["bench", "unit", "before", "after", "speedup_pct", "stated_speedup", "agreement"]].reset_index(drop=True)
-    return d.assign(speedup_pct=d["speedup_pct"].round(1))  # the seeds state one decimal at most
+    d = d[d["source"].str.startswith("001")].reset_index(drop=True)
+    agreement = [f"{'differs from' if a == 'differs' else a + ' from'} {pct:.3f}%" if isinstance(a, str) else pd.NA
+                 for a, pct in zip(d["agreement"].astype(object), d["speedup_pct"])]
+    d = d[["bench", "unit", "before", "after", "speedup_pct", "stated_speedup"]]
+    # the seeds state one decimal at most
+    return d.assign(speedup_pct=d["speedup_pct"].round(1), agreement=pd.array(agreement, dtype="string"))
 
 
-def misaligned_stp(offset: int = -8, stp: str = "simulate") -> dict:
-    """Probe ``stp x29, x30, [sp, #offset]!`` from a 16-aligned sp, with an offset that leaves the new sp
-    misaligned: the seed's simulation checks the new sp, sends SIGSEGV (SCTLR_EL1.SA0) and still moves sp
-    and pc, without storing. With ``stp="xol"`` the copy runs in Unicorn, which checks no sp alignment, and
-    completes - as it would on hardware: the Arm ARM's STP checks the base sp before adding the offset,
-    so only the next access through the misaligned sp would fault."""
+STP_SP = STACK_TOP - PAGE_SIZE  # a page-aligned sp one page below the stack's top
+STACK_BOTTOM = STACK_TOP - STACK_SIZE  # the stack mapping's lowest address
+FP, LR = 0x1111, 0x2222  # what the probed function's x29 and x30 hold: the pair the stp stores
+
+
+def stp_once(offset: int = -16, stp: str = "simulate", store: str = "pin", sp: int = STP_SP,
+             guard: str | None = None) -> dict:
+    """Probe ``stp x29, x30, [sp, #offset]!`` and run it once from ``sp``: the signal (None if none), sp and pc
+    after, whether fp and lr were stored at the new sp, and the pages the seed's v2 store pinned.
+
+    ``store`` picks the seed's v2 (``"pin"``) or v1 (``"uaccess"``); ``guard`` maps a page with those
+    permissions right below the stack (``"---p"``: a PROT_NONE guard page), for an ``sp`` at STACK_BOTTOM.
+    The seed checks the alignment of the *new* sp and sends SIGSEGV, yet still moves sp and pc. With
+    ``stp="xol"`` the copy runs in Unicorn, which checks no sp alignment, and completes - as it would on
+    hardware: the Arm ARM's STP checks the base sp before adding the offset, so only the next access
+    through a misaligned sp would fault."""
     a = Assembler("arm64", 0x400000)
     a.function("f")
     asm.emit(a, asm.stp(29, 30, 31, offset), asm.RET)
     a.end_function()
-    proc = Arm64Process(stp=stp)
+    proc = Arm64Process(stp=stp, stp_store=store)
     proc.load(a.link())
+    if guard:
+        proc.map("guard", STACK_BOTTOM - PAGE_SIZE, PAGE_SIZE, guard)
     uprobe_register(proc, "f", CountingConsumer())
-    sp = 0x7FFFFFFDD000
     regs = proc.regs()
     regs.sp = sp
+    regs.set("x29", FP)
+    regs.set("x30", LR)
     regs.flush()
     result = proc.run(0x400000, 0x400004, max_insns=10)
-    return {"stp": stp, "signal": result.signal, "reason": result.reason, "sp_before": hex(sp),
-            "sp_after": hex(proc.sp), "pc_after": hex(proc.pc)}
+    pair = FP.to_bytes(8, "little") + LR.to_bytes(8, "little")
+    return {"stp": stp, "store": store, "signal": result.signal, "reason": result.reason, "sp_before": hex(sp),
+            "sp_after": hex(proc.sp), "pc_after": hex(proc.pc), "stored": proc.read(proc.sp, 16) == pair,
+            "pages_pinned": proc.trace.counts.get("pages_pinned", 0)}
+
