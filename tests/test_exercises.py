@@ -34,22 +34,22 @@ WRONG = {
     "02.4": (13, "13 is too high: 0xd is where the merged trampoline's syscall ends"),  # the merged trampoline's offset; the broken one lacks 51 and 41 53, 3 bytes
     "02.5": (335, "335 is too low: 335 is uretprobe's number"),  # uretprobe's number; uprobe came after it
     "02.6": (("uretprobe-ret", "6.11", {"exceptions": 1}), "exceptions: 1 is too low"),
-    "03.1": ({"6.11": 3, "6.16": 2, "6.18": 0}, "3 of 3 wrong - 6.11: what does that release do with this nop5"),
+    "03.1": ({"exceptions": 0, "syscalls": 2}, "exceptions: what does 6.18 do at the entry"),  # uretprobe-nop5's bill
     "03.2": (0x441F, "17439 is too low"),  # the offset alone: the call counts from the end of its 5 bytes
     "03.3": ({"0x400ffb": "emulate", "0x400ffc": "emulate"}, "0x400ffb: how many of its five bytes are left"),
     "03.4": ({-0x8}, "Missing 1"),
     "03.5": (("uretprobe-nop5", "6.18", {"exceptions": 1, "syscalls": 1}), "exceptions: 1 is too high"),
-    "03b.1": ("emulate", "Not emulate"),
+    "03b.1": ("emulate", "Not emulate: 7.3 emulates an instruction only once it is past the generic instruction checks"),
     "03b.2": ({"uretprobe-nop5": {"exceptions": 0, "syscalls": 2}, "uretprobe-nop10": {"exceptions": 0, "syscalls": 2}},
               "uretprobe-nop5: count the entry"),
     "03b.3": (("usdt-nop5", "7.3", {"exceptions": 0, "syscalls": 1}), "exceptions: 0 is too low"),
     "04.1": ({"d503201f": "simulate", "a9bf7bfd": "simulate", "910003fd": "xol", "d65f03c0": "simulate"},
              "a9bf7bfd: stp - look again at arch/arm64/kernel/probes/decode-insn.c"),
-    "04.2": ({"xol": 1, "simulate": 1}, "xol: count the exceptions a hit takes in that mode"),
+    "04.2": ({"0x7ffffffdd010": 1, "0x7ffffffdd000": 1}, "0x7ffffffdd000: which page does the pair land on"),
     "04.3": ({"a9bf7bfd": "simulate", "a9be7bfd": "xol", "a9bf53f3": "simulate"},
              "a9bf53f3: stp - look again at the seed's decoder"),
-    "04.4": (("SIGBUS", False), "sp did move"),
-    "04.5": (("d4000001", "xol", "xol"), "not xol but reject"),
+    "04.4": ({"pin": "SIGSEGV", "uaccess": "SIGSEGV"}, "pin: whose permissions does a FOLL_FORCE write obey"),
+    "04.5": (("d4000001", "xol", "xol"), "svc #0: not xol - look again at which rule of decode-insn.c takes it"),
     "05.1": (4.55, "too low"),  # the change over the emulated rate: 100 * (1 - 46750.82 / 48981.19) = 4.55
     "05.2": (171, "too high"),  # the Intel laptop's nop5 step at 6.16 (the history chart), not the AMD's
     "05.3": ({"xol_step": "shrink", "uaccess": "shrink", "handler": "shrink"},
@@ -100,9 +100,9 @@ EXPECTED = {
     "02.4": 10,
     # arch/x86/entry/syscalls/syscall_64.tbl (6.18): 336 common uprobe sys_uprobe, right after 335 uretprobe
     "02.5": 336,
-    # the return is sys_uretprobe (a syscall) from 6.11 on; the entry: 6.11 steps the nop5 (int3 + #DB), 6.16
-    # emulates it (int3), 6.18's can_optimize() refuses a nop5 across two pages, so 6.16's path again
-    "03.1": {"6.11": 2, "6.16": 1, "6.18": 1},
+    # 6.18's can_optimize() refuses a nop5 across two pages, so the entry takes 6.16's path (an int3, emulated); the
+    # return is sys_uretprobe, a syscall
+    "03.1": {"exceptions": 1, "syscalls": 1},
     # e8 1f 44 00 00: call rel32 = 0x0000441f from the end of the 5-byte call: site + 5 + 0x441f
     "03.2": 0x4424,
     # PAGE_SIZE - (vaddr & ~PAGE_MASK) >= 5: 0x1000 - 0xffb = 5 fits, 0x1000 - 0xffc = 4 does not
@@ -117,12 +117,14 @@ EXPECTED = {
     "03b.2": {"uretprobe-nop5": {"exceptions": 1, "syscalls": 1}, "uretprobe-nop10": {"exceptions": 0, "syscalls": 2}},
     # upstream simulates nop (6.13) and ret (a branch); stp x29, x30 and add x29, sp, #0 are stepped
     "04.1": {"d503201f": "simulate", "a9bf7bfd": "xol", "910003fd": "xol", "d65f03c0": "simulate"},
-    # stepped: BRK + the step exception; simulated: the BRK alone
-    "04.2": {"xol": 2, "simulate": 1},
+    # the seed's nr_pages = (old_sp >> PAGE_SHIFT) - (new_sp >> PAGE_SHIFT) + 1: 0x...d010 - 16 stays on page
+    # 0x...d000 (1); from the page-aligned 0x...d000 the pair goes to 0x...cff0, one page down (2)
+    "04.2": {"0x7ffffffdd010": 1, "0x7ffffffdd000": 2},
     # the seed's aarch64_insn_is_stp_fp_lr_sp_64b: pre-index, 64-bit, rt=x29, rt2=x30, rn=sp, any imm7
     "04.3": {"a9bf7bfd": "simulate", "a9be7bfd": "simulate", "a9bf53f3": "xol"},
-    # stack_align_check(sp - 8) fails: force_sig(SIGSEGV), then done: sets sp = new_sp and pc += 4 anyway
-    "04.4": ("sigsegv", True),
+    # v2: get_user_pages_fast(FOLL_WRITE | FOLL_FORCE); mm/gup.c check_vma_flags() lets a forced write into a private
+    # !VM_WRITE vma, so the pair lands in the PROT_NONE guard; v1's copy_to_user obeys the page's permissions: SIGSEGV
+    "04.4": {"pin": "stored", "uaccess": "sigsegv"},
     # seed 001's Redis GET: 100 * (48981.19 / 46750.82 - 1) = 4.77
     "05.1": 4.8,
     # uprobe-nop5: gain = T(6.11) / T(6.18) - 1 with T(6.11) = A + 2E + X + 2H, T(6.18) = B + S + 2U + 2H (X the
@@ -397,7 +399,7 @@ def test_exercise_06_1_answers_on_every_learners_system(monkeypatch, system, rel
                                    lambda name: {"SIGILL": 4, "SIGSEGV": 11}[name]])
 def test_a_signal_is_right_however_it_is_spelt_in_every_checker(spell):
     assert exercises.check("01.3", spell("SIGILL")).ok
-    assert exercises.check("04.4", (spell("SIGSEGV"), True)).ok
+    assert exercises.check("04.4", {"pin": "stored", "uaccess": spell("SIGSEGV")}).ok
 
 
 def test_a_key_the_question_did_not_ask_for_is_named_not_ignored():
@@ -556,3 +558,45 @@ def test_01_3_and_02_6_ask_what_the_chapters_do_not_show():
     # 02's table shows uretprobe-ret on 6.10 and 6.11; 02.6's template and worked solution use another bench
     ex = exercises.get("02.6")
     assert "uretprobe-ret" not in ex.solution and '`answer = ("uretprobe-nop5", "6.11", ' in ex.question
+
+
+def test_03b_1_says_why_each_wrong_action_is_wrong_without_the_answer(monkeypatch):
+    # the bench's page-crossing nop10 starts three bytes before its page ends (worked out from its listing);
+    # can_optimize() refuses it, so is_prefix_bad() sees its 0x2e: -ENOTSUPP at attach
+    reasons = {}
+    for action in ("optimise", "emulate", "xol"):
+        monkeypatch.setattr(exercises.core, "_MISSES", {})  # each a first try
+        message = exercises.check("03b.1", action).message
+        reasons[action] = message.split(". Try again")[0]
+        assert "reject" not in message and "refus" not in message, message
+    assert "only 3 of them are on the site's page" in reasons["optimise"]
+    assert "is_prefix_bad" in reasons["emulate"] and "is_prefix_bad" in reasons["xol"]
+    assert len(set(reasons.values())) == 3
+
+
+def test_04_5_keeps_the_verdict_back_and_spells_a_literal_one_way(monkeypatch):
+    # 58000040 is ldr x0, literal at pc + 8; the lab places the word at 0x400000, so the literal is at 0x400008
+    monkeypatch.setattr(exercises.core, "_MISSES", {})
+    first = exercises.check("04.5", ("58000040", "xol", "xol")).message
+    assert "ldr x0, #0x400008 (at 0x400000): not xol - " in first and "#8" not in first
+    # the clue is the same whatever the verdict (ret is simulated, the literal load refused): it names none
+    clue = first.split("not xol - ")[1]
+    assert exercises.check("04.5", ("d65f03c0", "xol", "xol")).message.split("not xol - ")[1] == clue
+    assert "-EINVAL" not in first and "pc-relative literal" not in first
+    right = exercises.check("04.5", ("0x58000040", "simulate", "refused"))
+    assert right.ok and "#8" not in right.message and right.message.count("#0x400008") >= 2, right.message
+
+
+@pytest.mark.parametrize("release, bill", [
+    # 7.2.6 took the nop10 series (554ba38456da): the 7.3 row, the nop10 optimised; 7.2.5 and mainline 7.2(.0) did
+    # not: the 6.18 row, whose libbpf keeps the USDT probe on the 1-byte nop (an int3, emulated)
+    ("7.2.6", {"exceptions": 0, "syscalls": 1}), ("7.2.13", {"exceptions": 0, "syscalls": 1}),
+    ("7.2.5", {"exceptions": 1, "syscalls": 0}), ("7.2", {"exceptions": 1, "syscalls": 0})])
+def test_03b_3_reads_a_release_through_the_row_that_answers_for_it(release, bill):
+    verdict = exercises.check("03b.3", ("usdt-nop10", release, bill))
+    assert verdict.ok, verdict.message
+    assert f"kernel {release}: the lab's" in verdict.message
+    if release == "7.2":  # mainline: the verdict says which sublevel changes the answer
+        assert "7.2.6 took optimize_nop10" in verdict.message
+    assert not exercises.check("03b.3", ("uprobe-nop10", "7.2.6", "reject")).ok
+    assert exercises.check("03b.3", ("uprobe-nop10", "7.2.5", "reject")).ok

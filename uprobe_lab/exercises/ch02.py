@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from .. import LabError, analyze, disasm, events_per_hit
 from ..bench import bench_names
-from ..kernel import KERNELS
+from ..kernel import KERNELS, row_for_release
 from ..trace import EVENT_KINDS
 from ..uprobes import UnprobeableInstruction, uprobe_register
 from ..x86.asm import X86_NOPS
@@ -192,31 +192,37 @@ def bench_bill(kinds: tuple[str, ...], benches: tuple[str, ...], what: str):
     """The judge of an open task's answer (bench, kernel, {kind: count}) against the emulator's steady-state
     counts: the bench is one of ``benches`` (the ``what`` the question asks for), every kind in ``kinds`` is
     predicted (0 is a prediction), and every key is a kind of the trace's vocabulary. A kernel that refuses the
-    probe at attach is predicted with "reject" (any of its spellings) in place of the counts."""
+    probe at attach is predicted with "reject" (any of its spellings) in place of the counts. The kernel is a
+    modelled version or any release ('7.2.6', '6.12'): the row that answers for it (row_for_release) is asked,
+    and the verdict says which."""
     def judge(answer, lab) -> tuple[bool, str]:
         if not isinstance(answer, (tuple, list)) or len(answer) != 3 or not isinstance(answer[2], (dict, str)):
             raise LabError(f"give (bench, kernel, {{kind: count}}), e.g. ({benches[0]!r}, '6.11', "
                            + "{" + ", ".join(f"{k!r}: ..." for k in kinds) + "}), or (bench, kernel, 'reject') "
                            "for a probe the kernel refuses")
-        bench, kernel = j.word(answer[0]), str(answer[1])
+        bench, kernel = j.word(answer[0]), str(answer[1]).strip()
         if bench not in benches:
             raise LabError(f"{j.shown(answer[0])} is not {what}; pick one of {', '.join(benches)}")
-        if kernel not in KERNELS:
-            raise LabError(f"kernel {j.shown(answer[1])}: pick one of {', '.join(KERNELS)}")
+        row, note = row_for_release(kernel)
         try:
-            right = lab(bench, kernel)
+            right = lab(bench, row)
         except UnprobeableInstruction:
             right = None  # refused at attach: there is no hit to count
-        if isinstance(answer[2], str):
-            if j.spelling(answer[2]) != "reject":
-                raise LabError(f"{answer[2]!r}: predict the counts ({{kind: count}}), or 'reject' if {kernel} "
+        ok, reason = _bill_verdict(answer[2], right, bench, kernel)
+        return ok, reason + (f" ({note})" if note else "")
+
+    def _bill_verdict(bill, right, bench: str, kernel: str) -> tuple[bool, str]:
+        """``bill`` (the learner's counts, or "reject") against ``right`` (the lab's, None if refused)."""
+        if isinstance(bill, str):
+            if j.spelling(bill) != "reject":
+                raise LabError(f"{bill!r}: predict the counts ({{kind: count}}), or 'reject' if {kernel} "
                                "refuses the probe")
             if right is None:
                 return True, f"{kernel} refuses a probe on {bench}'s site at attach, as you said."
             return False, f"{kernel} accepts a probe on {bench}'s site: predict what a hit costs."
         if right is None:
             return False, f"Counting hits assumes {kernel} accepts a probe on {bench}'s site: does it?"
-        said = {j.word(k): v for k, v in answer[2].items()}
+        said = {j.word(k): v for k, v in bill.items()}
         unknown = [k for k in said if k not in EVENT_KINDS]
         if unknown:
             raise j.not_known(unknown, EVENT_KINDS, "an event kind", "kinds")

@@ -12,32 +12,40 @@ from .core import exercise
 from . import judges as j
 from .ch02 import open_bench_task
 
-NOP5_KERNELS = ("6.11", "6.16", "6.18")
 NOP5_BENCHES = tuple(b for b in bench_names("x86_64") if "nop5" in b)
 NOP5 = X86_NOPS[5]
 
 
-def _pagecross_uretprobe_exceptions() -> dict[str, float]:
-    return {k: events_per_hit("uretprobe-nop5-pagecross", "x86_64", k).get("exceptions", 0) for k in NOP5_KERNELS}
+BILL = ("exceptions", "syscalls")
 
+
+def _pagecross_uretprobe_bill() -> dict[str, float]:
+    bill = events_per_hit("uretprobe-nop5-pagecross", "x86_64", "6.18")
+    return {k: bill.get(k, 0) for k in BILL}
+
+
+PAGECROSS_CLUES = {"exceptions": "what does 6.18 do at the entry with a nop5 it cannot rewrite within one page, and "
+                                 "does the return trap?",
+                   "syscalls": "which halves of the call enter the kernel by syscall on 6.18: the entry on this "
+                               "nop5, the return, both?"}
 
 exercise(
     id="03.1", kind="predict", title="A uretprobe on the page-crossing nop5",
     question="`uretprobe-nop5-pagecross` puts a uretprobe on a function whose first instruction is a nop5 that "
-             "crosses a page boundary. How many exceptions does one call cost in the steady state on 6.11, 6.16 "
-             "and 6.18? Answer whole numbers (exact): `{\"6.11\": ..., \"6.16\": ..., \"6.18\": ...}`.",
-    hint="Two parts: the entry (what does each release do with a nop5 it cannot rewrite atomically?) and the "
+             "crosses a page boundary. On 6.18, how many exceptions and how many syscalls does one call cost in the "
+             "steady state? Answer whole numbers (exact): `{\"exceptions\": ..., \"syscalls\": ...}`.",
+    hint="Two parts: the entry (what does 6.18 do with a nop5 it cannot rewrite atomically?) and the "
          "return (chapter 02: through which trampoline, entering the kernel how?).",
     solution="""import uprobe_lab as ul
-answer = {k: ul.events_per_hit("uretprobe-nop5-pagecross", "x86_64", k).get("exceptions", 0)
-          for k in ("6.11", "6.16", "6.18")}""",
-    explanation="The return costs no exception from 6.11 on (`sys_uretprobe` is a syscall). The entry: 6.11 steps "
-                "the nop5 out of line (int3 + #DB), 6.16 emulates it (int3), and 6.18 cannot optimise a nop5 that "
-                "crosses a page, so it stays on 6.16's path: one exception.",
-    expected=_pagecross_uretprobe_exceptions,
-    judge=j.per_item(str, j.number(), lambda k, n: "what does that release do with this nop5 at the entry, and "
-                                                   "how does the return enter the kernel?"),
-    why=lambda e: "The emulator counts " + ", ".join(f"{k}: {v}" for k, v in e.items()) + ".",
+bill = ul.events_per_hit("uretprobe-nop5-pagecross", "x86_64", "6.18")
+answer = {k: bill.get(k, 0) for k in ("exceptions", "syscalls")}""",
+    explanation="6.18 cannot optimise a nop5 that crosses a page, so the entry stays on 6.16's path: an int3, the "
+                "nop5 emulated in the trap (one exception). The return goes through the uretprobe trampoline's "
+                "`sys_uretprobe` (one syscall). The optimised `uretprobe-nop5` costs two syscalls and no exception.",
+    expected=_pagecross_uretprobe_bill,
+    judge=j.per_item(j.word, j.number(), lambda kind, n: PAGECROSS_CLUES[kind]),
+    why=lambda e: "The emulator counts " + ", ".join(f"{v:g} {k.removesuffix('s') if v == 1 else k}"
+                                                     for k, v in e.items()) + " per call.",
 )
 
 

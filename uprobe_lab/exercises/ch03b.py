@@ -5,6 +5,7 @@ from .. import events_per_hit
 from ..bench import bench_names
 from ..own_program import hit_verdict
 from ..arches import make_process
+from ..constants import PAGE_SIZE
 from .core import exercise
 from . import judges as j
 from .ch02 import open_bench_task
@@ -14,11 +15,30 @@ URETPROBE_BENCHES = ("uretprobe-nop5", "uretprobe-nop10")
 KINDS = ("exceptions", "syscalls")
 
 
-def _page_crossing_nop10() -> str:
-    """What 7.3 does with a probe on the bench's page-crossing nop10, where the bench program puts it."""
+def _page_crossing_site() -> tuple[int, bytes]:
+    """Where the bench program puts its page-crossing nop10, and its bytes."""
     proc = make_process("x86_64", "7.3")
     site = proc.program.resolve("uprobe_target_nop10_pagecross")
-    return hit_verdict(proc.read(site, 10), site, "7.3")["probe"]
+    return site, proc.read(site, 10)
+
+
+def _page_crossing_nop10() -> str:
+    """What 7.3 does with a probe on the bench's page-crossing nop10."""
+    site, raw = _page_crossing_site()
+    return hit_verdict(raw, site, "7.3")["probe"]
+
+
+def _not_that_action(action: str) -> str:
+    """Why 7.3 does not do ``action`` with the page-crossing nop10: the check that decides, not the verdict."""
+    site, _ = _page_crossing_site()
+    left = PAGE_SIZE - site % PAGE_SIZE
+    generic = ("7.3 {} an instruction only once it is past the generic instruction checks, which it skips only "
+               "for a nop10 it can optimise; what do they make of byte 1, 0x2e (is_prefix_bad)?")
+    return {"optimise": f"can_optimize() wants all ten bytes on one page, and only {left} of them are on the "
+                        "site's page.",
+            "emulate": generic.format("emulates"),
+            "xol": generic.format("steps"),
+            "reject": "7.3 takes a probe on these bytes; which path does a hit take?"}[action]
 
 
 exercise(
@@ -39,7 +59,7 @@ answer = hit_verdict(proc.read(site, 10), site, "7.3")["probe"]""",
                 "`is_prefix_bad` refuses the 0x2e (CS) prefix: -ENOTSUPP at attach. Debian's 7.3.4 and "
                 "7.2.13 kernels do the same; libbpf therefore keeps such a USDT probe on the 1-byte nop before it.",
     expected=_page_crossing_nop10,
-    judge=j.choice(PROBE_ACTIONS),
+    judge=j.choice(PROBE_ACTIONS, because=_not_that_action),
     why=lambda e: f"The lab's decoder for 7.3 answers {e} for these bytes at that address.",
 )
 
@@ -75,7 +95,7 @@ USDT_AND_NOP10_BENCHES = tuple(b for b in bench_names("x86_64") if b.startswith(
 exercise(
     id="03b.3", kind="open", title="A USDT site on the kernel of your choice",
     question="Pick a USDT or nop10 bench (`usdt-nop5`, `usdt-nop10-pagecross`, `uretprobe-nop10`, ...) and a "
-             "kernel (any the lab models, 6.10 to 7.3); predict its exceptions and syscalls per hit before you "
+             "kernel (any the lab models, 6.10 to 7.3, or a release such as 7.2.6: the lab's row for it answers); predict its exceptions and syscalls per hit before you "
              "look it up, then check: "
              "`answer = (\"usdt-nop10\", \"6.18\", {\"exceptions\": ..., \"syscalls\": ...})`. If you "
              "predict that the kernel refuses the probe, answer `\"reject\"` in place of the counts: "

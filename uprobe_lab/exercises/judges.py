@@ -176,13 +176,17 @@ def tolerance_words(tolerance: float) -> str:
     return "exact" if tolerance == 0 else f"±{tolerance:g}"
 
 
-def choice(options: tuple[str, ...], normalise: Callable[[Any], str] = spelling) -> Callable[[Any, str], tuple[bool, str]]:
-    """One of ``options``, however SPELLINGS lets the learner write it."""
+def choice(options: tuple[str, ...], normalise: Callable[[Any], str] = spelling,
+           because: Callable[[str], str] | None = None) -> Callable[[Any, str], tuple[bool, str]]:
+    """One of ``options``, however SPELLINGS lets the learner write it; a wrong one is named, then
+    ``because(got)``: why that choice is wrong (never the right one)."""
     def judge(answer, expected):
         got = normalise(answer)
         if got not in options:
             raise LabError(f"{shown(answer)} is not one of the choices: {', '.join(options)}")
-        return (True, "") if got == expected else (False, f"Not {got}.")
+        if got == expected:
+            return True, ""
+        return False, f"Not {got}" + (f": {because(got)}" if because else ".")
     return judge
 
 
