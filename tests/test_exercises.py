@@ -13,6 +13,7 @@ import pytest
 
 from uprobe_lab import exercises
 from uprobe_lab.exercises import judges, notebook
+from uprobe_lab.views.stepper import probed_stepper
 
 IDS = list(exercises.all_exercises())
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
@@ -20,7 +21,7 @@ NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.i
 # A plausible wrong answer per exercise and a phrase the reason must contain. Each phrase was worked out by hand
 # from the chapter (the kernel rule the learner got wrong), not copied from the checker's output.
 WRONG = {
-    "00.1": ({"uprobe_target_nop": 1, "uprobe_target_ret": 1}, "uprobe_target_ret: is that instruction finished inside"),
+    "00.1": ({"uprobe_target_nop": 1, "uprobe_target_push": 2}, "uprobe_target_push: is that instruction finished inside"),
     "00.2": ((2, 2), "int3 traps: not 2"),
     "00.3": (("uprobe_target_ret", {"exceptions": 1}), "exceptions: 1 is too low"),  # the ret is stepped: 2
     "01.1": ({"6a 01": "emulate", "eb fe": "emulate", "74 05": "emulate", "0f 0b": "xol", "ff d0": "xol",
@@ -29,10 +30,10 @@ WRONG = {
     "01.3": ("SIGTRAP", "Not SIGTRAP: handle_swbp knows this int3's address"),
     "01.4": (("c3", "emulate"), "ret: not emulate - look again at which of the three rules"),
     "02.1": ({"6.10": 2, "6.11": 1, "6.16": 1}, "6.10: the nop5 is stepped out of line"),  # only 0x90 emulated then
-    "02.2": ({"rcx", "r11"}, "Missing 1 register(s)"),  # rax carries __NR_uprobe, so it is saved too
-    "02.3": ({"r11", "rcx"}, "Missing 1 register(s)"),  # here ret takes the call's slot, so rax is popped too
+    "02.2": ({"exceptions": 1, "syscalls": 1}, "syscalls: does a 32-bit task's return enter"),  # 6.18's 64-bit bill
+    "02.3": ("trampoline", "Not trampoline. Which address does handle_trampoline() put into regs->ip"),
     "02.4": (13, "13 is too high: 0xd is where the merged trampoline's syscall ends"),  # the merged trampoline's offset; the broken one lacks 51 and 41 53, 3 bytes
-    "02.5": (335, "335 is too low: 335 is uretprobe's number"),  # uretprobe's number; uprobe came after it
+    "02.5": (0, "0 is too low: 0 is the trampoline's own rsp"),  # the pushes not undone
     "02.6": (("uretprobe-ret", "6.11", {"exceptions": 1}), "exceptions: 1 is too low"),
     "03.1": ({"exceptions": 0, "syscalls": 2}, "exceptions: what does 6.18 do at the entry"),  # uretprobe-nop5's bill
     "03.2": (0x441F, "17439 is too low"),  # the offset alone: the call counts from the end of its 5 bytes
@@ -75,8 +76,8 @@ WRONG = {
 # The right answer of every exercise that does not hang on this host or on the model's fit, worked out by hand
 # from the kernel's behaviour, the trampoline's bytes or the published tables - never by running the lab.
 EXPECTED = {
-    # nop: emulated inside the int3 trap (1); ret: stepped out of line, int3 then #DB after the step (2)
-    "00.1": {"uprobe_target_nop": 1, "uprobe_target_ret": 2},
+    # nop and push %rbp: both emulated inside the int3 trap (push_emulate_op stores rbp itself): 1 each
+    "00.1": {"uprobe_target_nop": 1, "uprobe_target_push": 1},
     # one uprobe per address, so one int3 and one handler_chain() that runs both consumers
     "00.2": (2, 1),
     # push_setup_xol_ops takes only push of a register (50+r), so push $1 (6a) is stepped; jmp rel8 and jcc rel8 are
@@ -91,15 +92,16 @@ EXPECTED = {
     # nop5 0f 1f 44 00 00 is stepped (int3 + #DB) before 6.16's 610f6e14c29d emulates x86_nops[5] in the int3; the
     # return adds 6.10's int3 trampoline, and nothing on 6.11+ (sys_uretprobe is a syscall): 2+1, 2+0, 1+0
     "02.1": {"6.10": 3, "6.11": 2, "6.16": 1},
-    # uprobe_trampoline_entry (6.18 arch/x86/kernel/uprobes.c) before its syscall: push %rcx; push %r11; push %rax
-    "02.2": {"rax", "rcx", "r11"},
-    # after it: pop %rax; pop %r11; pop %rcx; ret - ret takes the return address the probe site's call pushed
-    "02.3": {"rax", "r11", "rcx"},
+    # arch_uretprobe_trampoline() gives the syscall trampoline to 64-bit tasks only (user_64bit_mode): a compat
+    # task returns through slot 0's int3 on 6.18 too, so the nop's int3 + the trampoline's int3, no syscall
+    "02.2": {"exceptions": 2, "syscalls": 0},
+    # handle_trampoline() sets regs->ip to ri->orig_ret_vaddr before handle_uretprobe_chain()
+    "02.3": "caller",
     # broken: 50 (push rax, 1) + 48 c7 c0 4f 01 00 00 (mov $335,%rax, 7) + 0f 05 (syscall, 2): syscall leaves the
     # next rip, [uprobes]+10, in rcx, and sys_uretprobe's regs->cx = regs->ip for sysret keeps it
     "02.4": 10,
-    # arch/x86/entry/syscalls/syscall_64.tbl (6.18): 336 common uprobe sys_uprobe, right after 335 uretprobe
-    "02.5": 336,
+    # sys_uretprobe: regs->sp += sizeof(r11_cx_ax) (3 x 8) before uprobe_handle_trampoline()
+    "02.5": 24,
     # 6.18's can_optimize() refuses a nop5 across two pages, so the entry takes 6.16's path (an int3, emulated); the
     # return is sys_uretprobe, a syscall
     "03.1": {"exceptions": 1, "syscalls": 1},
@@ -309,12 +311,12 @@ def test_notebook_ends_with_the_librarys_exercise_section(path):
 
 
 def test_a_number_may_be_given_as_the_disassembler_prints_it():
-    # 02.5's hint reads the mov into rax, which the listing prints in hex: 0x150 is 336
-    assert exercises.check("02.5", "0x150").ok
-    assert exercises.check("02.5", "336").ok
-    verdict = exercises.check("02.5", "0x14f")
-    assert not verdict.ok and "335 is too low" in verdict.message
-    verdict = exercises.check("02.5", "14f")  # hex without its 0x is not a number
+    # 02.5's answer is a difference of two rsp values, which the stepper prints in hex: 0x18 is 24
+    assert exercises.check("02.5", "0x18").ok
+    assert exercises.check("02.5", "24").ok
+    verdict = exercises.check("02.5", "0x10")
+    assert not verdict.ok and "16 is too low" in verdict.message
+    verdict = exercises.check("02.5", "18h")  # hex without its 0x is not a number
     assert not verdict.ok and "not a number" in verdict.message
 
 
@@ -460,11 +462,24 @@ def test_an_address_given_for_an_offset_is_named_as_one(ex_id, address, start):
     assert "too high" not in verdict.message
 
 
-def test_the_trampolines_registers_are_named_in_the_order_the_code_uses_them():
-    # uprobe_trampoline_entry (6.18 arch/x86/kernel/uprobes.c): push %rcx; push %r11; push %rax; ... pop %rax;
-    # pop %r11; pop %rcx
-    assert "push rcx, r11, rax, in that order" in exercises.check("02.2", {"rax", "rcx", "r11"}).message
-    assert "pops rax, r11, rcx, in that order" in exercises.check("02.3", {"rax", "rcx", "r11"}).message
+def test_02_2_3_5_ask_what_chapter_01s_printed_walk_does_not_show():
+    # 01's nop5 walk steps 6.18's [uprobes-trampoline]: its pushes, its pops and the mov of __NR_uprobe
+    walk = " ".join(s.text for s in probed_stepper("uprobe_target_nop5", "6.18", warm=True).run_to_end())
+    assert "push rcx" in walk and "mov rax, 0x150" in walk
+    for ex_id in ("02.2", "02.3", "02.5"):
+        ex = exercises.get(ex_id)
+        assert "uprobes-trampoline" not in ex.question + ex.solution and "sys_uprobe" not in ex.question, ex_id
+    assert exercises.get("02.2").expected() == {"exceptions": 2, "syscalls": 0}  # a 32-bit task's return
+    assert exercises.get("02.3").expected() == "caller" and exercises.get("02.5").expected() == 24
+
+
+def test_00_1_asks_about_instructions_the_five_lines_do_not_show():
+    nb = nbformat.read(next(p for p in NOTEBOOKS if p.name.startswith("00_")), as_version=4)
+    shown = set(re.findall(r'ul\.attach\(proc, "(\w+)"', nb.cells[3].source))
+    assert shown == {"uprobe_target_ret"} and not shown & set(exercises.get("00.1").expected())
+    # nor does 00.3's worked solution, which a learner may open first
+    assert not any(t in exercises.get("00.3").solution + exercises.get("00.3").explanation
+                   for t in exercises.get("00.1").expected())
 
 
 def test_00_3s_first_wrong_try_names_what_is_wrong_not_the_bill(monkeypatch):
@@ -538,12 +553,12 @@ def test_01_4_names_the_kernels_action_only_with_the_third_wrong_try(monkeypatch
 
 def test_an_answer_of_the_wrong_shape_is_not_counted_as_a_try(monkeypatch):
     monkeypatch.setattr(exercises.core, "_MISSES", {})
-    misspelled = {"uprobe_target_nopp": 1, "uprobe_target_ret": 1}
+    misspelled = {"uprobe_target_nopp": 1, "uprobe_target_push": 1}
     for _ in range(3):
         verdict = exercises.check("00.1", misspelled)
         assert not verdict.ok and "not asked: uprobe_target_nopp" in verdict.message
     why = exercises.get("00.1").why(exercises.get("00.1").expected())
-    assert why not in exercises.check("00.1", {"uprobe_target_nop": 1, "uprobe_target_ret": 1}).message
+    assert why not in exercises.check("00.1", {"uprobe_target_nop": 1, "uprobe_target_push": 2}).message
 
 
 def test_01_3_names_the_signal_as_the_kernel_does_not_as_the_learner_spelled_it():

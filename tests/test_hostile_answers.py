@@ -148,11 +148,12 @@ def test_a_number_from_numpy_or_pandas_is_read_as_its_value(dress, worked, monke
         assert exercises.check(ex_id, {k: dressed(v) for k, v in worked[ex_id].items()}).ok, ex_id
 
 
-# (a value given for 02.5, whose answer is a number (__NR_uprobe, 336), and the words of its reason)
+# (a value given for 02.5, whose answer is a number (24, the bytes sys_uretprobe adds to sp), and the words of
+# its reason)
 NAMED = {
-    "array of 3": (np.array([336, 337, 338]), "an array of 3 values: give one value"),
-    "Series of 2": (pd.Series([336, 337]), "a Series of 2 values: give one value"),
-    "DataFrame of 2": (pd.DataFrame({"a": [336], "b": [337]}), "a DataFrame of 2 values"),
+    "array of 3": (np.array([24, 25, 26]), "an array of 3 values: give one value"),
+    "Series of 2": (pd.Series([24, 25]), "a Series of 2 values: give one value"),
+    "DataFrame of 2": (pd.DataFrame({"a": [24], "b": [25]}), "a DataFrame of 2 values"),
     "empty array": (np.array([]), "an array of 0 values"),
     "nan": (float("nan"), "nan is not a number (NaN)"), "'NaN'": ("NaN", "'NaN' is not a number (NaN)"),
     "numpy nan": (np.float64("nan"), "nan is not a number (NaN)"), "'-inf'": ("-inf", "'-inf' is beyond any answer"),

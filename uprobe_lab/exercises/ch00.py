@@ -17,28 +17,35 @@ def one_call(target: str, consumers: int = 1, kernel: str = KERNEL) -> dict:
     return dict(proc.trace.counts)
 
 
+# the chapter's five lines show the ret's bill; 00.1 asks about two instructions it has not shown
+BILL_TARGETS = ("uprobe_target_nop", "uprobe_target_push")
+
 exercise(
-    id="00.1", kind="predict", title="nop or ret: how many exceptions?",
-    question="Before you run anything: one call of `uprobe_target_nop` and one of `uprobe_target_ret`, each with a "
-             "counting probe on its first instruction (kernel 6.18). How many **exceptions** does each call cost? "
-             "Answer whole numbers (exact) in a dict, e.g. `{\"uprobe_target_nop\": 3, \"uprobe_target_ret\": 3}`.",
+    id="00.1", kind="predict", title="nop or push: how many exceptions?",
+    question="The five lines showed the bill of a probed `ret`. Before you run anything: one call of "
+             "`uprobe_target_nop` (`nop`) and one of `uprobe_target_push` (`push %rbp`, which writes to the "
+             "stack), each with a counting probe on its first instruction (kernel 6.18). How many **exceptions** "
+             "does each call cost? Answer whole numbers (exact) in a dict, e.g. "
+             "`{\"uprobe_target_nop\": 3, \"uprobe_target_push\": 3}`.",
     hint="An exception is a trap into the kernel. The int3 is always one. Can the kernel finish the probed "
-         "instruction inside that trap, or must it let the CPU run it and trap again afterwards?",
+         "instruction inside that trap, or must it let the CPU run it and trap again afterwards, as for the `ret`?",
     solution="""import uprobe_lab as ul
 answer = {}
-for target in ("uprobe_target_nop", "uprobe_target_ret"):
+for target in ("uprobe_target_nop", "uprobe_target_push"):
     proc = ul.new_process(kernel="6.18")
     ul.attach(proc, target, ul.CountingConsumer())
     proc.call(target)
     answer[target] = proc.trace.counts["exceptions"]""",
-    explanation="The `nop` is emulated inside the int3 trap (one exception). The `ret` is single-stepped out of "
-                "line: a second exception (#DB) follows the step. Chapter 01 shows both, step by step.",
-    expected=lambda: {t: one_call(t)["exceptions"] for t in ("uprobe_target_nop", "uprobe_target_ret")},
+    explanation="Both are emulated inside the int3 trap, one exception each: the `nop` needs nothing done, and "
+                "for `push %rbp` the kernel stores rbp on the user stack itself and moves rsp. Only what the kernel "
+                "cannot emulate, like the `ret`, is stepped out of line and pays the second exception (#DB). "
+                "Chapter 01 shows both paths, step by step.",
+    expected=lambda: {t: one_call(t)["exceptions"] for t in BILL_TARGETS},
     judge=j.per_item(str, j.number(),
                      lambda t, n: "is that instruction finished inside the int3 trap, or run by the CPU and "
                                   "trapped again?"),
-    why=lambda e: (f"The lab counts {e['uprobe_target_nop']} for the nop (int3, emulated, back) and "
-                   f"{e['uprobe_target_ret']} for the ret (int3, then #DB after the out-of-line step)."),
+    why=lambda e: (f"The lab counts {e['uprobe_target_nop']} for the nop and {e['uprobe_target_push']} for the "
+                   "push: the int3, the instruction emulated inside it, back."),
 )
 
 exercise(
@@ -69,7 +76,7 @@ def _pair(answer, expected, names) -> tuple[bool, str]:
 
 def _own_bill(answer, lab) -> tuple[bool, str]:
     if not isinstance(answer, (tuple, list)) or len(answer) != 2 or not isinstance(answer[1], dict):
-        raise LabError("give (symbol, counts), e.g. ('uprobe_target_push', {'exceptions': 1, ...})")
+        raise LabError("give (symbol, counts), e.g. ('getpgid_syscall', {'exceptions': ..., ...})")
     target, counts = answer
     right = lab(target)
     # what is wrong, not the lab's counts: the learner runs the call to see them (the third wrong try shows them)
@@ -101,10 +108,12 @@ exercise(
          "is the bill.",
     solution="""import uprobe_lab as ul
 proc = ul.new_process(kernel="6.18")
-ul.attach(proc, "uprobe_target_push", ul.CountingConsumer())
-proc.call("uprobe_target_push")
-answer = ("uprobe_target_push", dict(proc.trace.counts))""",
-    explanation="`push %rbp` is emulated (store rbp below rsp, move rsp), so its bill looks like the nop's.",
+ul.attach(proc, "getpgid_syscall", ul.CountingConsumer())
+proc.call("getpgid_syscall")
+answer = ("getpgid_syscall", dict(proc.trace.counts))""",
+    explanation="`getpgid_syscall` starts with `mov eax, 0x79`, which the kernel neither emulates nor refuses: "
+                "it is stepped out of line like the `ret` (int3, then #DB), and the function's own `syscall` "
+                "adds `syscalls` and `sysret` to the bill.",
     expected=lambda: Remembered(_checked_call),
     judge=_own_bill,
     why=Remembered.why("The lab runs the same call with one counting consumer on kernel 6.18.",

@@ -1,16 +1,16 @@
 """Chapter 02: uretprobes, the int3 trampoline (6.10) and the uretprobe syscall (6.11)."""
 from __future__ import annotations
 
-from .. import LabError, analyze, disasm, events_per_hit
+from .. import LabError, analyze, events_per_hit
 from ..bench import bench_names
 from ..kernel import KERNELS, row_for_release
+from ..stepper import where
 from ..trace import EVENT_KINDS
 from ..uprobes import UnprobeableInstruction, uprobe_register
 from ..x86.asm import X86_NOPS
-from ..x86.constants import __NR_uretprobe
-from ..x86.optimize import uprobe_trampoline_code
 from ..x86.uretprobe import uretprobe_syscall_check_offset
-from ..x86.uretprobe_programs import RegsRecorder, make_uretprobe_process, random_registers, regs_roundtrip
+from ..x86.uretprobe_programs import (RegsRecorder, make_uretprobe_process, random_registers, regs_roundtrip,
+                                      return_consumer_regs)
 from .core import exercise
 from . import judges as j
 
@@ -18,24 +18,6 @@ from . import judges as j
 URETPROBE_BENCHES = tuple(b for b in bench_names("x86_64") if b.startswith("uretprobe-"))
 # uretprobe-nop5 on three kernels: the chapter's table has only nop/push/ret, on 6.10 and 6.11
 NOP5_KERNELS = ("6.10", "6.11", "6.16")
-
-
-def trampoline_insns(code: bytes) -> list[str]:
-    return [text for _, _, text in disasm(code)]
-
-
-def _around_syscall(code: bytes, op: str, before: bool) -> list[str]:
-    """The registers ``op`` (push or pop) names before or after the ``syscall``, in the code's order."""
-    insns = trampoline_insns(code)
-    cut = insns.index("syscall")
-    part = insns[:cut] if before else insns[cut + 1:]
-    return [j.register(t.split()[1]) for t in part if t.startswith(op + " ")]
-
-
-def _syscall_number(code: bytes) -> int:
-    insns = trampoline_insns(code)
-    mov = insns[insns.index("syscall") - 1]  # "mov rax, 0x150"
-    return int(mov.split(",")[1], 0)
 
 
 def _nop5_bill_reason(kernel: str, want) -> str:
@@ -68,48 +50,81 @@ answer = {k: ul.events_per_hit("uretprobe-nop5", "x86_64", k).get("exceptions", 
     why=lambda e: "The emulator counts " + ", ".join(f"{n} on {k}" for k, n in e.items()) + ".",
 )
 
-SECOND_TRAMPOLINE = ("From 6.18 the kernel can *optimise* a probe on a 5-byte nop (chapter 03): it rewrites the nop "
-                     "into a `call` to a page of its own, `[uprobes-trampoline]`, whose code enters the kernel "
-                     "through a second syscall, `uprobe`, and then goes on to the instruction after the nop. ")
+COMPAT_BENCH = "uretprobe-nop-compat"  # the lab's bench: uretprobe-nop in a 32-bit task
+COMPAT_KINDS = ("exceptions", "syscalls")
+
+
+def _compat_bill() -> dict:
+    counts = events_per_hit(COMPAT_BENCH, "x86_64", "6.18")
+    return {kind: counts.get(kind, 0) for kind in COMPAT_KINDS}
+
+
+def _compat_reason(kind: str, want) -> str:
+    if kind == "exceptions":
+        return "count the entry, then ask which instruction a 32-bit task finds in slot 0 when it returns"
+    return "does a 32-bit task's return enter the kernel through the uretprobe syscall?"
+
 
 exercise(
-    id="02.2", kind="predict", title="The other trampoline's pushes",
-    question=SECOND_TRAMPOLINE + "Predict before you look it up: before its `syscall`, which registers does "
-             "that trampoline push? Answer a set of names, e.g. `{\"rax\", \"rdx\"}`.",
-    hint="The constraints are the uretprobe trampoline's: which registers does `syscall` itself overwrite, and "
-         "which one must carry the syscall number? The probed program's values in them must survive.",
+    id="02.2", kind="predict", title="A 32-bit task's return",
+    question="The chapter's table counted 64-bit tasks on 6.10 and 6.11. The lab's bench `uretprobe-nop-compat` "
+             "is `uretprobe-nop` in a 32-bit (compat) task, on 6.18. In the steady state, how many **exceptions** "
+             "and how many **syscalls** does one hit cost (exact)? Answer "
+             "`{\"exceptions\": ..., \"syscalls\": ...}`.",
+    hint="Add the entry and the return. The entry is the nop's int3, emulated. For the return, read again what "
+         "the chapter says a 32-bit task finds in slot 0 of `[uprobes]`.",
     solution="""import uprobe_lab as ul
-from uprobe_lab.x86.optimize import uprobe_trampoline_code
-insns = [t for _, _, t in ul.disasm(uprobe_trampoline_code())]
-answer = {t.split()[1] for t in insns[:insns.index("syscall")] if t.startswith("push")}""",
-    explanation="rcx and r11 (`syscall` writes the next rip and rflags there) and rax (the syscall number): the "
-                "same three as the uretprobe trampoline, pushed in another order - `sys_uprobe` reads them as ax, "
-                "r11, cx from the lowest address up.",
-    expected=lambda: set(_around_syscall(uprobe_trampoline_code(), "push", before=True)),
-    judge=j.same_set(j.register, "register(s)"),
-    why=lambda e: "The trampoline's bytes, disassembled, push "
-                  f"{', '.join(_around_syscall(uprobe_trampoline_code(), 'push', before=True))}, in that order.",
+counts = ul.events_per_hit("uretprobe-nop-compat", "x86_64", "6.18")
+answer = {kind: counts.get(kind, 0) for kind in ("exceptions", "syscalls")}""",
+    explanation="`arch_uretprobe_trampoline()` hands out the syscall trampoline only to a task in 64-bit mode; a "
+                "32-bit task's slot 0 is the one `int3` on every kernel. So a 6.18 compat task pays what a 6.10 "
+                "task paid: the entry int3 and the trampoline's int3, 2 exceptions and no syscall.",
+    expected=_compat_bill,
+    judge=j.per_item(j.word, j.number(), _compat_reason),
+    why=lambda e: f"The emulator counts {e['exceptions']} exceptions and {e['syscalls']} syscalls per hit.",
 )
 
+
+IP_PLACES = ("trampoline", "function", "caller")
+
+
+def _consumer_ip_place() -> str:
+    proc, seen = return_consumer_regs("6.11")
+    place = where(proc, seen["ip"])
+    if place.startswith("[uprobes]"):
+        return "trampoline"
+    return "function" if place.startswith("stepper_target") else "caller"
+
+
+def _consumer_ip_judge(answer, expected) -> tuple[bool, str]:
+    ok, said = j.choice(IP_PLACES)(answer, expected)
+    if ok:
+        return True, ""
+    return False, (f"{said} Which address does handle_trampoline() put into regs->ip before it runs the "
+                   "return consumers?")
+
+
 exercise(
-    id="02.3", kind="predict", title="The other trampoline's pops",
-    question="The same `[uprobes-trampoline]` as in 02.2: after `sys_uprobe` returns, it pops some of what it "
-             "pushed and ends with `ret`. Which registers does it pop? Answer a set. (The uretprobe trampoline "
-             "popped only two - does this one have to?)",
-    hint="Where does this trampoline's `ret` find its return address? The uretprobe trampoline was entered by "
-         "a hijacked `ret` and needed a slot for the real return address; this one is entered by a `call` at the "
-         "probe site.",
-    solution="""import uprobe_lab as ul
-from uprobe_lab.x86.optimize import uprobe_trampoline_code
-insns = [t for _, _, t in ul.disasm(uprobe_trampoline_code())]
-answer = {t.split()[1] for t in insns[insns.index("syscall") + 1:] if t.startswith("pop")}""",
-    explanation="The site's `call` pushed the address after the nop5 above the three saves, so `ret` has a slot "
-                "of its own: the trampoline pops all three (rax too - `sys_uprobe` leaves the program's rax in its "
-                "slot, with any change a consumer made), and `ret` goes back to the instruction after the probe.",
-    expected=lambda: set(_around_syscall(uprobe_trampoline_code(), "pop", before=False)),
-    judge=j.same_set(j.register, "register(s)"),
-    why=lambda e: f"The trampoline pops {', '.join(_around_syscall(uprobe_trampoline_code(), 'pop', before=False))}, "
-                  "in that order; its `ret` takes the address the probe site's `call` pushed.",
+    id="02.3", kind="predict", title="Where the return consumer sees the program",
+    question="On 6.11, `stepper_caller` calls the return-probed `stepper_target` (the stepper above). When "
+             "`sys_uretprobe` runs the return consumer, where does the `ip` it is shown point: into the "
+             "trampoline (`\"trampoline\"`), at the probed function's `ret` (`\"function\"`), or at the "
+             "return address in the caller (`\"caller\"`)?",
+    hint="A return consumer (a BPF uretprobe program, say) reads the function's return value from rax and often "
+         "`ip` to know where the function returned to. The kernel keeps the real return address in the return "
+         "instance: when does it use it?",
+    solution="""from uprobe_lab.stepper import where
+from uprobe_lab.x86.uretprobe_programs import return_consumer_regs
+proc, seen = return_consumer_regs("6.11")   # stepper_caller -> return-probed stepper_target
+place = where(proc, seen["ip"])              # "stepper_caller+0x19"
+answer = "caller" if place.startswith("stepper_caller") else place""",
+    explanation="`handle_trampoline()` (kernel/events/uprobes.c) sets `regs->ip` to the return instance's "
+                "`orig_ret_vaddr` before it runs the chain: the consumer sees the program as if the function had "
+                "just returned, at `stepper_caller+0x19`. `sys_uretprobe` then puts that address into rax's slot "
+                "for the trampoline's `ret`.",
+    expected=_consumer_ip_place,
+    judge=_consumer_ip_judge,
+    why=lambda e: f"The lab's return consumer was shown an ip in the {e}'s code.",
 )
 
 
@@ -133,11 +148,20 @@ def _broken_rcx_wrong(got: float) -> str:
     return "rcx holds the address of the instruction after syscall: add up the broken trampoline's bytes."
 
 
-def _other_number_wrong(got: float) -> str:
-    """Why a syscall number for 02.5 is wrong, without the right one."""
-    if got == __NR_uretprobe:
-        return f"{__NR_uretprobe} is uretprobe's number (6.11); uprobe was numbered later, for 6.18."
-    return "x86-64's own numbers are handed out in sequence: where does uretprobe sit in the table above?"
+def _consumer_sp() -> int:
+    """How many bytes above the rsp of the trampoline's syscall the return consumer's sp is (6.11)."""
+    _, seen = return_consumer_regs("6.11")
+    from ..views.uretprobe import record_return_steps  # the chapter's stepper; its views load only here
+
+    syscall = next(s for s in record_return_steps("6.11") if s.text == "syscall")
+    return seen["sp"] - syscall.regs["sp"]
+
+
+def _consumer_sp_wrong(got: float) -> str:
+    """Why an offset for 02.5 is wrong, without the right one."""
+    if got == 0:
+        return "0 is the trampoline's own rsp; would the consumer then see the stack the caller gets back?"
+    return "what did the trampoline push before its syscall, and where would sp be after a plain ret?"
 
 
 exercise(
@@ -168,23 +192,25 @@ answer = rcx - mapping.start""",
 )
 
 exercise(
-    id="02.5", kind="predict", title="The other syscall's number",
-    question="The `uprobe` syscall of 02.2 is, like `uretprobe`, a syscall only x86-64 has, so it is numbered "
-             "in x86-64's own part of the table, not with the syscalls every architecture shares (424 on). "
-             "Which number does `[uprobes-trampoline]` load into rax before its `syscall` (exact)? Answer the "
-             "number, in decimal or as a hex string such as `\"0x1\"`.",
-    hint="Where did `uretprobe` end up in the history table above? x86-64's own numbers are handed out in "
-         "sequence. To check, disassemble `uprobe_trampoline_code()` (uprobe_lab.x86.optimize) and read the "
-         "`mov` into rax; it is printed in hex.",
-    solution="""import uprobe_lab as ul
-from uprobe_lab.x86.optimize import uprobe_trampoline_code
-insns = [t for _, _, t in ul.disasm(uprobe_trampoline_code())]
-answer = int(insns[insns.index("syscall") - 1].split(",")[1], 0)""",
-    explanation="x86-64's own numbers (below 424) are handed out in sequence: `uretprobe` took 335 for 6.11 and "
-                "`uprobe` the next one, 336, for 6.18 (0x150 in the listing).",
-    expected=lambda: _syscall_number(uprobe_trampoline_code()),
-    judge=j.number(because=_other_number_wrong),
-    why=lambda e: f"The trampoline's bytes load {e} ({e:#x}) into rax.",
+    id="02.5", kind="predict", title="The sp the return consumer sees",
+    question="The same return on 6.11: `sys_uretprobe` gives the consumer the program's rax, rcx and r11 from "
+             "the trampoline's saves, and an `sp` of its own too. How many bytes above the `rsp` of the "
+             "trampoline's `syscall` is the `sp` the return consumer sees (exact)? Answer a number, in decimal "
+             "or as a hex string such as `\"0x1\"`.",
+    hint="The consumer should see the program as the caller will find it after the return. Count what the "
+         "trampoline pushed between the function's `ret` and its `syscall`.",
+    solution="""from uprobe_lab.views.uretprobe import record_return_steps
+from uprobe_lab.x86.uretprobe_programs import return_consumer_regs
+_, seen = return_consumer_regs("6.11")
+syscall = next(s for s in record_return_steps("6.11") if s.text == "syscall")
+answer = seen["sp"] - syscall.regs["sp"]""",
+    explanation="`sys_uretprobe` adds the size of the three saves (rax, rcx, r11: 3 x 8 = 24 bytes) to "
+                "`regs->sp` before the consumers run, and takes it off again before it writes the stack back: "
+                "the consumer sees `sp` where the caller gets it after the return, as `ip` is the return "
+                "address.",
+    expected=_consumer_sp,
+    judge=j.number(because=_consumer_sp_wrong),
+    why=lambda e: f"The lab's return consumer saw sp {e} ({e:#x}) bytes above the syscall's rsp.",
 )
 
 

@@ -207,6 +207,16 @@ class RegsRecorder(UprobeConsumer):
             regs.set(name, value)
 
 
+def return_consumer_regs(kernel=None) -> tuple[X86Process, dict[str, int]]:
+    """One call of ``stepper_caller`` with a return probe on ``stepper_target`` (the chapter's stepper): the
+    process and the registers its return consumer was shown."""
+    proc = make_uretprobe_process(kernel)
+    rec = RegsRecorder()
+    uprobe_register(proc, "stepper_target", rec)
+    proc.call("stepper_caller")
+    return proc, rec.seen[0]
+
+
 def check_registers_equal(kernel=None, uretprobe_saves_regs: bool = True, seed: int | None = 0,
                           probe: bool = True) -> dict:
     """The selftest's "registers equal" check: {register: (loaded, seen by caller)} for each mismatch.
