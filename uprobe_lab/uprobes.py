@@ -35,11 +35,13 @@ class UnprobeableInstruction(LabError):
     """arch_uprobe_analyze_insn refused the instruction (the kernel returns -ENOTSUPP/-ENOEXEC).
 
     ``errno``: the error the kernel's registration returns, where the lab knows it (None otherwise).
+    ``why``: the kernel's reason alone, without the way out the message goes on to give (a table's cell).
     """
 
-    def __init__(self, message: str, errno: int | None = None):
+    def __init__(self, message: str, errno: int | None = None, why: str | None = None):
         super().__init__(message)
         self.errno = errno
+        self.why = why or message
 
 
 class UprobeConsumer:

@@ -10,7 +10,15 @@ from .decode import X86_64_DISASM, arch_uprobe_analyze_insn, site_life
 def analyze_hex(hexbytes: str, kernel: KernelVersion, vaddr: int = 0x400000, **_options) -> dict:
     """What the kernel would do with a probe on these bytes (memory order): for the CLI and notebooks.
 
-    The reason ends with what the site's hits run over its life (``site_life``)."""
+    The reason is the whole verdict: the decision, any remark beside it (``ArchUprobe.note``), what the site's
+    hits run over its life (``site_life``); for a refused instruction, the way out."""
+    verdict, _ = _verdict(hexbytes, kernel, vaddr)
+    return verdict
+
+
+def _verdict(hexbytes, kernel: KernelVersion, vaddr: int) -> tuple[dict, str]:
+    """``analyze_hex``'s verdict, and its reason in brief: the kernel's decision alone, with the site's life
+    only where the site is rewritten after its first hit."""
     if isinstance(hexbytes, (bytes, bytearray)):
         hexbytes = hexbytes.hex()
     if not isinstance(hexbytes, str):
@@ -30,13 +38,15 @@ def analyze_hex(hexbytes: str, kernel: KernelVersion, vaddr: int = 0x400000, **_
         if first is None:
             cut_short(raw, vaddr)
         return {"mnemonic": first.mnemonic if first else None, "op_str": first.op_str if first else None,
-                "length": first.size if first else None, "action": "reject", "reason": str(err)}
+                "length": first.size if first else None, "action": "reject", "reason": str(err)}, err.why
     d = auprobe.decoded
     if d.length < len(raw):
         raise LabError(f"{raw.hex()} holds more than one instruction: the first is {d.length} bytes "
                             f"({d.mnemonic} {d.op_str}); pass one instruction")
+    whole = "; ".join(part for part in (auprobe.reason, auprobe.note, site_life(auprobe, kernel)) if part)
+    brief = "; ".join(part for part in (auprobe.reason, site_life(auprobe, kernel, brief=True)) if part)
     return {"mnemonic": d.mnemonic, "op_str": d.op_str, "length": d.length, "action": auprobe.action,
-            "reason": f"{auprobe.reason}; {site_life(auprobe, kernel)}"}
+            "reason": whole}, brief
 
 
 def cut_short(raw: bytes, vaddr: int) -> None:
@@ -51,7 +61,8 @@ def cut_short(raw: bytes, vaddr: int) -> None:
 
 
 def analyze_table(hexes, kernel=None):
-    """``analyze_hex`` of several instructions as a pandas DataFrame, one row each with the whole reason.
+    """``analyze_hex`` of several instructions as a pandas DataFrame, one row each with its reason in brief (the
+    kernel's decision; ``analyze_hex`` gives the whole verdict, remarks and way out included).
 
     ``hexes`` are hex bytes in memory order (spaces allowed); ``kernel`` a version or its name (None:
     the default). The ``bytes`` column shows each instruction's bytes space-separated."""
@@ -60,6 +71,6 @@ def analyze_table(hexes, kernel=None):
     version = get_kernel(kernel)
     rows = []
     for hexbytes in hexes:
-        r = analyze_hex(hexbytes, version)
-        rows.append({"bytes": bytes.fromhex(hexbytes.replace(" ", "")).hex(" "), **r})
+        verdict, brief = _verdict(hexbytes, version, 0x400000)
+        rows.append({"bytes": bytes.fromhex(hexbytes.replace(" ", "")).hex(" "), **verdict, "reason": brief})
     return pd.DataFrame(rows, columns=["bytes", "mnemonic", "op_str", "length", "action", "reason"])

@@ -65,9 +65,9 @@ GOOD_INSNS_64 = _bitmap("""
 # is "out" in the one-byte map).
 
 # What the verdict says when OPCODE1 of a VEX/EVEX instruction collides with a branch or nop.
-KERNEL_BUG_VEX = ("KERNEL BUG: branch_setup_xol_ops() reads the opcode byte after the {kind} prefix as a "
-                  "one-byte opcode, so this {kind} instruction is emulated as {what} and never runs "
-                  "(unfixed in every modelled kernel, 7.3 included)")
+KERNEL_BUG_VEX = ("KERNEL BUG: branch_setup_xol_ops() takes {kind} opcode byte {opc:#04x} for a one-byte {what}: "
+                  "emulated with offset {offs}, the instruction never runs")
+KERNEL_BUG_VEX_NOTE = "unfixed in every modelled kernel, 7.3 included"
 
 
 LEGACY_PREFIXES = {0xF0, 0xF2, 0xF3, 0x2E, 0x36, 0x3E, 0x26, 0x64, 0x65, 0x66, 0x67}
@@ -183,7 +183,8 @@ class ArchUprobe:
     decoded: Insn
     vaddr: int
     ops: str  # "branch" (emulated), "push" (emulated) or "default" (single-stepped out of line)
-    reason: str
+    reason: str  # the kernel's decision, briefly
+    note: str = ""  # a remark beside the decision (a shadow-stack caveat, a bug's status), for the whole verdict
     branch_opc1: int = 0
     branch_offs: int = 0
     push_reg: str = ""
@@ -202,19 +203,18 @@ def uprobe_init_insn(insn: Insn) -> None:
     """Refuse bad prefixes, exception-masking moves and opcodes outside the good-insn tables."""
     for p in insn.prefixes:
         if p in BAD_PREFIXES:
-            raise UnprobeableInstruction(
-                f"{insn.mnemonic} {insn.op_str}: the {BAD_PREFIXES[p]} prefix ({p:#04x}) is refused by "
-                "is_prefix_bad() (-ENOTSUPP); probe another instruction")
+            why = (f"{insn.mnemonic} {insn.op_str}: the {BAD_PREFIXES[p]} prefix ({p:#04x}) is refused by "
+                   "is_prefix_bad() (-ENOTSUPP)")
+            raise UnprobeableInstruction(f"{why}; probe another instruction", why=why)
     op1 = insn.opcode[0]
     if (op1 == 0x17 or (op1 == 0x8E and insn.modrm is not None and (insn.modrm >> 3) & 7 == 2)):
         raise UnprobeableInstruction(f"{insn.mnemonic} {insn.op_str}: a move to %ss masks exceptions for one "
                                      "instruction, so it cannot be single-stepped (insn_masking_exception)")
     if op1 in GOOD_INSNS_64:
         return
-    raise UnprobeableInstruction(
-        f"{insn.mnemonic} {insn.op_str}".strip() + f" (opcode {insn.opcode.hex(' ')}) is not in the kernel's good_insns "
-        "table: uprobes cannot probe it (int3/int N/iret/hlt/cli/sti/in/out...); "
-        "pick a neighbouring instruction")
+    why = f"{insn.mnemonic} {insn.op_str}".strip() + f" (opcode {insn.opcode.hex(' ')}) is not in the kernel's good_insns table"
+    raise UnprobeableInstruction(f"{why}: uprobes cannot probe it (int3/int N/iret/hlt/cli/sti/in/out...); "
+                                 "pick a neighbouring instruction", why=why)
 
 
 def insn_is_nop(insn: Insn) -> bool:
@@ -285,7 +285,8 @@ def branch_setup_xol_ops(auprobe: ArchUprobe, insn: Insn, kernel: KernelVersion)
     elif opc1 in (0xEB, 0xE9):
         what = "jmp: emulated (ip += offset)"
     elif opc1 == 0xE8:
-        what = "call rel32: emulated (push the return address, ip += offset); " + shstk_note(kernel)
+        what = "call rel32: emulated (push the return address, ip += offset)"
+        auprobe.note = shstk_note(kernel)
     elif opc1 == 0x0F and len(insn.opcode) == 2 and insn.opcode[1] - 0x10 in JCC_TAKEN:
         opc1 = insn.opcode[1] - 0x10  # jcc near checks the same condition as jcc short
         what = "jcc near: emulated (flags decide)"
@@ -299,8 +300,9 @@ def branch_setup_xol_ops(auprobe: ArchUprobe, insn: Insn, kernel: KernelVersion)
     auprobe.ops, auprobe.branch_opc1 = "branch", opc1
     auprobe.branch_offs = insn.immediate  # insn->immediate.value: the rel8/rel32 of a real branch
     if insn.vex:
-        as_what = {0x90: "a nop", 0xE8: "a call", 0xE9: "a jmp", 0xEB: "a jmp"}.get(opc1, f"a jcc (opcode {opc1:#04x})")
-        what = KERNEL_BUG_VEX.format(kind=insn.vex_kind, what=f"{as_what} with offset {insn.immediate}")
+        as_what = {0x90: "nop", 0xE8: "call", 0xE9: "jmp", 0xEB: "jmp"}.get(opc1, "jcc")
+        what = KERNEL_BUG_VEX.format(kind=insn.vex_kind, opc=opc1, what=as_what, offs=insn.immediate)
+        auprobe.note = KERNEL_BUG_VEX_NOTE
     auprobe.reason = what
     return True
 
@@ -334,7 +336,7 @@ def arch_uprobe_analyze_insn(raw: bytes, vaddr: int, kernel: KernelVersion) -> A
         try:
             uprobe_init_insn(insn)
         except UnprobeableInstruction as err:
-            raise UnprobeableInstruction(f"{err}{_nop10_hint(insn, vaddr, kernel)}") from None
+            raise UnprobeableInstruction(f"{err}{_nop10_hint(insn, vaddr, kernel)}", err.errno, err.why) from None
     # ixol is what the kernel copies into an XOL slot: all MAX_UINSN_BYTES it read from the file
     auprobe = ArchUprobe(insn.raw, bytes(raw[:MAX_UINSN_BYTES]), insn, vaddr, "default", "")
     if optimizable:
@@ -369,21 +371,28 @@ def arch_uprobe_analyze_insn(raw: bytes, vaddr: int, kernel: KernelVersion) -> A
                       UPROBE_FIX_CALL: "single-stepped out of line, then the pushed return address is fixed",
                       0: "single-stepped out of line; it sets ip itself (ret/jmp)"}[fix]
     if insn.vex and op1 in (0x9D, 0xC3, 0xCB, 0xC2, 0xCA, 0xEA, 0x9A):
-        auprobe.reason = (f"KERNEL BUG: the fixup switch takes this {insn.vex_kind} instruction's opcode byte "
-                          f"{op1:#04x} for a one-byte {'popf' if op1 == 0x9D else 'call' if op1 == 0x9A else 'ret/jmp'}: "
-                          + auprobe.reason + (", and ip is not moved back from the slot" if fix == 0 else ""))
+        taken_for = "popf" if op1 == 0x9D else "call" if op1 == 0x9A else "ret/jmp"
+        stepped = ("stepped out of line with no ip fixup, so ip stays in the slot" if fix == 0
+                   else "single-stepped out of line with " + taken_for + "'s fixup")
+        auprobe.reason = (f"KERNEL BUG: the fixup switch takes {insn.vex_kind} opcode byte {op1:#04x} for a one-byte "
+                          f"{taken_for}: {stepped}")
     if auprobe.fixups & UPROBE_FIX_RIP_MASK:
         auprobe.reason += f"; RIP-relative operand rewritten to use %{riprel_scratch(auprobe)} (riprel_analyze)"
     return auprobe
 
 
-def site_life(auprobe: ArchUprobe, kernel: KernelVersion) -> str:
+def site_life(auprobe: ArchUprobe, kernel: KernelVersion, brief: bool = False) -> str:
     """What each hit of a probe on this site runs, the first and the later ones: an optimisable site is
-    rewritten after its first int3 hit (handle_swbp -> arch_uprobe_optimize), any other stays on int3."""
+    rewritten after its first int3 hit (handle_swbp -> arch_uprobe_optimize), any other stays on int3.
+    ``brief``: only the rewrite, and "" for a site that is never rewritten."""
     if ARCH_UPROBE_FLAG_CAN_OPTIMIZE in auprobe.flags:
         into = "lea -0x80(%rsp),%rsp; call" if kernel.optimize_nop10 else "call"
+        if brief:
+            return f"rewritten into {into} [uprobes-trampoline] after its first hit on {kernel.name}"
         return (f"on {kernel.name} the first hit (int3) emulates it, then the site is rewritten into {into} "
                 "[uprobes-trampoline] and every later hit enters the kernel by that call, with no int3")
+    if brief:
+        return ""
     how = "emulated" if auprobe.action == "emulate" else "single-stepped out of line"
     return f"on {kernel.name} every hit is an int3, then {how}: the site is never rewritten"
 
