@@ -67,3 +67,13 @@ def test_trampoline_chart_title_names_the_kernels_it_draws():
     df = trampoline_events(("uretprobe-nop",), kernels=("6.11", "6.18"))
     assert plot_trampoline_events(df).axes[0].get_title() == (
         "uretprobe: syscall trampoline (6.11) vs syscall trampoline (6.18)")
+
+
+def test_stepper_lists_every_kernel_event_as_chapter_01s_stepper_does():
+    # the entry int3: the probe lookup and the two 8-byte copies of the return address (read, then hijacked)
+    entry = next(s for s in ReturnStepper("6.11").steps if s.has("ri_pushed"))
+    text = ReturnStepper("6.11").text(entry.index)
+    assert "kernel: probe_lookups" in text and text.count("kernel: uaccess_bytes x8") == 2
+    # sys_uretprobe reads the three saves and writes them back: 24 bytes each way
+    sysc = _step(ReturnStepper("6.11"), "syscall")
+    assert ReturnStepper("6.11").text(sysc.index).count("kernel: uaccess_bytes x24") == 2

@@ -36,13 +36,13 @@ class Step:
         """Whether the kernel emitted an event of ``kind`` in this step."""
         return any(e.kind == kind for e in self.events)
 
-    def describe(self, regs: bool = False, hide: tuple[str, ...] | set[str] = ()) -> str:
-        """The step as text: instruction, note, kernel events (less ``hide``), registers if asked, stack."""
+    def describe(self, regs: bool = False) -> str:
+        """The step as text: instruction, note, kernel events, registers if asked, stack."""
         lines = [f"step {self.index}: {self.ip:#x} {self.text:<28} [{self.where}]"]
         if self.note:
             lines.append(f"    {self.note}")
         lines += [f"    kernel: {e.kind}{' x' + str(e.n) if e.n != 1 else ''}{' - ' + e.note if e.note else ''}"
-                  for e in self.events if e.kind not in hide]
+                  for e in self.events]
         if regs:
             lines.append("    " + "  ".join(f"{n}={v:#x}" for n, v in self.regs.items()))
         if self.stack:

@@ -19,7 +19,6 @@ from .charts import events_per_hit_chart
 from .stepper import steplog_html
 
 SHOWN_REGS = ("ax", "cx", "r11", "sp", "ip", "flags")
-QUIET_EVENTS = {"uaccess_bytes", "probe_lookups"}
 
 
 def stack_slots(proc, sp: int, tramp_sp: int | None, saved: dict[str, int], above: int = 2,
@@ -75,7 +74,7 @@ class ReturnStepper:
         self.index = first_step_at(self.steps, "[uprobes]")
 
     def text(self, i: int | None = None) -> str:
-        return self.steps[self.index if i is None else i].describe(regs=True, hide=QUIET_EVENTS)
+        return self.steps[self.index if i is None else i].describe(regs=True)
 
     def widget(self):
         """A kernel selector and a step slider over a copy of this stepper that the widget owns: a kernel it picks
