@@ -528,6 +528,12 @@ def test_the_capstone_solutions_show_each_figure_s_80_percent_interval(ex_id, ca
     assert "80%" in exercises.get(ex_id).explanation
 
 
+def test_the_capstone_tolerance_is_narrower_than_usdt_s_80_percent_interval_but_wider_than_the_stepped_entry_s():
+    from uprobe_lab.exercises import ch08
+    half = {label: (high - low) / 2 / ns for label, (ns, low, high) in ch08.capstone_interval().items()}
+    assert half["uprobe 6.18"] < 0.05 < ch08.TOLERANCE < 0.18 < min(half["usdt 6.18"], half["usdt 7.3"]), half
+
+
 def test_08_5_counts_the_stepped_entry_s_shared_writes():
     # a stepped hit on 6.18: the XOL bitmap bit set and cleared (2), the probe's reference taken and dropped (2),
     # the instruction copied into the shared [uprobes] slot (1)
