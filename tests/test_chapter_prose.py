@@ -62,3 +62,10 @@ def test_05_leaves_the_count_of_moved_rows_to_the_cell_that_computes_it():
     words = "one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen|sixteen|" \
             "seventeen|eighteen|nineteen|twenty"
     assert not re.search(rf"\b(\d+|{words})( moved)? rows (are few|say little)", text, re.IGNORECASE)
+
+
+def test_06_says_its_method_in_paragraphs_a_learner_reads_through():
+    # the measurement, the fit's columns and the run-twice check; their details are docs/performance.md's
+    blocks = [b for c in markdown("06_your_machine.ipynb") for b in re.split(r"\n\s*\n|\n(?=\* )", c)]
+    assert max(len(b) for b in blocks) < 900, max(blocks, key=len)[:80]
+    assert "How the price benches measure" in "\n".join(markdown("06_your_machine.ipynb"))
