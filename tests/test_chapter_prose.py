@@ -69,3 +69,11 @@ def test_06_says_its_method_in_paragraphs_a_learner_reads_through():
     blocks = [b for c in markdown("06_your_machine.ipynb") for b in re.split(r"\n\s*\n|\n(?=\* )", c)]
     assert max(len(b) for b in blocks) < 900, max(blocks, key=len)[:80]
     assert "How the price benches measure" in "\n".join(markdown("06_your_machine.ipynb"))
+
+
+def test_00_names_attach_s_kernel_twin_in_a_sentence_not_a_help_dump():
+    import uprobe_lab as ul
+    nb = nbformat.read(NOTEBOOKS / "00_welcome.ipynb", as_version=4)
+    assert not [c.source for c in nb.cells if c.cell_type == "code" and "help(" in c.source]
+    assert "`ul.attach` is the kernel's `uprobe_register()`" in "\n".join(markdown("00_welcome.ipynb"))
+    assert ul.attach.__name__ == "uprobe_register" and "Twin of uprobe_register()" in ul.attach.__doc__
