@@ -7,6 +7,7 @@ from ..kernel import KERNELS, row_for_release
 from ..stepper import where
 from ..trace import EVENT_KINDS
 from ..uprobes import UnprobeableInstruction, uprobe_register
+from ..views.uretprobe import record_return_steps
 from ..x86.asm import X86_NOPS
 from ..x86.uretprobe import uretprobe_syscall_check_offset
 from ..x86.uretprobe_programs import (RegsRecorder, make_uretprobe_process, random_registers, regs_roundtrip,
@@ -151,8 +152,6 @@ def _broken_rcx_wrong(got: float) -> str:
 def _consumer_sp() -> int:
     """How many bytes above the rsp of the trampoline's syscall the return consumer's sp is (6.11)."""
     _, seen = return_consumer_regs("6.11")
-    from ..views.uretprobe import record_return_steps  # the chapter's stepper; its views load only here
-
     syscall = next(s for s in record_return_steps("6.11") if s.text == "syscall")
     return seen["sp"] - syscall.regs["sp"]
 
