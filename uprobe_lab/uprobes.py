@@ -32,11 +32,8 @@ RP_CHECK_CALL, RP_CHECK_CHAIN_CALL, RP_CHECK_RET = range(3)
 
 
 class UnprobeableInstruction(LabError):
-    """arch_uprobe_analyze_insn refused the instruction (the kernel returns -ENOTSUPP/-ENOEXEC).
-
-    ``errno``: the error the kernel's registration returns, where the lab knows it (None otherwise).
-    ``why``: the kernel's reason alone, without the way out the message goes on to give (a table's cell).
-    """
+    """arch_uprobe_analyze_insn refused the instruction (-ENOTSUPP/-ENOEXEC). ``errno``: the error the kernel's
+    registration returns, where known; ``why``: the reason alone, without the way out."""
 
     def __init__(self, message: str, errno: int | None = None, why: str | None = None):
         super().__init__(message)
