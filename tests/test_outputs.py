@@ -178,3 +178,36 @@ def test_the_example_program_is_never_built_over_a_users_file(tmp_path):
     fresh.mkdir()
     built = own_program.build_example(fresh)
     assert own_program.build_example(fresh) == built  # its own build may be replaced
+
+
+@pytest.mark.parametrize("write", ["staged", "write_output", "record_file"])
+def test_a_manifest_link_is_refused_and_its_target_never_written(write, users_dir, tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's notes")
+    os.symlink(victim, users_dir / outputs.MANIFEST)
+    with pytest.raises(LabError, match=r"\.uprobe_lab-written is a symbolic link.*Remove the link"):
+        if write == "staged":
+            with outputs.OutputDir(users_dir).staged() as scratch:
+                (scratch / "chart.png").write_bytes(b"png")
+        elif write == "write_output":
+            outputs.write_output(users_dir / "run.json", "{}")
+        else:
+            (users_dir / "run.json").write_text("{}")
+            outputs.record_file(users_dir / "run.json")
+    assert victim.read_text() == "the user's notes" and (users_dir / outputs.MANIFEST).is_symlink()
+
+
+def test_a_link_planted_after_the_checks_is_replaced_not_written_through(users_dir, tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's notes")
+    manifest = outputs.Manifest(users_dir)
+    os.symlink(victim, users_dir / outputs.MANIFEST)  # between the lab's check and its write
+    (users_dir / "chart.png").write_bytes(b"png")
+    manifest.record(["chart.png"])
+    assert victim.read_text() == "the user's notes"
+    assert not (users_dir / outputs.MANIFEST).is_symlink() and outputs.Manifest(users_dir).is_ours("chart.png")
+    ours = outputs.write_output(users_dir / "run.json", "{}")
+    os.link(ours, tmp_path / "hard")  # a second name for the lab's file: a rewrite must not reach through it
+    outputs.write_output(users_dir / "run.json", '{"new": 1}')
+    assert (tmp_path / "hard").read_text() == "{}" and ours.read_text() == '{"new": 1}'
+    assert not [p for p in users_dir.iterdir() if p.name.endswith(".tmp")]

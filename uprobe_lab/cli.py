@@ -15,7 +15,7 @@ from .constants import MAX_ITERATIONS
 from .errors import LabError
 from .kernel import (DEFAULT_KERNEL, KERNELS, RULES, kernel_for_release, major_minor, release_rules,
                      row_for_release, unknown_sublevel_note, version_name)
-from .outputs import OutputDir, output_file, record_file
+from .outputs import OutputDir, output_file, write_output
 
 
 def _progress(total: int, enabled: bool):
@@ -218,15 +218,11 @@ def cmd_predict(args) -> int:
         raise LabError(f"the fit on {args.measured} predicts {bad.iloc[0]['predicted_mops']} M/s for "
                        f"{bad.iloc[0]['bench']}, which no machine runs at; check the measured rates (mops is in "
                        "millions of calls per second)")
+    table = result.to_csv(index=False, float_format="%.5g")
     if out:
-        try:
-            result.to_csv(out, index=False, float_format="%.5g")
-        except OSError as err:
-            raise LabError(f"--out {args.out}: cannot write it ({err.strerror}); give a path you can write, "
-                           "e.g. --out predicted.csv") from None
-        record_file(out)
+        write_output(out, table, "--out", "predicted.csv")
     else:
-        print(result.to_csv(index=False, float_format="%.5g"), end="")
+        print(table, end="")
     for note in result.attrs["warnings"]:  # after the table: an error above stays the first line
         print(f"warning: {note}", file=sys.stderr)
     return 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 import shutil
 import tempfile
 from contextlib import contextmanager
@@ -57,6 +58,9 @@ class Manifest:
 
     def __init__(self, directory: Path):
         self.directory = directory
+        if (directory / MANIFEST).is_symlink():  # the lab writes its manifest as a file, never a link
+            raise LabError(f"{directory / MANIFEST} is a symbolic link, not the lab's record of its files; "
+                           "nothing was changed. Remove the link, or write into another directory")
         try:
             lines = (directory / MANIFEST).read_text().splitlines()
         except (OSError, UnicodeDecodeError):
@@ -75,7 +79,21 @@ class Manifest:
             if (self.directory / rel).is_file():
                 self.written[rel] = _sha256(self.directory / rel)
         lines = sorted(f"{digest}  {rel}" for rel, digest in self.written.items() if "\n" not in rel)
-        (self.directory / MANIFEST).write_text("".join(line + "\n" for line in lines))
+        replace_file(self.directory / MANIFEST, "".join(line + "\n" for line in lines))
+
+
+def replace_file(path: Path, data: str | bytes):
+    """Write ``data`` into a new file beside ``path`` and move it over ``path``: a symbolic or hard link planted at
+    ``path`` is replaced, never written through, and a reader never sees half a file."""
+    temp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # O_EXCL: a new file; the umask applies
+    try:
+        with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as f:
+            f.write(data)
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
 
 
 class OutputDir:
@@ -165,9 +183,10 @@ def output_file(path: str, flag: str = "--out", example: str = "predicted.csv") 
         raise LabError(f"{flag} {path} is a directory; give a file name, e.g. {flag} {out / example}")
     if not out.parent.is_dir():
         raise LabError(f"{flag} {path}: {out.parent} is not an existing directory; make it first or write elsewhere")
+    manifest = Manifest(out.parent)  # refuses a planted manifest link now, before the work
     if not os.access(out.parent, os.W_OK | os.X_OK) or (out.exists() and not os.access(out, os.W_OK)):
         raise LabError(f"{flag} {path} is not writable; give a path you can write, e.g. {flag} {example}")
-    if (out.exists() or out.is_symlink()) and not Manifest(out.parent).is_ours(out.name) and not _shipped(out):
+    if (out.exists() or out.is_symlink()) and not manifest.is_ours(out.name) and not _shipped(out):
         raise LabError(f"{flag} {path} already exists and the lab did not write it; nothing was changed. "
                        f"Give a new file name, e.g. {flag} {example}")
     return out
@@ -182,7 +201,7 @@ def write_output(path, text: str, flag: str = "--record", example: str = "run.js
     """Write ``text`` to ``path`` under ``output_file``'s rule, and note it in the manifest."""
     out = output_file(path, flag, example)
     try:
-        out.write_text(text)
+        replace_file(out, text)
     except OSError as err:
         raise LabError(f"{flag} {path}: cannot write it ({err.strerror}); give a path you can write, "
                        f"e.g. {flag} {example}") from None

@@ -38,7 +38,7 @@ from elftools.elf.elffile import ELFFile
 from .constants import PAGE_SIZE
 from .errors import LabError
 from .kernel import get_kernel
-from .outputs import output_file, record_file
+from .outputs import output_file, record_file, replace_file
 from .uprobes import uprobe_register
 from .x86.asm import NOP10, X86_NOPS
 from .x86.constants import ENOSYS, ENXIO, EPROTO  # the kernel's errno values, not the host's
@@ -280,7 +280,7 @@ def write_demo_elf(path) -> str:
     (outputs.output_file's rule), so a mistyped path never overwrites a file of the user's."""
     out = output_file(path, "write_demo_elf's path", "usdt_demo")
     try:
-        out.write_bytes(demo_elf_bytes())
+        replace_file(out, demo_elf_bytes())
     except OSError as err:
         raise LabError(f"write_demo_elf {path}: cannot write it ({err.strerror}); give a path you can write") from None
     record_file(out)
