@@ -427,3 +427,31 @@ def test_verify_kernels_names_the_lines_before_any_boot(capsys, monkeypatch, lin
 
     monkeypatch.setattr(x86_kernels, "referee", lambda *a, **k: pytest.fail("booted before checking the lines"))
     fails_cleanly(capsys, ["verify", "--kernels", lines], "no Debian kernel line", "the lines are 6.1")
+
+
+# --- SIGTERM and SIGHUP: the cleanup Ctrl-C runs ---------------------------------------------------
+
+STUCK_COMMAND = """
+import os, signal, sys
+from uprobe_lab import cli
+
+def stuck(args):
+    try:
+        os.kill(os.getpid(), signal.SIG{name})
+        signal.pause()
+    finally:
+        print("cleaned up", flush=True)
+
+cli.cmd_analyze = stuck
+sys.exit(cli.main(["analyze", "90"]))
+"""
+
+
+@pytest.mark.parametrize("name", ["TERM", "HUP"])
+def test_sigterm_and_sighup_end_a_command_through_its_cleanup(name):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", STUCK_COMMAND.format(name=name)], capture_output=True, text=True,
+                          timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (130, "cleaned up\n", "interrupted\n")

@@ -116,12 +116,11 @@ def test_unknown_arch_or_class_is_a_clear_error(monkeypatch):
         verify("x86_64", sample=1, classes=["nops"], kernel="6.18")
 
 
-def test_a_case_the_host_gives_no_report_for_is_an_error_in_the_summary(monkeypatch, tmp_path):
+def test_a_case_the_host_gives_no_report_for_is_an_error_in_the_summary(monkeypatch, private_scratch):
     """Runs anywhere: the host check passes and the pool answers for every case but the second."""
     from uprobe_lab.verify import x86, x86_host
 
     monkeypatch.setattr(x86, "check_native_support", lambda arch=None: None)
-    monkeypatch.setattr(x86, "_exec_dir", lambda: str(tmp_path))
     answer = lambda self, jobs: ((key, {"error": "boom"}) for key, _, _ in jobs if key != 1)
     monkeypatch.setattr(x86_host.HostPool, "run", answer)
     report = x86.verify_x86(sample=4, seed=3, classes=["1-byte"], sweeps=False, kernel="6.18")
@@ -130,13 +129,12 @@ def test_a_case_the_host_gives_no_report_for_is_an_error_in_the_summary(monkeypa
     assert "error: the host returned no report for it" in report.format()
 
 
-def test_a_6_19_host_is_judged_by_its_release_rules(monkeypatch, tmp_path):
+def test_a_6_19_host_is_judged_by_its_release_rules(monkeypatch, private_scratch):
     """With no --kernel the lab models the host's release, not only its modelled version: a 6.19 host has
     insn_is_nop (8a5c6cbfe4a3), so the lab steps pause (f3 90) there as the host would; 6.18 emulates it."""
     from uprobe_lab.verify import x86, x86_host
 
     monkeypatch.setattr(x86, "check_native_support", lambda arch=None: None)
-    monkeypatch.setattr(x86, "_exec_dir", lambda: str(tmp_path))
     monkeypatch.setattr(x86.os, "uname", lambda: os.uname_result(("Linux", "h", "6.19.1", "#1", "x86_64")))
     monkeypatch.setattr(x86_host.HostPool, "run", lambda self, jobs: ((k, {"error": "no host"}) for k, _, _ in jobs))
     seen = []
@@ -303,3 +301,64 @@ def test_a_case_that_never_ends_is_an_error_not_a_hang(tmp_path, monkeypatch):
         faulthandler.cancel_dump_traceback_later()
     assert got["ends"] == {"ran": "ends"}
     assert "died without a report" in got["loops"]["error"] and "1 s" in got["loops"]["error"]
+
+
+def _children(pid: int) -> list[int]:
+    """The live (not zombie) processes whose parent is ``pid``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[1] == str(pid) and fields[0] != "Z":
+            found.append(int(entry))
+    return found
+
+
+def _verify_running(scratch, *args):
+    """``python -m uprobe_lab verify`` with its scratch directory in ``scratch``, once its children run."""
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "UPROBE_LAB_NATIVE_DIR": str(scratch)}
+    run = subprocess.Popen([sys.executable, "-m", "uprobe_lab", "verify", "--no-sweeps", *args], env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not (os.listdir(scratch) and _children(run.pid)):
+        assert run.poll() is None and time.monotonic() < deadline, run.stderr.read() if run.poll() else "no start"
+        time.sleep(0.05)
+    return run, _children(run.pid)
+
+
+@pytest.mark.slow
+@x86_host
+def test_sigterm_to_verify_leaves_no_directory_and_no_child(private_scratch):
+    import signal
+
+    run, children = _verify_running(private_scratch, "--sample", "3000")
+    run.send_signal(signal.SIGTERM)
+    _, err = run.communicate(timeout=60)
+    assert run.returncode == 130 and err.endswith("interrupted\n"), err
+    assert os.listdir(private_scratch) == [] and not [c for c in children if c in _children(1) or
+                                                       os.path.exists(f"/proc/{c}/stat")]
+
+
+@pytest.mark.slow
+@x86_host
+def test_verify_killed_hard_takes_its_children_and_the_next_run_removes_its_directory(private_scratch):
+    import time
+
+    run, children = _verify_running(private_scratch, "--sample", "3000")
+    left = os.listdir(private_scratch)
+    run.kill()
+    run.communicate(timeout=60)
+    deadline = time.monotonic() + 5
+    while [c for c in children if os.path.exists(f"/proc/{c}/stat")] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [c for c in children if os.path.exists(f"/proc/{c}/stat")]  # SIGKILLed with their parent
+    assert os.listdir(private_scratch) == left  # SIGKILL runs no cleanup
+    assert verify("x86_64", sample=1, sweeps=False).verdicts
+    assert os.listdir(private_scratch) == []

@@ -6,7 +6,9 @@ import contextlib
 import json
 import os
 import platform
+import signal
 import sys
+import threading
 import warnings
 
 from . import analyze, bench
@@ -396,10 +398,34 @@ def plain_warnings():
         yield
 
 
+@contextlib.contextmanager
+def terminate_as_ctrl_c():
+    """SIGTERM and SIGHUP (kill, a closed terminal) act as Ctrl-C: the SIGINT handler in place runs, so the
+    probes, children and scratch directories are released as on Ctrl-C, and a step that holds Ctrl-C holds
+    them too. Only on the main thread, where Python runs signal handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def as_ctrl_c(signum, frame):
+        handler = signal.getsignal(signal.SIGINT)
+        if not callable(handler):  # SIGINT ignored or left to the OS: stop all the same, through the cleanup
+            raise KeyboardInterrupt
+        handler(signal.SIGINT, frame)
+
+    previous = {sig: signal.signal(sig, as_ctrl_c) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            if handler is not None:  # None: a handler not set from Python, which cannot be put back
+                signal.signal(sig, handler)
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        with plain_warnings():
+        with plain_warnings(), terminate_as_ctrl_c():
             return args.func(args)
     except LabError as err:
         print(f"error: {err}", file=sys.stderr)

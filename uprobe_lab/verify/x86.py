@@ -9,7 +9,6 @@ CPU cannot run (SIGILL without a probe) or whose two unprobed runs differ is ski
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -18,7 +17,7 @@ from ..errors import LabError
 from ..kernel import KERNELS, KernelVersion, kernel_for_release, modelled_kernel
 from . import x86_gen as G
 from . import x86_harness as H
-from ..native.code import find_exec_dir
+from ..native.code import scratch_dir
 from .x86_host import HostPool, cpu_flags
 from ..native.support import check_native_support
 from .x86_lab import lab_runs
@@ -207,7 +206,8 @@ def verify_x86(sample: int = 3000, seed: int = 1, classes=None, sweeps: bool = T
     avx512 = "avx512f" in cpu_flags()
     start = time.monotonic()
     verdicts: list[Verdict | None] = [None] * len(cases)
-    with tempfile.TemporaryDirectory(prefix="uprobe_lab-verify-", dir=_exec_dir()) as workdir:
+    # named after this process, so a run killed hard leaves a directory the next native run removes
+    with scratch_dir() as workdir:
         pool = HostPool(workdir, opmask=avx512, parallel=parallel, probe=probe)
         jobs = ((i, c.insn, c.flags) for i, c in enumerate(cases))
         for done, (i, report) in enumerate(pool.run(jobs), 1):
@@ -224,10 +224,6 @@ def verify_x86(sample: int = 3000, seed: int = 1, classes=None, sweeps: bool = T
             if "error" in report or host_answer(judge_host(report)) != host_answer(verdicts[i]):
                 verdicts[i].status = SKIP_FLAKY
     return VerifyReport(release, str(kernel), avx512, time.monotonic() - start, verdicts, probe)
-
-
-def _exec_dir() -> str:
-    return find_exec_dir()
 
 
 def counts(report: VerifyReport) -> Counter:

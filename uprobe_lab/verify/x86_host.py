@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from ..errors import LabError
 from ..native.libc import libc
-from ..native.perf import open_uprobe, read_count
+from ..native.perf import PR_SET_PDEATHSIG, open_uprobe, read_count, sigint_deferred
 from . import uprobe_multi, x86_harness as H
 
 PROT_READ, PROT_WRITE, PROT_EXEC = 1, 2, 4
@@ -185,12 +185,16 @@ class Job:
     offset: int = 0  # batch: this instruction's cell
 
 
-def _child(job: Job, run, w: int) -> None:
+def _child(job: Job, run, w: int, parent: int) -> None:
     """The forked child: run, send the report (length-prefixed pickle), exit without returning."""
     status = 0
     signal.signal(signal.SIGALRM, signal.SIG_DFL)  # its default action ends the child, whatever the parent set
     signal.alarm(CHILD_TIMEOUT_S)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C ends it, not the fork's hold in the parent
     try:
+        libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # dies with the parent, even one killed hard
+        if os.getppid() != parent:  # the parent died before the prctl: nobody is left to read the report
+            raise SystemExit
         try:
             report = run(job)
         except BaseException as err:  # noqa: BLE001 - the parent gets it as data
@@ -280,15 +284,18 @@ class HostPool:
                     if job is None:
                         exhausted = True
                         break
-                    r, w = os.pipe()
-                    pid = os.fork()
-                    if pid == 0:
-                        os.close(r)
-                        _child(job, child, w)
-                    os.close(w)
-                    children.add(pid)
-                    own_file = job.path if child is child_perf else None
-                    sel.register(r, selectors.EVENT_READ, [job.key, own_file, bytearray()])
+                    # Ctrl-C held: one raised in os.fork's hooks is lost, one after it leaves a child unreaped
+                    with sigint_deferred():
+                        r, w = os.pipe()
+                        parent = os.getpid()
+                        pid = os.fork()
+                        if pid == 0:
+                            os.close(r)
+                            _child(job, child, w, parent)
+                        os.close(w)
+                        children.add(pid)
+                        own_file = job.path if child is child_perf else None
+                        sel.register(r, selectors.EVENT_READ, [job.key, own_file, bytearray()])
                     pending += 1
                 if not pending:
                     if exhausted:
