@@ -153,9 +153,12 @@ def test_bench_cpu_is_a_model_setting(capsys, mode, words):
                   "--cpu is a --mode model setting", f"--mode {mode}", "add --mode model", *words)
 
 
-def test_verify_sample_is_not_negative(capsys):
-    fails_cleanly(capsys, ["verify", "--sample", "-1"], "--sample -1", "0 or more")
-    fails_cleanly(capsys, ["verify", "--arch", "arm64", "--sample", "-1"], "--sample -1")
+def test_verify_sample_is_not_negative_and_has_a_most(capsys):
+    fails_cleanly(capsys, ["verify", "--sample", "-1"], "--sample -1", "0 to 100000 on x86_64")
+    fails_cleanly(capsys, ["verify", "--arch", "arm64", "--sample", "-1"], "--sample -1", "0 to 2000 on arm64")
+    fails_cleanly(capsys, ["verify", "--sample", "99999999999999999999"], "--sample 99999999999999999999",
+                  "0 to 100000 on x86_64", "another --seed")
+    fails_cleanly(capsys, ["verify", "--arch", "arm64", "--sample", "2001"], "0 to 2000 on arm64")
 
 
 def test_verify_arm64_runs_the_sample_it_is_given(capsys, monkeypatch):

@@ -112,6 +112,8 @@ def test_unknown_arch_or_class_is_a_clear_error(monkeypatch):
         verify("x86_64", sample=1, kernel="5.4")
     with pytest.raises(LabError, match="unknown probe 'kprobe'"):
         verify("x86_64", sample=1, probe="kprobe")
+    with pytest.raises(LabError, match="sample 100001: the x86 referee runs 0 to 100000"):
+        verify("x86_64", sample=G.MAX_SAMPLE + 1)
     with pytest.raises(NativeUnavailable, match="EPERM"):  # good arguments reach the host check
         verify("x86_64", sample=1, classes=["nops"], kernel="6.18")
 

@@ -239,8 +239,13 @@ def cmd_verify(args) -> int:
         from .verify.x86_kernels import run_referee
 
         return run_referee([] if args.kernels == "all" else args.kernels.split(","), args.record, args.json)
-    if args.sample is not None and args.sample < 0:
-        raise LabError(f"--sample {args.sample}: the number of random instructions is 0 or more, e.g. --sample 300")
+    if args.sample is not None:
+        from .verify import arm64_cases, x86_gen
+
+        most = (arm64_cases if args.arch == "arm64" else x86_gen).MAX_SAMPLE
+        if not 0 <= args.sample <= most:
+            raise LabError(f"--sample {args.sample}: the number of random instructions is 0 to {most} on {args.arch} "
+                           "(for more, run again with another --seed), e.g. --sample 300")
     if args.arch == "arm64":  # Debian's arm64 kernel under QEMU: its sweep, random words after it, its own kernel
         x86_only = [flag for flag, value in (("--classes", args.classes), ("--no-sweeps", args.no_sweeps),
                                              ("--probe", args.probe)) if value]

@@ -195,6 +195,9 @@ def verify_x86(sample: int = 3000, seed: int = 1, classes=None, sweeps: bool = T
         raise LabError(f"unknown kernel {kernel!r}: the lab models {', '.join(KERNELS)}")
     if probe not in ("perf", "bpf"):
         raise LabError(f"unknown probe {probe!r}: choose perf or bpf")
+    if not 0 <= sample <= G.MAX_SAMPLE:
+        raise LabError(f"sample {sample}: the x86 referee runs 0 to {G.MAX_SAMPLE} random instructions; for more, "
+                       "run several seeds")
     check_native_support("x86_64")
     release = os.uname().release
     kernel = kernel or host_rules(release)

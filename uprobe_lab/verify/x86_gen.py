@@ -24,6 +24,9 @@ from ..x86 import asm
 from . import x86_harness as H
 
 CLASSES = ("1-byte", "0f", "prefixed", "VEX", "EVEX", "RIP-relative", "branches", "nops", "syscall")
+# each drawn case takes ~1 KB and ~1 ms; under perf uprobes each takes the kernel ~85 ms to tear down, one at a
+# time, so the most is a run of over two hours
+MAX_SAMPLE = 100_000
 
 # Not judged: they read clocks, counters, random numbers or CPU identity (two unprobed runs could
 # differ), wait on memory, or would break the child's own runtime (fs/gs base and selectors).
