@@ -458,3 +458,51 @@ def test_sigterm_and_sighup_end_a_command_through_its_cleanup(name):
     done = subprocess.run([sys.executable, "-c", STUCK_COMMAND.format(name=name)], capture_output=True, text=True,
                           timeout=60)
     assert (done.returncode, done.stdout, done.stderr) == (130, "cleaned up\n", "interrupted\n")
+
+
+# --- --kernel outside the modelled releases --------------------------------------------------------
+
+@pytest.mark.parametrize("argv", [["analyze", "90"], ["bench", "uprobe-nop", "--iterations", "10"],
+                                  ["bench", "uprobe-nop", "-p", "2", "--iterations", "10"]])
+@pytest.mark.parametrize("release", ["9.9", "7.4.1"])
+def test_a_release_past_the_newest_is_said_to_be_modelled_as_the_newest(capsys, argv, release):
+    assert cli.main([*argv, "--kernel", release]) == 0
+    assert (f"kernel {release}: newer than every release the lab models, so it is modelled as 7.3, the newest"
+            in capsys.readouterr().err)
+
+
+def test_analyze_says_which_row_answers_for_a_release_older_than_every_modelled_one(capsys):
+    assert cli.main(["analyze", "90", "--kernel", "5.4.302"]) == 0
+    assert capsys.readouterr().err.startswith("kernel 5.4.302: older than every modelled version; the lab's 6.10 row")
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["analyze", "90", "--kernel", "2.6"], "kernel 2.6 has no uprobes at all (they came in Linux 3.5 on x86_64, "
+                                           "4.10 on arm64)"),
+    (["analyze", "--arch", "arm64", "d503201f", "--kernel", "4.9"], "kernel 4.9 has no uprobes on arm64"),
+    (["bench", "--arch", "arm64", "uprobe-nop", "--kernel", "4.4"], "kernel 4.4 has no uprobes on arm64"),
+    (["bench", "uprobe-nop", "-p", "2", "--kernel", "3.4"], "kernel 3.4 has no uprobes at all"),
+    (["verify", "--kernel", "3.0"], "kernel 3.0 has no uprobes at all"),
+])
+def test_a_release_before_uprobes_is_refused(capsys, argv, words):
+    try:
+        code = cli.main(argv)
+    except SystemExit as exit_:  # refused by the option's type, as a release that is none is
+        code = exit_.code
+    err = capsys.readouterr().err
+    assert code == 2 and words in err and "give a newer release" in err and "Traceback" not in err
+
+
+def test_the_library_refuses_a_release_before_uprobes_too():
+    from uprobe_lab.errors import LabError
+    from uprobe_lab.kernel import kernel_for_release, release_rules
+
+    for ask in (kernel_for_release, release_rules):
+        with pytest.raises(LabError, match="kernel 2.6.32 has no uprobes at all"):
+            ask("2.6.32")
+    assert kernel_for_release("3.5").name == "3.5"
+
+
+def test_a_bad_arm64_word_is_the_only_line(capsys):
+    fails_cleanly(capsys, ["analyze", "--arch", "arm64", "zzzz", "--kernel", "6.18"],
+                  "'zzzz' is not an arm64 instruction word")

@@ -15,8 +15,8 @@ from . import analyze, bench
 from .arches import ARCHES
 from .constants import MAX_ITERATIONS
 from .errors import LabError
-from .kernel import (DEFAULT_KERNEL, KERNELS, RULES, kernel_for_release, major_minor, release_rules,
-                     row_for_release, unknown_sublevel_note, version_name)
+from .kernel import (DEFAULT_KERNEL, KERNELS, RULES, major_minor, kernel_for_release, outside_modelled,
+                     refuse_before_uprobes, release_rules, row_for_release, unknown_sublevel_note, version_name)
 from .outputs import OutputDir, output_file, write_output
 
 
@@ -40,6 +40,8 @@ def cmd_bench(args) -> int:
     options = {"stp": args.stp} if args.stp else {}
     if args.cpus is not None and args.mode == "model":
         raise LabError("-p is a --mode emulated or --mode native setting: the model prices one CPU's hit; drop -p")
+    if args.kernel:
+        refuse_before_uprobes(args.kernel, args.arch or "x86_64")
     # with -p the emulator runs the release's own rules (6.13's locks); otherwise the modelled row that answers
     kernel = args.kernel if args.cpus is not None else kernel_row(args.kernel) if args.kernel else DEFAULT_KERNEL
     if args.cpus is not None and args.kernel and args.mode == "emulated":
@@ -165,13 +167,15 @@ def model_rows(names, arch: str, kernel: str, cpu, options: dict) -> list[dict]:
 
 def cmd_analyze(args) -> int:
     options = {"stp": args.stp} if args.stp else {}
+    refuse_before_uprobes(args.kernel, args.arch)
     kernel = args.kernel
     if kernel not in KERNELS:  # a release: its own rules, stable backports from its sublevel (6.18.15 vs 6.18.34)
         kernel = kernel_for_release(kernel)
-    line = unknown_sublevel_note(args.kernel, args.arch)  # no sublevel: say which sublevels answer otherwise
-    if line:
-        print(line, file=sys.stderr)
-    result = analyze(args.insn, args.arch, kernel, **options)
+    result = analyze(args.insn, args.arch, kernel, **options)  # a bad instruction is refused before any note
+    # outside the modelled releases, or no sublevel: say what answers, and which sublevels answer otherwise
+    for line in ((outside_modelled(args.kernel) or (None, ""))[1], unknown_sublevel_note(args.kernel, args.arch)):
+        if line:
+            print(line, file=sys.stderr)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -376,8 +380,9 @@ def release_rules_note(release: str, arch: str) -> str | None:
     came = (f"a backport of {version_name(newest.since)}'s to {version_name(line)}.{newest.backports[line]}"
             if newest and newest.since > line else f"from {version_name(newest.since)}" if newest else "")
     has = f"the newest rule it has is {newest.name}, {came}" if newest else "it has none of the lab's rules"
+    outside = outside_modelled(text)
     return (f"kernel {text}: the emulator runs the lab's rules of every release up to it: a hit on one CPU is the "
-            f"{row} row's, and {has}")
+            f"{row} row's, and {has}" + (f"\n{outside[1]}" if outside else ""))
 
 
 def kernel_row(release: str) -> str:

@@ -104,6 +104,8 @@ RULES: list[Rule] = [
     Rule("per_cpu_nhit", "core", (6, 12), "10cdb82aa77f"),  # trace_uprobe's nhit++: per-CPU, not shared
 ]
 OLDEST: Release = (6, 10)  # the oldest modelled version: the int3 return trampoline, every long nop stepped
+# the first release with uprobes on each arch: x86 came with uprobes themselves (3.5), arm64's arch code in 4.10
+UPROBES_SINCE: dict[str, Release] = {"x86_64": (3, 5), "arm64": (4, 10)}
 
 
 @dataclass(frozen=True)
@@ -257,28 +259,57 @@ def modelled_row(line: Release, sublevel: int) -> str | None:
     return not_newer[-1] if not_newer else same[0] if same else older[-1]
 
 
+def refuse_before_uprobes(release: str, arch: str | None = None) -> None:
+    """LabError for a release older than uprobes on ``arch`` (None: on every arch, so older than x86's 3.5)."""
+    line = major_minor(release)
+    first = UPROBES_SINCE.get(arch, min(UPROBES_SINCE.values()))
+    if line is not None and line < first:
+        where = f"on {arch}" if arch in UPROBES_SINCE else "at all"
+        since = ", ".join(f"{version_name(v)} on {a}" for a, v in UPROBES_SINCE.items())
+        raise LabError(f"kernel {str(release).strip()} has no uprobes {where} (they came in Linux {since}); give a "
+                       f"newer release, e.g. --kernel {version_name(first)}, or a modelled version: {', '.join(KERNELS)}")
+
+
+def outside_modelled(release: str) -> tuple[str, str] | None:
+    """For a release older than the oldest modelled version or newer than the newest, (the row that answers for
+    it, the line saying so); None for any other."""
+    text, line = str(release).strip(), major_minor(release)
+    oldest, newest = min(KERNELS, key=major_minor), max(KERNELS, key=major_minor)
+    if line is None or text in KERNELS:
+        return None
+    if line < major_minor(oldest):
+        return oldest, (f"kernel {text}: older than every modelled version; the lab's {oldest} row answers for it "
+                        "(the int3 return trampoline and the stepped nop5 predate it)")
+    if line > major_minor(newest):
+        return newest, (f"kernel {text}: newer than every release the lab models, so it is modelled as {newest}, "
+                        f"the newest: the lab's {newest} row answers for it, and what changed after {newest} is not "
+                        "in the lab")
+    return None
+
+
 def row_for_release(release: str) -> tuple[str, str | None]:
     """The modelled row that answers for a kernel release ('7.3', '6.12.118+deb12-amd64', ``uname -r``) and,
-    unless the release is that row's own name, a line saying which row and why; LabError for anything else."""
+    unless the release is that row's own name, a line saying which row and why; LabError for anything else,
+    and for a release older than uprobes."""
     text = str(release).strip()
     if text in KERNELS:
         return text, None
+    if major_minor(text) is None:
+        raise LabError(f"{text!r} is not a kernel release: give one such as 7.3, 6.8.0-45-generic or $(uname -r), "
+                       f"or a modelled version: {', '.join(KERNELS)}")
+    refuse_before_uprobes(text)
+    outside = outside_modelled(text)
+    if outside:
+        return outside
     row = modelled_kernel(text)
-    if row is not None and major_minor(row) > major_minor(text):
+    if major_minor(row) > major_minor(text):
         took = ", ".join(f"{r.name} at {version_name(major_minor(text))}.{sub}"
                          for r, sub, gained in stable_changes(major_minor(text), "x86_64") if gained and r.new_version)
         return row, (f"kernel {text}: the lab's {row} row answers for it: its stable line took {row}'s "
                      f"{took}, so it hits as mainline {row} does")
-    if row is not None:
-        note = f"kernel {text}: the lab's {row} row answers for it (the newest modelled version not newer)"
-        later = unknown_sublevel_note(text, "x86_64")
-        return row, note + (f"\n{later}" if later else "")
-    if major_minor(text) is None:
-        raise LabError(f"{text!r} is not a kernel release: give one such as 7.3, 6.8.0-45-generic or $(uname -r), "
-                       f"or a modelled version: {', '.join(KERNELS)}")
-    oldest = min(KERNELS, key=major_minor)
-    return oldest, (f"kernel {text}: older than every modelled version; the lab's {oldest} row answers for it "
-                    "(the int3 return trampoline and the stepped nop5 predate it)")
+    note = f"kernel {text}: the lab's {row} row answers for it (the newest modelled version not newer)"
+    later = unknown_sublevel_note(text, "x86_64")
+    return row, note + (f"\n{later}" if later else "")
 
 
 def release_rules(release) -> KernelVersion:
@@ -290,6 +321,7 @@ def release_rules(release) -> KernelVersion:
     rel = major_minor(str(release))
     if rel is None:
         raise LabError(f"{release!r} is not a kernel release: give one such as 6.13 or 6.8.0-45-generic")
+    refuse_before_uprobes(str(release))
     sublevel = stable_sublevel(str(release))
     return kernel_of(_release_name(rel, sublevel), rel, sublevel)
 
@@ -317,6 +349,7 @@ def kernel_for_release(release: str, version: str | None = None) -> KernelVersio
     rel = major_minor(release)
     if rel is None:
         raise LabError(f"cannot read a kernel version from {release!r} (expected e.g. 6.1.0-57-arm64)")
+    refuse_before_uprobes(release)
     detail = f"{release}, {version}" if version else release
     # a release names its line at an unknown sublevel: stable backports count only where the sublevel is known
     sublevel = stable_sublevel(release, version)
