@@ -51,6 +51,22 @@ def test_a_chapter_that_is_not_one_gets_a_clear_error(folder, want, words, monke
         lecture.find_chapter(want, folder)
 
 
+@pytest.mark.parametrize("want", ["sub", "sub/", "."])
+def test_a_directory_given_as_the_chapter_is_named_as_one(folder, want, monkeypatch):
+    (folder / "sub").mkdir()
+    monkeypatch.chdir(folder)
+    with pytest.raises(LabError, match=rf"^{want} is a directory; give a chapter \(00, 01, 03, 03b, 07\)"):
+        lecture.find_chapter(want, folder)
+
+
+@pytest.mark.parametrize("flag", ["-h", "--help"])
+def test_help_prints_the_usage_and_serves_nothing(flag, capsys, monkeypatch):
+    monkeypatch.setattr(lecture, "serve", lambda *a: pytest.fail("served a lecture for --help"))
+    assert lecture.main([flag]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: ./lab lecture CHAPTER [voila args]") and "03b" in out and "--port=" in out
+
+
 @pytest.mark.parametrize("content", ["# not a notebook\n", "", "{\"cells\": 3}"])
 def test_a_file_that_is_not_a_notebook_is_named_as_such(tmp_path, content):
     path = tmp_path / "x.ipynb"

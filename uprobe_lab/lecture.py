@@ -68,6 +68,8 @@ def find_chapter(want: str, folder: Path = NOTEBOOKS) -> Path:
     path = Path(want)
     if path.is_file():  # whatever it holds: read_notebook says if it is not a notebook
         return path
+    if path.is_dir():
+        raise LabError(f"{want} is a directory; give a chapter ({listing}) or a notebook's path, e.g. ./lab lecture 01")
     if path.suffix == ".ipynb" or os.sep in want:
         raise LabError(f"{want}: no such notebook; give a chapter ({listing}) or a notebook's path")
     if want in known:
@@ -190,9 +192,14 @@ def stop_server(server: subprocess.Popen, timeout_s: float = 10) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    usage = (f"usage: ./lab lecture CHAPTER [voila args]   (CHAPTER: {', '.join(chapters())}, or a notebook's "
+             "path)")
+    if argv[:1] in (["-h"], ["--help"]):
+        print(f"{usage}\n\nServes the chapter as slides (Voila): short text, outputs and widgets; no code, exercises "
+              "or printed walks.\nThe arguments after CHAPTER go to Voila, e.g. --port=8866 --no-browser.")
+        return 0
     if not argv:
-        print(f"usage: ./lab lecture CHAPTER [voila args]   (CHAPTER: {', '.join(chapters())}, or a notebook's "
-              "path)", file=sys.stderr)
+        print(usage, file=sys.stderr)
         return 2
     try:
         return serve(argv[0], argv[1:])
