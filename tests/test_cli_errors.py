@@ -506,3 +506,16 @@ def test_the_library_refuses_a_release_before_uprobes_too():
 def test_a_bad_arm64_word_is_the_only_line(capsys):
     fails_cleanly(capsys, ["analyze", "--arch", "arm64", "zzzz", "--kernel", "6.18"],
                   "'zzzz' is not an arm64 instruction word")
+
+
+@pytest.mark.parametrize("argv, flags", [(["--record", "run.json"], "--record"),
+                                         (["--kernel-deb", "k.deb", "--record", "r.json"], "--record, --kernel-deb"),
+                                         (["--kernel-package", "linux-image-6.12.117+deb13-arm64"], "--kernel-package")])
+def test_verify_on_x86_refuses_the_arm64_referees_settings(capsys, monkeypatch, tmp_path, argv, flags):
+    import uprobe_lab.verify as verify_mod
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(verify_mod, "verify", lambda *a, **k: pytest.fail("ran, leaving the setting unused"))
+    fails_cleanly(capsys, ["verify", *argv], f"{flags}: settings of the arm64 referee (--arch arm64",
+                  "drop them, or add --arch arm64")
+    assert os.listdir(tmp_path) == []

@@ -259,6 +259,12 @@ def cmd_verify(args) -> int:
         options = {"package": args.kernel_package, "deb": args.kernel_deb, "record": args.record,
                    "sample": args.sample or 0, "seed": args.seed}
     else:
+        arm64_only = [flag for flag, value in (("--record", args.record), ("--kernel-package", args.kernel_package),
+                                               ("--kernel-deb", args.kernel_deb)) if value]
+        if arm64_only:
+            raise LabError(f"{', '.join(arm64_only)}: settings of the arm64 referee (--arch arm64; --record also of "
+                           "--kernels); this run asks the host's own kernel and prints its report (--json for JSON): "
+                           "drop them, or add --arch arm64")
         options = {"sample": 3000 if args.sample is None else args.sample, "seed": args.seed, "classes": args.classes,
                    "sweeps": not args.no_sweeps, "kernel": args.kernel, **({"probe": args.probe} if args.probe else {})}
     with _verify_progress(args.json) as progress:
