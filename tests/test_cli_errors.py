@@ -71,6 +71,19 @@ def test_predict_refuses_a_binary_file_and_a_directory(capsys, files, tmp_path):
     fails_cleanly(capsys, ["predict", "--measured", str(tmp_path), "--to", "6.11"], "is a directory")
 
 
+def test_predict_refuses_a_named_pipe_without_waiting_for_a_writer(capsys, tmp_path):
+    import subprocess
+    import sys
+
+    fifo = tmp_path / "rates"
+    os.mkfifo(fifo)
+    done = subprocess.run([sys.executable, "-m", "uprobe_lab", "predict", "--measured", str(fifo), "--to", "6.11"],
+                          capture_output=True, text=True, timeout=60)  # the old reader blocked here for ever
+    assert done.returncode == 2 and done.stderr.startswith(f"error: --measured {fifo} is not a regular file (a named "
+                                                           "pipe or a device); save the measurements to a file first")
+    fails_cleanly(capsys, ["predict", "--measured", "/dev/null", "--to", "6.11"], "is not a regular file")
+
+
 def test_predict_out_must_be_a_writable_file(capsys, files, tmp_path):
     measured = files("good.csv", HEADER + GOOD_ROWS)
     fails_cleanly(capsys, ["predict", "--measured", measured, "--to", "6.11", "--out", str(tmp_path)],

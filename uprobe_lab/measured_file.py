@@ -102,6 +102,9 @@ def read_measured(path: str):
              "your machine), or the output of bench --mode native --json")
     if os.path.isdir(path):
         raise LabError(f"--measured {path} is a directory; give {shape}")
+    if os.path.exists(path) and not os.path.isfile(path):  # a named pipe would block, and it is read more than once
+        raise LabError(f"--measured {path} is not a regular file (a named pipe or a device); save the measurements "
+                       f"to a file first and give {shape}")
     header = []  # a CSV's column names as written (JSON rows have no header)
     try:
         with open(path, "rb") as f:
