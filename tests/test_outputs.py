@@ -211,3 +211,14 @@ def test_a_link_planted_after_the_checks_is_replaced_not_written_through(users_d
     outputs.write_output(users_dir / "run.json", '{"new": 1}')
     assert (tmp_path / "hard").read_text() == "{}" and ours.read_text() == '{"new": 1}'
     assert not [p for p in users_dir.iterdir() if p.name.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("empty", ["", "  "])
+def test_the_example_program_is_not_built_into_the_working_directory_for_an_empty_path(empty, tmp_path,
+                                                                                         monkeypatch):
+    from uprobe_lab import own_program
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(LabError, match=r"build_example's directory is empty; give a new directory"):
+        own_program.build_example(empty)
+    assert os.listdir(tmp_path) == []

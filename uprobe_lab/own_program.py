@@ -367,7 +367,9 @@ def build_example(directory: str | Path, pie: bool = True) -> Path:
     without a C compiler, naming the package that brings one. ``pie=False`` links it at a fixed address
     (``-no-pie``, 0x400000 on x86-64), where a function's address is no longer its offset in the file; that
     build is named ``tick-no-pie``."""
-
+    if not str(directory).strip():  # Path("") is ".": the program would land wherever the notebook runs
+        raise LabError("build_example's directory is empty; give a new directory, e.g. "
+                       "build_example(tempfile.mkdtemp())")
     cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if cc is None:
         raise LabError("no C compiler here (Debian/Ubuntu: apt install gcc; Fedora: dnf install gcc): the chapter "
