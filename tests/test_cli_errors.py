@@ -532,3 +532,25 @@ def test_verify_on_x86_refuses_the_arm64_referees_settings(capsys, monkeypatch, 
     fails_cleanly(capsys, ["verify", *argv], f"{flags}: settings of the arm64 referee (--arch arm64",
                   "drop them, or add --arch arm64")
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("cpus", [[], ["-p", "2"]])
+def test_an_unknown_native_bench_is_named_before_any_cpu_is_pinned_or_held(capsys, monkeypatch, cpus):
+    import contextlib
+    import warnings
+
+    from native_support import require_native
+    from uprobe_lab.native import bench as native_bench
+    from uprobe_lab.native import many_cpus
+
+    require_native()
+
+    @contextlib.contextmanager
+    def busy(*args):
+        warnings.warn("every CPU this process may use runs another lab bench")
+        yield
+
+    monkeypatch.setattr(native_bench, "pinned_to_one_cpu", busy)
+    monkeypatch.setattr(many_cpus, "held_cpu", busy)
+    fails_cleanly(capsys, ["bench", "--mode", "native", *cpus, "nosuch"], "unknown native bench(es) 'nosuch'",
+                  "known: usermode-count")

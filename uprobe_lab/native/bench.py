@@ -31,6 +31,7 @@ from ..machine_scaling import calls_lasting
 from ..sites import LEA_RSP_MINUS_0X80, calls_uprobe_trampoline
 from ..usdt import LIBBPFS, has_uprobe_syscall, usdt_probe_offset
 from .bpf import BpfCounter
+from .arch import load_bench_program
 from .code import MAX_CALLS, NativeCode
 from .host import kernel_release, parse_maps
 from .perf import bench_trigger_event
@@ -58,6 +59,16 @@ EXTRA_BENCH_NAMES = tuple(n for n in bench_names() if n not in BENCH_NAMES)
 def available_benches(program) -> list[str]:
     """Bench names whose target exists in ``program`` (the nop5, nop10 and usdt ones are x86-only)."""
     return [n for n in BENCH_NAMES + EXTRA_BENCH_NAMES if bench_spec(n).target in program.symbols]
+
+
+def host_benches(arch: str, names: list[str]) -> list[str]:
+    """The benches ``arch``'s bench program has; ValueError naming any of ``names`` it lacks. Asked before a CPU is
+    pinned or held, so a mistyped name is the one thing said."""
+    have = available_benches(load_bench_program(arch)())
+    unknown = [n for n in names if n not in have]
+    if unknown:
+        raise ValueError(f"unknown native bench(es) {', '.join(map(shown, unknown))} on {arch}; known: {', '.join(have)}")
+    return have
 
 
 @contextlib.contextmanager
@@ -268,13 +279,9 @@ def run_native_benches(names: Iterable[str] | None = None, iterations: int = DEF
     if iterations >= MAX_CALLS:
         raise ValueError(f"iterations must be below 2**64 (the loop count is one 64-bit register), got {iterations}")
     arch = check_native_support(arch)
+    have = host_benches(arch, names or [])
+    wanted = [n for n in BENCH_NAMES if n in have] if names is None else names
     with pinned_to_one_cpu(), NativeCode(arch) as nc:
-        have = available_benches(nc.program)
-        wanted = [n for n in BENCH_NAMES if n in have] if names is None else names
-        unknown = [n for n in wanted if n not in have]
-        if unknown:
-            raise ValueError(f"unknown native bench(es) {', '.join(map(shown, unknown))} on {arch}; "
-                             f"known: {', '.join(have)}")
         rows = {n: run_bench(nc, n, iterations, repeats, progress) for n in wanted
                 if bench_spec(n, arch).probe is not None}
         shortest = min((r for r in rows.values() if r.get("mops")), key=_interval_seconds, default=None)

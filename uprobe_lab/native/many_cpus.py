@@ -25,7 +25,7 @@ from typing import Callable, Iterable
 
 from ..bench import bench_spec
 from ..errors import LabError, is_int
-from .bench import available_benches, calls_filling, cpu_lock, cpu_lock_holder, open_bench_event
+from .bench import calls_filling, cpu_lock, cpu_lock_holder, host_benches, open_bench_event
 from .bpf import BpfCounter
 from .code import NativeCode
 from .host import kernel_release
@@ -175,15 +175,12 @@ def run_native_benches_on_cpus(names: Iterable[str] | None, cpus: int, iteration
     if not (is_int(iterations) and is_int(repeats)) or iterations < 1 or repeats < 1:
         raise ValueError(f"iterations and repeats are ints >= 1, got {iterations!r} and {repeats!r}")
     arch = check_native_support(None)
+    wanted = list(names or MANY_CPU_BENCHES)
+    host_benches(arch, wanted)
     chosen = producer_cpus(cpus)
     with contextlib.ExitStack() as held, NativeCode(arch) as nc:
         for cpu in chosen:
             held.enter_context(held_cpu(cpu, lock_wait_s))
-        have = available_benches(nc.program)
-        wanted = list(names or MANY_CPU_BENCHES)
-        unknown = [n for n in wanted if n not in have]
-        if unknown:
-            raise ValueError(f"unknown native bench(es) {', '.join(unknown)}; known: {', '.join(have)}")
         rows = [_run_row(nc, n, chosen, iterations, repeats, progress, one_cpu) for n in wanted]
         if baselines:
             rows += _run_baselines(nc, [b for b in BASELINES if b not in wanted], rows, chosen, iterations, repeats,
