@@ -344,7 +344,7 @@ def kernel_for_release(release: str, version: str | None = None) -> KernelVersio
     6.10 hits like 6.10 on one CPU, as the int3 return trampoline predates it, but keeps the lock rules from
     before 6.10: no treelock_rwlock, no perf_filter_nr_systemwide), or from the stable sublevel it was backported to
     (the sublevel comes from ``version``, e.g. Debian's package version 6.1.192-3, or from the release itself).
-    Stable backports not listed in the table are not modelled.
+    Stable backports not listed in the table are not modelled. A release older than uprobes (3.5) is refused.
     """
     rel = major_minor(release)
     if rel is None:
