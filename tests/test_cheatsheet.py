@@ -65,3 +65,16 @@ def test_the_shared_writes_it_names_are_the_models_per_release():
     free = re.search(r"From (\d\.\d+) a hit on an emulated instruction shares nothing", text).group(1)
     writes = shared_writes("uprobe-nop", [last_all, *still, free])
     assert writes[last_all] == 9 and all(writes[r] == 2 for r in still) and writes[free] == 0
+
+
+def test_an_exception_costs_what_the_fitted_x86_profiles_say_in_syscalls():
+    """"*exc* ... as dear as two and a half to four and a half syscalls": the exception/syscall price ratio of each
+    fitted x86 profile, rounded to the half, spans exactly that range."""
+    from uprobe_lab.model import PROFILES, get_profile, profile_names
+    words = {"two and a half": 2.5, "three": 3.0, "three and a half": 3.5, "four": 4.0, "four and a half": 4.5,
+             "five": 5.0}
+    text = " ".join(SHEET.split())
+    low, high = re.search(r"as dear as ([a-z ]+?) to ([a-z ]+?) syscalls", text).groups()
+    ratios = [p.prices["exception"] / p.prices["syscall"]
+              for p in (get_profile(n) for n in profile_names() if PROFILES[n][1] == "x86_64")]
+    assert round(min(ratios) * 2) / 2 == words[low] and round(max(ratios) * 2) / 2 == words[high]
