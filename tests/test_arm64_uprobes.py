@@ -183,6 +183,25 @@ def test_stp_misaligned_new_sp_is_sigsegv_but_sp_and_pc_move():
     assert new_sp == sp - 8 and pc == TEXT + 4
 
 
+def test_v1_failed_copy_is_sigsegv_and_sp_and_pc_stay():
+    """v1's simulate_stp_fp_lr_sp_64b: if (copy_to_user(...)) { force_sig(SIGSEGV); return; } comes before
+    regs->sp = new_sp and the pc update. sp at the stack's bottom, nothing mapped below it."""
+    proc = _stp_proc(STP_FP_LR, probe=True, stp_store="uaccess")
+    lo = STACK_TOP - 0x21000
+    result, sp, pc, *_ = _run_stp(proc, lo, 0x1111, 0x2222)
+    assert result.signal == "SIGSEGV" and "cannot store" in result.reason
+    assert (sp, pc) == (lo, TEXT)
+
+
+def test_v1_has_no_alignment_check_and_stores_below_a_misaligned_new_sp():
+    """v1 has no stack_align_check: copy_to_user stores at new sp = sp - 8, and sp and pc move."""
+    proc = _stp_proc(asm.stp(29, 30, 31, -8), probe=True, stp_store="uaccess")
+    sp = STACK_TOP - 0x800
+    result, new_sp, pc, *_ = _run_stp(proc, sp, 0x1111, 0x2222)
+    assert result.ok and new_sp == sp - 8 and pc == TEXT + 4
+    assert proc.read_u64(sp - 8) == 0x1111 and proc.read_u64(sp) == 0x2222
+
+
 def test_stp_misaligned_without_alignment_check_stores():
     proc = _stp_proc(asm.stp(29, 30, 31, -8), probe=True, sp_alignment_check=False)
     sp = STACK_TOP - 0x800
@@ -196,7 +215,7 @@ def test_stp_misaligned_without_alignment_check_stores():
 def test_stp_into_a_guard_page_stores_only_through_the_forced_pin(perms, store, stored):
     """sp at the stack's lowest address, a guard page below it: the stp's store lands in the guard page.
     The seed pins with FOLL_WRITE | FOLL_FORCE, and mm/gup.c check_vma_flags() lets a forced write into
-    a !VM_WRITE vma through when is_cow_mapping() (private): the pair is stored and the task runs on.
+    a !VM_WRITE vma through when is_cow_mapping() (private): the pair is stored, with no signal.
     A shared read-only page fails the pin, and v1's uaccess stores fault as the stp itself does."""
     word = STP_FP_LR
     lo = STACK_TOP - 0x21000
@@ -206,7 +225,10 @@ def test_stp_into_a_guard_page_stores_only_through_the_forced_pin(perms, store, 
     proc = _stp_proc(word, probe=True, stp_store=store)
     proc.map("guard", lo - 0x1000, 0x1000, perms)
     result, sp, pc, *_ = _run_stp(proc, lo, 0x1111, 0x2222)
-    assert (sp, pc) == (lo - 16, TEXT + 4)  # moved either way ("goto done")
+    if store == "uaccess":  # v1 returns on a failed copy_to_user before it moves sp or pc
+        assert (sp, pc) == (lo, TEXT)
+    else:
+        assert (sp, pc) == (lo - 16, TEXT + 4)  # v2 moves them either way ("goto done")
     if stored:
         assert result.ok and proc.read(lo - 16, 16) == (0x1111).to_bytes(8, "little") + (0x2222).to_bytes(8, "little")
         assert proc.trace.counts["pages_pinned"] == 2  # new sp's page (the guard) up to old sp's page
@@ -281,9 +303,11 @@ def test_near_misses_are_stepped_not_simulated(word):
     assert result.ok and ev["xol_steps"] == 1 and ev["exc_step"] == 1 and "emulated" not in ev
 
 
-def test_mte_turns_the_simulation_off():
-    proc = _stp_proc(STP_FP_LR, probe=True, mte=True)
-    assert proc.mm.probes[TEXT].auprobe.action == "xol"
+@pytest.mark.parametrize("store,action", [("pin", "xol"), ("uaccess", "simulate")])
+def test_mte_turns_only_v2s_simulation_off(store, action):
+    """The seed (v2) decodes the stp only if !system_supports_mte(); v1 had no MTE check."""
+    proc = _stp_proc(STP_FP_LR, probe=True, mte=True, stp_store=store)
+    assert proc.mm.probes[TEXT].auprobe.action == action
 
 
 # --- BRK handling ----------------------------------------------------------------------------

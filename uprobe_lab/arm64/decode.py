@@ -186,7 +186,8 @@ def arm_probe_decode_insn(insn: int, kernel=None) -> tuple[str, str, str]:
 
 
 def arm_uprobe_decode_special_insn(insn: int, stp: str, mte: bool) -> str:
-    """The seed's hook before arm_probe_decode_insn: the STP fp/lr simulation, only without MTE."""
+    """The seed's hook before arm_probe_decode_insn: the STP fp/lr simulation, only without MTE (``mte`` is
+    False for v1, which had no MTE check)."""
     if stp == "simulate" and not mte and stp_sim.aarch64_insn_is_stp_fp_lr_sp_64b(insn):
         return "simulate_stp_fp_lr_sp_64b"
     return ""

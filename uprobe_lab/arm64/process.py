@@ -51,7 +51,7 @@ class Arm64Process(EmulatedProcess):
 
     ``stp``: how a probed ``stp x29, x30, [sp, #imm]!`` runs - "xol" (upstream) or "simulate"
     (the unmerged patch); ``stp_store``: "pin" (the seed's v2) or "uaccess" (v1);
-    ``mte``: the system supports MTE (turns the simulation off); ``sp_alignment_check``:
+    ``mte``: the system supports MTE (turns v2's simulation off; v1 had no such check); ``sp_alignment_check``:
     SCTLR_EL1.SA0, on as in Linux.
     """
 
@@ -71,7 +71,7 @@ class Arm64Process(EmulatedProcess):
         super().__init__(kernel, record)
         if stp_store not in STP_STORES:
             raise LabError(f"stp_store must be one of {', '.join(STP_STORES)}, got {stp_store!r}")
-        self.arch_ops = Arm64ArchOps(stp or "xol", mte)
+        self.arch_ops = Arm64ArchOps(stp or "xol", mte, stp_store)
         self.syscalls.update(traps.syscall_table(self.kernel))
         self.stp_store = stp_store
         self.sp_alignment_check = sp_alignment_check

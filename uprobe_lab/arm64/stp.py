@@ -4,15 +4,17 @@ Most arm64 function entries start with ``stp x29, x30, [sp, #imm]!``. Upstream s
 out of line (BRK, step in the XOL slot, a second exception for the hardware step). The patch
 simulates it in the BRK handler instead. Two forms were posted:
 
-* v1 (``store="uaccess"``): one ``copy_to_user`` of fp and lr (16 bytes; with PAN it stores with two
-  STTRs). Mark Rutland objected that two stores cannot give STP's single-copy atomicity and ordering
-  (MTE, POE...).
+* v1 (``store="uaccess"``, <20240814080356.2639544-1-liaochang1@huawei.com>): one ``copy_to_user`` of fp
+  and lr (16 bytes; with PAN it stores with two STTRs), with no sp alignment check; on a failed copy it
+  sends SIGSEGV and returns before it moves sp or pc. Mark Rutland objected that two stores cannot give
+  STP's single-copy atomicity and ordering (MTE, POE...).
 * v2, the seed (``store="pin"``, the default): pin the user stack pages (get_user_pages_fast),
-  map them into the kernel (kmap_local_page / vmap) and run a real ``stp`` there.
+  map them into the kernel (kmap_local_page / vmap) and run a real ``stp`` there; it checks the new
+  sp's alignment, and its SIGSEGV paths still move sp and pc.
 
-Both only where the system has no MTE (``arm_uprobe_decode_special_insn``). Review asked to go
-back to the v1 form; no version was merged. Costs are reported as events: ``pages_pinned`` for
-v2, one ``uaccess_copies`` of 16 ``uaccess_bytes`` for v1.
+v2 simulates only where the system has no MTE (``arm_uprobe_decode_special_insn``); v1 has no MTE check.
+Review asked to go back to the v1 form; no version was merged. Costs are reported as events:
+``pages_pinned`` for v2, one ``uaccess_copies`` of 16 ``uaccess_bytes`` for v1.
 """
 from __future__ import annotations
 
@@ -103,27 +105,28 @@ def gup_force_write_ok(mapping) -> bool:
 
 
 def simulate_stp_fp_lr_sp_64b(proc, word: int, addr: int, regs) -> None:
-    """The seed's simulate_stp_fp_lr_sp_64b(): store fp, lr as one pair below sp; sp = new_sp; pc += 4.
+    """The patch's simulate_stp_fp_lr_sp_64b() (arch/arm64/kernel/probes/simulate-insn.c in both versions): store
+    fp, lr as one pair below sp; sp = new_sp; pc += 4. ``proc.stp_store`` picks v2, the seed, or v1.
 
-    As in the seed, the SIGSEGV paths (misaligned new sp, pages that cannot be pinned) still
-    update sp and pc ("goto done"). ``proc.stp_store`` picks the v2 page-pinning store (the seed)
-    or v1's ``copy_to_user``.
-
-    The v2 pin passes FOLL_FORCE, so it stores into a private page the task may not write (a
+    v2 (the seed) checks the new sp's alignment and pins the pages; its SIGSEGV paths still update sp and
+    pc ("goto done"). The pin passes FOLL_FORCE, so it stores into a private page the task may not write (a
     read-only or PROT_NONE guard page under the stack), where the stp itself, or v1's copy, fault.
+    v1 makes one copy_to_user with no alignment check; when the copy fails it sends SIGSEGV and returns,
+    leaving sp and pc where they were.
     """
     imm7 = (word >> 15) & 0x7F
     old_sp = regs.sp
     new_sp = (old_sp + (sign_extend(imm7, 6) << 3)) & MASK64
     fp, lr = regs.get("x29"), regs.get("x30")
     pair = fp.to_bytes(8, "little") + lr.to_bytes(8, "little")
-    if not stack_align_check(proc, new_sp):
-        proc.force_sig("SIGSEGV", f"stp x29, x30: new sp {new_sp:#x} is not 16-byte aligned (SCTLR_EL1.SA0)")
-    elif proc.stp_store == "uaccess":
+    if proc.stp_store == "uaccess":
         # v1: copy_to_user((void __user *)new_sp, buf, sizeof(buf)), one call; it stores up to the first
         # byte it cannot write, and its two STTRs together are not one single-copy atomic pair
         if not proc.copy_to_user(new_sp, pair):
             proc.force_sig("SIGSEGV", f"stp x29, x30: cannot store to the user stack at {new_sp:#x}")
+            return
+    elif not stack_align_check(proc, new_sp):
+        proc.force_sig("SIGSEGV", f"stp x29, x30: new sp {new_sp:#x} is not 16-byte aligned (SCTLR_EL1.SA0)")
     else:
         nr_pages = (old_sp >> 12) - (new_sp >> 12) + 1
         pages = [(new_sp & ~(PAGE_SIZE - 1)) + i * PAGE_SIZE for i in range(max(nr_pages, 0))]

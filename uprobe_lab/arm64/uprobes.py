@@ -108,19 +108,22 @@ def arch_uretprobe_trampoline(proc) -> bytes:
 
 
 class Arm64ArchOps:
-    """``proc.arch_ops`` of an arm64 process (uprobe_lab.arch_ops.ArchOps), with its STP/MTE setting."""
+    """``proc.arch_ops`` of an arm64 process (uprobe_lab.arch_ops.ArchOps), with its STP/MTE setting.
+
+    ``store`` is the STP simulation's version: the seed's v2 ("pin") simulates only without MTE, v1
+    ("uaccess") had no MTE check."""
 
     MAX_UINSN_BYTES = MAX_UINSN_BYTES
     UPROBE_XOL_SLOT_BYTES = UPROBE_XOL_SLOT_BYTES
     TASK_SIZE = TASK_SIZE
 
-    def __init__(self, stp: str = "xol", mte: bool = False):
+    def __init__(self, stp: str = "xol", mte: bool = False, store: str = "pin"):
         if stp not in STP_MODES:
             raise LabError(f"stp must be one of {', '.join(STP_MODES)}, got {stp!r}")
-        self.stp, self.mte = stp, mte
+        self.stp, self.mte, self.store = stp, mte, store
 
     def arch_uprobe_analyze_insn(self, raw: bytes, vaddr: int, kernel=None) -> ArchUprobe:
-        return arch_uprobe_analyze_insn(raw, vaddr, kernel, self.stp, self.mte)
+        return arch_uprobe_analyze_insn(raw, vaddr, kernel, self.stp, self.mte and self.store == "pin")
 
     set_swbp = staticmethod(set_swbp)
     set_orig_insn = staticmethod(set_orig_insn)

@@ -123,9 +123,10 @@ for store in ("pin", "uaccess"):
     answer[store] = "stored" if r["stored"] else r["signal"]""",
     explanation="v2 pins with FOLL_WRITE | FOLL_FORCE, and `check_vma_flags` lets a forced write into a private "
                 "(copy-on-write) mapping without VM_WRITE, as it does for a debugger's poke: the pair lands in the "
-                "guard page and the task runs on, its stack grown into the guard unnoticed. v1's `copy_to_user` "
-                "stores with the task's own permissions and faults as the `stp` itself would: SIGSEGV, though, as "
-                "on every failure path of the seed, sp and pc still move.",
+                "guard page with no signal, and sp moves into the guard page and pc past the `stp`, where the "
+                "unprobed `stp` faults. v1's `copy_to_user` stores with the task's own permissions and faults as "
+                "the `stp` itself would: SIGSEGV, and v1 returns before it moves sp or pc, so they stay at the "
+                "`stp`.",
     expected=_guard_page,
     judge=j.per_item(j.word, j.choice(GUARD_OUTCOMES, _outcome), lambda store, want: GUARD_CLUES[store]),
     why=lambda e: "The lab's model of the seed: " + ", ".join(
