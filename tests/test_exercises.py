@@ -31,7 +31,7 @@ WRONG = {
     "01.4": (("c3", "emulate"), "ret: not emulate - look again at which of the three rules"),
     "02.1": ({"6.10": 2, "6.11": 1, "6.16": 1}, "6.10: the nop5 is stepped out of line"),  # only 0x90 emulated then
     "02.2": ({"exceptions": 1, "syscalls": 1}, "syscalls: does a 32-bit task's return enter"),  # 6.18's 64-bit bill
-    "02.3": ("trampoline", "Not trampoline. Which address does handle_trampoline() put into regs->ip"),
+    "02.3": ("trampoline", "Not trampoline. Which address does uprobe_handle_trampoline() put into regs->ip"),
     "02.4": (13, "13 is too high: 0xd is where the merged trampoline's syscall ends"),  # the merged trampoline's offset; the broken one lacks 51 and 41 53, 3 bytes
     "02.5": (0, "0 is too low: 0 is the trampoline's own rsp"),  # the pushes not undone
     "02.6": (("uretprobe-ret", "6.11", {"exceptions": 1}), "exceptions: 1 is too low"),
@@ -95,7 +95,7 @@ EXPECTED = {
     # arch_uretprobe_trampoline() gives the syscall trampoline to 64-bit tasks only (user_64bit_mode): a compat
     # task returns through slot 0's int3 on 6.18 too, so the nop's int3 + the trampoline's int3, no syscall
     "02.2": {"exceptions": 2, "syscalls": 0},
-    # handle_trampoline() sets regs->ip to ri->orig_ret_vaddr before handle_uretprobe_chain()
+    # uprobe_handle_trampoline() sets regs->ip to ri->orig_ret_vaddr before handle_uretprobe_chain()
     "02.3": "caller",
     # broken: 50 (push rax, 1) + 48 c7 c0 4f 01 00 00 (mov $335,%rax, 7) + 0f 05 (syscall, 2): syscall leaves the
     # next rip, [uprobes]+10, in rcx, and sys_uretprobe's regs->cx = regs->ip for sysret keeps it

@@ -101,7 +101,7 @@ def _consumer_ip_judge(answer, expected) -> tuple[bool, str]:
     ok, said = j.choice(IP_PLACES)(answer, expected)
     if ok:
         return True, ""
-    return False, (f"{said} Which address does handle_trampoline() put into regs->ip before it runs the "
+    return False, (f"{said} Which address does uprobe_handle_trampoline() put into regs->ip before it runs the "
                    "return consumers?")
 
 
@@ -119,10 +119,10 @@ from uprobe_lab.x86.uretprobe_programs import return_consumer_regs
 proc, seen = return_consumer_regs("6.11")   # stepper_caller -> return-probed stepper_target
 place = where(proc, seen["ip"])              # "stepper_caller+0x19"
 answer = "caller" if place.startswith("stepper_caller") else place""",
-    explanation="`handle_trampoline()` (kernel/events/uprobes.c) sets `regs->ip` to the return instance's "
-                "`orig_ret_vaddr` before it runs the chain: the consumer sees the program as if the function had "
-                "just returned, at `stepper_caller+0x19`. `sys_uretprobe` then puts that address into rax's slot "
-                "for the trampoline's `ret`.",
+    explanation="`uprobe_handle_trampoline()` (kernel/events/uprobes.c), which `sys_uretprobe` calls, sets "
+                "`regs->ip` to the return instance's `orig_ret_vaddr` before it runs the chain: the consumer sees "
+                "the program as if the function had just returned, at `stepper_caller+0x19`. `sys_uretprobe` then "
+                "puts that address into rax's slot for the trampoline's `ret`.",
     expected=_consumer_ip_place,
     judge=_consumer_ip_judge,
     why=lambda e: f"The lab's return consumer was shown an ip in the {e}'s code.",
