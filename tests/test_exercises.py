@@ -11,8 +11,8 @@ import nbformat
 import pandas as pd
 import pytest
 
-from uprobe_lab import exercises
-from uprobe_lab.exercises import judges, notebook
+from uprobe_lab import KERNELS, UnprobeableInstruction, exercises
+from uprobe_lab.exercises import ch02, ch03, ch03b, judges, notebook
 from uprobe_lab.views.stepper import probed_stepper
 
 IDS = list(exercises.all_exercises())
@@ -34,16 +34,19 @@ WRONG = {
     "02.3": ("trampoline", "Not trampoline. Which address does uprobe_handle_trampoline() put into regs->ip"),
     "02.4": (13, "13 is too high: 0xd is where the merged trampoline's syscall ends"),  # the merged trampoline's offset; the broken one lacks 51 and 41 53, 3 bytes
     "02.5": (0, "0 is too low: 0 is the trampoline's own rsp"),  # the pushes not undone
-    "02.6": (("uretprobe-ret", "6.11", {"exceptions": 1}), "exceptions: 1 is too low"),
+    # uretprobe-ret takes 2 or 3 exceptions per hit: "too low" leaves two counts
+    "02.6": (("uretprobe-ret", "6.11", {"exceptions": 1}), "exceptions: 1 is too low - count the entry's traps"),
     "03.1": ({"exceptions": 0, "syscalls": 2}, "exceptions: what does 6.18 do at the entry"),  # uretprobe-nop5's bill
     "03.2": (0x441F, "17439 is too low"),  # the offset alone: the call counts from the end of its 5 bytes
     "03.3": ({"0x400ffb": "emulate", "0x400ffc": "emulate"}, "0x400ffb: how many of its five bytes are left"),
     "03.4": ({-0x8}, "Missing 1"),
-    "03.5": (("uretprobe-nop5", "6.18", {"exceptions": 1, "syscalls": 1}), "exceptions: 1 is too high"),
+    # below 1 only 0 is left: no direction, a clue
+    "03.5": (("uretprobe-nop5", "6.18", {"exceptions": 1, "syscalls": 1}), "exceptions: 1 is not it - count the entry"),
     "03b.1": ("emulate", "Not emulate: 7.3 emulates an instruction only once it is past the generic instruction checks"),
     "03b.2": ({"uretprobe-nop5": {"exceptions": 0, "syscalls": 2}, "uretprobe-nop10": {"exceptions": 0, "syscalls": 2}},
               "uretprobe-nop5: count the entry"),
-    "03b.3": (("usdt-nop5", "7.3", {"exceptions": 0, "syscalls": 1}), "exceptions: 0 is too low"),
+    "03b.3": (("usdt-nop5", "7.3", {"exceptions": 0, "syscalls": 1}),
+              "exceptions: 0 is not it - count the entry's traps"),  # usdt-nop5 takes 0 or 1
     "04.1": ({"d503201f": "simulate", "a9bf7bfd": "simulate", "910003fd": "xol", "d65f03c0": "simulate"},
              "a9bf7bfd: stp - look again at arch/arm64/kernel/probes/decode-insn.c"),
     "04.2": ({"0x7ffffffdd010": 1, "0x7ffffffdd000": 1}, "0x7ffffffdd000: which page does the pair land on"),
@@ -308,6 +311,45 @@ def test_notebook_ends_with_the_librarys_exercise_section(path):
     assert nb.cells[-len(section):] == section, "the exercises are the notebook's last section"
     hidden = [c.source for c in section if c.cell_type == "markdown" and "Worked solution" in c.source]
     assert all("<details><summary>Worked solution</summary>" in s for s in hidden)  # folded until clicked
+
+
+BENCH_TASKS = {"02.6": (ch02.URETPROBE_BENCHES, ("exceptions", "syscalls", "xol_steps")),
+               "03.5": (ch03.NOP5_BENCHES, ("exceptions", "syscalls")),
+               "03b.3": (ch03b.USDT_AND_NOP10_BENCHES, ("exceptions", "syscalls"))}
+
+
+@pytest.mark.parametrize("ex_id", sorted(BENCH_TASKS))
+def test_a_wrong_count_says_too_high_or_low_only_where_two_counts_are_left(ex_id):
+    """The open bench tasks: a direction that leaves one count on its side gives the answer away. Every bench
+    on every modelled kernel, each kind off by one from the lab's count: "too low" needs two of the bench's
+    counts (over the kernels) above the prediction, "too high" two below; else the reason says where to look."""
+    ex = exercises.get(ex_id)
+    lab = ex.expected()
+    benches, kinds = BENCH_TASKS[ex_id]
+    forms = set()
+    for bench in benches:
+        for kernel in KERNELS:
+            try:
+                right = lab(bench, kernel)
+            except UnprobeableInstruction:
+                continue
+            for kind in kinds:
+                want = right.get(kind, 0)
+                for said in (want - 1, want + 1):
+                    if said < 0:
+                        continue
+                    ok, reason = ex.judge((bench, kernel, {k: right.get(k, 0) for k in kinds} | {kind: said}), lab)
+                    side = [c for c in ch02.count_range(lab, bench, kind) if (c > said if said < want else c < said)]
+                    verdict = f"is too {'low' if said < want else 'high'}" if len(side) > 1 else "is not it"
+                    assert not ok and f"{kind}: {said:g} {verdict} - " in reason, (bench, kernel, reason)
+                    forms.add(verdict)
+    assert "is not it" in forms
+
+
+def test_a_count_of_0_or_1_gets_no_direction():
+    # usdt-nop5 takes 0 or 1 exceptions on every kernel: "0 is too low" would say 1
+    verdict = exercises.check("03b.3", ("usdt-nop5", "7.3", {"exceptions": 0, "syscalls": 0}))
+    assert "exceptions: 0 is not it" in verdict.message and "too" not in verdict.message, verdict.message
 
 
 def test_a_number_may_be_given_as_the_disassembler_prints_it():

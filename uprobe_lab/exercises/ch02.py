@@ -213,6 +213,42 @@ answer = seen["sp"] - syscall.regs["sp"]""",
 )
 
 
+def count_range(lab, bench: str, kind: str) -> set[float]:
+    """The counts of ``kind`` a hit of ``bench`` takes on the modelled kernels (every release answers with one)."""
+    counts = set()
+    for kernel in KERNELS:
+        try:
+            counts.add(lab(bench, kernel).get(kind, 0))
+        except UnprobeableInstruction:
+            pass
+    return counts
+
+
+def count_clue(bench: str, kernel: str, kind: str) -> str:
+    """Where a wrong count of ``kind`` goes wrong: the entry's path, and a uretprobe bench's return path."""
+    ret = bench.startswith("uretprobe-")
+    if kind == "exceptions":
+        return ("count the entry's traps (the int3, and a #DB if the instruction is stepped out of line; none "
+                "where the kernel optimises the site into a call)"
+                + (" and the return's (the int3 trampoline before 6.11, none through sys_uretprobe)" if ret else ""))
+    if kind == "syscalls":
+        return ("count the entry's (a call into the uprobe trampoline only where the kernel optimises the site)"
+                + (" and the return's (sys_uretprobe from 6.11)" if ret else ""))
+    if kind == "xol_steps":
+        return f"look at which rule of {kernel} takes the probed instruction: emulated, optimised or stepped"
+    return f"look at where on the entry{' or the return' if ret else ''} path the trace records {kind}"
+
+
+def count_verdict(bench: str, kernel: str, kind: str, said, right, lab) -> str:
+    """A wrong count: too high or too low only where the bench's other counts on that side are more than one,
+    else only where to look (where a count is 0 or 1 on every kernel, the direction is the answer)."""
+    said = j.as_number(said)
+    above = said < right
+    side = [c for c in count_range(lab, bench, kind) if (c > said if above else c < said)]
+    verdict = f"is too {'low' if above else 'high'}" if len(side) > 1 else "is not it"
+    return f"{kind}: {said:g} {verdict} - {count_clue(bench, kernel, kind)}"
+
+
 def bench_bill(kinds: tuple[str, ...], benches: tuple[str, ...], what: str):
     """The judge of an open task's answer (bench, kernel, {kind: count}) against the emulator's steady-state
     counts: the bench is one of ``benches`` (the ``what`` the question asks for), every kind in ``kinds`` is
@@ -233,10 +269,10 @@ def bench_bill(kinds: tuple[str, ...], benches: tuple[str, ...], what: str):
             right = lab(bench, row)
         except UnprobeableInstruction:
             right = None  # refused at attach: there is no hit to count
-        ok, reason = _bill_verdict(answer[2], right, bench, kernel)
+        ok, reason = _bill_verdict(answer[2], right, bench, kernel, lab)
         return ok, reason + (f" ({note})" if note else "")
 
-    def _bill_verdict(bill, right, bench: str, kernel: str) -> tuple[bool, str]:
+    def _bill_verdict(bill, right, bench: str, kernel: str, lab) -> tuple[bool, str]:
         """``bill`` (the learner's counts, or "reject") against ``right`` (the lab's, None if refused)."""
         if isinstance(bill, str):
             if j.spelling(bill) != "reject":
@@ -254,8 +290,8 @@ def bench_bill(kinds: tuple[str, ...], benches: tuple[str, ...], what: str):
         missing = [k for k in kinds if k not in said]
         wrong = [f"No prediction for {', '.join(missing)} (the question asks for {', '.join(kinds)}; 0 is a "
                  f"prediction)"] if missing else []
-        # the direction only: the count itself is the answer, which the third wrong try gives
-        wrong += [f"{k}: {j.as_number(v):g} is too {'high' if j.as_number(v) > right.get(k, 0) else 'low'}"
+        # where to look, not the count itself, which the third wrong try gives
+        wrong += [count_verdict(bench, kernel, k, v, right.get(k, 0), lab)
                   for k, v in said.items() if j.as_number(v) != right.get(k, 0)]
         if wrong:
             return False, "; ".join(wrong) + "."
