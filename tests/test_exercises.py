@@ -1,6 +1,7 @@
 """Every exercise: the lab's answer is the one worked out by hand, its worked solution passes its checker, typical
 wrong answers fail with a reason that names what is wrong, and each chapter notebook carries the library's
 exercise section unchanged."""
+import ast
 import platform
 import re
 import subprocess
@@ -53,7 +54,7 @@ WRONG = {
     "04.3": ({"a9bf7bfd": "simulate", "a9be7bfd": "xol", "a9bf53f3": "simulate"},
              "a9bf53f3: stp - look again at the seed's decoder"),
     "04.4": ({"pin": "SIGSEGV", "uaccess": "SIGSEGV"}, "pin: whose permissions does a FOLL_FORCE write obey"),
-    "04.5": (("d4000001", "xol", "xol"), "svc #0: not xol - look again at which rule of decode-insn.c takes it"),
+    "04.5": (("d4000001", "upstream", "xol"), "svc #0: not xol - look again at which rule of decode-insn.c takes it"),
     "05.1": (4.55, "too low"),  # the change over the emulated rate: 100 * (1 - 46750.82 / 48981.19) = 4.55
     "05.2": (171, "too high"),  # the Intel laptop's nop5 step at 6.16 (the history chart), not the AMD's
     "05.3": ({"xol_step": "shrink", "uaccess": "shrink", "handler": "shrink"},
@@ -648,6 +649,50 @@ def test_04_5_keeps_the_verdict_back_and_spells_a_literal_one_way(monkeypatch):
     assert "-EINVAL" not in first and "pc-relative literal" not in first
     right = exercises.check("04.5", ("0x58000040", "simulate", "refused"))
     assert right.ok and "#8" not in right.message and right.message.count("#0x400008") >= 2, right.message
+
+
+@pytest.mark.parametrize("mode, old", [("upstream", "xol"), ("seed", "simulate")])
+def test_04_5_names_its_modes_upstream_and_seed_and_takes_the_analyze_words_too(mode, old):
+    # a9bf7bfd is stp x29, x30, [sp, #-16]!: stepped upstream, simulated with the seed's rule
+    action = {"upstream": "xol", "seed": "simulate"}[mode]
+    assert exercises.check("04.5", ("a9bf7bfd", mode, action)).ok
+    assert exercises.check("04.5", ("a9bf7bfd", old, action)).ok
+    question = exercises.get("04.5").question
+    assert f'"{mode}"' in question and "STP rule" in question
+    with pytest.raises(exercises.LabError, match="'upstream'.*'seed'"):
+        exercises.get("04.5").judge(("a9bf7bfd", "patched", "xol"), exercises.get("04.5").expected())
+
+
+def _question_examples(question: str):
+    """The whole-answer examples a question shows: a code span `answer = ...`, or a tuple, list or dict literal.
+    A span with a placeholder (mode, action, ...) is no Python literal and no answer."""
+    for span in re.findall(r"`([^`]+)`", question):
+        code = span.split("=", 1)[1] if span.startswith("answer =") else span
+        try:
+            value = ast.literal_eval(code.strip())
+        except (ValueError, SyntaxError):
+            continue
+        if span.startswith("answer =") or isinstance(value, (tuple, list, dict)):
+            yield span, value
+
+
+def test_the_question_examples_are_found():
+    # the placeholder forms are skipped; a literal with ... in it is an example (and no answer)
+    examples = dict(_question_examples(exercises.get("03b.3").question))
+    assert list(examples) == ['answer = ("usdt-nop10", "6.18", {"exceptions": ..., "syscalls": ...})']
+    assert not list(_question_examples(exercises.get("04.5").question))
+
+
+@pytest.mark.parametrize("ex_id", IDS)
+def test_no_example_in_a_question_is_a_right_answer(ex_id, monkeypatch):
+    """An example of the answer's form must not be copied as the answer."""
+    monkeypatch.setattr(exercises.core, "_MISSES", {})
+    for span, value in _question_examples(exercises.get(ex_id).question):
+        try:
+            verdict = exercises.check(ex_id, value)
+        except exercises.LabError:
+            continue
+        assert not verdict.ok, f"{ex_id}'s example {span} is accepted"
 
 
 @pytest.mark.parametrize("release, bill", [

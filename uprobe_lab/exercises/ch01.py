@@ -144,8 +144,9 @@ def _decoded(insn, verdict) -> str:
 exercise(
     id="01.4", kind="open", title="Your own instruction",
     question="Pick an instruction from a real binary (`objdump -d /bin/true | head -40`, or one you know), predict "
-             "what 6.18 does with a probe on it, then check: `answer = (\"48 89 e5\", \"xol\")`. Try one of each "
-             "action - can you find a second instruction the kernel refuses?",
+             "what 6.18 does with a probe on it, then check: `answer = (\"48 89 e5\", action)`, the action one of "
+             "`\"emulate\"`, `\"xol\"` or `\"reject\"`. Try one of each - can you find a second instruction the "
+             "kernel refuses?",
     hint="Good candidates: `48 89 e5` (mov %rsp,%rbp), `f3 0f 1e fa` (endbr64), `eb fe` (jmp .), `fa` (cli), "
          "`f0 ff 00` (lock inc).",
     solution="""answer = ("48 89 e5", "xol")   # mov %rsp,%rbp: neither emulated nor refused""",

@@ -99,7 +99,7 @@ exercise(
              "look it up, then check: "
              "`answer = (\"usdt-nop10\", \"6.18\", {\"exceptions\": ..., \"syscalls\": ...})`. If you "
              "predict that the kernel refuses the probe, answer `\"reject\"` in place of the counts: "
-             "`(\"uprobe-nop10\", \"6.16\", \"reject\")`.",
+             "`(bench, kernel, \"reject\")`.",
     hint="A USDT site is probed where that kernel's own libbpf probes it: on the long nop only when the kernel "
          "optimises it, else on the 1-byte nop before it.",
     solution="""import uprobe_lab as ul

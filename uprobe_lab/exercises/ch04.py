@@ -140,12 +140,19 @@ def _insn_text(word: str, verdict: dict) -> str:
     return text + (f" (at {PROBE_VADDR:#x})" if pc_relative(parse_word(word)) else "")
 
 
+# 04.5's modes: "upstream" (the seed's STP rule off) and "seed" (on), as analyze's stp= "xol" and "simulate",
+# which are taken too
+MODES = {"upstream": "xol", "seed": "simulate", "xol": "xol", "simulate": "simulate"}
+
+
 def _own_word(answer, lab) -> tuple[bool, str]:
     if not isinstance(answer, (tuple, list)) or len(answer) != 3:
-        raise LabError("give (word, stp mode, action), e.g. ('a9bf7bfd', 'simulate', 'simulate')")
-    w, mode, said = _word(answer[0]), j.spelling(answer[1]), j.spelling(answer[2])
-    if mode not in ("xol", "simulate") or said not in ACTIONS:
-        raise LabError(f"mode is 'xol' or 'simulate'; action one of {', '.join(ACTIONS)}")
+        raise LabError("give (word, mode, action), e.g. ('a9bf7bfd', 'seed', action)")
+    w, said = _word(answer[0]), j.spelling(answer[2])
+    mode = MODES.get(j.spelling(answer[1]))
+    if mode is None or said not in ACTIONS:
+        raise LabError(f"mode is 'upstream' (the seed's STP rule off) or 'seed' (on); action one of "
+                       f"{', '.join(ACTIONS)}")
     verdict = lab(w, mode)
     text = _insn_text(w, verdict)
     if verdict["action"] == said:
@@ -166,9 +173,11 @@ exercise(
     id="04.5", kind="open", title="Your own word",
     question="Take an instruction word from an arm64 listing (`objdump -d` of any arm64 binary, or the decode "
              "widget above), predict the action in one mode, then check: "
-             "`answer = (\"f9400be0\", \"xol\", \"xol\")` (word, mode, action). Can you find one the kernel rejects?",
+             "`answer = (\"f9400be0\", mode, action)`. The mode is `\"upstream\"` (the kernel as merged: the "
+             "seed's STP rule off) or `\"seed\"` (the seed's STP rule on); the action is `\"simulate\"`, "
+             "`\"xol\"` or `\"reject\"`. Can you find one the kernel rejects?",
     hint="Try `d4000001` (svc #0), `d503233f` (paciasp), `58000040` (ldr x0, literal), `b9400000` (ldr w0, [x0]).",
-    solution="""answer = ("d503233f", "xol", "xol")   # paciasp: safe to run from the XOL slot""",
+    solution="""answer = ("d503233f", "upstream", "xol")   # paciasp: safe to run from the XOL slot""",
     expected=lambda: Remembered(lambda w, mode: analyze(w, arch="arm64", stp=mode)),
     judge=_own_word,
     why=Remembered.why("The lab decodes your word as the arm64 kernel would (with the seed's STP rule if asked).",

@@ -215,7 +215,7 @@ exercise(
              "library's), read its first instruction (`site.listing()`), predict how a kernel of your choice "
              "runs a probe on it (`\"emulate\"`, `\"xol\"` for stepped out of line, `\"optimise\"` or "
              "`\"reject\"`) and the exceptions a hit costs (exact), then check: `answer = (\"4889e5\", \"6.18\", "
-             "{\"probe\": \"xol\", \"exceptions\": 2})` (the instruction's bytes, the kernel, your prediction).",
+             "{\"probe\": ..., \"exceptions\": ...})` (the instruction's bytes, the kernel, your prediction).",
     hint="Emulated: one exception; stepped out of line: two; a nop the kernel optimises into a call: none, a "
          "syscall instead; refused: none (the probe fails at attach).",
     solution="""# glibc's getpid, as function_site(libc, "getpid").listing() shows it: mov eax, 0x27 (b8 27 00 00 00)
