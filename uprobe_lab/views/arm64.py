@@ -181,7 +181,8 @@ def stp_once(offset: int = -16, stp: str = "simulate", store: str = "pin", sp: i
 
     ``store`` picks the seed's v2 (``"pin"``) or v1 (``"uaccess"``); ``guard`` maps a page with those
     permissions right below the stack (``"---p"``: a PROT_NONE guard page), for an ``sp`` at STACK_BOTTOM.
-    The seed checks the alignment of the *new* sp and sends SIGSEGV, yet still moves sp and pc. With
+    The seed (v2) checks the alignment of the *new* sp and sends SIGSEGV, yet still moves sp and pc; v1 checks
+    no alignment, and on a store that faults sends SIGSEGV and leaves sp and pc where they were. With
     ``stp="xol"`` the copy runs in Unicorn, which checks no sp alignment, and completes - as it would on
     hardware: the Arm ARM's STP checks the base sp before adding the offset, so only the next access
     through a misaligned sp would fault."""
