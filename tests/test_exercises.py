@@ -708,3 +708,30 @@ def test_03b_3_reads_a_release_through_the_row_that_answers_for_it(release, bill
         assert "7.2.6 took optimize_nop10" in verdict.message
     assert not exercises.check("03b.3", ("uprobe-nop10", "7.2.6", "reject")).ok
     assert exercises.check("03b.3", ("uprobe-nop10", "7.2.5", "reject")).ok
+
+
+def _error_examples(message: str):
+    """The literals a wrong-shape answer's error shows after "e.g.": a placeholder (action, ...) is no literal."""
+    for start in (m.end() for m in re.finditer(r"e\.g\. ", message)):
+        opener = message[start:start + 1]
+        if opener not in "([{\"'":
+            continue
+        for end in range(len(message), start, -1):  # the longest literal that parses
+            try:
+                yield message[start:end], ast.literal_eval(message[start:end])
+                break
+            except (ValueError, SyntaxError):
+                continue
+
+
+@pytest.mark.parametrize("ex_id", IDS)
+def test_no_example_in_a_format_error_is_a_right_answer(ex_id, monkeypatch):
+    """A wrong-shape answer is told the form with an example; the example must not be the answer."""
+    monkeypatch.setattr(exercises.core, "_MISSES", {})
+    message = exercises.check(ex_id, object()).message  # the form's error, said as a verdict that is no try
+    for span, value in _error_examples(message):
+        try:
+            verdict = exercises.check(ex_id, value)
+        except exercises.LabError:
+            continue
+        assert not verdict.ok, f"{ex_id}'s format error shows a right answer: {span}"

@@ -121,7 +121,7 @@ answer = proc.run(proc.mm.xol_area.slot_vaddr(0), 0).signal""",
 
 def _own_insn(answer, lab) -> tuple[bool, str]:
     if not isinstance(answer, (tuple, list)) or len(answer) != 2:
-        raise LabError("give (hex bytes, action), e.g. ('48 89 e5', 'xol')")
+        raise LabError("give (hex bytes, action), e.g. ('48 89 e5', action)")
     insn, action = answer
     said = j.spelling(action)
     if said not in ACTIONS:

@@ -177,7 +177,7 @@ def _open_bill(insn: str, kernel: str) -> dict:
 def _judge_open(answer: Any, lab: Remembered) -> tuple[bool, str]:
     if not (isinstance(answer, (tuple, list)) and len(answer) == 3 and isinstance(answer[2], dict)):
         raise LabError('give (instruction bytes, kernel, {"probe": ..., "exceptions": ...}), e.g. '
-                       '("4889e5", "6.18", {"probe": "xol", "exceptions": 2})')
+                       '("4889e5", "6.18", {"probe": action, "exceptions": count})')
     insn, kernel = j.word(answer[0]).replace(" ", ""), str(answer[1]).strip()
     said = {j.word(k): v for k, v in answer[2].items()}
     unknown = [k for k in said if k not in PREDICTED]
