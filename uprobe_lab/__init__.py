@@ -10,11 +10,14 @@ The lab in five lines::
 """
 from .arches import check_options, get_arch, make_process as new_process
 from .bench import events_per_hit, events_table, run_bench
-from .errors import LabError, ProcessKilled
+from .errors import LabError, ProcessKilled, show_briefly_in_ipython
 from .kernel import KERNELS, get_kernel
 from .program import disasm, listing
 from .uprobes import (UPROBE_HANDLER_IGNORE, UPROBE_HANDLER_REMOVE, CountingConsumer, UnprobeableInstruction,
                       UprobeConsumer, uprobe_register as attach, uprobe_unregister as detach)
+
+
+show_briefly_in_ipython()
 
 
 def analyze(insn: str, arch: str = "x86_64", kernel=None, **options) -> dict:

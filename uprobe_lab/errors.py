@@ -1,4 +1,5 @@
 """Errors a learner can act on: each message names the problem and the way out."""
+import sys
 
 
 class LabError(Exception):
@@ -43,3 +44,22 @@ def check_choice(value, choices, name: str, way_out: str = "") -> None:
     if not known:
         raise LabError(f"{name} must be one of {', '.join(map(str, choices))}, got {shown(value)}"
                        + (f"; {way_out}" if way_out else ""))
+
+
+def show_briefly_in_ipython() -> None:
+    """In an IPython kernel (a notebook), show a LabError as the command line does: its message alone, which says
+    what is wrong and the way out, not under a page of the lab's own frames. ``%tb`` still prints the whole
+    traceback; any other exception (a bug) keeps IPython's full one. Outside IPython this does nothing."""
+    ipython = sys.modules.get("IPython")  # imported by a kernel, never by the lab: no IPython, no notebook
+    shell = ipython.get_ipython() if ipython is not None else None
+    if shell is not None and hasattr(shell, "set_custom_exc"):
+        shell.set_custom_exc((LabError,), _brief_traceback)
+
+
+def _brief_traceback(shell, etype, value, tb, tb_offset=None) -> list[str]:
+    sys.last_type, sys.last_value, sys.last_traceback = etype, value, tb  # what %tb reads
+    if sys.version_info >= (3, 12):
+        sys.last_exc = value
+    lines = [f"{etype.__name__}: {value}", "(%tb prints where it was raised)"]
+    shell._showtraceback(etype, value, lines)  # a kernel sends it as the cell's error, as for any exception
+    return lines
