@@ -30,7 +30,7 @@ from uprobe_lab.bench import bench_names, bench_process, run_bench  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
-NOTEBOOKS_GOAL_S = 60.0  # all seven notebooks headless: a "Run all" over the course stays about a minute
+NOTEBOOKS_GOAL_S = 60.0  # all ten notebooks headless: a "Run all" over the course stays about a minute
 WIDGET_STEP_GOAL_MS = 50.0  # one Step click: well under the ~100 ms at which a reply stops feeling immediate
 NOP_RATIO_GOAL = 0.25  # uprobe-nop over the bare loop: a million-hit demo within 4x of what Unicorn alone takes
 NOP_RATIO_LATER_GOAL = 0.5  # and later within 2x (docs/performance.md: not reachable by a Python kernel model)
