@@ -23,7 +23,7 @@ NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.i
 # from the chapter (the kernel rule the learner got wrong), not copied from the checker's output.
 WRONG = {
     "00.1": ({"uprobe_target_nop": 1, "uprobe_target_push": 2}, "uprobe_target_push: is that instruction finished inside"),
-    "00.2": ((2, 2), "int3 traps: not 2"),
+    "00.2": ((2, 2), "int3 traps: not 2 - the kernel writes one int3 per probed address, however many consumers"),
     "00.3": (("uprobe_target_ret", {"exceptions": 1}), "exceptions: 1 is too low"),  # the ret is stepped: 2
     "01.1": ({"6a 01": "emulate", "eb fe": "emulate", "74 05": "emulate", "0f 0b": "xol", "ff d0": "xol",
               "cd 80": "reject"}, "6a 01: push 1 - look again"),  # only a push of a register is emulated
@@ -735,3 +735,19 @@ def test_no_example_in_a_format_error_is_a_right_answer(ex_id, monkeypatch):
         except exercises.LabError:
             continue
         assert not verdict.ok, f"{ex_id}'s format error shows a right answer: {span}"
+
+
+def test_00_3_takes_a_0_for_a_kind_the_call_does_not_have():
+    # push %rbp is emulated: no step, so xol_steps 0 is true though the trace leaves the kind out
+    from uprobe_lab.exercises import ch00
+    bill = ch00.one_call("uprobe_target_push")
+    assert "xol_steps" not in bill
+    assert exercises.check("00.3", ("uprobe_target_push", bill | {"xol_steps": 0})).ok
+    verdict = exercises.check("00.3", ("uprobe_target_push", bill | {"xol_steps": 1}))
+    assert not verdict.ok and "xol_steps does not happen in this call" in verdict.message.lower()
+
+
+def test_00_2_says_why_each_count_is_wrong(monkeypatch):
+    monkeypatch.setattr(exercises.core, "_MISSES", {})
+    message = exercises.check("00.2", (1, 1)).message
+    assert "consumer runs: not 1 - handler_chain() walks every consumer" in message and "int3 traps" not in message

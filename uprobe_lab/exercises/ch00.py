@@ -62,16 +62,24 @@ proc.call("uprobe_target_nop")
 answer = (proc.trace.counts["consumers"], proc.trace.counts["exc_bp"])""",
     explanation="One int3, one trap, one `handler_chain()` that calls both consumers.",
     expected=lambda: (lambda c: (c["consumers"], c["exc_bp"]))(one_call("uprobe_target_nop", consumers=2)),
-    judge=lambda a, e: _pair(a, e, ("consumer runs", "int3 traps")),
+    judge=lambda a, e: _pair(a, e, ("consumer runs", "int3 traps"), PAIR_CLUES),
     why=lambda e: f"The lab counts {e[0]} consumer runs from {e[1]} trap: consumers share the one breakpoint.",
 )
 
 
-def _pair(answer, expected, names) -> tuple[bool, str]:
+# why each count of 00.2 is what it is, without the count: the kernel's rule for that part of the hit
+PAIR_CLUES = {"consumer runs": "handler_chain() walks every consumer of the probe it found - how many are on "
+                               "its list?",
+              "int3 traps": "the kernel writes one int3 per probed address, however many consumers share it - "
+                            "how many times does the CPU reach it in one call?"}
+
+
+def _pair(answer, expected, names, clues) -> tuple[bool, str]:
     if not isinstance(answer, (tuple, list)) or len(answer) != len(expected):
         raise LabError(f"{j.shown(answer)}: give a tuple of {len(expected)} numbers ({', '.join(names)})")
-    wrong = [f"{n}: not {a}" for n, a, e in zip(names, answer, expected) if j.as_number(a) != e]
-    return (not wrong), "; ".join(wrong) + ("." if wrong else "")
+    wrong = [f"{n}: not {a} - {clues[n]}" for n, a, e in zip(names, answer, expected) if j.as_number(a) != e]
+    text = "; ".join(wrong)
+    return (not wrong), text + ("." if wrong and not text.endswith("?") else "")
 
 
 def _own_bill(answer, lab) -> tuple[bool, str]:
@@ -84,7 +92,9 @@ def _own_bill(answer, lab) -> tuple[bool, str]:
     parts = [f"no count for {', '.join(missing)}, which the call has"] if missing else []
     parts += [f"{k}: {j.number()(v, right[k])[1].rstrip('.')}" for k, v in counts.items()
               if k in right and j.as_number(v) != right[k]]
-    parts += [f"{k} does not happen in this call" for k in counts if k not in right]
+    # a 0 for a kind the call does not have is true: the trace just leaves it out
+    parts += [f"{k} does not happen in this call" for k, v in counts.items()
+              if k not in right and j.as_number(v) != 0]
     if not parts:
         return True, f"Your bill for {target} matches the lab's: {right}."
     text = "; ".join(parts)
