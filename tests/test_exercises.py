@@ -25,8 +25,8 @@ WRONG = {
     "00.1": ({"uprobe_target_nop": 1, "uprobe_target_push": 2}, "uprobe_target_push: is that instruction finished inside"),
     "00.2": ((2, 2), "int3 traps: not 2 - the kernel writes one int3 per probed address, however many consumers"),
     "00.3": (("uprobe_target_ret", {"exceptions": 1}), "exceptions: 1 is too low"),  # the ret is stepped: 2
-    "01.1": ({"6a 01": "emulate", "eb fe": "emulate", "74 05": "emulate", "0f 0b": "xol", "ff d0": "xol",
-              "cd 80": "reject"}, "6a 01: push 1 - look again"),  # only a push of a register is emulated
+    "01.1": ({"6a 01": "emulate", "eb fe": "emulate", "74 05": "emulate", "e3 05": "xol", "ff d0": "xol",
+              "e4 60": "reject"}, "6a 01: push 1 - which pushes does push_setup_xol_ops() take"),  # register pushes only
     "01.2": ({"6.11": "emulate", "6.16": "emulate"}, "6.11: look at which nops 6.11 emulated"),
     "01.3": ("SIGTRAP", "Not SIGTRAP: handle_swbp knows this int3's address"),
     "01.4": (("c3", "emulate"), "ret: not emulate - look again at which of the three rules"),
@@ -85,14 +85,15 @@ EXPECTED = {
     # one uprobe per address, so one int3 and one handler_chain() that runs both consumers
     "00.2": (2, 1),
     # push_setup_xol_ops takes only push of a register (50+r), so push $1 (6a) is stepped; jmp rel8 and jcc rel8 are
-    # branch_emulate_op's; good_insns_64 marks 0x0f good, so ud2 (0f 0b) is stepped like syscall; call *%rax (ff /2)
-    # is stepped with UPROBE_FIX_CALL; int $0x80 (cd) is not in good_insns_64
-    "01.1": {"6a 01": "xol", "eb fe": "emulate", "74 05": "emulate", "0f 0b": "xol", "ff d0": "xol",
-             "cd 80": "reject"},
+    # branch_emulate_op's; jrcxz (e3) fails is_cond_jmp_opcode (70-7f), so branch_setup_xol_ops returns -ENOSYS and
+    # it is stepped; call *%rax (ff /2) is stepped with UPROBE_FIX_CALL; in $imm8,%al (e4) is not in good_insns_64
+    "01.1": {"6a 01": "xol", "eb fe": "emulate", "74 05": "emulate", "e3 05": "xol", "ff d0": "xol",
+             "e4 60": "reject"},
     # 6.11 emulates only prefix* + 0x90; 6.16 (610f6e14c29d) also every x86_nops[len], 0f 1f 00 (x86_nops[3]) included
     "01.2": {"6.11": "xol", "6.16": "emulate"},
-    # handle_swbp() finds no uprobe there and the byte is a real int3: force_sig(SIGTRAP)
-    "01.3": "sigill",  # 6.10's int3 trampoline with no return instance: handle_trampoline sends SIGILL
+    # handle_swbp() sees the trampoline's address and calls handle_trampoline(), which finds no return instance:
+    # "handle uretprobe, sending SIGILL", force_sig(SIGILL)
+    "01.3": "sigill",
     # nop5 0f 1f 44 00 00 is stepped (int3 + #DB) before 6.16's 610f6e14c29d emulates x86_nops[5] in the int3; the
     # return adds 6.10's int3 trampoline, and nothing on 6.11+ (sys_uretprobe is a syscall): 2+1, 2+0, 1+0
     "02.1": {"6.10": 3, "6.11": 2, "6.16": 1},
@@ -751,3 +752,37 @@ def test_00_2_says_why_each_count_is_wrong(monkeypatch):
     monkeypatch.setattr(exercises.core, "_MISSES", {})
     message = exercises.check("00.2", (1, 1)).message
     assert "consumer runs: not 1 - handler_chain() walks every consumer" in message and "int3 traps" not in message
+
+
+def test_01_1_asks_about_instructions_chapter_01_does_not_name_and_says_why_per_item(monkeypatch):
+    # the chapter's prose names int3, int 0x80 (refused) and every 0f xx (passes): none of 01.1's items is one
+    import uprobe_lab as ul
+    nb = nbformat.read(next(p for p in NOTEBOOKS if p.name.startswith("01_")), as_version=4)
+    prose = " ".join(c.source for c in nb.cells if c.cell_type == "markdown" and not notebook.is_exercise_cell(c))
+    items = exercises.get("01.1").expected()
+    for item in items:
+        analysed = ul.analyze(item.replace(" ", ""), kernel="6.18")
+        assert not item.startswith(("0f", "cd", "cc")), item
+        assert f"{analysed['mnemonic']} {analysed['op_str']}".strip() not in prose, item
+    assert "jrcxz" not in prose and not re.search(r"`in\b", prose)  # the stepped jump and refused port read 01.1 adds
+    monkeypatch.setattr(exercises.core, "_MISSES", {})
+    wrong = {h: "emulate" if a != "emulate" else "reject" for h, a in items.items()}
+    message = exercises.check("01.1", wrong).message
+    reasons = message.split(" wrong - ", 1)[1].split(" Try again")[0].split("; ")
+    assert len(reasons) == 6 and len({r.split(" - ", 1)[1] for r in reasons}) == 6, reasons
+    assert not re.search(r"\b(xol|reject|emulate)", message), message  # no verdict word (push_setup_xol_ops is a name)
+
+
+def test_01_2_s_hint_says_where_x86_nops_is():
+    from uprobe_lab.x86.asm import X86_NOPS
+    hint = exercises.get("01.2").hint
+    assert "arch/x86/include/asm/nops.h" in hint and "X86_NOPS" in hint
+    assert X86_NOPS[3] == bytes.fromhex("0f1f00")  # the nop 01.2 asks about is BYTES_NOP3
+
+
+@pytest.mark.parametrize("signal", ["SIGSEGV", "SIGBUS", "SIGKILL"])
+def test_01_3_gives_a_clue_for_every_wrong_signal_without_naming_the_right_one(signal, monkeypatch):
+    monkeypatch.setattr(exercises.core, "_MISSES", {})
+    message = exercises.check("01.3", signal).message
+    assert f"Not {signal}: " in message and "handle_trampoline()" in message
+    assert "sigill" not in message.lower() and "illegal" not in message, message

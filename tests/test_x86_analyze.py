@@ -41,6 +41,10 @@ TABLE = [
     ("f30f1efa", "endbr64", "xol", "xol"),
     ("488d447f01", "lea rax, [rdi + rdi*2 + 1]", "xol", "xol"),
     ("eb00", "jmp 0x400002", "emulate", "emulate"),
+    # exercise 01.1's: jrcxz is a conditional jump but not a jcc (is_cond_jmp_opcode: 70-7f), so it is stepped;
+    # port I/O (e4-e7, ec-ef) is not in good_insns_64
+    ("e305", "jrcxz 0x400007", "xol", "xol"),
+    ("e460", "in al, 0x60", "reject", "reject"),
     ("cc", "int3", "reject", "reject"),
     ("cd80", "int 0x80", "reject", "reject"),
     ("cf", "iretd", "reject", "reject"),

@@ -6,8 +6,20 @@ from .core import Remembered, exercise
 from . import judges as j
 
 ACTIONS = ("emulate", "xol", "reject")
-# None of them is in the chapter's table: the learner predicts from its rules, not from its printout
-CLASSIFY = ("6a 01", "eb fe", "74 05", "0f 0b", "ff d0", "cd 80")
+# None of them is in the chapter's table, nor among the kinds its prose names (int3, int 0x80, 0f xx): the learner
+# predicts from the kernel's rules, not from the chapter's words
+CLASSIFY = ("6a 01", "eb fe", "74 05", "e3 05", "ff d0", "e4 60")
+
+# per instruction, the rule to reread, not the verdict
+CLASSIFY_CLUES = {
+    "6a 01": "which pushes does push_setup_xol_ops() take: of a register only, or of an immediate too?",
+    "eb fe": "does branch_setup_xol_ops() care where a relative jump goes, even to itself?",
+    "74 05": "is 74 among the opcodes branch_setup_xol_ops() switches on?",
+    "e3 05": "a conditional jump, but is e3 one that branch_setup_xol_ops() takes (is_cond_jmp_opcode())?",
+    "ff d0": "an indirect call: is ff among the opcodes branch_setup_xol_ops() switches on, and is it a good "
+             "instruction?",
+    "e4 60": "a port read: look up opcode e4 in good_insns_64 (arch/x86/kernel/uprobes.c)",
+}
 
 
 def _hex(text) -> str:
@@ -23,8 +35,7 @@ def _look_again(kernel: str):
     """What to reconsider for a wrong item, without the verdict: the instruction, and the rule that decides."""
     def explain(h, want):
         v = analyze(h.replace(" ", ""), kernel=kernel)
-        return (f"{v['mnemonic']} {v['op_str']}".strip() + " - look again at which of the three rules takes it "
-                "(finished in the trap, refused, or stepped)")
+        return f"{v['mnemonic']} {v['op_str']}".strip() + " - " + CLASSIFY_CLUES[h]
     return explain
 
 
@@ -33,19 +44,22 @@ exercise(
     question="For each instruction (hex bytes as in memory) say what a 6.18 kernel does with a probe on it: "
              "`\"emulate\"` (finish it inside the int3 trap), `\"xol\"` (single-step a copy out of line) or "
              "`\"reject\"` (refuse the probe). None is in the chapter's table. Answer a dict: "
-             "`{\"6a 01\": ..., \"eb fe\": ..., \"74 05\": ..., \"0f 0b\": ..., \"ff d0\": ..., "
-             "\"cd 80\": ...}`.",
-    hint="`6a 01` is push $1, `eb fe` jmp to itself, `74 05` je +5, `0f 0b` ud2, `ff d0` call *%rax, `cd 80` "
-         "int $0x80. The kernel emulates nops, relative jumps and calls, conditional jumps and `push` of a "
-         "register; it refuses what is not in its table of good instructions; everything else it steps out of "
+             "`{\"6a 01\": ..., \"eb fe\": ..., \"74 05\": ..., \"e3 05\": ..., \"ff d0\": ..., "
+             "\"e4 60\": ...}`.",
+    hint="`6a 01` is push $1, `eb fe` jmp to itself, `74 05` je +5, `e3 05` jrcxz +5 (jump if rcx is 0), "
+         "`ff d0` call *%rax, `e4 60` in $0x60,%al (read I/O port 0x60). The kernel emulates nops, relative jumps "
+         "and calls, the conditional jumps `jcc` (`70`-`7f`, `0f 80`-`0f 8f`) and `push` of a register; it "
+         "refuses what is not in its table of good instructions (`good_insns_64`); everything else it steps out of "
          "line. Read `branch_setup_xol_ops` and `push_setup_xol_ops` in arch/x86/kernel/uprobes.c for the exact "
          "cases.",
     solution="""import uprobe_lab as ul
 answer = {h: ul.analyze(h.replace(" ", ""), kernel="6.18")["action"]
-          for h in ("6a 01", "eb fe", "74 05", "0f 0b", "ff d0", "cd 80")}""",
-    explanation="Only a push of a *register* is emulated, so `push $1` is stepped; both jumps are emulated; `ud2` "
-                "is stepped (every 0f xx passes the 64-bit table, as the chapter's `syscall` did); `call *%rax` is "
-                "stepped and its pushed return address fixed; `int $0x80` is refused. `ul.analyze(...)['reason']` "
+          for h in ("6a 01", "eb fe", "74 05", "e3 05", "ff d0", "e4 60")}""",
+    explanation="Only a push of a *register* is emulated, so `push $1` is stepped; `jmp` and `je` are emulated; "
+                "`jrcxz` is a conditional jump but not a `jcc` (`is_cond_jmp_opcode()` takes `70`-`7f`), so it is "
+                "stepped, and the step's ip fixup (ip += vaddr - xol_vaddr) moves its relative target back too; "
+                "`call *%rax` is stepped and its pushed return address fixed; `in $0x60,%al` is refused: port I/O "
+                "(`e4`-`e7`, `ec`-`ef`) is not in `good_insns_64`. `ul.analyze(...)['reason']` "
                 "says why for each.",
     expected=lambda: _actions("6.18"),
     judge=j.per_item(_hex, j.choice(ACTIONS), _look_again("6.18")),
@@ -60,7 +74,8 @@ exercise(
              "or `\"reject\"`.",
     hint="Before 6.16 the only nop emulated was `90`, with or without prefixes (`90`, `66 90`, ...: the "
          "\"prefix* + 0x90\" case of `branch_setup_xol_ops`). 6.16 recognises every nop in the kernel's "
-         "`x86_nops` table.",
+         "`x86_nops` table: `BYTES_NOP1` to `BYTES_NOP8` in arch/x86/include/asm/nops.h (the lab's copy: "
+         "`from uprobe_lab.x86.asm import X86_NOPS`).",
     solution="""import uprobe_lab as ul
 answer = {k: ul.analyze("0f1f00", kernel=k)["action"] for k in ("6.11", "6.16")}
 # {"6.11": "xol", "6.16": "emulate"}""",
@@ -90,7 +105,8 @@ def _trampoline_judge(answer, expected) -> tuple[bool, str]:
     if said == "SIGTRAP":
         return False, ("Not SIGTRAP: handle_swbp knows this int3's address - it is the trampoline's, not a stray "
                        "breakpoint.")
-    return False, f"Not {said}."
+    return False, (f"Not {said}: the trap reaches the trampoline's handler, which finds no return instance to "
+                   "restore - read what handle_trampoline() (kernel/events/uprobes.c) sends then.")
 
 
 exercise(
