@@ -38,9 +38,10 @@ WRONG = {
     # uretprobe-ret takes 2 or 3 exceptions per hit: "too low" leaves two counts
     "02.6": (("uretprobe-ret", "6.11", {"exceptions": 1}), "exceptions: 1 is too low - count the entry's traps"),
     "03.1": ({"exceptions": 0, "syscalls": 2}, "exceptions: what does 6.18 do at the entry"),  # uretprobe-nop5's bill
-    "03.2": (0x441F, "17439 is too low"),  # the offset alone: the call counts from the end of its 5 bytes
+    # the offset alone: the call counts from the end of its 5 bytes
+    "03.2": (0x441F, "17439 is too low: that is the rel32 itself, but counted from where?"),
     "03.3": ({"0x400ffb": "emulate", "0x400ffc": "emulate"}, "0x400ffb: how many of its five bytes are left"),
-    "03.4": ({-0x8}, "Missing 1"),
+    "03.4": ({-0x8}, "A word a hit overwrites is missing: count the words the site's call and the trampoline's pushes"),
     # below 1 only 0 is left: no direction, a clue
     "03.5": (("uretprobe-nop5", "6.18", {"exceptions": 1, "syscalls": 1}), "exceptions: 1 is not it - count the entry"),
     "03b.1": ("emulate", "Not emulate: 7.3 emulates an instruction only once it is past the generic instruction checks"),
@@ -786,3 +787,31 @@ def test_01_3_gives_a_clue_for_every_wrong_signal_without_naming_the_right_one(s
     message = exercises.check("01.3", signal).message
     assert f"Not {signal}: " in message and "handle_trampoline()" in message
     assert "sigill" not in message.lower() and "illegal" not in message, message
+
+
+def test_03_2_names_the_byte_order_and_the_base_of_a_misread_call(monkeypatch):
+    ex = exercises.get("03.2")
+    for big_endian in (0x1F440000, 0x1F440005):  # 1f 44 00 00 read most significant first, with and without +5
+        ok, reason = ex.judge(big_endian, ex.expected())
+        assert not ok and "little-endian" in reason and "address" not in reason, reason
+    ok, reason = ex.judge(0x441F, ex.expected())
+    assert not ok and "counted from where?" in reason and "0x4424" not in reason and "17444" not in reason
+
+
+def test_03_4_names_a_word_not_asked_and_gives_a_clue_for_a_missing_one(monkeypatch):
+    monkeypatch.setattr(exercises.core, "_MISSES", {})
+    # the kernel writes rsp-0x10 and rsp-0x18 too (push rcx, push r11), but the question asks of four other words
+    verdict = exercises.check("03.4", {-0x8, -0x10, -0x18, -0x20})
+    assert not verdict.ok and not exercises.core._MISSES  # a form error: not counted as a try
+    assert "rsp-0x10, rsp-0x18: not one of the four words asked" in verdict.message
+    assert "Should not be there" not in verdict.message
+    missing = exercises.check("03.4", {-0x8}).message
+    assert "count the words the site's call and the trampoline's pushes write" in missing
+    assert "1" not in missing.split(" Try again")[0], missing  # not how many are missing
+    assert "{-0x80}" in exercises.check("03.4", "rsp-8").message  # the form's example is an offset set
+
+
+def test_chapter_03_leaves_the_red_zone_offsets_to_03_4():
+    nb = nbformat.read(next(p for p in NOTEBOOKS if p.name.startswith("03_")), as_version=4)
+    prose = " ".join(c.source for c in nb.cells if c.cell_type == "markdown" and not notebook.is_exercise_cell(c))
+    assert "rsp-8" not in prose and "three more words" not in prose

@@ -1,7 +1,7 @@
 """Chapter 03: the nop5 optimisation (6.18) - the return path, the patch order, the page boundary, the red zone."""
 from __future__ import annotations
 
-from .. import events_per_hit
+from .. import LabError, events_per_hit
 from ..bench import bench_names
 from ..own_program import hit_verdict
 from ..sites import CALL_INSN_OPCODE, CALL_INSN_SIZE, call_target
@@ -54,6 +54,22 @@ def _wrong_order_call_offset() -> int:
     return call_target(bytes([CALL_INSN_OPCODE]) + NOP5[1:CALL_INSN_SIZE], 0)
 
 
+def _call_offset_judge(answer, expected) -> tuple[bool, str]:
+    """03.2's verdict: the two ways to misread ``e8 1f 44 00 00`` named (rel32 read big-endian, rel32 not counted
+    from the call's end), then :func:`judges.number`'s too high or low, or an address for an offset."""
+    got = j.as_number(answer)
+    rel = NOP5[1:CALL_INSN_SIZE]
+    if got in (int.from_bytes(rel, "big"), int.from_bytes(rel, "big") + CALL_INSN_SIZE):
+        return False, (f"{int(got):#x} reads bytes 1..4 most significant first: x86 stores the rel32 little-endian, "
+                       "its lowest byte first.")
+    if got == int.from_bytes(rel, "little") != expected:
+        return False, f"{got:g} is too low: that is the rel32 itself, but counted from where?"
+    return _by_number(answer, expected)
+
+
+_by_number = j.number(offset_from="the site")
+_call_offset_judge.tolerance = _by_number.tolerance
+
 exercise(
     id="03.2", kind="break it", title="Byte 0 first",
     question="6.18 writes the call's offset into bytes 1..4 while byte 0 is still int3, and turns byte 0 into "
@@ -72,7 +88,7 @@ answer = int(text.split()[-1], 16) - run.site""",
                 "into whatever lies 17 KB further on: a CPU would run garbage. That is why byte 0 is written last, "
                 "behind an int3 that every CPU has been synced to see.",
     expected=_wrong_order_call_offset,
-    judge=j.number(offset_from="the site"),
+    judge=_call_offset_judge,
     why=lambda e: f"The call's target is the site + {e:#x}.",
 )
 
@@ -114,6 +130,33 @@ def _offset(value) -> int:
     return int(j.as_number(text))
 
 
+def _words(offsets) -> str:
+    return ", ".join(f"rsp{o:+#x}" for o in sorted(offsets, reverse=True))
+
+
+def _redzone_judge(answer, expected) -> tuple[bool, str]:
+    """03.4's verdict: a word outside the four asked is a form error, whatever the kernel does there; a missing
+    or extra word gets a question about how far below rsp a hit writes (not how many are missing: that would
+    count the answer)."""
+    if isinstance(answer, (str, bytes, dict)) or not hasattr(answer, "__iter__"):
+        raise LabError(f"{j.shown(answer)}: give a set of offsets, e.g. {{-0x80}}")
+    got = {_offset(a) for a in answer}
+    unasked = got - set(WORDS_ASKED)
+    if unasked:
+        raise LabError(f"{_words(unasked)}: not one of the four words asked ({_words(WORDS_ASKED)}); answer which "
+                       "of those four a hit overwrites")
+    parts = []
+    if expected - got:
+        parts.append("a word a hit overwrites is missing: count the words the site's call and the trampoline's "
+                     "pushes write below the site's rsp")
+    if got - expected:
+        parts.append(f"should not be there: {_words(got - expected)} - does a hit write that far below rsp?")
+    if not parts:
+        return True, ""
+    text = "; ".join(parts)
+    return False, text[0].upper() + text[1:] + ("" if text.endswith("?") else ".")
+
+
 exercise(
     id="03.4", kind="break it", title="The red zone",
     question="A leaf function keeps live values in its red zone at rsp-0x8, rsp-0x20, rsp-0x28 and rsp-0x80 (its "
@@ -130,7 +173,7 @@ answer = set(report.redzone_changed) & {-0x8, -0x20, -0x28, -0x80}""",
                 "it, down to rsp-0x20: those two of the four are lost. Chapter 03b's nop10 scheme moves rsp below "
                 "the red zone first.",
     expected=_redzone_writes,
-    judge=j.same_set(_offset, "offset(s)"),
+    judge=_redzone_judge,
     why=lambda e: "The lab's transparency check saw writes at " + ", ".join(f"rsp{o:+#x}" for o in sorted(e)) + ".",
 )
 
