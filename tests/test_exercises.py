@@ -46,7 +46,7 @@ WRONG = {
     "03.5": (("uretprobe-nop5", "6.18", {"exceptions": 1, "syscalls": 1}), "exceptions: 1 is not it - count the entry"),
     "03b.1": ("emulate", "Not emulate: 7.3 emulates an instruction only once it is past the generic instruction checks"),
     "03b.2": ({"uretprobe-nop5": {"exceptions": 0, "syscalls": 2}, "uretprobe-nop10": {"exceptions": 0, "syscalls": 2}},
-              "uretprobe-nop5: count the entry"),
+              "uretprobe-nop5 exceptions: does 7.3 trap at the entry on that nop"),
     "03b.3": (("usdt-nop5", "7.3", {"exceptions": 0, "syscalls": 1}),
               "exceptions: 0 is not it - count the entry's traps"),  # usdt-nop5 takes 0 or 1
     "04.1": ({"d503201f": "simulate", "a9bf7bfd": "simulate", "910003fd": "xol", "d65f03c0": "simulate"},
@@ -815,3 +815,19 @@ def test_chapter_03_leaves_the_red_zone_offsets_to_03_4():
     nb = nbformat.read(next(p for p in NOTEBOOKS if p.name.startswith("03_")), as_version=4)
     prose = " ".join(c.source for c in nb.cells if c.cell_type == "markdown" and not notebook.is_exercise_cell(c))
     assert "rsp-8" not in prose and "three more words" not in prose
+
+
+def test_03b_2_names_the_bench_and_the_kind_of_a_wrong_count(monkeypatch):
+    monkeypatch.setattr(exercises.core, "_MISSES", {})
+    right = exercises.get("03b.2").expected()
+    wrong = right | {"uretprobe-nop10": right["uretprobe-nop10"] | {"syscalls": 1}}
+    message = exercises.check("03b.2", wrong).message
+    assert message.startswith("1 of 4 wrong - uretprobe-nop10 syscalls: which halves"), message
+    assert "exceptions" not in message
+
+
+def test_03_5_s_exceptions_clue_asks_and_does_not_tell(monkeypatch):
+    monkeypatch.setattr(exercises.core, "_MISSES", {})
+    message = exercises.check("03.5", ("uretprobe-nop5", "6.18", {"exceptions": 1, "syscalls": 2})).message
+    clue = message.split("exceptions: 1 is not it - ")[1].split(" Try again")[0]
+    assert "?" in clue and "none" not in clue and "sys_uretprobe" not in clue, clue

@@ -228,12 +228,12 @@ def count_clue(bench: str, kernel: str, kind: str) -> str:
     """Where a wrong count of ``kind`` goes wrong: the entry's path, and a uretprobe bench's return path."""
     ret = bench.startswith("uretprobe-")
     if kind == "exceptions":
-        return ("count the entry's traps (the int3, and a #DB if the instruction is stepped out of line; none "
-                "where the kernel optimises the site into a call)"
-                + (" and the return's (the int3 trampoline before 6.11, none through sys_uretprobe)" if ret else ""))
+        return ("count the entry's traps (does this kernel trap on the site, and step the instruction?)"
+                + (" and the return's (does the return trap on this kernel, or enter the kernel another way?)"
+                   if ret else ""))
     if kind == "syscalls":
-        return ("count the entry's (a call into the uprobe trampoline only where the kernel optimises the site)"
-                + (" and the return's (sys_uretprobe from 6.11)" if ret else ""))
+        return ("count the entry's (does this kernel turn the site into a call that enters the kernel by syscall?)"
+                + (" and the return's (through which trampoline, entering the kernel how?)" if ret else ""))
     if kind == "xol_steps":
         return f"look at which rule of {kernel} takes the probed instruction: emulated, optimised or stepped"
     return f"look at where on the entry{' or the return' if ret else ''} path the trace records {kind}"

@@ -68,6 +68,26 @@ def _uretprobe_bills() -> dict[str, dict[str, float]]:
     return {b: {k: events_per_hit(b, "x86_64", "7.3").get(k, 0) for k in KINDS} for b in URETPROBE_BENCHES}
 
 
+# why a count of 03b.2 is wrong: where that kind arises on the entry and the return, not the count
+KIND_CLUES = {"exceptions": "does 7.3 trap at the entry on that nop, and does the return trap?",
+              "syscalls": "which halves of the call enter the kernel by syscall on 7.3: the entry on that nop, "
+                          "the return, both?"}
+_BILLS_FORM = j.per_item(j.word, j.per_item(j.word, j.number()))  # says what an answer of the wrong shape lacks
+
+
+def _bills_judge(answer, expected) -> tuple[bool, str]:
+    """03b.2's verdict: each wrong count named by its bench and kind, with that kind's clue."""
+    ok, _ = _BILLS_FORM(answer, expected)
+    if ok:
+        return True, ""
+    got = {j.word(b): {j.word(k): v for k, v in bill.items()} for b, bill in answer.items()}
+    wrong = [f"{b} {k}: {KIND_CLUES[k]}" for b, bill in expected.items() for k, want in bill.items()
+             if j.as_number(got[b][k]) != want]
+    return False, f"{len(wrong)} of {sum(map(len, expected.values()))} wrong - " + "; ".join(wrong)
+
+
+_bills_judge.tolerance = _BILLS_FORM.tolerance
+
 exercise(
     id="03b.2", kind="predict", title="A uretprobe on each nop, on 7.3",
     question="`uretprobe-nop5` and `uretprobe-nop10` put a uretprobe on a function whose first instruction is "
@@ -83,8 +103,7 @@ answer = {b: {k: ul.events_per_hit(b, "x86_64", "7.3").get(k, 0) for k in ("exce
                 "optimised `call` and `sys_uprobe`. Both return through the uretprobe trampoline's "
                 "`sys_uretprobe`: one syscall more each.",
     expected=_uretprobe_bills,
-    judge=j.per_item(j.word, j.per_item(j.word, j.number()),
-                     lambda bench, _: "count the entry on that nop and the return separately"),
+    judge=_bills_judge,
     why=lambda e: "The emulator counts " + "; ".join(
         f"{b}: {v['exceptions']:g} exception(s), {v['syscalls']:g} syscall(s)" for b, v in e.items()) + ".",
 )
