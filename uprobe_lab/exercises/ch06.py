@@ -79,14 +79,14 @@ exercise(
     hint="`{r[\"bench\"]: r[\"mops\"] for r in example.load_example()[\"benches\"]}`.",
     solution="""from uprobe_lab.native import example
 mops = {r["bench"]: r["mops"] for r in example.load_example()["benches"]}
-answer = round(mops["uprobe-nop5"] / mops["uprobe-nop5-pagecross"], 1)""",
+answer = mops["uprobe-nop5"] / mops["uprobe-nop5-pagecross"]""",
     explanation="The page-crossing nop5 keeps its int3: an exception per hit (the nop emulated) and an `iret`. "
                 "The optimised one enters through `syscall` and leaves by `sysret`, adding the trampoline's few "
                 "instructions and `sys_uprobe`'s two copies of the saved words. The ratio is how much dearer the "
                 "first path is than the second on the recording's machine; the verdict prints it.",
-    expected=lambda: round(_recorded_mops("uprobe-nop5") / _recorded_mops("uprobe-nop5-pagecross"), 1),
+    expected=lambda: _recorded_mops("uprobe-nop5") / _recorded_mops("uprobe-nop5-pagecross"),
     judge=j.number(0.1, "x"),
-    why=lambda e: f"The recording gives {e}x.",
+    why=lambda e: f"The recording gives {e:.2f}x.",
 )
 
 PRICED_WITHIN = 0.05  # relative: a hit priced from the table's rounded prices lands well inside it
