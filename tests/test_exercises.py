@@ -67,9 +67,10 @@ WRONG = {
     "06.1": (2, "too high"),
     "06.2": (1.0, "too low"),
     "06.3": (("uprobe-ret", "6.10", 0.9), "0.9 M/s is too high"),  # the single step forgotten: int3 + #DB + 2 handler
-    "07.1": (2, "too low"),  # the return instance's reference forgotten
-    "07.2": ("6.13", "still makes 2 writes to shared lines"),  # the lease came in 6.13, but the lookup still takes mmap_lock
-    "07.3": ({"31": True, "200": True, "arm64": 1023}, "31: compare the threads mid-step"),
+    "07.1": (2, "too low: that is what the entry's lookup writes"),  # the return instance's reference forgotten
+    # 6.14 drops mmap_lock, but the step's siglock stays until 6.15: 7 writes
+    "07.2": ("6.14", "still makes 7 writes to shared lines"),
+    "07.3": ({"31": True, "32": True, "arm64": 1023}, "31: compare the threads mid-step"),
     "07.4": (("uprobe-ret", "6.13", 6), "too low"),  # the siglock forgotten
     "08.1": ({"4889e5": "xol", "f30f1efa": "emulate", "e800000000": "emulate"}, "f30f1efa: `endbr64` is"),
     "08.2": ({"uprobe 6.18": 450, "usdt 6.18": 168, "usdt 7.3": 168}, "uprobe 6.18: 450 ns is too low"),  # one exception
@@ -146,11 +147,13 @@ EXPECTED = {
     # uretprobe-nop on 6.12 (kernel/events/uprobes.c after 8617408f7a01 and cc01bd044e6a): mmap_read_lock and unlock
     # in find_active_uprobe_rcu, try_get_uprobe in prepare_uretprobe and put_uprobe at the return; SRCU elsewhere
     "07.1": 4,
-    # 6.13's lease (dd1a7567784e) drops the reference, but mmap_lock stays until e0925f2dc4de (6.14)
-    "07.2": "6.14",
-    # PAGE_SIZE / UPROBE_XOL_SLOT_BYTES: 4096 / 128 = 32 on x86-64, less the trampoline's slot 0: 31 threads fit;
-    # 4096 / 4 - 1 = 1023 on arm64
-    "07.3": {"31": False, "200": True, "arm64": 1023},
+    # uretprobe-ret on 6.12: mmap_lock 2, the step's reference 2, bitmap bit and slot_count 4, the copy 1, siglock 2,
+    # the return instance's reference 2 = 13; 6.13 (dd1a7567784e, 7a166094bd2b) 9; 6.14 (e0925f2dc4de) 7; 6.15
+    # (83179cd67846) 5, the step's own, which 6.18 keeps
+    "07.2": "6.15",
+    # PAGE_SIZE / UPROBE_XOL_SLOT_BYTES: 4096 / 128 = 32 on x86-64, less the trampoline's slot 0: 31 threads fit, and
+    # of 32 mid-step at once one must wait; 4096 / 4 - 1 = 1023 on arm64
+    "07.3": {"31": False, "32": True, "arm64": 1023},
     # arch/x86/kernel/uprobes.c: branch_setup_xol_ops takes call rel32 (0xe8) and emulates it; mov and endbr64
     # get the default XOL ops
     "08.1": {"4889e5": "xol", "f30f1efa": "xol", "e800000000": "emulate"},
@@ -577,6 +580,28 @@ def test_08_1_gives_each_instruction_its_own_reason(monkeypatch):
     assert set(items) == {"4889e5", "f30f1efa", "e800000000"}
     assert len(set(items.values())) == 3, items
     assert "mov" in items["4889e5"] and "endbr64" in items["f30f1efa"] and "call" in items["e800000000"]
+
+
+def test_07_4_refuses_a_release_before_6_8():
+    verdict = exercises.check("07.4", ("uprobe-ret", "6.7", 18))
+    assert not verdict.ok and "'6.7' is older than 6.8" in verdict.message and "from 6.8 on" in verdict.message
+    assert exercises.check("07.4", ("uprobe-ret", "6.8", 18)).ok  # 18: shared_writes' 6.8 count, the oldest laid out
+
+
+def test_07_2_and_07_3_ask_what_chapter_07_does_not_show():
+    nb = nbformat.read(next(p for p in NOTEBOOKS if p.name.startswith("07_")), as_version=4)
+    shown = "\n".join(c.source for c in nb.cells if not notebook.is_exercise_cell(c))
+    # 07.2's bench is none the chapter counts; the recap names what made uprobe-nop and uretprobe-nop share nothing
+    assert "uretprobe-ret" in exercises.get("07.2").question and "uretprobe-ret" not in shown
+    # section 4 runs 8 and 64 threads: 07.3 asks about 31 and 32, either side of the free slots
+    assert "v.xol_slots_table((8, 64))" in shown
+    assert set(EXPECTED["07.3"]) == {"31", "32", "arm64"} and "200" not in exercises.get("07.3").question
+
+
+def test_07_3_s_seeded_run_of_32_threads_misses_the_interleaving_its_explanation_says_it_misses():
+    from uprobe_lab.views.many_cpus import xol_slots
+    assert "`xol_slots(32)` (seed 3) does not meet it" in exercises.get("07.3").explanation
+    assert xol_slots(32)["slept for a slot"] == 0 and xol_slots(64)["slept for a slot"] > 0
 
 
 @pytest.mark.parametrize("ex_id", ["08.2", "08.4"])
