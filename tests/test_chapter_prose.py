@@ -77,3 +77,13 @@ def test_00_names_attach_s_kernel_twin_in_a_sentence_not_a_help_dump():
     assert not [c.source for c in nb.cells if c.cell_type == "code" and "help(" in c.source]
     assert "`ul.attach` is the kernel's `uprobe_register()`" in "\n".join(markdown("00_welcome.ipynb"))
     assert ul.attach.__name__ == "uprobe_register" and "Twin of uprobe_register()" in ul.attach.__doc__
+
+
+def test_08_s_capstone_section_leaves_exercise_08_5_to_be_worked_out():
+    # 08.5 asks which of the capstone's probes (a stepped entry on 6.18, USDT sites on 6.18 and 7.3) shares lines
+    # on 64 CPUs: no sentence above the exercises may pair a 6.18 stepped instruction with a cost that grows with CPUs
+    nb = nbformat.read(NOTEBOOKS / "08_your_program.ipynb", as_version=4)
+    prose = [c.source for c in nb.cells if c.cell_type == "markdown" and "exercises" not in c.metadata.get("tags", [])]
+    sentences = [s for text in prose for s in re.split(r"(?<=[.:])\s+(?=[A-Z*])", text)]
+    told = [s for s in sentences if "6.18" in s and re.search(r"stepped|XOL", s) and re.search(r"CPUs", s)]
+    assert not told, told

@@ -72,7 +72,8 @@ WRONG = {
     "07.2": ("6.14", "still makes 7 writes to shared lines"),
     "07.3": ({"31": True, "32": True, "arm64": 1023}, "31: compare the threads mid-step"),
     "07.4": (("uprobe-ret", "6.13", 6), "too low"),  # the siglock forgotten
-    "08.1": ({"4889e5": "xol", "f30f1efa": "emulate", "e800000000": "emulate"}, "f30f1efa: `endbr64` is"),
+    "08.1": ({"4889e5": "xol", "f30f1efa": "emulate", "e800000000": "emulate"},
+             "f30f1efa: `endbr64` - 6.18 emulates a nop only"),
     "08.2": ({"uprobe 6.18": 450, "usdt 6.18": 168, "usdt 7.3": 168}, "uprobe 6.18: 450 ns is too low"),  # one exception
     "08.4": ({"uprobe 6.18": 1.0, "usdt 6.18": 3.35, "usdt 7.3": 3.36}, "uprobe 6.18: 1% is too low"),
     "08.5": ({"uprobe 6.18", "usdt 6.18"}, "Should not be there: usdt 6.18"),  # 6.18's optimised site shares nothing
@@ -573,13 +574,54 @@ def test_05_1_says_which_version_of_the_patch_each_figure_measured():
     assert "v2 of the same patch" in text and "about 30%" in text and "Redis figures are v1's" in text
 
 
+def _items(message: str) -> dict:
+    """A per-item verdict's reasons by key: "2 of 3 wrong - key: reason; key: reason. Try again..."."""
+    body = re.split(r"(?<=[.?]) Try again", message.split(" wrong - ", 1)[1])[0]
+    return dict(part.split(": ", 1) for part in body.split("; "))
+
+
 def test_08_1_gives_each_instruction_its_own_reason(monkeypatch):
     monkeypatch.setattr(exercises.core, "_MISSES", {})
     message = exercises.check("08.1", {"4889e5": "emulate", "f30f1efa": "reject", "e800000000": "xol"}).message
-    items = dict(part.split(": ", 1) for part in message.split(" - ", 1)[1].split(". Try")[0].split("; "))
+    items = _items(message)
     assert set(items) == {"4889e5", "f30f1efa", "e800000000"}
     assert len(set(items.values())) == 3, items
     assert "mov" in items["4889e5"] and "endbr64" in items["f30f1efa"] and "call" in items["e800000000"]
+
+
+CHOICE_WORDS = {"emulate": r"emulat", "xol": r"\bstep|out of line", "reject": r"refus|reject"}
+
+
+def test_08_1_s_reply_to_a_wrong_pick_leaves_the_other_wrong_pick_open(monkeypatch):
+    # three choices: a reply that rules out both wrong ones names the answer. Each wrong pick gets its own reply,
+    # which says nothing of the third choice
+    monkeypatch.setattr(exercises.core, "_MISSES", {})
+    want = EXPECTED["08.1"]
+    for insn, right in want.items():
+        replies = {}
+        for pick in set(CHOICE_WORDS) - {right}:
+            (other,) = set(CHOICE_WORDS) - {right, pick}
+            reply = _items(exercises.check("08.1", want | {insn: pick}).message)[insn]
+            assert not re.search(CHOICE_WORDS[other], reply, re.I), (insn, pick, reply)
+            replies[pick] = reply
+        assert len(set(replies.values())) == 2, replies
+    # 6.18 emulates a 0x90 after any prefixes and x86_nops[len] byte for byte (610f6e14c29d), not "0f 1f"
+    endbr = _items(exercises.check("08.1", want | {"f30f1efa": "emulate"}).message)["f30f1efa"]
+    assert "x86_nops[]" in endbr and "0f 1f" not in endbr
+
+
+def test_08_4_names_a_fraction_given_for_a_percentage():
+    want = exercises.get("08.4").expected()
+    fraction = exercises.check("08.4", {k: v / 100 for k, v in want.items()}).message
+    assert fraction.count("a fraction of the CPU, not a percentage") == 3, fraction
+    low = exercises.check("08.4", {k: v / 2 for k, v in want.items()}).message
+    assert "too low" in low and "fraction" not in low
+
+
+def test_08_2_prices_with_the_profile_s_prices_in_ns_and_08_1_08_3_ask_a_steady_state_hit():
+    question = exercises.get("08.2").question
+    assert "chapter 05's table" not in question and ".prices" in question and "ns per event" in question
+    assert "steady-state" in exercises.get("08.1").question and "steady-state" in exercises.get("08.3").question
 
 
 def test_07_4_refuses_a_release_before_6_8():

@@ -69,13 +69,17 @@ def _within(got: Any, want: float) -> tuple[bool, str]:
 
 
 def _judge_within(unit: str):
-    """Probe by probe (keys as :func:`judges.word` spells them), each wrong one said too high or too low."""
+    """Probe by probe (keys as :func:`judges.word` spells them), each wrong one said too high or too low; a share
+    given as a fraction of the CPU where the question asks a percentage is named as that unit mistake."""
     def judge(answer: Any, expected: dict) -> tuple[bool, str]:
         said = {j.word(k): v for k, v in answer.items()} if isinstance(answer, dict) else {}
 
         def direction(key: str, want: float) -> str:
             got = j.as_number(said[key])
-            return f"{got:g}{unit} is too {'high' if got > want else 'low'}"
+            told = f"{got:g}{unit} is too {'high' if got > want else 'low'}"
+            if unit == "%" and _within(100 * got, want)[0]:
+                told += ": a fraction of the CPU, not a percentage"
+            return told
         return j.per_item(j.word, _within, direction)(answer, expected)
     return judge
 
@@ -95,26 +99,48 @@ def recorded_hit_us() -> dict[str, float]:
     return {"stepped": getpid["ns_per_hit"] / 1000, "emulated": 1 / nop["mops_per_cpu"]}
 
 
-# Exercise 08.1: why each instruction goes the way it goes, without naming the way (a wrong answer's reason)
+# Exercise 08.1: a wrong pick's reason, per instruction and pick. Each says where the pick goes wrong and never
+# rules out the other wrong choice too: with three choices, that would leave the answer
 ENTRY_REASONS = {
-    "4889e5": "`mov rbp, rsp` copies one register to another: no branch, no push and no nop, so not one of the "
-              "classes the kernel emulates - and nothing in it that the kernel refuses either",
-    "f30f1efa": "`endbr64` is a 4-byte instruction of its own, not one of the nops (0x90, 0f 1f) the kernel "
-                "emulates, and with its f3 prefix no instruction the kernel refuses",
-    "e800000000": "a `call` is a branch: the kernel can push the return address and move ip itself, whatever "
-                  "the call's target (chapter 01's branch_setup_xol_ops)",
+    "4889e5": {
+        "emulate": "`mov rbp, rsp` - which instruction classes do branch_setup_xol_ops and push_setup_xol_ops "
+                   "take, and which nops does 6.18 emulate (a 0x90 after any prefixes, or one of x86_nops[] byte "
+                   "for byte)?",
+        "reject": "`mov rbp, rsp` - is its opcode 89, after a REX.W prefix, one that good_insns_64 (the table of "
+                  "what the kernel accepts) leaves out?",
+    },
+    "f30f1efa": {
+        "emulate": "`endbr64` - 6.18 emulates a nop only as a 0x90 after any prefixes or one of x86_nops[] byte "
+                   "for byte: is `f3 0f 1e fa` either?",
+        "reject": "`endbr64` - is its f3 prefix or its 2-byte opcode 0f 1e one that the tables of what the kernel "
+                  "accepts (good_insns_64, good_2byte_insns) leave out?",
+    },
+    "e800000000": {
+        "xol": "a `call` - which instruction classes does branch_setup_xol_ops take before anything is given the "
+               "default out-of-line ops, and does the call's target matter to it?",
+        "reject": "a `call` - is opcode e8 one that good_insns_64 (the table of what the kernel accepts) leaves "
+                  "out?",
+    },
 }
+
+
+def _judge_entries(answer: Any, expected: dict) -> tuple[bool, str]:
+    """Exercise 08.1: instruction by instruction, each wrong pick with :data:`ENTRY_REASONS`' reason for it."""
+    said = {j.word(k).replace(" ", ""): v for k, v in answer.items()} if isinstance(answer, dict) else {}
+    return j.per_item(lambda k: j.word(k).replace(" ", ""), j.choice(("emulate", "xol", "reject")),
+                      lambda k, _: ENTRY_REASONS[k][j.spelling(said[k])])(answer, expected)
+
 
 exercise(
     id="08.1", kind="predict", title="Where the probe goes",
     question="The chapter showed a `lea`, a `mov` and a `push` at function entries. Three more that start many "
              "functions: `mov rbp, rsp` (`48 89 e5`), `endbr64` (`f3 0f 1e fa`, every function built with "
              "`-fcf-protection`), and `call` to the next instruction (`e8 00 00 00 00`, how 32-bit-style code "
-             "finds its own address). How does a 6.18 kernel run a probe on each? Answer "
+             "finds its own address). How does a 6.18 kernel run a steady-state hit of a probe on each? Answer "
              "`{\"4889e5\": ..., \"f30f1efa\": ..., \"e800000000\": ...}` with `\"emulate\"`, `\"xol\"` or "
              "`\"reject\"`.",
-    hint="Chapter 01: the x86 kernel emulates a few instruction classes (nops, pushes, branches, calls) and "
-         "steps everything else it accepts.",
+    hint="Chapter 01: the x86 kernel emulates a few instruction classes (pushes, branches and calls, and on 6.18 "
+         "the nops it knows byte for byte) and steps everything else it accepts.",
     solution="""import uprobe_lab as ul
 answer = {insn: ul.analyze(insn, "x86_64", "6.18")["action"] for insn in ("4889e5", "f30f1efa", "e800000000")}""",
     explanation="The call is emulated (a branch: the kernel pushes the return address and moves ip); `mov` and "
@@ -124,8 +150,7 @@ answer = {insn: ul.analyze(insn, "x86_64", "6.18")["action"] for insn in ("4889e
                 "function's first instruction is stepped, a probe a few bytes later, on an emulated one, is far "
                 "cheaper.",
     expected=lambda: {i: analyze(i, "x86_64", "6.18")["action"] for i in ("4889e5", "f30f1efa", "e800000000")},
-    judge=j.per_item(lambda k: j.word(k).replace(" ", ""), j.choice(("emulate", "xol", "reject")),
-                     lambda k, v: ENTRY_REASONS[k]),
+    judge=_judge_entries,
     why=lambda e: "The lab decoded each as arch_uprobe_analyze_insn does on 6.18.",
 )
 
@@ -133,13 +158,13 @@ exercise(
     id="08.2", kind="predict", title="The capstone, step 1: what one hit costs",
     question=f"A service on an Intel i7-1165G7 calls a probed function {CAPSTONE_RATE:,} times a second, probed "
              f"{CAPSTONE_PROBES}. First, what does one hit cost, in ns, on that CPU? Count each hit's events "
-             "(chapters 01, 03 and 03b), then price them with the i7's prices from chapter 05's table "
-             f"(`uprobe_lab.model.get_profile(\"{CAPSTONE_CPU}\").prices`). Answer {CAPSTONE_KEYS}; within "
-             f"{TOLERANCE:.0%} of the lab's figure counts as right.",
+             "(chapters 01, 03 and 03b), then price them with the i7's fitted prices, in ns per event "
+             f"(`uprobe_lab.model.get_profile(\"{CAPSTONE_CPU}\").prices`; chapter 05 fitted them). Answer "
+             f"{CAPSTONE_KEYS}; within {TOLERANCE:.0%} of the lab's figure counts as right.",
     hint="A stepped entry: the int3's exception, the single step in an XOL slot and its #DB (a second "
          "exception), the probe lookup and the consumer run. An optimised USDT site: one syscall through the "
          "trampoline, the lookup and the consumer run, and the copies `sys_uprobe` makes of the saved registers. "
-         "Each event kind has one price in the table; a hit costs the sum.",
+         "Each event kind has one price in `prices`; a hit costs the sum.",
     solution=f"""from uprobe_lab.bench import events_per_hit
 from uprobe_lab.model import Z80, get_profile
 profile = get_profile("{CAPSTONE_CPU}")
@@ -214,7 +239,8 @@ exercise(
     question="Find a function in a program or library of yours (`function_site(path, name)`; `nm -D` lists a "
              "library's), read its first instruction (`site.listing()`), predict how a kernel of your choice "
              "runs a probe on it (`\"emulate\"`, `\"xol\"` for stepped out of line, `\"optimise\"` or "
-             "`\"reject\"`) and the exceptions a hit costs (exact), then check: `answer = (\"4889e5\", \"6.18\", "
+             "`\"reject\"`) and the exceptions a steady-state hit costs (exact; an optimised site's first hit "
+             "still takes its int3), then check: `answer = (\"4889e5\", \"6.18\", "
              "{\"probe\": ..., \"exceptions\": ...})` (the instruction's bytes, the kernel, your prediction).",
     hint="Emulated: one exception; stepped out of line: two; a nop the kernel optimises into a call: none, a "
          "syscall instead; refused: none (the probe fails at attach).",
