@@ -155,16 +155,73 @@ def test_a_recording_never_lands_on_a_users_file_and_is_refused_before_the_boots
 
 def test_the_labs_shipped_recordings_may_be_recorded_again():
     shipped = REPO / "uprobe_lab" / "data" / "native_scaling_6.18.json"
-    assert outputs.output_file(str(shipped)) == shipped  # checked only: nothing is written here
+    assert outputs.output_file(str(shipped), recording=True) == shipped  # checked only: nothing is written here
+
+
+@pytest.mark.parametrize("name, recording", [("published.csv", False), ("published.csv", True), ("tick.c", True),
+                                             ("README.md", True), ("native_scaling_6.18.json", False)])
+def test_no_other_file_in_the_packages_data_is_overwritten(name, recording):
+    shipped = REPO / "uprobe_lab" / "data" / name
+    with pytest.raises(LabError, match="package's source.*nothing was changed"):
+        outputs.output_file(str(shipped), recording=recording)
+
+
+def test_predict_out_never_overwrites_the_labs_data(tmp_path, capsys):
+    published = REPO / "uprobe_lab" / "data" / "published.csv"
+    before = published.read_bytes()
+    assert cli.main(["predict", "--measured", str(tmp_path / "m.csv"), "--to", "7.3", "--out", str(published)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --out") and "package's source" in err
+    assert published.read_bytes() == before
+
+
+def test_a_link_into_the_packages_data_is_refused_not_replaced(tmp_path):
+    for target in ("published.csv", "native_scaling_6.18.json"):
+        link = tmp_path / f"link-{target}"
+        os.symlink(REPO / "uprobe_lab" / "data" / target, link)
+        for recording in (False, True):
+            with pytest.raises(LabError, match="already exists and the lab did not write it"):
+                outputs.output_file(str(link), recording=recording)
+        assert link.is_symlink()
+
+
+def test_a_link_in_the_packages_data_is_refused_even_with_a_recordings_name(tmp_path, monkeypatch):
+    data = tmp_path / "uprobe_lab" / "data"  # a package of its own: nothing is planted in the real one
+    monkeypatch.setattr(outputs, "PACKAGE", data.parent)
+    monkeypatch.setattr(outputs, "DATA", data)
+    data.mkdir(parents=True)
+    (tmp_path / "notes.json").write_text("the user's")
+    os.symlink(tmp_path / "notes.json", data / "own_program_6.18.json")
+    with pytest.raises(LabError, match="package's source"):
+        outputs.write_output(data / "own_program_6.18.json", "{}", recording=True)
+    assert (tmp_path / "notes.json").read_text() == "the user's" and (data / "own_program_6.18.json").is_symlink()
+
+
+@pytest.mark.parametrize("inside", ["uprobe_lab", "uprobe_lab/views", "uprobe_lab/data/charts"])
+def test_reproduce_refuses_an_output_directory_inside_the_package(inside, capsys):
+    before = sorted(p.name for p in (REPO / "uprobe_lab").rglob("*"))
+    assert cli.main(["reproduce", "--out", str(REPO / inside)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --out") and "inside the uprobe_lab package's source" in err
+    assert sorted(p.name for p in (REPO / "uprobe_lab").rglob("*")) == before
 
 
 def test_recording_a_shipped_file_leaves_no_manifest_in_the_package(tmp_path, monkeypatch):
-    monkeypatch.setattr(outputs, "REPO", tmp_path)  # a checkout of its own, so the real recordings are not touched
-    data = tmp_path / "uprobe_lab" / "data"
+    data = tmp_path / "uprobe_lab" / "data"  # a checkout of its own, so the real recordings are not touched
+    monkeypatch.setattr(outputs, "PACKAGE", data.parent)
+    monkeypatch.setattr(outputs, "DATA", data)
     data.mkdir(parents=True)
-    (data / "scaling.json").write_text("old")
-    outputs.write_output(data / "scaling.json", "new")
-    assert (data / "scaling.json").read_text() == "new" and [p.name for p in data.iterdir()] == ["scaling.json"]
+    (data / "native_scaling_6.18.json").write_text("old")
+    outputs.write_output(data / "native_scaling_6.18.json", "new", recording=True)
+    assert (data / "native_scaling_6.18.json").read_text() == "new"
+    assert [p.name for p in data.iterdir()] == ["native_scaling_6.18.json"]
+
+
+def test_every_json_file_in_the_packages_data_is_a_recording_a_command_makes_again():
+    import fnmatch
+
+    names = [p.name for p in (REPO / "uprobe_lab" / "data").glob("*.json")]
+    assert names and all(any(fnmatch.fnmatchcase(n, pat) for pat in outputs.RECORDINGS) for n in names)
 
 
 def test_the_example_program_is_never_built_over_a_users_file(tmp_path):

@@ -5,11 +5,14 @@ A directory remembers the files the lab wrote into it in a manifest (``.uprobe_l
 SHA-256 a line), so a second run replaces exactly those files and nothing else. A file that is not in the
 manifest, or whose content changed since the lab wrote it, belongs to the user: the command refuses before it
 writes anything. Places no command writes into at all: an empty path, the working directory, the checkout,
-a directory that holds the checkout, the home directory and ``/``. A JSON recording such a command wrote is read
+a directory that holds the checkout, the package's source tree, the home directory and ``/``. In the package's
+data (``uprobe_lab/data``) only the recordings in :data:`RECORDINGS` are written, by the commands that make them
+again. A JSON recording such a command wrote is read
 back with :func:`read_recording`.
 """
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import os
@@ -23,6 +26,12 @@ from .errors import LabError, shown
 
 MANIFEST = ".uprobe_lab-written"
 REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "uprobe_lab"
+DATA = PACKAGE / "data"
+# The files in DATA a command writes (the record functions and ``verify --record``; data/README.md says which
+# command makes which). Every other file there is typed in, and no command overwrites it.
+RECORDINGS = ("arm64_referee_6.1.json", "contention_transfers.json", "host_prices_*.json", "native_example_6.18.json",
+              "native_scaling_6.18.json", "own_program_6.18.json", "x86_kernels_referee.json")
 
 
 def _sha256(path: Path) -> str:
@@ -50,6 +59,9 @@ def _refuse_place(path: str, flag: str, example: str) -> Path:
     if resolved == REPO or resolved in REPO.parents:
         raise LabError(f"{flag} {path}: that is the uprobe_lab checkout or a directory holding it; "
                        f"give a new directory, e.g. {flag} {example}")
+    if resolved == PACKAGE or PACKAGE in resolved.parents:
+        raise LabError(f"{flag} {path}: that is inside the uprobe_lab package's source ({PACKAGE}); "
+                       f"give a new directory outside it, e.g. {flag} {example}")
     return resolved
 
 
@@ -173,9 +185,10 @@ class OutputDir:
         self.manifest.record(self.new)
 
 
-def output_file(path: str, flag: str = "--out", example: str = "predicted.csv") -> Path:
+def output_file(path: str, flag: str = "--out", example: str = "predicted.csv", recording: bool = False) -> Path:
     """A single file a command writes: a new file, or one the lab wrote there before (per that directory's manifest).
-    Checked before the work, so a typo does not waste a run."""
+    Checked before the work, so a typo does not waste a run. ``recording``: a command that makes one of the
+    package's :data:`RECORDINGS` again, the one kind of file that may be written into the package's source."""
     if not str(path).strip():
         raise LabError(f"{flag} is empty; give a file name, e.g. {flag} {example}, or drop {flag} to print the table")
     out = Path(path)
@@ -183,23 +196,37 @@ def output_file(path: str, flag: str = "--out", example: str = "predicted.csv") 
         raise LabError(f"{flag} {path} is a directory; give a file name, e.g. {flag} {out / example}")
     if not out.parent.is_dir():
         raise LabError(f"{flag} {path}: {out.parent} is not an existing directory; make it first or write elsewhere")
+    _refuse_package(out, flag, example, recording)
     manifest = Manifest(out.parent)  # refuses a planted manifest link now, before the work
     if not os.access(out.parent, os.W_OK | os.X_OK) or (out.exists() and not os.access(out, os.W_OK)):
         raise LabError(f"{flag} {path} is not writable; give a path you can write, e.g. {flag} {example}")
-    if (out.exists() or out.is_symlink()) and not manifest.is_ours(out.name) and not _shipped(out):
+    if (out.exists() or out.is_symlink()) and not manifest.is_ours(out.name) and not (recording and _shipped(out)):
         raise LabError(f"{flag} {path} already exists and the lab did not write it; nothing was changed. "
                        f"Give a new file name, e.g. {flag} {example}")
     return out
 
 
+def _refuse_package(out: Path, flag: str, example: str, recording: bool):
+    """Refuse a file in the package's source tree, unless ``recording`` writes one of the package's RECORDINGS
+    (never through a symbolic link: the link is the user's, and where it points is not the lab's to follow)."""
+    parent = out.parent.resolve()
+    if parent != PACKAGE and PACKAGE not in parent.parents:
+        return
+    if (recording and parent == DATA and not out.is_symlink()
+            and any(fnmatch.fnmatchcase(out.name, pattern) for pattern in RECORDINGS)):
+        return
+    raise LabError(f"{flag} {out}: that is in the uprobe_lab package's source ({PACKAGE}), whose files no command "
+                   f"overwrites; nothing was changed. Write elsewhere, e.g. {flag} {example}")
+
+
 def _shipped(path: Path) -> bool:
     """A recording the lab ships (uprobe_lab/data): a maintainer records it again on purpose."""
-    return path.resolve().parent == REPO / "uprobe_lab" / "data"
+    return path.parent.resolve() == DATA
 
 
-def write_output(path, text: str, flag: str = "--record", example: str = "run.json") -> Path:
+def write_output(path, text: str, flag: str = "--record", example: str = "run.json", recording: bool = False) -> Path:
     """Write ``text`` to ``path`` under ``output_file``'s rule, and note it in the manifest."""
-    out = output_file(path, flag, example)
+    out = output_file(path, flag, example, recording)
     try:
         replace_file(out, text)
     except OSError as err:

@@ -106,7 +106,8 @@ def record_transfers(path: str | Path = TRANSFERS_PATH) -> dict:
     runs = [{"bench": b, "config": c, "cpus": n, "transfers_per_hit": emulated_transfers(b, c, n)}
             for b, c, n in needed_runs()]
     data = {"command": "uprobe_lab.model.contention.record_transfers()", "iterations": ITERATIONS, "runs": runs}
-    write_output(path, json.dumps(data, indent=1) + "\n", "path", "contention_transfers.json")
+    write_output(path, json.dumps(data, indent=1) + "\n", "path", "contention_transfers.json",
+                 recording=True)
     recorded_transfers.cache_clear()
     transfers.cache_clear()
     loto_interval.cache_clear()

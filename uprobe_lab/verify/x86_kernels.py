@@ -169,7 +169,7 @@ def run_referee(lines: list[str], record: str | Path | None = None, as_json: boo
                        "for all")
     try:
         if record:
-            output_file(record, "--record", "kernels.json")  # refused now, not after the boots
+            output_file(record, "--record", "kernels.json", recording=True)  # refused now, not after the boots
         reports = referee(tuple(lines), progress=None if as_json else print)
     except LabError as err:
         print(f"cannot referee: {err}", file=sys.stderr)
@@ -186,7 +186,8 @@ def run_referee(lines: list[str], record: str | Path | None = None, as_json: boo
         print(f"{len(verdicts) - len(bad)} of {len(verdicts)} answers agree across {len(reports)} kernels")
     if record:
         write_output(record, json.dumps({"command": f"python -m uprobe_lab verify --kernels --record {record}",
-                                         "reports": reports}, indent=1) + "\n", "--record", "kernels.json")
+                                         "reports": reports}, indent=1) + "\n", "--record", "kernels.json",
+                     recording=True)
     return 0 if bad.empty else 2
 
 
