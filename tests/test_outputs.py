@@ -279,3 +279,13 @@ def test_the_example_program_is_not_built_into_the_working_directory_for_an_empt
     with pytest.raises(LabError, match=r"build_example's directory is empty; give a new directory"):
         own_program.build_example(empty)
     assert os.listdir(tmp_path) == []
+
+
+def test_the_site_keeps_the_users_empty_directories(tmp_path):
+    book = tmp_path / "book"
+    for d in ("keep/inner", "mine", "notebooks/drafts"):
+        (book / d).mkdir(parents=True)
+    for _ in range(2):  # the first build over them, and a rebuild over the first
+        site.stage(book, execute=False)
+        assert all((book / d).is_dir() for d in ("keep/inner", "mine", "notebooks/drafts"))
+        assert (book / "intro.md").is_file() and (book / "notebooks" / "diagrams").is_dir()

@@ -146,7 +146,8 @@ class OutputDir:
         return [self.path / n for n in names]
 
     def replace_all(self):
-        """Empty the directory of the lab's own files, refusing (and changing nothing) if any other file is there."""
+        """Empty the directory of the lab's own files, refusing (and changing nothing) if any other file is there;
+        directories the user made stay."""
         files, dirs = [], []
         for root, dirnames, filenames in os.walk(self.path):
             rel_root = Path(root).relative_to(self.path)
@@ -157,8 +158,12 @@ class OutputDir:
                      + [d.as_posix() for d in dirs if (self.path / d).is_symlink()])
         for rel in files:
             (self.path / rel).unlink()
-        for d in sorted(dirs, key=lambda d: len(d.parts), reverse=True):  # deepest first, each empty by now
-            (self.path / d).rmdir()
+        # A directory goes only if it held the lab's files and is empty now: one the user made (empty, or holding
+        # a directory of theirs) stays, as the manifest does not know it.
+        held = {parent for rel in files for parent in Path(rel).parents if parent != Path(".")}
+        for d in sorted(held, key=lambda d: len(d.parts), reverse=True):  # deepest first
+            if not any((self.path / d).iterdir()):
+                (self.path / d).rmdir()
         (self.path / MANIFEST).unlink(missing_ok=True)
         self.manifest = Manifest(self.path)
 

@@ -129,8 +129,8 @@ def stage(src: Path, execute: bool = True, run=execute_notebook) -> list[str]:
 def _stage(src: Path, execute: bool, run) -> list[str]:
     import nbformat
 
-    (src / "notebooks").mkdir()
-    (src / "docs").mkdir()
+    (src / "notebooks").mkdir(exist_ok=True)  # an empty directory of the user's may stand there: kept
+    (src / "docs").mkdir(exist_ok=True)
     chapters = []
     for path in sorted((REPO / "notebooks").glob("[0-9][0-9]*_*.ipynb")):
         t0 = time.monotonic()
@@ -139,7 +139,7 @@ def _stage(src: Path, execute: bool, run) -> list[str]:
         chapters.append((path.stem, title_of(nb)))
         print(f"site: {path.name} {'executed' if execute else 'copied'} in {time.monotonic() - t0:.1f} s", flush=True)
     if (REPO / "notebooks" / "diagrams").is_dir():  # the chapters' SVG diagrams, linked as diagrams/NAME.svg
-        shutil.copytree(REPO / "notebooks" / "diagrams", src / "notebooks" / "diagrams")
+        shutil.copytree(REPO / "notebooks" / "diagrams", src / "notebooks" / "diagrams", dirs_exist_ok=True)
     docs = [d for d in DOCS if (REPO / "docs" / d).exists()]
     for name in docs:
         (src / "docs" / name).write_text(link_commits((REPO / "docs" / name).read_text()))
