@@ -129,3 +129,63 @@ def test_a_widget_output_becomes_a_note_and_the_rest_is_kept():
     assert "widgets" not in page.metadata and page.cells[0].outputs[1].text == "printed\n"
     assert page.cells[0].outputs[0]["data"]["text/html"] == site.WIDGET_NOTE
     assert site.WIDGET_MIME in nb.cells[0].outputs[0]["data"]  # the run itself is left as it was
+
+
+SLEEPER = """import sys
+from pathlib import Path
+import nbformat
+from uprobe_lab import site
+site.REPO = Path(sys.argv[1])  # a course of one chapter, whose cell says it runs and sleeps, and one page
+(site.REPO / "notebooks").mkdir(parents=True)
+(site.REPO / "docs").mkdir()
+(site.REPO / "docs" / "cheatsheet.md").write_text("# Cheat sheet")
+cell = f"open({str(site.REPO / 'running')!r}, 'w').close(); import time; time.sleep(60)"
+nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# Sleeps"), nbformat.v4.new_code_cell(cell)])
+nbformat.write(nb, site.REPO / "notebooks" / "01_sleeps.ipynb")
+sys.exit(site.main(sys.argv[2:]))
+"""
+
+
+def _signalled(args, sig, ready, tmp_path):
+    """Run the site with ``args``; once the path ``ready`` is there, send ``sig``; its exit code, stderr, and how
+    long it took to stop."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-c", SLEEPER, str(tmp_path / "course"), *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 60
+    while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    t0 = time.monotonic()
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    return proc.returncode, err, time.monotonic() - t0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP", "SIGINT"])
+def test_a_signal_while_a_chapter_runs_stops_the_site_with_one_line(sig, tmp_path):
+    import signal
+
+    code, err, took = _signalled(["--out", str(tmp_path / "book")], getattr(signal, sig), tmp_path / "course" / "running",
+                                 tmp_path)
+    assert (tmp_path / "course" / "running").exists()  # the cell was running
+    assert code == 130 and [ln for ln in err.splitlines() if "IPKernelApp" not in ln] == ["interrupted"], err
+    assert took < 20
+    site.stage(tmp_path / "book", execute=False)  # what the run wrote is the lab's: a rerun replaces it
+
+
+@pytest.mark.slow
+def test_a_signal_while_jupyter_book_runs_leaves_a_site_the_next_build_replaces(tmp_path):
+    import signal
+
+    pytest.importorskip("jupyter_book", reason="jupyter-book is not installed (pip install -e '.[site]')")
+    code, err, _ = _signalled(["--out", str(tmp_path / "book"), "--no-execute"], signal.SIGTERM,
+                              tmp_path / "book" / "_build", tmp_path)
+    assert code == 130 and err.strip().splitlines() == ["interrupted"], err
+    assert (tmp_path / "book" / "_build").is_dir()  # jupyter-book had begun: its files are in the manifest
+    site.stage(tmp_path / "book", execute=False)

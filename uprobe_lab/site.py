@@ -10,14 +10,20 @@ On the way, bare 12-digit commit hashes in the prose become links to the commit.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import atexit
+import contextlib
 import copy
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
+from .cli import terminate_as_ctrl_c
 from .errors import LabError
 from .outputs import OutputDir
 
@@ -56,13 +62,65 @@ def link_commits(markdown: str) -> str:
                    for i, p in enumerate(parts))
 
 
+class _LoopWithoutSignals(asyncio.SelectorEventLoop):
+    """An event loop on which nbclient installs no signal handlers of its own (it skips them on a RuntimeError):
+    its handlers shut the kernel down but leave the run to go on, or to fail with an error of that clean-up."""
+
+    def add_signal_handler(self, sig, callback, *args):
+        raise RuntimeError("the site answers signals itself")
+
+
+async def _settled(client, tasks):
+    await asyncio.gather(*tasks, return_exceptions=True)
+    if client.km is not None and client.km.has_kernel:  # cancelled as the kernel started, before nbclient's clean-up
+        with contextlib.suppress(Exception):
+            await client.km.shutdown_kernel(now=True)
+
+
+def _execute_interruptibly(client):
+    """``client.execute()``, where Ctrl-C (unless ignored), SIGTERM and SIGHUP cancel the run: nbclient shuts the
+    kernel down on the way out, then KeyboardInterrupt is raised. Signal handlers only on the main thread."""
+    loop = _LoopWithoutSignals()
+    task = loop.create_task(client.async_execute(stderr=subprocess.DEVNULL))  # a cell's error is in its outputs
+    heard = []
+
+    def cancel(signum, frame):
+        heard.append(signum)
+        loop.call_soon_threadsafe(task.cancel)
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        signals = [signal.SIGTERM, signal.SIGHUP] + ([signal.SIGINT] if callable(signal.getsignal(signal.SIGINT))
+                                                     else [])
+        previous = {sig: signal.signal(sig, cancel) for sig in signals}
+    try:
+        loop.run_until_complete(task)
+    except BaseException:
+        if heard:  # a cancelled run, or an error of the clean-up it went through
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        for sig, handler in previous.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+        left = asyncio.all_tasks(loop)  # nbclient's kernel poll, say: cancelled, so none is destroyed pending
+        for t in left:
+            t.cancel()
+        loop.run_until_complete(_settled(client, left))
+        loop.close()
+        atexit.unregister(client._cleanup_kernel)  # nbclient's, for an exit with the kernel up: it is down by now
+    if heard:  # the signal came as the run ended
+        raise KeyboardInterrupt
+
+
 def execute_notebook(path: Path, timeout: int = 600):
     import nbformat
     from nbclient import NotebookClient
 
     nb = nbformat.read(path, as_version=4)
-    NotebookClient(nb, timeout=timeout, kernel_name="python3", store_widget_state=True,
-                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", store_widget_state=True,
+                            resources={"metadata": {"path": str(path.parent)}})
+    _execute_interruptibly(client)
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
     if errors:
         raise LabError(f"{path.name} failed while building the site: {errors[0].ename}: {errors[0].evalue}")
@@ -176,10 +234,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-execute", action="store_true", help="render the notebooks as committed (no outputs)")
     args = ap.parse_args(argv)
     try:
-        build(args.out, execute=not args.no_execute)
+        with terminate_as_ctrl_c():  # kill or a closed terminal: the manifest still records what was written
+            build(args.out, execute=not args.no_execute)
     except LabError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
     return 0
 
 
