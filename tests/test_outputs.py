@@ -289,3 +289,15 @@ def test_the_site_keeps_the_users_empty_directories(tmp_path):
         site.stage(book, execute=False)
         assert all((book / d).is_dir() for d in ("keep/inner", "mine", "notebooks/drafts"))
         assert (book / "intro.md").is_file() and (book / "notebooks" / "diagrams").is_dir()
+
+
+def test_a_manifest_another_user_owns_is_not_trusted(users_dir, monkeypatch):
+    ours = outputs.write_output(users_dir / "run.json", "{}")  # a manifest naming run.json with its digest
+    assert outputs.output_file(str(ours)) == ours
+    euid = os.geteuid()
+    monkeypatch.setattr(outputs.os, "geteuid", lambda: euid + 1)  # now the manifest's owner is someone else
+    with pytest.raises(LabError, match="already exists and the lab did not write it"):
+        outputs.output_file(str(ours))
+    with pytest.raises(LabError, match="holds files the lab did not write.*run.json"):
+        outputs.OutputDir(users_dir).claim("run.json")
+    assert ours.read_text() == "{}"

@@ -74,7 +74,10 @@ class Manifest:
             raise LabError(f"{directory / MANIFEST} is a symbolic link, not the lab's record of its files; "
                            "nothing was changed. Remove the link, or write into another directory")
         try:
-            lines = (directory / MANIFEST).read_text().splitlines()
+            # One another user owns (planted in a shared directory such as /tmp) is no record of the lab's writes
+            # for this user: every file it names is taken for a file the lab did not write.
+            owned = (directory / MANIFEST).stat().st_uid == os.geteuid()
+            lines = (directory / MANIFEST).read_text().splitlines() if owned else []
         except (OSError, UnicodeDecodeError):
             lines = []
         self.written = dict(line.split("  ", 1)[::-1] for line in lines if "  " in line)
