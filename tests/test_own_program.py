@@ -320,6 +320,38 @@ def test_a_release_s_own_rules_give_a_verdict_too():
 
 
 @native
+def test_perf_probe_count_deletes_a_probe_whose_add_a_signal_cut_short(tick, tmp_path):
+    """SIGTERM after perf probe --add made the event but before it returned (a perf that pauses after its add makes
+    the window wide): the run still deletes the event it never heard named."""
+    if shutil.which("perf") is None:
+        pytest.skip("perf is not installed")
+    slow = tmp_path / "bin" / "perf"
+    slow.parent.mkdir()
+    slow.write_text(f'#!/bin/sh\n{shutil.which("perf")} "$@"; rc=$?\n'
+                    'case " $* " in *" --add "*) sleep 5 ;; esac\nexit $rc\n')
+    slow.chmod(0o755)
+    script = (f"from uprobe_lab.own_program import perf_probe_count, function_site\n"
+              f"perf_probe_count(function_site({str(tick)!r}, 'tick'), ['true'])\n")
+    child = subprocess.Popen([sys.executable, "-c", script],
+                             env={**os.environ, "PATH": f"{slow.parent}:{os.environ['PATH']}"})
+    event = f"lab_tick_{child.pid}"
+    listed = lambda: subprocess.run(["perf", "probe", "-l"], capture_output=True, text=True).stdout  # noqa: E731
+    for _ in range(100):  # until the add has made the event (perf then pauses for 5 s)
+        time.sleep(0.05)
+        if event in listed():
+            break
+    else:
+        child.kill()
+        pytest.fail("the add never made its event")
+    child.send_signal(signal.SIGTERM)
+    try:
+        assert child.wait(timeout=20) == -signal.SIGTERM
+        assert event not in listed()
+    finally:
+        subprocess.run(["perf", "probe", "-q", "-d", f"*:{event}"], capture_output=True)
+
+
+@native
 def test_perf_probe_count_deletes_its_probe_when_killed_and_a_dead_run_s_probe_later(tick, tmp_path):
     """SIGTERM (kill, a closed terminal's SIGHUP likewise) runs the delete as Ctrl-C does, and the process still
     dies of it; a probe whose run died by SIGKILL (lab_<symbol>_<dead pid>) is deleted by the next run."""

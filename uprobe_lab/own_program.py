@@ -340,20 +340,22 @@ def _perf_probe_count(perf: str, site: FunctionSite, command: list[str], timeout
     # since perf's probe events are system-wide and one run's delete would take the other's event
     event = re.sub(r"\W", "_", f"lab_{site.symbol}")[:50] + f"_{os.getpid()}"
     add = [perf, "probe", "-x", site.path, "--add", f"{event}={site.symbol}"]
-    added = subprocess.run(add, capture_output=True, text=True)
-    name = re.search(rf"(probe_\w+:{event})\b", added.stdout + added.stderr)
-    if added.returncode != 0 or name is None:
-        said = [line.strip() for line in (added.stderr or added.stdout).splitlines() if line.strip()]
-        why = said[0] if said else f"exit status {added.returncode}"  # perf's first line names the problem
-        if os.geteuid() != 0:
-            why += " (perf probe needs root)"
-        return {"reason": f"perf probe refused {event}={site.symbol} in {site.path}: {why}"}
-    name = name.group(1)
-    stat = [perf, "stat", "-x,", "-e", name, "--", *command]
+    name = f"*:{event}"  # until perf names it, the event in any group: an interrupted add may have made it
     try:
-        out = run_own_group(stat, timeout_s)
-    except subprocess.TimeoutExpired:
-        return {"reason": f"{' '.join(command)} ran longer than {timeout_s:g} s under perf stat; it was stopped"}
+        added = subprocess.run(add, capture_output=True, text=True)
+        found = re.search(rf"(probe_\w+:{event})\b", added.stdout + added.stderr)
+        if added.returncode != 0 or found is None:
+            said = [line.strip() for line in (added.stderr or added.stdout).splitlines() if line.strip()]
+            why = said[0] if said else f"exit status {added.returncode}"  # perf's first line names the problem
+            if os.geteuid() != 0:
+                why += " (perf probe needs root)"
+            return {"reason": f"perf probe refused {event}={site.symbol} in {site.path}: {why}"}
+        name = found.group(1)
+        stat = [perf, "stat", "-x,", "-e", name, "--", *command]
+        try:
+            out = run_own_group(stat, timeout_s)
+        except subprocess.TimeoutExpired:
+            return {"reason": f"{' '.join(command)} ran longer than {timeout_s:g} s under perf stat; it was stopped"}
     finally:
         subprocess.run([perf, "probe", "-q", "-d", name], capture_output=True)
     line = next((ln for ln in out.stderr.splitlines() if name in ln), "")
