@@ -108,8 +108,22 @@ def test_only_marked_copies_of_dead_servers_are_removed(tmp_path):
 def test_a_copy_is_never_written_over_a_file(tmp_path):
     chapter = _chapter(tmp_path)
     lecture.write_copy(chapter, 4242)
-    with pytest.raises(FileExistsError):
+    with pytest.raises(LabError, match="cannot write the lecture's copy .*File exists"):
         lecture.write_copy(chapter, 4242)
+
+
+def test_a_chapter_in_a_folder_the_user_cannot_write_is_one_line_with_the_way_out():
+    import shutil
+
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv, to run as nobody beside the checkout's notebooks")
+    done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-m",
+                           "uprobe_lab.lecture", "01"], capture_output=True, text=True, cwd="/", timeout=60)
+    folder = REPO / "notebooks"
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stderr.startswith("error: cannot write the lecture's copy of 01_breakpoint_uprobes.ipynb into "
+                                  f"{folder} (Permission denied)")
+    assert f"cp -r {folder} /tmp/course && ./lab lecture /tmp/course/01_breakpoint_uprobes.ipynb" in done.stderr
 
 
 def _chapter(folder: Path) -> Path:

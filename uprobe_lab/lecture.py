@@ -131,8 +131,14 @@ def write_copy(chapter: Path, pid: int) -> Path:
     nb = presenter.lecture_notebook(read_notebook(chapter))
     nb.metadata[MARK] = pid
     copy = chapter.parent / f".lecture_pid{pid}_{chapter.name}"
-    with open(copy, "x") as f:  # "x": a file of that name is never overwritten
-        nbformat.write(nb, f)
+    try:
+        with open(copy, "x") as f:  # "x": a file of that name is never overwritten
+            nbformat.write(nb, f)
+    except OSError as err:
+        raise LabError(f"cannot write the lecture's copy of {chapter.name} into {chapter.parent} ({err.strerror}); "
+                       "it goes beside the chapter, so its links and diagrams resolve. Copy the folder somewhere you "
+                       f"can write and present it from there, e.g. cp -r {chapter.parent} /tmp/course && "
+                       f"./lab lecture /tmp/course/{chapter.name}") from None
     return copy
 
 
