@@ -534,6 +534,27 @@ def test_verify_on_x86_refuses_the_arm64_referees_settings(capsys, monkeypatch, 
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("argv, flags", [
+    (["--sample", "5", "--probe", "bpf", "--no-sweeps", "--classes", "nops", "--kernel", "6.10", "--kernel-deb", "x"],
+     "--sample, --classes, --no-sweeps, --kernel, --probe, --kernel-deb"),
+    (["--arch", "arm64", "--seed", "0"], "--arch, --seed"),
+    (["--kernel-package", "linux-image-6.18"], "--kernel-package")])
+def test_verify_kernels_refuses_the_instruction_referees_settings(capsys, monkeypatch, argv, flags):
+    from uprobe_lab.verify import x86_kernels
+
+    monkeypatch.setattr(x86_kernels, "referee", lambda *a, **k: pytest.fail("booted, leaving the setting unused"))
+    fails_cleanly(capsys, ["verify", "--kernels", "6.18", *argv], f"{flags}: settings of the instruction referees",
+                  "drop them")
+
+
+def test_verify_arm64_refuses_kernel_by_name(capsys, monkeypatch):
+    import uprobe_lab.verify as verify_mod
+
+    monkeypatch.setattr(verify_mod, "verify", lambda *a, **k: pytest.fail("ran, leaving --kernel unused"))
+    fails_cleanly(capsys, ["verify", "--arch", "arm64", "--kernel", "6.10"], "--kernel: x86 settings",
+                  "the kernel it boots (--kernel-package or --kernel-deb): drop them")
+
+
 @pytest.mark.parametrize("cpus", [[], ["-p", "2"]])
 def test_an_unknown_native_bench_is_named_before_any_cpu_is_pinned_or_held(capsys, monkeypatch, cpus):
     import contextlib

@@ -146,8 +146,9 @@ def test_a_recording_never_lands_on_a_users_file_and_is_refused_before_the_boots
     mine = tmp_path / "kernels.json"
     mine.write_text('{"my": "notes"}')
     monkeypatch.setattr(x86_kernels, "referee", lambda *a, **k: pytest.fail("booted before checking --record"))
-    assert x86_kernels.run_referee(["6.18"], record=mine) == 1
-    assert "did not write it" in capsys.readouterr().err and mine.read_text() == '{"my": "notes"}'
+    assert cli.main(["verify", "--kernels", "6.18", "--record", str(mine)]) == 2  # the command line's error: not 1,
+    err = capsys.readouterr().err                                                # which says no kernel could be had
+    assert err.startswith("error: --record") and "did not write it" in err and mine.read_text() == '{"my": "notes"}'
     with pytest.raises(LabError, match="did not write it"):
         outputs.write_output(mine, "{}")
     assert mine.read_text() == '{"my": "notes"}'

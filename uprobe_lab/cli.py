@@ -242,6 +242,12 @@ def cmd_verify(args) -> int:
     if args.kernels:  # Debian's x86-64 kernels under QEMU: the version questions, not instruction forms
         from .verify.x86_kernels import run_referee
 
+        instruction_only = _given(args, "--arch", "--sample", "--seed", "--classes", "--no-sweeps", "--kernel",
+                                  "--probe", "--kernel-package", "--kernel-deb")
+        if instruction_only:
+            raise LabError(f"{', '.join(instruction_only)}: settings of the instruction referees (verify without "
+                           "--kernels); --kernels boots Debian's x86-64 kernels and asks each the same questions, "
+                           "with --record and --json alone: drop them")
         return run_referee([] if args.kernels == "all" else args.kernels.split(","), args.record, args.json)
     if args.sample is not None:
         from .verify import arm64_cases, x86_gen
@@ -250,22 +256,22 @@ def cmd_verify(args) -> int:
         if not 0 <= args.sample <= most:
             raise LabError(f"--sample {args.sample}: the number of random instructions is 0 to {most} on {args.arch} "
                            "(for more, run again with another --seed), e.g. --sample 300")
+    seed = 1 if args.seed is None else args.seed
     if args.arch == "arm64":  # Debian's arm64 kernel under QEMU: its sweep, random words after it, its own kernel
-        x86_only = [flag for flag, value in (("--classes", args.classes), ("--no-sweeps", args.no_sweeps),
-                                             ("--probe", args.probe)) if value]
+        x86_only = _given(args, "--classes", "--no-sweeps", "--kernel", "--probe")
         if x86_only:
             raise LabError(f"{', '.join(x86_only)}: x86 settings; the arm64 referee runs its sweep of the decode "
-                           "classes and --sample random words (from --seed): drop them")
+                           "classes and --sample random words (from --seed), and compares with the lab's rules for "
+                           "the kernel it boots (--kernel-package or --kernel-deb): drop them")
         options = {"package": args.kernel_package, "deb": args.kernel_deb, "record": args.record,
-                   "sample": args.sample or 0, "seed": args.seed}
+                   "sample": args.sample or 0, "seed": seed}
     else:
-        arm64_only = [flag for flag, value in (("--record", args.record), ("--kernel-package", args.kernel_package),
-                                               ("--kernel-deb", args.kernel_deb)) if value]
+        arm64_only = _given(args, "--record", "--kernel-package", "--kernel-deb")
         if arm64_only:
             raise LabError(f"{', '.join(arm64_only)}: settings of the arm64 referee (--arch arm64; --record also of "
                            "--kernels); this run asks the host's own kernel and prints its report (--json for JSON): "
                            "drop them, or add --arch arm64")
-        options = {"sample": 3000 if args.sample is None else args.sample, "seed": args.seed, "classes": args.classes,
+        options = {"sample": 3000 if args.sample is None else args.sample, "seed": seed, "classes": args.classes,
                    "sweeps": not args.no_sweeps, "kernel": args.kernel, **({"probe": args.probe} if args.probe else {})}
     with _verify_progress(args.json) as progress:
         try:
@@ -275,6 +281,13 @@ def cmd_verify(args) -> int:
             return 2
     print(json.dumps(report.as_dict(), indent=2) if args.json else report.format())
     return 0
+
+
+def _given(args, *flags: str) -> list[str]:
+    """Those of ``flags`` set on the command line (--arch: set to other than x86_64, its default)."""
+    values = {flag: getattr(args, flag[2:].replace("-", "_")) for flag in flags}
+    return [flag for flag, value in values.items()
+            if value is not None and value is not False and not (flag == "--arch" and value == "x86_64")]
 
 
 @contextlib.contextmanager
@@ -342,7 +355,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--arch", default="x86_64", choices=list(ARCHES))
     v.add_argument("--sample", type=int, help="random instructions (x86: default 3000; arm64: after the fixed sweep, "
                    "a third each any word, the load/store group and the branch group, default 0)")
-    v.add_argument("--seed", type=int, default=1)
+    v.add_argument("--seed", type=int, help="of the random instructions (default 1)")
     v.add_argument("--classes", nargs="+", metavar="CLASS",
                    help="x86: 1-byte 0f prefixed VEX EVEX RIP-relative branches nops syscall (default: all)")
     v.add_argument("--no-sweeps", action="store_true",

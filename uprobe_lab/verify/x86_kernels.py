@@ -160,16 +160,17 @@ def load_recording(path: Path = RECORDING) -> list[dict]:
 def run_referee(lines: list[str], record: str | Path | None = None, as_json: bool = False) -> int:
     """Boot ``lines`` (all when empty), print every answer beside the lab's (or the reports as JSON) and
     the count that agree; write the reports to ``record`` if given. Exit status 0 when all agree, 1 when
-    the kernels cannot be had (the message says why), 2 when some answer differs."""
+    the kernels cannot be had (the message says why), 2 when some answer differs; LabError for a ``record``
+    that would overwrite a file the lab did not write."""
     lines = [line.strip() for line in lines]
     unknown = [line for line in lines if line not in KERNEL_LINES]
     if unknown:  # checked before any download or boot
         raise LabError(f"--kernels: no Debian kernel line {', '.join(map(repr, unknown))}; the lines are "
                        f"{', '.join(KERNEL_LINES)} (e.g. --kernels {next(iter(KERNEL_LINES))}), or --kernels alone "
                        "for all")
+    if record:  # refused now, not after the boots; a LabError of the command line, not of the kernels
+        output_file(record, "--record", "kernels.json", recording=True)
     try:
-        if record:
-            output_file(record, "--record", "kernels.json", recording=True)  # refused now, not after the boots
         reports = referee(tuple(lines), progress=None if as_json else print)
     except LabError as err:
         print(f"cannot referee: {err}", file=sys.stderr)
@@ -196,7 +197,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lines", default="", help="kernel lines to boot, comma-separated (default: all)")
     ap.add_argument("--record", type=Path, help="write the reports here (as data/x86_kernels_referee.json)")
     args = ap.parse_args(argv)
-    return run_referee(list(filter(None, args.lines.split(","))), args.record)
+    try:
+        return run_referee(list(filter(None, args.lines.split(","))), args.record)
+    except LabError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
