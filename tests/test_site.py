@@ -171,9 +171,9 @@ def _signalled(args, sig, ready, tmp_path):
 def test_a_signal_while_a_chapter_runs_stops_the_site_with_one_line(sig, tmp_path):
     import signal
 
-    code, err, took = _signalled(["--out", str(tmp_path / "book")], getattr(signal, sig), tmp_path / "course" / "running",
-                                 tmp_path)
-    assert (tmp_path / "course" / "running").exists()  # the cell was running
+    running = tmp_path / "course" / "running"
+    code, err, took = _signalled(["--out", str(tmp_path / "book")], getattr(signal, sig), running, tmp_path)
+    assert running.exists()  # the cell was running
     assert code == 130 and [ln for ln in err.splitlines() if "IPKernelApp" not in ln] == ["interrupted"], err
     assert took < 20
     site.stage(tmp_path / "book", execute=False)  # what the run wrote is the lab's: a rerun replaces it
