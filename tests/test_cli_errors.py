@@ -575,3 +575,23 @@ def test_an_unknown_native_bench_is_named_before_any_cpu_is_pinned_or_held(capsy
     monkeypatch.setattr(many_cpus, "held_cpu", busy)
     fails_cleanly(capsys, ["bench", "--mode", "native", *cpus, "nosuch"], "unknown native bench(es) 'nosuch'",
                   "known: usermode-count")
+
+
+def test_a_native_refusal_names_the_emulated_mode_as_the_command_line_spells_it(capsys, monkeypatch):
+    """bench: --mode emulated, not the Python keyword; verify has no emulated mode, so none is offered."""
+    import uprobe_lab.native as native_mod
+    import uprobe_lab.verify as verify_mod
+    from uprobe_lab.native import errors
+
+    def refuse(*a, **k):
+        raise errors.no_uprobe_pmu("/sys/bus/event_source/devices/uprobe/type")
+
+    monkeypatch.setattr(native_mod, "run_native_benches", refuse)
+    assert cli.main(["bench", "--mode", "native", "uprobe-nop"]) == 2
+    err = capsys.readouterr().err
+    assert err.endswith("use such a kernel, or the emulated mode (--mode emulated) runs everywhere\n"), err
+    assert "mode='emulated'" not in err
+    monkeypatch.setattr(verify_mod, "verify", refuse)
+    assert cli.main(["verify"]) == 2
+    err = capsys.readouterr().err
+    assert err.endswith("Linux >= 4.17; use such a kernel\n") and "emulated" not in err, err

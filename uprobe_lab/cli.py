@@ -96,7 +96,8 @@ def cmd_bench(args) -> int:
                     results = run_native_benches_on_cpus(args.names or None, args.cpus, args.iterations,
                                                          DEFAULT_REPEATS, bar.update, baselines=True, one_cpu=True)
         except (NativeUnavailable, ValueError) as err:
-            print(f"native benchmarks are not possible here: {err}" if isinstance(err, NativeUnavailable)
+            print(f"native benchmarks are not possible here: {err.said('--mode emulated')}"
+                  if isinstance(err, NativeUnavailable)
                   else f"error: {err}", file=sys.stderr)
             return 2
     else:
@@ -277,7 +278,7 @@ def cmd_verify(args) -> int:
         try:
             report = verify(args.arch, progress=progress, **options)
         except NativeUnavailable as err:
-            print(f"the referee needs real uprobes, not possible here: {err}", file=sys.stderr)
+            print(f"the referee needs real uprobes, not possible here: {err.said(None)}", file=sys.stderr)
             return 2
     print(json.dumps(report.as_dict(), indent=2) if args.json else report.format())
     return 0

@@ -17,6 +17,14 @@ WAY_OUT = "the emulated mode (mode='emulated') runs everywhere"
 class NativeUnavailable(Exception):
     """Native measurement is impossible on this host; the message names the problem and the way out."""
 
+    def said(self, emulated: str | None) -> str:
+        """The message with the emulated mode named as a caller spells it (``--mode emulated`` on the command
+        line), or, with None, left out where there is no emulated mode (``verify``)."""
+        text = str(self)
+        if emulated is not None:
+            return text.replace(WAY_OUT, f"the emulated mode ({emulated}) runs everywhere")
+        return text.replace(f", or {WAY_OUT}", "").replace(f"; {WAY_OUT}", "")
+
 
 def not_linux(sysname: str) -> NativeUnavailable:
     return NativeUnavailable(
