@@ -302,3 +302,26 @@ def test_a_manifest_another_user_owns_is_not_trusted(users_dir, monkeypatch):
     with pytest.raises(LabError, match="holds files the lab did not write.*run.json"):
         outputs.OutputDir(users_dir).claim("run.json")
     assert ours.read_text() == "{}"
+
+
+def test_the_example_program_and_the_demo_elf_say_what_to_give_in_python(tmp_path):
+    from uprobe_lab import own_program, usdt
+
+    (tmp_path / "tick").write_text("my own tick")
+    with pytest.raises(LabError) as err:
+        own_program.build_example(tmp_path)
+    assert str(err.value) == (f"build_example: {tmp_path / 'tick'} already exists and the lab did not write it; "
+                              "nothing was changed. Give a new directory, e.g. build_example(tempfile.mkdtemp())")
+    (tmp_path / "tick").unlink()
+    (tmp_path / "tick").mkdir()
+    with pytest.raises(LabError, match=r"^build_example: .*/tick already exists .* Give a new directory, e\.g\. "
+                                       r"build_example\(tempfile\.mkdtemp\(\)\)$"):
+        own_program.build_example(tmp_path)
+    with pytest.raises(LabError, match=r"^build_example's directory is None, not a path; give a new directory"):
+        own_program.build_example(None)
+    with pytest.raises(LabError, match=r"^write_demo_elf's path is None, not a path; give a file name, e\.g\. "
+                                       r"usdt_demo$"):
+        usdt.write_demo_elf(None)
+    with pytest.raises(LabError, match=r"^write_demo_elf's path is empty; give a file name, e\.g\. usdt_demo$"):
+        usdt.write_demo_elf("")
+    assert os.listdir(tmp_path) == ["tick"] and os.listdir(tmp_path / "tick") == []

@@ -197,20 +197,26 @@ def output_file(path: str, flag: str = "--out", example: str = "predicted.csv", 
     """A single file a command writes: a new file, or one the lab wrote there before (per that directory's manifest).
     Checked before the work, so a typo does not waste a run. ``recording``: a command that makes one of the
     package's :data:`RECORDINGS` again, the one kind of file that may be written into the package's source."""
+    def eg(value) -> str:  # a good value as the caller writes it: after the flag, or alone for a function's argument
+        return f"{flag} {value}" if flag.startswith("-") else str(value)
+
+    if not isinstance(path, (str, os.PathLike)):
+        raise LabError(f"{flag} is {shown(path)}, not a path; give a file name, e.g. {eg(example)}")
     if not str(path).strip():
-        raise LabError(f"{flag} is empty; give a file name, e.g. {flag} {example}, or drop {flag} to print the table")
+        raise LabError(f"{flag} is empty; give a file name, e.g. {eg(example)}"
+                       + (f", or drop {flag} to print the table" if flag == "--out" else ""))
     out = Path(path)
     if out.is_dir():
-        raise LabError(f"{flag} {path} is a directory; give a file name, e.g. {flag} {out / example}")
+        raise LabError(f"{flag} {path} is a directory; give a file name, e.g. {eg(out / example)}")
     if not out.parent.is_dir():
         raise LabError(f"{flag} {path}: {out.parent} is not an existing directory; make it first or write elsewhere")
     _refuse_package(out, flag, example, recording)
     manifest = Manifest(out.parent)  # refuses a planted manifest link now, before the work
     if not os.access(out.parent, os.W_OK | os.X_OK) or (out.exists() and not os.access(out, os.W_OK)):
-        raise LabError(f"{flag} {path} is not writable; give a path you can write, e.g. {flag} {example}")
+        raise LabError(f"{flag} {path} is not writable; give a path you can write, e.g. {eg(example)}")
     if (out.exists() or out.is_symlink()) and not manifest.is_ours(out.name) and not (recording and _shipped(out)):
         raise LabError(f"{flag} {path} already exists and the lab did not write it; nothing was changed. "
-                       f"Give a new file name, e.g. {flag} {example}")
+                       f"Give a new file name, e.g. {eg(example)}")
     return out
 
 

@@ -39,7 +39,7 @@ from .kernel import KERNELS, get_kernel
 from .native.bpf import BpfCounter
 from .native.example import native_reason
 from .native.host import parse_maps
-from .outputs import output_file, record_file, write_output
+from .outputs import Manifest, output_file, record_file, write_output
 from .native.perf import UprobeEvent, run_own_group
 from .native.support import check_native_support
 from .program import disassembler
@@ -369,16 +369,22 @@ def build_example(directory: str | Path, pie: bool = True) -> Path:
     without a C compiler, naming the package that brings one. ``pie=False`` links it at a fixed address
     (``-no-pie``, 0x400000 on x86-64), where a function's address is no longer its offset in the file; that
     build is named ``tick-no-pie``."""
+    way_out = "a new directory, e.g. build_example(tempfile.mkdtemp())"
+    if not isinstance(directory, (str, os.PathLike)):
+        raise LabError(f"build_example's directory is {shown(directory)}, not a path; give {way_out}")
     if not str(directory).strip():  # Path("") is ".": the program would land wherever the notebook runs
-        raise LabError("build_example's directory is empty; give a new directory, e.g. "
-                       "build_example(tempfile.mkdtemp())")
+        raise LabError(f"build_example's directory is empty; give {way_out}")
     cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if cc is None:
         raise LabError("no C compiler here (Debian/Ubuntu: apt install gcc; Fedora: dnf install gcc): the chapter "
                        "goes on with a library every program loads instead")
     source = resources.files("uprobe_lab.data").joinpath("tick.c")
     name = "tick" if pie else "tick-no-pie"
-    out = output_file(Path(directory) / name, "directory", "a new directory")  # never over a program of yours
+    out = Path(directory) / name
+    if out.is_dir() or ((out.exists() or out.is_symlink()) and not Manifest(out.parent).is_ours(name)):
+        raise LabError(f"build_example: {out} already exists and the lab did not write it; nothing was changed. "
+                       f"Give {way_out}")  # never over a program of yours
+    output_file(out, "build_example's directory", "tempfile.mkdtemp()")  # writable, no planted manifest link
     with resources.as_file(source) as src:
         done = subprocess.run([cc, "-O2", *([] if pie else ["-no-pie"]), "-o", str(out), str(src)],
                               capture_output=True, text=True)
