@@ -2,13 +2,13 @@
 
 Every command that writes files (``./lab site``, ``reproduce --out``, ``predict --out``) goes through here.
 A directory remembers the files the lab wrote into it in a manifest (``.uprobe_lab-written``: a path and a
-SHA-256 a line), so a second run replaces exactly those files and nothing else. A file that is not in the
-manifest, or whose content changed since the lab wrote it, belongs to the user: the command refuses before it
-writes anything. Places no command writes into at all: an empty path, the working directory, the checkout,
-a directory that holds the checkout, the package's source tree, the home directory and ``/``. In the package's
-data (``uprobe_lab/data``) only the recordings in :data:`RECORDINGS` are written, by the commands that make them
-again. A JSON recording such a command wrote is read
-back with :func:`read_recording`.
+SHA-256 a line), so a second run replaces exactly those files and nothing else; a manifest another user owns
+counts as none. A file that is not in the manifest, or whose content changed since the lab wrote it, belongs to
+the user: the command refuses before it writes anything, and a directory the lab did not fill stays. Places no
+command writes into at all: an empty path, the working directory, the checkout, a directory that holds the
+checkout, the package's source tree, the home directory and ``/``. In the package's data (``uprobe_lab/data``)
+only the recordings in :data:`RECORDINGS` are written, by the commands that make them again. A JSON recording
+such a command wrote is read back with :func:`read_recording`.
 """
 from __future__ import annotations
 
