@@ -377,3 +377,19 @@ def test_perf_probe_count_deletes_its_probe_when_killed_and_a_dead_run_s_probe_l
     subprocess.run(["perf", "probe", "-q", "-x", str(tick), "--add", f"{stale}=tick"], check=True, capture_output=True)
     perf_probe_count(function_site(tick, "tick"), [str(tick), "10"])
     assert stale not in subprocess.run(["perf", "probe", "-l"], capture_output=True, text=True).stdout
+
+
+@native
+def test_perf_probe_count_keeps_an_event_of_its_name_it_did_not_make(tick):
+    """An event lab_<symbol>_<pid> already there (another pid namespace's run at the same pid, say) makes perf's add
+    refuse; the lab deletes only what it added, so that event stays."""
+    if shutil.which("perf") is None:
+        pytest.skip("perf is not installed")
+    event = f"lab_tick_{os.getpid()}"
+    subprocess.run(["perf", "probe", "-q", "-x", str(tick), "--add", f"{event}=tick"], check=True, capture_output=True)
+    try:
+        got = perf_probe_count(function_site(tick, "tick"), ["true"])
+        assert "already exists" in got["reason"]
+        assert event in subprocess.run(["perf", "probe", "-l"], capture_output=True, text=True).stdout
+    finally:
+        subprocess.run(["perf", "probe", "-q", "-d", f"*:{event}"], capture_output=True)

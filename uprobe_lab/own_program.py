@@ -305,17 +305,20 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _uprobe_events() -> str:
+    """The kernel's list of uprobe events (tracefs), or "" where it cannot be read."""
+    for events in ("/sys/kernel/tracing/uprobe_events", "/sys/kernel/debug/tracing/uprobe_events"):
+        try:
+            return Path(events).read_text()
+        except OSError:
+            continue
+    return ""
+
+
 def _delete_stale_lab_events(perf: str) -> None:
     """Delete the probes a run killed outright (SIGKILL) left behind: perf_probe_count's events are named
     lab_<symbol>_<pid>, and one whose pid no longer runs is nobody's."""
-    for events in ("/sys/kernel/tracing/uprobe_events", "/sys/kernel/debug/tracing/uprobe_events"):
-        try:
-            text = Path(events).read_text()
-            break
-        except OSError:
-            continue
-    else:
-        return
+    text = _uprobe_events()
     for group, event, pid in re.findall(r"^[pr]:(\w+)/(lab_\w+_(\d+))\s", text, re.M):
         if not _pid_alive(int(pid)):
             subprocess.run([perf, "probe", "-q", "-d", f"{group}:{event}"], capture_output=True)
@@ -340,7 +343,9 @@ def _perf_probe_count(perf: str, site: FunctionSite, command: list[str], timeout
     # since perf's probe events are system-wide and one run's delete would take the other's event
     event = re.sub(r"\W", "_", f"lab_{site.symbol}")[:50] + f"_{os.getpid()}"
     add = [perf, "probe", "-x", site.path, "--add", f"{event}={site.symbol}"]
-    name = f"*:{event}"  # until perf names it, the event in any group: an interrupted add may have made it
+    # until perf names it, the event in any group (an interrupted add may have made it) - unless it was there
+    # before: then the add is refused and the event is someone else's (another pid namespace's run) to keep
+    name = None if re.search(rf"^[pr]:\w+/{event}\s", _uprobe_events(), re.M) else f"*:{event}"
     try:
         added = subprocess.run(add, capture_output=True, text=True)
         found = re.search(rf"(probe_\w+:{event})\b", added.stdout + added.stderr)
@@ -357,7 +362,8 @@ def _perf_probe_count(perf: str, site: FunctionSite, command: list[str], timeout
         except subprocess.TimeoutExpired:
             return {"reason": f"{' '.join(command)} ran longer than {timeout_s:g} s under perf stat; it was stopped"}
     finally:
-        subprocess.run([perf, "probe", "-q", "-d", name], capture_output=True)
+        if name is not None:
+            subprocess.run([perf, "probe", "-q", "-d", name], capture_output=True)
     line = next((ln for ln in out.stderr.splitlines() if name in ln), "")
     count = int(line.split(",")[0]) if line.split(",")[0].isdigit() else None
     return {"count": count, "commands": [" ".join(add[1:]), " ".join(stat[1:3] + ["-e", name, "--", "..."]),
