@@ -473,6 +473,30 @@ def test_sigterm_and_sighup_end_a_command_through_its_cleanup(name):
     assert (done.returncode, done.stdout, done.stderr) == (130, "cleaned up\n", "interrupted\n")
 
 
+NOHUP_COMMAND = """
+import os, signal, sys
+from uprobe_lab import cli
+
+def hung_up(args):
+    os.kill(os.getpid(), signal.SIGHUP)  # the terminal closed: nohup's run goes on
+    print("went on", flush=True)
+    return 0
+
+cli.cmd_analyze = hung_up
+sys.exit(cli.main(["analyze", "90"]))
+"""
+
+
+def test_a_command_started_under_nohup_outlives_its_terminal():
+    import signal
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", NOHUP_COMMAND], capture_output=True, text=True, timeout=60,
+                          preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    assert (done.returncode, done.stdout, done.stderr) == (0, "went on\n", "")
+
+
 # --- --kernel outside the modelled releases --------------------------------------------------------
 
 @pytest.mark.parametrize("argv", [["analyze", "90"], ["bench", "uprobe-nop", "--iterations", "10"],

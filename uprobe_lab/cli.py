@@ -15,6 +15,7 @@ from . import analyze, bench
 from .arches import ARCHES
 from .constants import MAX_ITERATIONS
 from .errors import LabError
+from .interrupt import stop_signals
 from .kernel import (DEFAULT_KERNEL, KERNELS, RULES, major_minor, kernel_for_release, outside_modelled,
                      refuse_before_uprobes, release_rules, row_for_release, unknown_sublevel_note, version_name)
 from .outputs import OutputDir, output_file, write_output
@@ -443,7 +444,7 @@ def terminate_as_ctrl_c():
             raise KeyboardInterrupt
         handler(signal.SIGINT, frame)
 
-    previous = {sig: signal.signal(sig, as_ctrl_c) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    previous = {sig: signal.signal(sig, as_ctrl_c) for sig in stop_signals()}
     try:
         yield
     finally:

@@ -24,6 +24,12 @@ from unicorn import Uc
 
 from .unicorn_c import close_engine, detach_finalizer
 
+def stop_signals() -> list[signal.Signals]:
+    """SIGTERM and SIGHUP, the signals that stop a command as Ctrl-C does - less any this process was started
+    ignoring: under ``nohup`` SIGHUP is ignored, and a closed terminal must not stop the run then."""
+    return [sig for sig in (signal.SIGTERM, signal.SIGHUP) if signal.getsignal(sig) is not signal.SIG_IGN]
+
+
 _engines: dict = {}  # weak reference to a live engine -> its handle
 _retired: list = []  # weak references whose engine was collected, closed by close_retired
 

@@ -35,6 +35,7 @@ import pandas as pd
 from . import analyze
 from .bench import events_per_hit
 from .errors import LabError, is_int, shown
+from .interrupt import stop_signals
 from .kernel import KERNELS, get_kernel
 from .native.bpf import BpfCounter
 from .native.example import native_reason
@@ -285,7 +286,7 @@ def _ended_by_signal_as_by_ctrl_c():
         received.append(signum)
         raise KeyboardInterrupt(signal.Signals(signum).name)
 
-    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    previous = {sig: signal.signal(sig, interrupt) for sig in stop_signals()}
     try:
         yield
     finally:

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from .cli import terminate_as_ctrl_c
+from .interrupt import stop_signals
 from .errors import LabError
 from .outputs import OutputDir
 
@@ -90,7 +91,7 @@ def _execute_interruptibly(client):
 
     previous = {}
     if threading.current_thread() is threading.main_thread():
-        signals = [signal.SIGTERM, signal.SIGHUP] + ([signal.SIGINT] if callable(signal.getsignal(signal.SIGINT))
+        signals = stop_signals() + ([signal.SIGINT] if callable(signal.getsignal(signal.SIGINT))
                                                      else [])
         previous = {sig: signal.signal(sig, cancel) for sig in signals}
     try:
@@ -100,9 +101,8 @@ def _execute_interruptibly(client):
             raise KeyboardInterrupt from None
         raise
     finally:
-        for sig, handler in previous.items():
-            if handler is not None:
-                signal.signal(sig, handler)
+        for sig, handler in previous.items():  # None: a handler set outside Python, which cannot be put back
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
         left = asyncio.all_tasks(loop)  # nbclient's kernel poll, say: cancelled, so none is destroyed pending
         for t in left:
             t.cancel()
