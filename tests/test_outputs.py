@@ -292,16 +292,19 @@ def test_the_site_keeps_the_users_empty_directories(tmp_path):
         assert (book / "intro.md").is_file() and (book / "notebooks" / "diagrams").is_dir()
 
 
-def test_a_manifest_another_user_owns_is_not_trusted(users_dir, monkeypatch):
+def test_a_directory_whose_manifest_another_user_owns_is_refused_before_any_write(users_dir, monkeypatch):
+    """A manifest planted in a shared directory names files as the lab's; one this user may not replace would
+    fail only after the output was written. Either way the directory is refused first, naming the manifest."""
     ours = outputs.write_output(users_dir / "run.json", "{}")  # a manifest naming run.json with its digest
     assert outputs.output_file(str(ours)) == ours
     euid = os.geteuid()
     monkeypatch.setattr(outputs.os, "geteuid", lambda: euid + 1)  # now the manifest's owner is someone else
-    with pytest.raises(LabError, match="already exists and the lab did not write it"):
-        outputs.output_file(str(ours))
-    with pytest.raises(LabError, match="holds files the lab did not write.*run.json"):
-        outputs.OutputDir(users_dir).claim("run.json")
-    assert ours.read_text() == "{}"
+    before = sorted(p.name for p in users_dir.iterdir())
+    for write in (lambda: outputs.output_file(str(ours)), lambda: outputs.write_output(users_dir / "new.csv", "x"),
+                  lambda: outputs.OutputDir(users_dir).claim("run.json")):
+        with pytest.raises(LabError, match=rf"{outputs.MANIFEST} belongs to another user \(uid {euid}\)"):
+            write()
+    assert ours.read_text() == "{}" and sorted(p.name for p in users_dir.iterdir()) == before
 
 
 def test_the_example_program_and_the_demo_elf_say_what_to_give_in_python(tmp_path):

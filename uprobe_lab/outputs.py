@@ -2,8 +2,8 @@
 
 Every command that writes files (``./lab site``, ``reproduce --out``, ``predict --out``) goes through here.
 A directory remembers the files the lab wrote into it in a manifest (``.uprobe_lab-written``: a path and a
-SHA-256 a line), so a second run replaces exactly those files and nothing else; a manifest another user owns
-counts as none. A file that is not in the manifest, or whose content changed since the lab wrote it, belongs to
+SHA-256 a line), so a second run replaces exactly those files and nothing else; a directory whose manifest
+another user owns is refused. A file that is not in the manifest, or whose content changed since the lab wrote it, belongs to
 the user: the command refuses before it writes anything, and a directory the lab did not fill stays. Places no
 command writes into at all: an empty path, the working directory, the checkout, a directory that holds the
 checkout, the package's source tree, the home directory and ``/``. In the package's data (``uprobe_lab/data``)
@@ -74,10 +74,15 @@ class Manifest:
             raise LabError(f"{directory / MANIFEST} is a symbolic link, not the lab's record of its files; "
                            "nothing was changed. Remove the link, or write into another directory")
         try:
-            # One another user owns (planted in a shared directory such as /tmp) is no record of the lab's writes
-            # for this user: every file it names is taken for a file the lab did not write.
-            owned = (directory / MANIFEST).stat().st_uid == os.geteuid()
-            lines = (directory / MANIFEST).read_text().splitlines() if owned else []
+            owner = (directory / MANIFEST).stat().st_uid
+        except OSError:
+            owner = os.geteuid()
+        if owner != os.geteuid():  # planted in a shared directory such as /tmp, or another user's own record
+            raise LabError(f"{directory / MANIFEST} belongs to another user (uid {owner}): it is no record of "
+                           "this user's files, and the lab may not replace it; nothing was changed. Write into a "
+                           "directory of your own")
+        try:
+            lines = (directory / MANIFEST).read_text().splitlines()
         except (OSError, UnicodeDecodeError):
             lines = []
         self.written = dict(line.split("  ", 1)[::-1] for line in lines if "  " in line)
