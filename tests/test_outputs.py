@@ -292,6 +292,25 @@ def test_the_site_keeps_the_users_empty_directories(tmp_path):
         assert (book / "intro.md").is_file() and (book / "notebooks" / "diagrams").is_dir()
 
 
+def test_a_file_the_user_saves_during_a_site_build_stays_theirs(tmp_path):
+    import nbformat
+
+    book = tmp_path / "book"
+
+    def run(path):  # a chapter "executed" while the user saves a file into the book
+        (book / "my_notes.txt").write_text("mine")
+        return nbformat.read(path, as_version=4)
+
+    site.stage(book, run=run)
+    assert "my_notes.txt" not in (book / outputs.MANIFEST).read_text()
+    with pytest.raises(LabError, match="my_notes.txt"):  # the next build refuses it instead of deleting it
+        site.stage(book, execute=False)
+    assert (book / "my_notes.txt").read_text() == "mine"
+    (book / "my_notes.txt").unlink()
+    site.stage(book, execute=False)  # every file it staged is in its manifest, so it rebuilds over them
+    assert (book / "intro.md").is_file()
+
+
 def test_a_directory_whose_manifest_another_user_owns_is_refused_before_any_write(users_dir, monkeypatch):
     """A manifest planted in a shared directory names files as the lab's; one this user may not replace would
     fail only after the output was written. Either way the directory is refused first, naming the manifest."""

@@ -190,11 +190,13 @@ class OutputDir:
         finally:
             shutil.rmtree(scratch, ignore_errors=True)  # made by mkdtemp above: nobody else's files are in it
 
-    def commit(self, everything: bool = False):
-        """Record what was written: the claimed names, or with ``everything`` every file now in the directory."""
-        if everything:
-            self.new = {p.relative_to(self.path).as_posix() for p in self.path.rglob("*")
-                        if p.is_file() and not p.is_symlink() and p.name != MANIFEST}
+    def commit(self, under: str | None = None):
+        """Record what was written: the claimed names, and with ``under`` every file now below that subdirectory
+        (a tool's output, which the lab cannot name file by file). A file saved elsewhere in the directory while
+        the command ran stays the user's."""
+        if under is not None:
+            self.new |= {p.relative_to(self.path).as_posix() for p in (self.path / under).rglob("*")
+                         if p.is_file() and not p.is_symlink() and p.name != MANIFEST}
         self.manifest.record(self.new)
 
 

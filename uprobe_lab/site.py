@@ -179,13 +179,18 @@ def stage(src: Path, execute: bool = True, run=execute_notebook) -> list[str]:
     target = OutputDir(src, "--out", "build/site")
     target.replace_all()
     try:
-        return _stage(target.path, execute, run)
+        return _stage(target.path, execute, run, target.new)
     finally:
-        target.commit(everything=True)
+        target.commit()  # what _stage wrote, by name: a file the user saves here meanwhile stays theirs
 
 
-def _stage(src: Path, execute: bool, run) -> list[str]:
+def _stage(src: Path, execute: bool, run, wrote: set[str]) -> list[str]:
+    """The book's sources written into ``src``, each path (relative to it) added to ``wrote`` as it is written."""
     import nbformat
+
+    def written(path: Path) -> Path:
+        wrote.add(path.relative_to(src).as_posix())
+        return path
 
     (src / "notebooks").mkdir(exist_ok=True)  # an empty directory of the user's may stand there: kept
     (src / "docs").mkdir(exist_ok=True)
@@ -193,20 +198,23 @@ def _stage(src: Path, execute: bool, run) -> list[str]:
     for path in sorted((REPO / "notebooks").glob("[0-9][0-9]*_*.ipynb")):
         t0 = time.monotonic()
         nb = run(path) if execute else nbformat.read(path, as_version=4)
-        nbformat.write(static_widgets(nb), src / "notebooks" / path.name)
+        nbformat.write(static_widgets(nb), written(src / "notebooks" / path.name))
         chapters.append((path.stem, title_of(nb)))
         print(f"site: {path.name} {'executed' if execute else 'copied'} in {time.monotonic() - t0:.1f} s", flush=True)
     if (REPO / "notebooks" / "diagrams").is_dir():  # the chapters' SVG diagrams, linked as diagrams/NAME.svg
         shutil.copytree(REPO / "notebooks" / "diagrams", src / "notebooks" / "diagrams", dirs_exist_ok=True)
+        for copied in (REPO / "notebooks" / "diagrams").rglob("*"):
+            if copied.is_file():
+                written(src / "notebooks" / "diagrams" / copied.relative_to(REPO / "notebooks" / "diagrams"))
     docs = [d for d in DOCS if (REPO / "docs" / d).exists()]
     for name in docs:
-        (src / "docs" / name).write_text(link_commits((REPO / "docs" / name).read_text()))
-    (src / "intro.md").write_text(intro(chapters))
-    (src / "_config.yml").write_text(CONFIG)
+        written(src / "docs" / name).write_text(link_commits((REPO / "docs" / name).read_text()))
+    written(src / "intro.md").write_text(intro(chapters))
+    written(src / "_config.yml").write_text(CONFIG)
     toc = ["format: jb-book", "root: intro", "parts:", "  - caption: Chapters", "    chapters:"]
     toc += [f"      - file: notebooks/{stem}" for stem, _ in chapters]
     toc += ["  - caption: Reference", "    chapters:"] + [f"      - file: docs/{Path(d).stem}" for d in docs]
-    (src / "_toc.yml").write_text("\n".join(toc) + "\n")
+    written(src / "_toc.yml").write_text("\n".join(toc) + "\n")
     return [stem for stem, _ in chapters]
 
 
@@ -220,7 +228,7 @@ def build(out: Path = REPO / "build" / "site", execute: bool = True, run=execute
     try:
         done = subprocess.run(cmd, capture_output=True, text=True)
     finally:
-        OutputDir(out, "--out", "build/site").commit(everything=True)  # jupyter-book's files are the lab's too
+        OutputDir(out, "--out", "build/site").commit(under="_build")  # jupyter-book writes only there
     if done.returncode != 0:
         raise LabError(f"jupyter-book failed:\n{(done.stdout + done.stderr)[-4000:]}")
     html = out / "_build" / "html"
