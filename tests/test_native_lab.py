@@ -506,6 +506,21 @@ def test_the_calibration_names_the_rows_its_model_error_comes_from():
     assert f"uprobe-push x1 {100 * abs(resid):.1f}% faster" in misfit.fit_note
 
 
+def test_the_speed_note_compares_the_native_tables_run_with_the_price_benches():
+    rec = model.load_host_recording()["rows"]
+    with pytest.warns(UserWarning):
+        prof = calibrate.calibrate(rec, rel_tol=1.0)
+    price_nop = next(r["mops"] for r in rec if r["bench"] == "uprobe-nop" and r["consumers"] == 1)
+    table = example.load_example()["benches"]  # another machine's run, 30% faster on uprobe-nop
+    note = calibrate.run_speed_note(table, prof)
+    assert "ran at another speed than the price benches" in note and "30% faster" in note
+    same = [dict(r, mops=price_nop * 1.005) if r["bench"] == "uprobe-nop" else r for r in table]
+    assert calibrate.run_speed_note(same, prof).startswith("the native table ran at the price benches' speed")
+    slow = [dict(r, mops=price_nop * 0.6) if r["bench"] == "uprobe-nop" else r for r in table]
+    assert "40% slower" in calibrate.run_speed_note(slow, prof)
+    assert "unknown" in calibrate.run_speed_note([r for r in table if r["bench"] != "uprobe-nop"], prof)
+
+
 def test_the_calibration_says_which_speed_state_its_figures_are():
     two = [{"machine_states": 2, "state_share": 0.6, "fast_over_slow": 1.32}]
     assert "two speeds, 1.32 times apart" in calibrate.machine_state_note(two) and "(60% of" in calibrate.machine_state_note(two)

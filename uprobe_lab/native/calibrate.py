@@ -107,10 +107,36 @@ def machine_state_note(rows: list[dict]) -> str:
     if r is None:
         return "these rows do not say which speed states their run saw (recorded before the price benches told them apart)"
     if r["machine_states"] == 1:
-        return "the machine kept one speed over the run: every interval counts"
+        return "the machine kept one speed while the price benches ran: every interval of theirs counts"
     return (f"the machine ran at two speeds, {r['fast_over_slow']:.2f} times apart: the figures are the slower state's "
             f"({100 * r['state_share']:.0f}% of the reference's intervals), since how long each state lasts changes "
             "from run to run more than their speeds do")
+
+
+SPEED_BENCH = "uprobe-nop"  # the one bench both runs measure alike: one int3 probe and one consumer on a `nop; ret`
+
+
+def run_speed_note(native_rows: list[dict], prof: model.Profile) -> str:
+    """Whether the native table ran at the machine speed the price benches saw, in a sentence: the one bench
+    both runs measure alike (``SPEED_BENCH``, one consumer) in each, against twice their combined error (the
+    two rows' own and the machine's movement between rounds, ``level_sd``, once for each run)."""
+    def rate(frame: pd.DataFrame):
+        row = frame[(frame["bench"] == SPEED_BENCH) & (frame["consumers"] == 1)]
+        return (float(row["mops"].iloc[0]), float(row["rel_err"].iloc[0])) if len(row) else None
+    prices = rate(prof.measured) if isinstance(prof.measured, pd.DataFrame) else None
+    table = rate(measured_frame(native_rows))
+    if prices is None or table is None:
+        return (f"the native table and the price benches do not both have {SPEED_BENCH}: "
+                "whether they ran at one machine speed is unknown")
+    (p, p_err), (t, t_err) = prices, table
+    tol = 2 * math.sqrt(p_err ** 2 + t_err ** 2 + 2 * prof.level_sd ** 2)
+    change = t / p - 1
+    if abs(change) <= tol:
+        return (f"the native table ran at the price benches' speed: {SPEED_BENCH} {t:.3g} M/s against {p:.3g}, "
+                f"within {100 * tol:.1f}%")
+    return (f"the native table ran at another speed than the price benches: {SPEED_BENCH} {t:.3g} M/s against "
+            f"{p:.3g}, {100 * abs(change):.0f}% {'slower' if change < 0 else 'faster'} (more than the "
+            f"{100 * tol:.1f}% their errors allow), so expect the table's rows about that much off the model")
 
 
 def model_error_note(prof: model.Profile, shown: int = 3) -> str:
