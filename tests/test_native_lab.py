@@ -601,12 +601,18 @@ def test_views():
     cmp = calibrate.native_vs_model(EXAMPLE["benches"], example_profile())
     fig = views.native_chart(cmp)
     assert isinstance(fig, Figure) and len(fig.axes[0].containers) >= 3
+    fig.draw_without_rendering()  # the legend's long labels go below the bars, not beside them where they squeeze the plot
+    assert fig.axes[0].get_window_extent().width > 0.8 * fig.bbox.width
+    assert fig.legends[0].get_window_extent().y1 < fig.axes[0].get_window_extent().y0
     pred = calibrate.predict_kernels(example_profile(), EXAMPLE["benches"])
     assert isinstance(views.predictions_chart(pred), Figure)
     text = views.trampoline_listing(EXAMPLE["snapshots"]["uprobe-nop5"])
     assert "call" in text and "mov rax, 0x150" in text and "[uprobes-trampoline]" in text
     assert "[uprobes]" in views.maps_lines(EXAMPLE["snapshots"]["uretprobe-nop"])
     assert list(views.results_table(EXAMPLE["benches"]).columns[:4]) == ["bench", "mops", "stddev", "hits"]
+    assert "kernel" not in views.results_table(EXAMPLE["benches"]).columns  # one kernel: the banner names it
+    two = [dict(EXAMPLE["benches"][0], kernel="6.11.0"), *EXAMPLE["benches"][1:]]
+    assert list(views.results_table(two)["kernel"])[:2] == ["6.11.0", EXAMPLE["benches"][1]["kernel"]]
 
 
 # ------------------------------------------------------------------------------------------------

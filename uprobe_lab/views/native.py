@@ -21,9 +21,12 @@ NATIVE_COLOR, MODEL_COLOR, PUBLISHED_COLOR = "#66c2a5", "#fc8d62", "#8da0cb"
 
 
 def results_table(rows: list[dict]) -> pd.DataFrame:
-    """The native result dicts as a table: bench, M/s ± stddev, hits, optimised, site bytes."""
+    """The native result dicts as a table: bench, M/s ± stddev, hits, optimised, site bytes, and the kernel
+    where the rows come from more than one (one kernel is the run's, which its banner names)."""
     cols = ["bench", "mops", "stddev", "hits", "iterations", "repeats", "optimized", "site_bytes", "kernel"]
     df = pd.DataFrame(rows)
+    if "kernel" in df and df["kernel"].nunique() == 1:
+        df = df.drop(columns="kernel")
     return df[[c for c in cols if c in df.columns]].round({"mops": 3, "stddev": 3})
 
 
@@ -44,7 +47,7 @@ def native_chart(comparison: pd.DataFrame, title: str = "") -> Figure:
     ``comparison`` is :func:`uprobe_lab.native.calibrate.native_vs_model`.
     """
     benches = list(comparison["bench"])
-    fig = Figure(figsize=(max(7, 0.9 * len(benches)), 4.4), layout="constrained")
+    fig = Figure(figsize=(max(7, 0.9 * len(benches)), 4.8), layout="constrained")
     ax = fig.add_subplot()
     x = np.arange(len(benches))
     w = 0.27
@@ -64,7 +67,8 @@ def native_chart(comparison: pd.DataFrame, title: str = "") -> Figure:
     ax.set_ylabel("M/s, log scale (higher is better)")
     kernel = comparison["kernel"].iloc[0] if len(comparison) else ""
     ax.set_title(title or f"kernel {kernel}: native vs model vs published", fontsize=11)
-    ax.legend(fontsize=9, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)  # readable, beside the bars
+    # below the bars: beside them, its long labels would squeeze the plot to a third of the figure's width
+    fig.legend(*ax.get_legend_handles_labels(), fontsize=9, loc="outside lower center", frameon=False)
     return fig
 
 
