@@ -729,6 +729,8 @@ def test_kernel_change_table_and_picker(monkeypatch):
     assert shown == ["6.11"]  # drawn once for the first kernel
     picker.value = "6.18"  # redraws through kernel_change; the browser test checks what a learner sees
     assert shown == ["6.11", "6.18"], "choosing a kernel did not redraw its table"
+    precise = pred.assign(**{"6.11": [1.4845521]})  # shown to three decimals, not pandas' six
+    assert ">1.485<" in kernel_picker(precise).children[1].value and "1.4845" not in kernel_picker(precise).children[1].value
 
 
 # ------------------------------------------------------------------------------------------------

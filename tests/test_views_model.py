@@ -69,3 +69,12 @@ def test_moving_a_price_slider_redraws_the_chart_with_that_price(monkeypatch):
     assert len(drawn) == 2, "moving the exception slider did not redraw the chart"
     assert drawn[-1]["exception"] == new
     assert drawn[-1]["syscall"] == drawn[0]["syscall"]  # the other prices stay
+
+
+def test_the_error_summary_shows_counts_whole_and_no_median_blank():
+    summary = model.error_summary(model.reproduction())
+    shown = views.summary_by_table(summary)
+    first = shown.iloc[:, 0]  # seed 000's intel table: no unmoved rows, so no median of them
+    assert first["fit_rows"] == "3" and first["unmoved_rows"] == "0" and first["unmoved_median_abs_err"] == ""
+    assert first["fit_median_abs_err"] == f"{summary.iloc[0]['fit_median_abs_err']:.1f}"
+    assert list(views.summary_by_table(summary.drop(columns="source"), index=["table"]).columns) == list(summary["table"])

@@ -93,6 +93,16 @@ def price_chart(profile: model.Profile, benches=SLIDER_BENCHES, published: pd.Da
     return fig
 
 
+def summary_by_table(summary: pd.DataFrame, index=("source", "table")) -> pd.DataFrame:
+    """:func:`uprobe_lab.model.error_summary` with a column per table: counts as whole numbers, errors and
+    half-widths to 0.1%, and blank where a table has no rows to take a figure of (a column of floats would show
+    a count as 3.0 and a missing median as NaN)."""
+    by_table = summary.set_index(list(index)).T
+    counts = by_table.index.str.endswith(("_rows", "_inside"))
+    return by_table.apply(lambda col: ["" if pd.isna(v) else f"{v:.0f}" if count else f"{v:.1f}"
+                                       for v, count in zip(col, counts)])
+
+
 def text_vbox(children, text):
     """A VBox that a widget front end draws, and that shows itself as ``text()`` everywhere else
     (a plain VBox would show only ``VBox(children=...)`` there)."""

@@ -155,7 +155,7 @@ def kernel_picker(pred: pd.DataFrame):
     out = w.HTML()  # redrawn by value (views.redraw says why not an Output widget)
 
     def show(change=None):
-        out.value = widget_table_html(kernel_change(pred, picker.value))
+        out.value = widget_table_html(kernel_change(pred, picker.value).round(3))
 
     picker.observe(show, names="value")
     show()
