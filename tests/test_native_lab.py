@@ -611,6 +611,10 @@ def test_views():
     assert "[uprobes]" in views.maps_lines(EXAMPLE["snapshots"]["uretprobe-nop"])
     assert list(views.results_table(EXAMPLE["benches"]).columns[:4]) == ["bench", "mops", "stddev", "hits"]
     assert "kernel" not in views.results_table(EXAMPLE["benches"]).columns  # one kernel: the banner names it
+    table = compare.compare(EXAMPLE["snapshots"]["uprobe-nop5"], EXAMPLE["snapshots"]["uprobe-nop5"])
+    html = views.comparison_style(table).to_html()
+    assert table.set_index("what").loc["probe site bytes", "same"] is None and ">None<" not in html
+    assert f">{views.NOT_COMPARED}<" in html
     two = [dict(EXAMPLE["benches"][0], kernel="6.11.0"), *EXAMPLE["benches"][1:]]
     assert list(views.results_table(two)["kernel"])[:2] == ["6.11.0", EXAMPLE["benches"][1]["kernel"]]
 

@@ -132,8 +132,12 @@ def maps_lines(snapshot: dict) -> str:
     return "\n".join(rows) or "(no uprobe mappings)"
 
 
+NOT_COMPARED = "by where it lands (probe site)"  # a site's bytes: a call's hold its distance, which ASLR moves
+
+
 def comparison_style(table: pd.DataFrame):
-    """A Styler marking rows where host and emulator differ; falls back to the table without jinja2."""
+    """A Styler marking rows where host and emulator differ, a row not compared byte for byte (``same`` is None)
+    saying what it is compared by instead; falls back to the table without jinja2."""
     def color(row):
         same = row["same"]
         c = "" if same is None or (isinstance(same, float) and math.isnan(same)) else (
@@ -141,7 +145,7 @@ def comparison_style(table: pd.DataFrame):
         return [c] * len(row)
 
     try:
-        return table.style.apply(color, axis=1)
+        return table.style.apply(color, axis=1).format(lambda v: NOT_COMPARED if v is None else v, subset=["same"])
     except ImportError:  # pragma: no cover - Styler needs jinja2
         return table
 
