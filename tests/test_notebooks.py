@@ -89,3 +89,16 @@ def test_a_notebook_s_tables_fit_the_page(path):
             parser.feed("".join(html) if isinstance(html, list) else html)
     wide = [_narrowest(t) for t in parser.tables if _narrowest(t) > TABLE_COLUMNS]
     assert not wide, f"{len(wide)} table(s) wider than {TABLE_COLUMNS} columns even wrapped: {wide}"
+
+
+# outputs that are prose (sentences, a list of them): Markdown, which the page and the slides render as text; as
+# printed monospace a long paragraph reads as a listing and its `code` marks show as backticks
+PROSE_CELLS = {"07_many_cpus.ipynb": ["07-model-misses", "07-native-text"]}
+
+
+@pytest.mark.parametrize("name", sorted(PROSE_CELLS))
+def test_prose_a_chapter_writes_is_markdown(name):
+    cells = {c.get("id"): c for c in executed(name).cells}
+    for cid in PROSE_CELLS[name]:
+        outputs = cells[cid].get("outputs", [])
+        assert outputs and all("text/markdown" in o.get("data", {}) for o in outputs), cid
