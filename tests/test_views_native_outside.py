@@ -41,3 +41,10 @@ def test_a_loop_outside_alone_is_not_blamed_on_the_cpu_s_speed():
     rows["native_interval_us"] = [6000.0] * 5
     note = " ".join(outside_note(rows, profile).split())
     assert "the machine's speed did not move with it" in note and "was not the same in the two runs" not in note
+
+
+def test_a_machine_slower_than_the_prices_is_named_too():
+    profile = SimpleNamespace(level_sd=0.04, warnings=[])
+    note = " ".join(outside_note(_rows([32.0, 57.0, 10.0, 22.0, 8.0], [False] * 5), profile).split())
+    assert "most probe rows are slower than the model: the machine ran slower while the table" in note
+    assert "faster than the model" not in note

@@ -193,10 +193,11 @@ def outside_note(comparison: pd.DataFrame, profile) -> str:
              f"({out['model_error_pct'].min():+.1f}% to {out['model_error_pct'].max():+.1f}%, model against "
              "measured). Likely causes, as the rows show them:"]
     probe = out[out["bench"] != "usermode-count"]
-    if len(probe) >= 3 and (probe["model_error_pct"] < 0).mean() > 0.5:
-        lines.append("- most probe rows are faster than the model: the machine ran faster while the table was measured "
-                     "than while the price benches were (a shared virtual machine's speed swings between runs; "
-                     f"the price benches' own level moved {100 * profile.level_sd:.1f}% between rounds)")
+    for side, sign in (("faster", -1), ("slower", 1)):  # a model above the measured rate: the table ran slower
+        if len(probe) >= 3 and (sign * probe["model_error_pct"] > 0).mean() > 0.5:
+            lines.append(f"- most probe rows are {side} than the model: the machine ran {side} while the table was "
+                         "measured than while the price benches were (a shared virtual machine's speed swings between "
+                         f"runs; the price benches' own level moved {100 * profile.level_sd:.1f}% between rounds)")
     stepped = out[out["bench"].str.endswith("-ret")]
     if len(stepped) and any("xol_step" in w for w in profile.warnings):
         lines.append("- the stepped rows (" + ", ".join(stepped["bench"]) + ") hang on the single step's price, "
