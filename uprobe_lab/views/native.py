@@ -132,7 +132,7 @@ def maps_lines(snapshot: dict) -> str:
     return "\n".join(rows) or "(no uprobe mappings)"
 
 
-NOT_COMPARED = "by where it lands (probe site)"  # a site's bytes: a call's hold its distance, which ASLR moves
+NOT_COMPARED = "see below"  # a site's bytes: a call's hold its distance, which ASLR moves; the next row compares its form
 
 
 def comparison_style(table: pd.DataFrame):
@@ -145,7 +145,8 @@ def comparison_style(table: pd.DataFrame):
         return [c] * len(row)
 
     try:
-        return table.style.apply(color, axis=1).format(lambda v: NOT_COMPARED if v is None else v, subset=["same"])
+        return (table.style.apply(color, axis=1).hide(axis="index")  # row numbers: width a slide lacks
+                .format(lambda v: NOT_COMPARED if v is None else v, subset=["same"]))
     except ImportError:  # pragma: no cover - Styler needs jinja2
         return table
 
