@@ -519,6 +519,8 @@ def test_the_speed_note_compares_the_native_tables_run_with_the_price_benches():
     slow = [dict(r, mops=price_nop * 0.6) if r["bench"] == "uprobe-nop" else r for r in table]
     assert "40% slower" in calibrate.run_speed_note(slow, prof)
     assert "unknown" in calibrate.run_speed_note([r for r in table if r["bench"] != "uprobe-nop"], prof)
+    noisy = [dict(r, mops=price_nop * 0.8, stddev=price_nop * 0.4) if r["bench"] == "uprobe-nop" else r for r in table]
+    assert "too noisy to tell" in calibrate.run_speed_note(noisy, prof) and "(-20%)" in calibrate.run_speed_note(noisy, prof)
 
 
 def test_the_calibration_says_which_speed_state_its_figures_are():

@@ -114,6 +114,7 @@ def machine_state_note(rows: list[dict]) -> str:
 
 
 SPEED_BENCH = "uprobe-nop"  # the one bench both runs measure alike: one int3 probe and one consumer on a `nop; ret`
+SPEED_TOL_MAX = 0.10  # errors allowing more than this: a difference the size of the VM's two states hides in them
 
 
 def run_speed_note(native_rows: list[dict], prof: model.Profile) -> str:
@@ -131,9 +132,13 @@ def run_speed_note(native_rows: list[dict], prof: model.Profile) -> str:
     (p, p_err), (t, t_err) = prices, table
     tol = 2 * math.sqrt(p_err ** 2 + t_err ** 2 + 2 * prof.level_sd ** 2)
     change = t / p - 1
-    if abs(change) <= tol:
+    if abs(change) <= tol < SPEED_TOL_MAX:
         return (f"the native table ran at the price benches' speed: {SPEED_BENCH} {t:.3g} M/s against {p:.3g}, "
                 f"within {100 * tol:.1f}%")
+    if abs(change) <= tol:
+        return (f"whether the native table ran at the price benches' speed its rows are too noisy to tell: "
+                f"{SPEED_BENCH} {t:.3g} M/s against {p:.3g} ({100 * change:+.0f}%), within the {100 * tol:.0f}% their "
+                "errors allow; more repeats narrow it")
     return (f"the native table ran at another speed than the price benches: {SPEED_BENCH} {t:.3g} M/s against "
             f"{p:.3g}, {100 * abs(change):.0f}% {'slower' if change < 0 else 'faster'} (more than the "
             f"{100 * tol:.1f}% their errors allow), so expect the table's rows about that much off the model")
