@@ -110,6 +110,13 @@ def test_the_model_misses_are_listed_both_ways_with_the_lease_curve_too_high():
     assert text.startswith("Too high by more than 15% on ") and "held-out curves" in low
 
 
+
+def test_the_model_misses_render_as_two_lists_in_markdown():
+    from uprobe_lab.model import contention
+    text = v.model_misses(contention.evaluate())  # the chapter shows it as Markdown
+    assert "\n\nToo low by more than 15%" in text  # a blank line ends the first list: "Too low" is no list item's tail
+
+
 def test_every_public_function_serves_a_chapter_the_package_or_a_recording():
     # a view only a test calls is dead code: each is called by a notebook, by the package (this module included),
     # or names the command that made a bundled recording

@@ -428,10 +428,9 @@ def model_misses(result: dict) -> str:
                 found[way].append((abs(w["error"]), f"{bench}, {variant} ({table}): at {w['producers']} CPUs the "
                                    f"model reaches {w['model_mops']:.1f} M/s against a published "
                                    f"{w['total_mops']:.1f} ({w['error']:+.0%}{also}){band}"))
-    lines = []
+    groups = []  # apart by a blank line: rendered as Markdown, a line right after a list item would join it
     for way, words in (("high", "Too high"), ("low", "Too low")):
         misses = [text for _, text in sorted(found[way], reverse=True)]
-        lines.append(f"{words} by more than {MISS:.0%} on {len(misses)} of {held.groupby(['table', 'variant']).ngroups} "
-                     "held-out curves" + (":" if misses else "."))
-        lines += [f"- {m}" for m in misses]
-    return wrap("\n".join(lines))
+        groups.append([f"{words} by more than {MISS:.0%} on {len(misses)} of {held.groupby(['table', 'variant']).ngroups} "
+                       "held-out curves" + (":" if misses else "."), *(f"- {m}" for m in misses)])
+    return wrap("\n\n".join("\n".join(lines) for lines in groups))
