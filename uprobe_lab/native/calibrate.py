@@ -138,7 +138,7 @@ def run_speed_note(native_rows: list[dict], prof: model.Profile) -> str:
     if abs(change) <= tol:
         return (f"whether the native table ran at the price benches' speed its rows are too noisy to tell: "
                 f"{SPEED_BENCH} {t:.3g} M/s against {p:.3g} ({100 * change:+.0f}%), within the {100 * tol:.0f}% their "
-                "errors allow; more repeats narrow it")
+                "errors allow")
     return (f"the native table ran at another speed than the price benches: {SPEED_BENCH} {t:.3g} M/s against "
             f"{p:.3g}, {100 * abs(change):.0f}% {'slower' if change < 0 else 'faster'} (more than the "
             f"{100 * tol:.1f}% their errors allow), so expect the table's rows about that much off the model")

@@ -47,7 +47,7 @@ def native_chart(comparison: pd.DataFrame, title: str = "") -> Figure:
     ``comparison`` is :func:`uprobe_lab.native.calibrate.native_vs_model`.
     """
     benches = list(comparison["bench"])
-    fig = Figure(figsize=(max(7, 0.9 * len(benches)), 4.8), layout="constrained")
+    fig = Figure(figsize=(max(7, 0.9 * len(benches)), 4.4), layout="constrained")
     ax = fig.add_subplot()
     x = np.arange(len(benches))
     w = 0.27
