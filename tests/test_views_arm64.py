@@ -37,3 +37,9 @@ def test_published_bench_bars_per_variant():
     heights = [b.get_height() for b in ax.patches]
     assert heights == list(table["xol-stp"]) + list(table["simulated-stp"])
     assert [t.get_text() for t in ax.get_xticklabels()] == list(table.index)
+
+
+def test_the_published_charts_fit_one_slide_together():
+    # chapter 04 shows both on one 1280x720 slide: taller, the bar labels fell under the navigation buttons
+    assert plot_published_bench().get_figheight() + plot_published_stp().get_figheight() <= 5.5
+    assert "STP series" in plot_published_stp().get_suptitle()  # the series named, not only its seed number

@@ -120,14 +120,14 @@ def plot_published_stp() -> Figure:
     patch's v1 store, which these figures were measured with: published.py)."""
     df = published_stp()
     order = ["no-uprobe", "single-stepped-stp", "emulated-stp"]
-    fig = Figure(figsize=(11, 3.2), layout="constrained")
+    fig = Figure(figsize=(11, 2.6), layout="constrained")  # under the bench chart on one 720 px slide
     axes = fig.subplots(1, 3)
     for ax, bench, better in zip(axes, ["redis-get", "redis-set", "grep"], ["higher", "higher", "lower"]):
         part = df[df["bench"] == bench].set_index("variant").reindex(order)
         ax.bar(["no\nuprobe", "stepped\nstp", "simulated\nstp (v1)"], part["value"],
                color=["grey", "tab:red", "tab:green"])
         ax.set_title(f"{bench} ({part['unit'].iloc[0]}, {better} is better)")
-    fig.suptitle("Seed 001 on Kunpeng916: probe on every function entry's stp x29, x30")
+    fig.suptitle("The STP series (seed 001) on Kunpeng916: probe on every function entry's stp x29, x30")
     return fig
 
 
@@ -135,7 +135,7 @@ def plot_published_bench() -> Figure:
     """The seed's bench table: xol-stp vs simulated-stp, M/s per bench."""
     df = published_stp()
     bench = df[df["table"] == "kunpeng916-bench"].pivot(index="bench", columns="kernel", values="value")
-    fig = Figure(figsize=(11.5, 3.6), layout="constrained")
+    fig = Figure(figsize=(11.5, 2.9), layout="constrained")
     ax = fig.add_subplot()
     variants = ["xol-stp", "simulated-stp"]
     x = np.arange(len(bench))
@@ -145,7 +145,7 @@ def plot_published_bench() -> Figure:
     ax.set_xticks(x, bench.index)  # level: at 12 pt slanted names would overlap
     ax.set_xlabel("bench")
     ax.set_ylabel("M hits/s (higher is better)")
-    ax.set_title("Seed 001 bench (Kunpeng916): only the *-push benches start with the STP")
+    ax.set_title("The STP series' bench (seed 001, Kunpeng916): only the *-push benches start with the STP")
     # the variants are two ways of handling the STP on the same kernel, not two kernels
     ax.legend(title="the probed STP is", fontsize=10, title_fontsize=10, loc="upper left",
               bbox_to_anchor=(1.01, 1), frameon=False)
