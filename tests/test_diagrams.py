@@ -85,3 +85,10 @@ def test_the_red_zone_diagram_marks_the_words_the_call_writes():
     written = re.findall(r">(return address[^<]*|saved r\w+)<", svg)
     assert written == ["return address (the live value is gone)", "saved rcx", "saved r11", "saved rax",
                        "return address", "saved rcx", "saved r11", "saved rax"]
+
+
+def test_the_diagrams_say_what_they_mean_in_words():
+    # a slide shows a diagram without the chapter's text: a bare "aligned?" or "uprobe_ prefix" reads as a note
+    stp, trampolines = diagrams.arm64_stp().render(), diagrams.uretprobe().render()
+    assert "aligned?" not in stp and "16-byte aligned: SIGSEGV" in stp
+    assert "uprobe_ prefix" not in trampolines and "uprobe_handle_trampoline)" in trampolines

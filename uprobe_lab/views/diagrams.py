@@ -343,7 +343,7 @@ def uretprobe() -> Svg:
         w, notes=("rax's slot becomes R",))
     y = stack_panel(svg, x, y + 12, "6.10 and 32-bit: slot 0 is", [(slot0, "cc  int3")], w,
                     notes=("#BP -> handle_swbp ->", "handle_trampoline; iret",
-                           "(6.11+: uprobe_ prefix)", "",
+                           "(6.11 renamed it", "uprobe_handle_trampoline)", "",
                            f"uretprobe {__NR_uretprobe}, uprobe {__NR_uprobe}"))
     return seq.finish(y)
 
@@ -421,7 +421,7 @@ def arm64_stp() -> Svg:
         Box("kernel", "uprobe_brk_handler -> handle_swbp", ["consumers run (handler_chain)",
                                                             "arch_uprobe_skip_sstep: simulate"]),
         Box("kernel", "simulate_stp_fp_lr_sp_64b (seed 001)", [
-            "new_sp = sp - 16 (16-byte aligned?)", "pin the stack page (v2) or", "copy_to_user (v1), then store:",
+            "new_sp = sp - 16; if it is not", "16-byte aligned: SIGSEGV;", "pin the stack page (v2) or", "copy_to_user (v1), then store:",
             "  [new_sp]     = x29 (fp)", "  [new_sp + 8] = x30 (lr)", f"sp = new_sp; pc = {sym.addr + 4:x}"], "eret"),
         Box("user", "the function goes on", [f"{sym.addr + 4:x}: mov x29, sp", "one exception per hit",
                                              "(upstream: step in XOL, two)"]),
