@@ -56,8 +56,10 @@ def test_sys_uprobe_exits_sysret_unless_a_consumer_moved_sp():
 
     rows = sys_uprobe_exits("7.3").to_dict("records")
     assert rows == [
-        {"consumer moves sp": False, "returned": "0x5", "syscalls": 1, "sysret": 1, "iret": 0},
-        {"consumer moves sp": True, "returned": "0xbeef", "syscalls": 1, "sysret": 0, "iret": 1},
+        {"the consumer": "leaves sp alone", "the leaf's red-zone word": "0x5, its own", "syscalls": 1, "sysret": 1,
+         "iret": 0},
+        {"the consumer": "moves sp 16 down, 0xbeef below", "the leaf's red-zone word": "0xbeef, the consumer's",
+         "syscalls": 1, "sysret": 0, "iret": 1},  # the words say where 0x5 and 0xbeef come from
     ]
 
 

@@ -197,7 +197,9 @@ def sys_uprobe_exits(kernel="7.3") -> pd.DataFrame:
         before = proc.trace.counts
         ret = proc.call(leaf, 5)
         spent = proc.trace.since(before)
-        rows.append({"consumer moves sp": move_sp, "returned": f"{ret:#x}", "syscalls": spent.get("syscalls", 0),
+        rows.append({"the consumer": "moves sp 16 down, 0xbeef below" if move_sp else "leaves sp alone",
+                     "the leaf's red-zone word": f"{ret:#x}" + {5: ", its own", 0xBEEF: ", the consumer's"}.get(ret, ""),
+                     "syscalls": spent.get("syscalls", 0),
                      "sysret": spent.get("sysret", 0), "iret": spent.get("iret", 0)})
     return pd.DataFrame(rows)
 
