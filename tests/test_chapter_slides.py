@@ -101,7 +101,7 @@ def test_the_real_kernels_table_starts_a_slide_of_its_own():
 
 @pytest.mark.parametrize("chapter, cell_id, words", [
     ("01", "654f936a", 'print("the process\'s maps: its code and stack, and the [uprobes] page'),
-    ("03", "3481f8cf", 'print("after unregister: the nop5 is back, and [uprobes-trampoline] stays mapped'),
+    ("03", "3481f8cf", 'print("after unregister: the nop5 is back; [uprobes-trampoline] stays'),
 ])
 def test_a_printed_memory_map_says_what_to_look_at(chapter, cell_id, words):
     # a slide shows outputs, not code comments: the line that says why the maps are there is printed
