@@ -43,3 +43,14 @@ def test_the_published_charts_fit_one_slide_together():
     # chapter 04 shows both on one 1280x720 slide: taller, the bar labels fell under the navigation buttons
     assert plot_published_bench().get_figheight() + plot_published_stp().get_figheight() <= 5.5
     assert "STP series" in plot_published_stp().get_suptitle()  # the series named, not only its seed number
+
+
+def test_the_seed_s_table_holds_every_published_figure_in_one_row_per_bench():
+    from uprobe_lab.views.arm64 import STP_COLUMNS, published_stp_table
+
+    wide, long = published_stp_table(), published_stp()
+    assert len(wide) == long["bench"].nunique() <= 10  # one slide
+    for row in long.itertuples():
+        cell = wide.loc[wide["bench"] == row.bench, STP_COLUMNS[row.kernel]]
+        assert cell.tolist() == [row.value], (row.bench, row.kernel)
+    assert wide.loc[wide["bench"] == "uprobe-push", "no probe"].tolist() == [""]  # the bench has no such row

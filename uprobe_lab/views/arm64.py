@@ -115,6 +115,21 @@ def published_stp() -> pd.DataFrame:
     return df[df["source"] == SEED][["table", "variant", "kernel", "bench", "value", "unit"]].reset_index(drop=True)
 
 
+STP_COLUMNS = {"no-uprobe": "no probe", "xol-stp": "stp stepped",
+               "simulated-stp": "stp simulated", "simulated-stp-uaccess": "stp simulated"}
+
+
+def published_stp_table() -> pd.DataFrame:
+    """The seed's numbers one row per bench, a column per kernel: no probe, the STP stepped, the STP simulated (v2,
+    pinned pages, in the bench table; v1, one copy_to_user, in the Redis and grep rows). The same figures as
+    :func:`published_stp`, short enough for one slide."""
+    df = published_stp().assign(column=lambda d: d["kernel"].map(STP_COLUMNS))
+    wide = df.pivot_table(index=["table", "bench", "unit"], columns="column", values="value", sort=False)
+    wide = wide.reindex(columns=[c for c in dict.fromkeys(STP_COLUMNS.values()) if c in wide.columns])
+    wide.columns.name = None
+    return wide.reset_index().astype(object).where(wide.reset_index().notna(), "")  # the bench has no no-probe row
+
+
 def plot_published_stp() -> Figure:
     """Bar charts of the seed's Redis GET/SET and grep numbers: no uprobe, stepped STP, simulated STP (the
     patch's v1 store, which these figures were measured with: published.py)."""
