@@ -347,3 +347,17 @@ def test_the_example_program_and_the_demo_elf_say_what_to_give_in_python(tmp_pat
     with pytest.raises(LabError, match=r"^write_demo_elf's path is empty; give a file name, e\.g\. usdt_demo$"):
         usdt.write_demo_elf("")
     assert os.listdir(tmp_path) == ["tick"] and os.listdir(tmp_path / "tick") == []
+
+
+def test_a_write_cut_short_leaves_no_temp_file(tmp_path, monkeypatch):
+    """Ctrl-C (or SIGTERM, which the commands turn into it) while the new file is written: the temp file goes."""
+    real_fdopen = outputs.os.fdopen
+
+    def interrupted(fd, *args, **kwargs):
+        real_fdopen(fd).close()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(outputs.os, "fdopen", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        outputs.replace_file(tmp_path / "out.csv", "x")
+    assert list(tmp_path.iterdir()) == []

@@ -106,13 +106,16 @@ def replace_file(path: Path, data: str | bytes):
     """Write ``data`` into a new file beside ``path`` and move it over ``path``: a symbolic or hard link planted at
     ``path`` is replaced, never written through, and a reader never sees half a file."""
     temp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # O_EXCL: a new file; the umask applies
+    made = False  # the temp file is ours to remove only once O_EXCL made it; a Ctrl-C may land on any line
     try:
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # O_EXCL: a new file; the umask applies
+        made = True
         with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as f:
             f.write(data)
         os.replace(temp, path)
     except BaseException:
-        temp.unlink(missing_ok=True)
+        if made:
+            temp.unlink(missing_ok=True)
         raise
 
 
