@@ -56,8 +56,7 @@ COMPAT_KINDS = ("exceptions", "syscalls")
 
 
 def _compat_bill() -> dict:
-    counts = events_per_hit(COMPAT_BENCH, "x86_64", "6.18")
-    return {kind: counts.get(kind, 0) for kind in COMPAT_KINDS}
+    return j.bill(COMPAT_BENCH, "6.18", COMPAT_KINDS)
 
 
 def _compat_reason(kind: str, want) -> str:

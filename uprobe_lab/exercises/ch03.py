@@ -1,7 +1,7 @@
 """Chapter 03: the nop5 optimisation (6.18) - the return path, the patch order, the page boundary, the red zone."""
 from __future__ import annotations
 
-from .. import LabError, events_per_hit
+from .. import LabError
 from ..bench import bench_names
 from ..own_program import hit_verdict
 from ..sites import CALL_INSN_OPCODE, CALL_INSN_SIZE, call_target
@@ -20,8 +20,7 @@ BILL = ("exceptions", "syscalls")
 
 
 def _pagecross_uretprobe_bill() -> dict[str, float]:
-    bill = events_per_hit("uretprobe-nop5-pagecross", "x86_64", "6.18")
-    return {k: bill.get(k, 0) for k in BILL}
+    return j.bill("uretprobe-nop5-pagecross", "6.18", BILL)
 
 
 PAGECROSS_CLUES = {"exceptions": "what does 6.18 do at the entry with a nop5 it cannot rewrite within one page, and "

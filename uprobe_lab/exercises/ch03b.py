@@ -1,7 +1,6 @@
 """Chapter 03b: the nop10 optimisation (7.3) - which nop it takes, a uretprobe on it, USDT sites per kernel."""
 from __future__ import annotations
 
-from .. import events_per_hit
 from ..bench import bench_names
 from ..own_program import hit_verdict
 from ..arches import make_process
@@ -65,7 +64,7 @@ answer = hit_verdict(proc.read(site, 10), site, "7.3")["probe"]""",
 
 
 def _uretprobe_bills() -> dict[str, dict[str, float]]:
-    return {b: {k: events_per_hit(b, "x86_64", "7.3").get(k, 0) for k in KINDS} for b in URETPROBE_BENCHES}
+    return {b: j.bill(b, "7.3", KINDS) for b in URETPROBE_BENCHES}
 
 
 # why a count of 03b.2 is wrong: where that kind arises on the entry and the return, not the count

@@ -7,6 +7,7 @@ import math
 import sys
 from typing import Any, Callable
 
+from ..bench import events_per_hit
 from ..errors import LabError, is_int, shown
 
 # the lab's short names (pt_regs style) and 32-bit names -> the 64-bit names a learner reads in a listing
@@ -254,3 +255,10 @@ def value(normalise: Callable[[Any], Any] = word) -> Callable[[Any, Any], tuple[
     def judge(answer, expected):
         return (normalise(answer) == normalise(expected)), ""
     return judge
+
+
+def bill(bench: str, kernel: str, kinds) -> dict[str, float]:
+    """The emulator's steady-state count of each of ``kinds`` for one x86-64 hit of ``bench`` on ``kernel``, 0 for
+    a kind the hit does not have: the expected answer of the exercises that ask a bill."""
+    counts = events_per_hit(bench, "x86_64", kernel)
+    return {kind: counts.get(kind, 0) for kind in kinds}
