@@ -571,11 +571,12 @@ def test_verify_kernels_refuses_the_instruction_referees_settings(capsys, monkey
                   "drop them")
 
 
-def test_verify_arm64_refuses_kernel_by_name(capsys, monkeypatch):
+@pytest.mark.parametrize("release", ["6.10", "6.1"])  # 6.1: no note on which row answers before the refusal
+def test_verify_arm64_refuses_kernel_by_name(capsys, monkeypatch, release):
     import uprobe_lab.verify as verify_mod
 
     monkeypatch.setattr(verify_mod, "verify", lambda *a, **k: pytest.fail("ran, leaving --kernel unused"))
-    fails_cleanly(capsys, ["verify", "--arch", "arm64", "--kernel", "6.10"], "--kernel: x86 settings",
+    fails_cleanly(capsys, ["verify", "--arch", "arm64", "--kernel", release], "--kernel: x86 settings",
                   "the kernel it boots (--kernel-package or --kernel-deb): drop them")
 
 

@@ -274,7 +274,8 @@ def cmd_verify(args) -> int:
                            "--kernels); this run asks the host's own kernel and prints its report (--json for JSON): "
                            "drop them, or add --arch arm64")
         options = {"sample": 3000 if args.sample is None else args.sample, "seed": seed, "classes": args.classes,
-                   "sweeps": not args.no_sweeps, "kernel": args.kernel, **({"probe": args.probe} if args.probe else {})}
+                   "sweeps": not args.no_sweeps, "kernel": kernel_row(args.kernel) if args.kernel else None,
+                   **({"probe": args.probe} if args.probe else {})}
     with _verify_progress(args.json) as progress:
         try:
             report = verify(args.arch, progress=progress, **options)
@@ -362,7 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="x86: 1-byte 0f prefixed VEX EVEX RIP-relative branches nops syscall (default: all)")
     v.add_argument("--no-sweeps", action="store_true",
                    help="x86: leave out the sweep of every register-form VEX and EVEX opcode")
-    v.add_argument("--kernel", type=kernel_row, help="the lab version to compare with, a release or a modelled "
+    v.add_argument("--kernel", type=kernel_release, help="the lab version to compare with, a release or a modelled "
                    "version (default: the host's)")
     v.add_argument("--probe", choices=["perf", "bpf"],
                    help="x86: perf (one perf uprobe per instruction, ~0.1 s each; default) or bpf (uprobe_multi "
@@ -407,12 +408,10 @@ def release_rules_note(release: str, arch: str) -> str | None:
 
 
 def kernel_row(release: str) -> str:
-    """--kernel's type: any release (7.3, 6.19, 6.12.118+deb12-amd64, $(uname -r)) -> the modelled row that answers
-    for it, said on stderr when it is another; nonsense is refused with the list."""
-    try:
-        row, note = row_for_release(release)
-    except LabError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
+    """Any release (7.3, 6.19, 6.12.118+deb12-amd64, $(uname -r)) -> the modelled row that answers for it, said on
+    stderr when it is another; nonsense is refused with the list. Called once the command's flags are accepted, so
+    a refused command prints no note."""
+    row, note = row_for_release(release)
     if note:
         print(note, file=sys.stderr)
     return row
