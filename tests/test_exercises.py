@@ -916,3 +916,14 @@ def test_03_5_s_exceptions_clue_asks_and_does_not_tell(monkeypatch):
     message = exercises.check("03.5", ("uretprobe-nop5", "6.18", {"exceptions": 1, "syscalls": 2})).message
     clue = message.split("exceptions: 1 is not it - ")[1].split(" Try again")[0]
     assert "?" in clue and "none" not in clue and "sys_uretprobe" not in clue, clue
+
+
+@pytest.mark.parametrize("ex, scale", [("08.2", 1), ("08.4", 100 * 200_000 * 1e-9)])
+def test_08_2_and_08_4_judge_the_tolerance_against_the_unrounded_price(ex, scale):
+    """The edge of the 15% band sits at 1.15 x the priced hit itself, not at 1.15 x a rounded copy of it."""
+    from uprobe_lab.exercises.ch08 import TOLERANCE, capstone_interval
+
+    priced = {k: ns * scale for k, (ns, _, _) in capstone_interval().items()}
+    inside = exercises.check(ex, {k: v * (1 + TOLERANCE) * (1 - 1e-6) for k, v in priced.items()})
+    outside = exercises.check(ex, {k: v * (1 + TOLERANCE) * (1 + 1e-6) for k, v in priced.items()})
+    assert inside.ok and not outside.ok, (inside.message, outside.message)

@@ -38,8 +38,9 @@ def capstone_interval() -> dict[str, tuple[float, float, float]]:
 
 
 def capstone_ns() -> dict[str, float]:
-    """Per probe: the ns of one hit, its events priced with the i7's fitted profile."""
-    return {label: round(ns, 1) for label, (ns, _, _) in capstone_interval().items()}
+    """Per probe: the ns of one hit, its events priced with the i7's fitted profile (unrounded: a tolerance is
+    judged against the figure itself)."""
+    return {label: ns for label, (ns, _, _) in capstone_interval().items()}
 
 
 def capstone_overhead_interval() -> dict[str, tuple[float, float, float]]:
@@ -49,7 +50,7 @@ def capstone_overhead_interval() -> dict[str, tuple[float, float, float]]:
 
 def capstone_overhead() -> dict[str, float]:
     """Per probe: the share of one CPU (in %) the probe takes at CAPSTONE_RATE calls a second."""
-    return {label: round(100 * overhead(CAPSTONE_RATE, ns), 2) for label, ns in capstone_ns().items()}
+    return {label: 100 * overhead(CAPSTONE_RATE, ns) for label, ns in capstone_ns().items()}
 
 
 def capstone_shared() -> set[str]:
@@ -273,7 +274,7 @@ for label, (ns, low, high) in capstone_interval().items():  # step 1's ns a hit 
                 "an emulated instruction further in, or put a USDT site there.",
     expected=capstone_overhead,
     judge=_judge_within("%"),
-    why=lambda e: "The lab's figures: " + ", ".join(f"{k} {v:g}%" for k, v in e.items()) + ".",
+    why=lambda e: "The lab's figures: " + ", ".join(f"{k} {v:.2f}%" for k, v in e.items()) + ".",
 )
 
 exercise(
