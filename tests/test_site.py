@@ -189,3 +189,14 @@ def test_a_signal_while_jupyter_book_runs_leaves_a_site_the_next_build_replaces(
     assert code == 130 and err.strip().splitlines() == ["interrupted"], err
     assert (tmp_path / "book" / "_build").is_dir()  # jupyter-book had begun: its files are in the manifest
     site.stage(tmp_path / "book", execute=False)
+
+
+def test_a_run_ends_cleanly_with_an_nbclient_that_keeps_no_exit_hook():
+    """nbclient's exit hook is a private attribute: a version without it runs the chapter all the same."""
+    class Client:
+        km = None
+
+        async def async_execute(self, stderr=None):
+            return "ran"
+
+    site._execute_interruptibly(Client())  # no AttributeError on the way out

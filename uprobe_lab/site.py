@@ -108,7 +108,10 @@ def _execute_interruptibly(client):
             t.cancel()
         loop.run_until_complete(_settled(client, left))
         loop.close()
-        atexit.unregister(client._cleanup_kernel)  # nbclient's, for an exit with the kernel up: it is down by now
+        # nbclient's own exit hook, for a kernel still up: it is down by now (a private name: absent, nothing to do)
+        cleanup = getattr(client, "_cleanup_kernel", None)
+        if cleanup is not None:
+            atexit.unregister(cleanup)
     if heard:  # the signal came as the run ended
         raise KeyboardInterrupt
 
