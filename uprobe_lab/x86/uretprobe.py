@@ -3,7 +3,7 @@
 The return-address hijack, both trampolines in slot 0 of ``[uprobes]`` (an int3 before 6.11, the
 syscall trampoline after) and ``sys_uretprobe``.
 
-sys_uretprobe is the merged, hardened form (fa6192adc32f, March 2025, backported to stable) on
+sys_uretprobe is the merged, hardened form (fa6192adc32f: mainline 6.15, and the 6.12-6.14 stable lines) on
 every version; released 6.11 did not yet refuse a call when no [uprobes] page exists. What the lab
 leaves out: shadow stacks and seccomp.
 """
