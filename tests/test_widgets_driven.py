@@ -89,6 +89,8 @@ def run_chapter(stem: str, monkeypatch) -> tuple[list, Screen]:
             widgets.append(obj.widget())  # what Jupyter's display draws for it (uretprobe.ReturnStepper)
     for box in widgets:  # an Output widget can stall the lecture's loading (uprobe_lab/views/redraw.py)
         assert not controls(box, ipywidgets.Output), f"{stem}: a widget draws into an ipywidgets.Output"
+        unguarded = [c.__qualname__ for c in lab_callbacks(box) if not getattr(c, "shows_lab_errors", False)]
+        assert not unguarded, f"{stem}: callbacks that would show a LabError's traceback: {unguarded}"
     return widgets, screen
 
 
@@ -99,6 +101,18 @@ def controls(box, kind) -> list:
         if isinstance(child, kind):
             found.append(child)
         found += controls(child, kind)
+    return found
+
+
+def lab_callbacks(box) -> list:
+    """The lab's own callbacks on ``box`` and the widgets in it: buttons' clicks and observers (not ipywidgets' and
+    traitlets' own, e.g. a Play's link to its slider)."""
+    found = []
+    for widget in [box, *controls(box, ipywidgets.Widget)]:
+        handlers = [h for kinds in widget._trait_notifiers.values() for h in kinds.get("change", [])]
+        if isinstance(widget, ipywidgets.Button):
+            handlers += widget._click_handlers.callbacks
+        found += [h for h in handlers if getattr(h, "__module__", "").startswith("uprobe_lab")]
     return found
 
 

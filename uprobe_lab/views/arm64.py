@@ -25,6 +25,7 @@ from ..program import Assembler, listing_lines
 from ..text import wrap
 from ..published import load_published, seed_speedups
 from ..uprobes import CountingConsumer, uprobe_register
+from .redraw import shows_lab_errors
 from .stepper import steplog_html
 
 SEED = "001_a91640efe4f91e99.txt"
@@ -82,11 +83,9 @@ def decode_widget(stp: str = "simulate"):
     mode = w.ToggleButtons(options=list(STP_MODES), value=stp, description="--stp")
     out = w.HTML()  # redrawn by value (views.redraw says why not an Output widget)
 
+    @shows_lab_errors(out)  # a bad word is the learner's typo: its LabError shows in place of the report
     def show(_=None):
-        try:
-            out.value = steplog_html(decode_report(text.value, mode.value))  # a listing: monospace, sized for slides
-        except Exception as err:  # a bad word is the learner's typo: show it, do not raise
-            out.value = steplog_html(f"error: {err}")
+        out.value = steplog_html(decode_report(text.value, mode.value))  # a listing: monospace, sized for slides
 
     text.observe(show, "value")
     mode.observe(show, "value")

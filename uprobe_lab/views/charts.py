@@ -14,6 +14,7 @@ from ..kernel import KERNELS
 from ..presenter import lecture_mode
 from ..published import cpu_words, figure_words, seed_speedups
 from . import chart_html
+from .redraw import shows_lab_errors
 
 BEFORE_COLOR, AFTER_COLOR = "#8da0cb", "#fc8d62"
 
@@ -60,6 +61,7 @@ def seed_table_picker(repro):
     picker = w.ToggleButtons(options=list(tables), description="seed table")
     chart = w.HTML()
 
+    @shows_lab_errors(chart)
     def show(change=None):
         chart.value = chart_html(seed_table_chart(repro, *tables[picker.value]))
 

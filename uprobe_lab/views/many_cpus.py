@@ -28,7 +28,7 @@ from ..native.many_cpus import run_native_benches_on_cpus
 from ..outputs import write_output
 from ..smp import run_on_cpus
 from ..text import wrap
-from .redraw import figure_view, show_figure
+from .redraw import figure_view, show_figure, shows_lab_errors
 
 KERNELS = ("6.8", "6.10", "6.12", "6.13", "6.14", "6.18")  # each a step of the 2024-25 work, and before it
 BENCHES = ("uprobe-nop", "uretprobe-nop", "uprobe-ret")
@@ -169,6 +169,7 @@ def lines_widget(bench: str = "uprobe-nop", kernel: str = "6.10", cpus: int = 8)
     n = w.SelectionSlider(options=list(CPU_COUNTS), value=cpus, description="CPUs")
     view = figure_view()
 
+    @shows_lab_errors(view)
     def show(change=None):
         show_figure(view, lines_figure(b.value, k.value, n.value))
 

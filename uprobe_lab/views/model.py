@@ -13,7 +13,7 @@ from .. import model
 from ..errors import check_choice
 from ..published import load_published
 from .charts import breakdown_chart
-from .redraw import figure_view, show_figure, widget_table_html
+from .redraw import figure_view, show_figure, shows_lab_errors, widget_table_html
 
 BREAKDOWN_BENCHES = ("uprobe-nop", "uprobe-ret", "uprobe-nop5", "uretprobe-nop")
 SLIDER_PRICES = ("exception", "syscall", "handler", "xol_step", "return_instance")
@@ -124,6 +124,7 @@ def breakdown_widget():
     cpu = w.Dropdown(options=x86_profile_names(), description="CPU profile")
     report, chart = w.HTML(), figure_view()  # redrawn by value (views.redraw says why not an Output widget)
 
+    @shows_lab_errors(chart, report)
     def show(change=None):
         show_figure(chart, breakdown_for(cpu.value))
         # the prices; where each prior comes from is the chapter's appendix, not a column of each row here
@@ -153,6 +154,7 @@ def price_sliders(profile_name: str = "intel", prices=SLIDER_PRICES):
     def chosen() -> model.Profile:
         return prof.with_prices(**{k: s.value for k, s in sliders.items()})
 
+    @shows_lab_errors(chart)
     def redraw(change=None):
         show_figure(chart, price_chart(chosen(), published=published))
 

@@ -15,7 +15,7 @@ from ..errors import LabError, shown
 from ..native.calibrate import kernel_change, kernel_columns
 from ..published import cpu_words, figure_words
 from ..text import wrap
-from .redraw import widget_table_html
+from .redraw import shows_lab_errors, widget_table_html
 
 NATIVE_COLOR, MODEL_COLOR, PUBLISHED_COLOR = "#66c2a5", "#fc8d62", "#8da0cb"
 
@@ -159,6 +159,7 @@ def kernel_picker(pred: pd.DataFrame):
     picker = w.ToggleButtons(options=kernels, value=kernels[0], description="kernel")
     out = w.HTML()  # redrawn by value (views.redraw says why not an Output widget)
 
+    @shows_lab_errors(out)
     def show(change=None):
         out.value = widget_table_html(kernel_change(pred, picker.value).round(3))
 

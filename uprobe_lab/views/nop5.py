@@ -23,6 +23,7 @@ from ..usdt import LIBBPFS, USDT_SHAPES, describe_syscall_result, emulated_sysca
 from ..x86 import optimize
 from ..x86.constants import __NR_uprobe
 from ..x86.redzone_programs import check_transparency, make_redzone_process, site_of
+from .redraw import shows_lab_errors
 from .stepper import steplog_html
 
 KINDS = ("exceptions", "iret", "syscalls", "sysret", "emulated", "xol_steps", "consumers", "uaccess_bytes")
@@ -69,6 +70,7 @@ class PatchRun:
         play = w.Play(min=0, max=slider.max, interval=900)
         w.link((play, "value"), (slider, "value"))  # Play drives the slider, which the kernel renders
 
+        @shows_lab_errors(out)
         def render(change=None):
             out.value = steplog_html(self.text(slider.value))  # a listing: monospace, as the slides size it
         slider.observe(render, names="value")

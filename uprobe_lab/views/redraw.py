@@ -16,8 +16,12 @@ kernel replaces sends nothing back, so it cannot stall.
 """
 from __future__ import annotations
 
+import functools
+import html
+
 from matplotlib.figure import Figure
 
+from ..errors import LabError
 from . import chart_html, table_html
 
 
@@ -41,3 +45,31 @@ def widget_table_html(frame) -> str:
     """A DataFrame for an HTML widget's value: as the page shows every table (``views.table_html``), inside the
     notebook's table style, which an HTML widget's content does not get as an output does."""
     return f"<div class='jp-RenderedHTMLCommon' style='line-height:normal'>{table_html(frame)}</div>"
+
+
+def lab_error_html(err: LabError) -> str:
+    """A LabError as the command line prints it, ``error: `` and its message (what is wrong and the way out)."""
+    return f"<p style='color:#b00'>error: {html.escape(str(err))}</p>"
+
+
+def shows_lab_errors(view, *others):
+    """The decorator every widget callback goes through (a button's click, a control's observer): a LabError it
+    raises shows in ``view``, the HTML widget the callback draws into, as :func:`lab_error_html`, and ``others``
+    (the views that would show the failed choice's figure or table) are emptied. Left to ipywidgets, a LabError
+    would come with a page of the lab's frames, as a bug does: a click's through IPython's showtraceback, an
+    observer's through the kernel's comm log. Any other exception (a bug) goes on up to ipywidgets, traceback and
+    all."""
+    def wrap(callback):
+        @functools.wraps(callback)
+        def run(*args, **kwargs):
+            try:
+                return callback(*args, **kwargs)
+            except LabError as err:
+                for shown in (view, *others):
+                    if hasattr(shown, "figure"):  # a figure_view: it shows no figure now
+                        shown.figure = None
+                    shown.value = ""
+                view.value = lab_error_html(err)
+        run.shows_lab_errors = True  # what tests/test_widgets_driven.py checks every callback for
+        return run
+    return wrap

@@ -11,6 +11,7 @@ from ..arches import make_process
 from ..errors import LabError
 from ..stepper import Stepper
 from ..uprobes import CountingConsumer, uprobe_register
+from .redraw import lab_error_html, shows_lab_errors
 
 
 STEPLOG_CLASS = "uprobe-lab-steplog"  # the step log's class: the slides restyle it by this name
@@ -60,8 +61,7 @@ def _problem_html(err: Exception, picker) -> str:
     way_out = "press Reset to start again on a new process; if the same error comes back, " + (
         f"pick another kernel above (kernel {picker.value} cannot run this walk)" if picker
         else "fix the probe or the program and build the widget again")
-    return (f"<p style='color:#b00'><b>cannot step this walk:</b> {html.escape(str(err))}</p>"
-            f"<p>{html.escape(way_out)}</p>")
+    return f"{lab_error_html(err)}<p>{html.escape('cannot step this walk: ' + way_out)}</p>"
 
 
 def stepper_widget(make_stepper, title: str = "", kernels=None, kernel: str | None = None):
@@ -109,22 +109,26 @@ def stepper_widget(make_stepper, title: str = "", kernels=None, kernel: str | No
         step_b.disabled = end_b.disabled = stepper.done
         back_b.disabled = not stepper.steps
 
+    @shows_lab_errors(out)
     def on_step(_):
         if state["stepper"] is not None and not state["stepper"].done:
             guarded(state["stepper"].step)
         refresh()
 
+    @shows_lab_errors(out)
     def on_back(_):
         if state["stepper"] is not None:
             steps = max(len(state["stepper"].steps) - 1, 0)
             guarded(lambda: state.update(stepper=replay(fresh, steps)))
         refresh()
 
+    @shows_lab_errors(out)
     def on_end(_):
         if state["stepper"] is not None:
             guarded(state["stepper"].run_to_end)
         refresh()
 
+    @shows_lab_errors(out)
     def on_reset(_=None):
         guarded(lambda: state.update(stepper=fresh()))
         refresh()

@@ -16,6 +16,7 @@ from ..uprobes import CountingConsumer, uprobe_register
 from ..x86.constants import EXIT_ADDR
 from ..x86.uretprobe_programs import make_uretprobe_process
 from .charts import events_per_hit_chart
+from .redraw import shows_lab_errors
 from .stepper import steplog_html
 
 SHOWN_REGS = ("ax", "cx", "r11", "sp", "ip", "flags")
@@ -86,6 +87,7 @@ class ReturnStepper:
         slider = w.IntSlider(value=own.index, min=0, max=len(own.steps) - 1, description="step")
         out = w.HTML()
 
+        @shows_lab_errors(out)
         def show(change=None):
             own.index = slider.value
             out.value = steplog_html(own.text())
@@ -96,6 +98,7 @@ class ReturnStepper:
         title = w.HTML(title_text())
         picker = w.ToggleButtons(options=list(KERNELS), value=own.kernel, description="kernel")
 
+        @shows_lab_errors(out)
         def pick(change):  # the same call on another kernel: int3 trampoline before 6.11, syscall from 6.11
             own.kernel, own.steps = change["new"], record_return_steps(change["new"], own.saves_regs)
             start = first_step_at(own.steps, "[uprobes]")
