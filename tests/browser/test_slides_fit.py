@@ -7,7 +7,8 @@
 * text is at least the minimum of its kind at 1280x720, and grows with the screen (the minimum times
   min(width / 1280, height / 720) at any other size): body text 22 px, tables and outputs 18 px, step logs 16 px,
   a chart's and a diagram's text 16 px as drawn (its font size times the factor its SVG is scaled by);
-* listings (pre, code, step logs) are in a monospace font.
+* listings (pre, code, step logs) are in a monospace font;
+* a diagram's drawing ends on the screen and clear of the page bar, under its slide's heading and text.
 * the page bar (the count and its buttons) is opaque: a slide scrolled under it does not show through.
 
 One Voila server for all chapters; one chapter's page at a time (each starts a kernel). A failure names the
@@ -25,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from uprobe_lab import lecture, presenter
+from uprobe_lab.views import diagrams
 
 from browser_support import free_port, stop_server
 
@@ -36,6 +38,10 @@ DESIGN = (1280, 720)  # the minimums are set for this screen; any other grows th
 SCREENS = [(1280, 720), (1920, 1080)]
 MAX_SCREENS = 1.5
 MINIMUM_PX = {"body text": 22, "table or output": 18, "step log": 16, "chart text": 16, "diagram text": 16}
+# Drawn taller than their slides leave them under the heading and text (at 1280x720: int3_hit to 771 px and
+# nop5_patch to 806 px of 720, uretprobe_trampolines 6 px into the page bar): each needs a wider, shorter layout.
+DIAGRAMS_PAST_THE_SCREEN = {"int3_hit", "nop5_patch", "uretprobe_trampolines"}
+DIAGRAM_NAMES = {alt: name for name, alt in diagrams.ALT.items()}  # a lecture inlines each, so its alt names it
 LOAD_TIMEOUT_S = 300
 
 # What one slide shows, measured: how tall it is (in screens), the smallest text of each kind on it, and what is
@@ -51,6 +57,8 @@ MEASURE_JS = r"""async ([scale, minimum]) => {
     return `<${el.tagName.toLowerCase()}${cls}> "${words}"`;
   };
   const small = {};  // kind: [how many are too small, the smallest of them]
+  const diagrams = [];  // [alt text, where its drawing runs past the screen or under the page bar, or '']
+  const bar = document.getElementById('paged-bar'), barBox = bar && bar.getBoundingClientRect();
   const note = (kind, px, el) => {
     px = Math.round(px * 10) / 10;
     if (!(kind in smallest) || px < smallest[kind]) smallest[kind] = px;
@@ -111,6 +119,16 @@ MEASURE_JS = r"""async ([scale, minimum]) => {
       } else {
         problems.push(`a raster image, whose text cannot be measured (the lecture draws charts as SVG): ${name(el)}`);
       }
+      if (!inOutput) {  // a diagram: its drawing is its box shrunk to the picture's shape (object-fit: contain)
+        const s = Math.min(r.width / el.naturalWidth, r.height / el.naturalHeight);
+        const bottom = r.top + (r.height + s * el.naturalHeight) / 2;
+        const right = r.left + (r.width + s * el.naturalWidth) / 2;
+        const to = `to ${Math.round(bottom)} px`;
+        const where = bottom > innerHeight + 1 ? `runs past the screen's bottom (${to})`
+          : barBox && bottom > barBox.top + 1 && right > barBox.left
+            ? `runs under the page bar (${to}, the bar from ${Math.round(barBox.top)} px)` : '';
+        diagrams.push([el.getAttribute('alt'), where]);
+      }
     }
   }
   for (const [kind, [n, [px, what]]] of Object.entries(small))
@@ -118,13 +136,13 @@ MEASURE_JS = r"""async ([scale, minimum]) => {
                   `${px} px: ${what}`);
   if (document.scrollingElement.scrollWidth > innerWidth + 1) problems.push('the page scrolls sideways');
   // a slide scrolled part way runs under the page bar: the bar must hide what is under it, not print over it
-  const bar = document.getElementById('paged-bar'), barStyle = bar && getComputedStyle(bar);
+  const barStyle = bar && getComputedStyle(bar);
   if (bar && (barStyle.opacity !== '1' || !/^rgb\(/.test(barStyle.backgroundColor)))
     problems.push(`the page bar is see-through (opacity ${barStyle.opacity}, background ${barStyle.backgroundColor}): ` +
                   'the slide text under it shows through the page count');
   const top = box.getBoundingClientRect().top - box.scrollTop;
   const bottom = Math.max(0, ...cells.map(c => c.getBoundingClientRect().bottom - top));
-  return {screens: Math.round(100 * bottom / innerHeight) / 100, smallest, problems};
+  return {screens: Math.round(100 * bottom / innerHeight) / 100, smallest, problems, diagrams};
 }"""
 
 SLIDE_COUNT_JS = "() => document.getElementById('paged-count').textContent.split(' / ').map(Number)"
@@ -244,6 +262,9 @@ def measure_chapter(page, url, screens=SCREENS, shots=None):
             if found["screens"] > MAX_SCREENS:
                 problems.append(f"{where}: {found['screens']} screens tall (at most {MAX_SCREENS})")
             problems.extend(f"{where}: {p}" for p in found["problems"])
+            named = [(DIAGRAM_NAMES.get(alt, alt), past) for alt, past in found["diagrams"] if past]
+            problems.extend(f"{where}: diagram {name} {past}" for name, past in named
+                            if name not in DIAGRAMS_PAST_THE_SCREEN)
     return figures, problems
 
 

@@ -215,6 +215,12 @@ def code_lines(code: bytes, arch: str, vaddr: int | None = None, width: int = 12
             for addr, raw, text in disasm(code, arch, vaddr or 0)]
 
 
+def stack_panel_width(head: str, rows: list[tuple[str, str]], notes: tuple[str, ...] = ()) -> float:
+    """How wide :func:`stack_panel` needs to be for its words."""
+    return max([text_width(head, SIZE, SANS, True)] + [text_width(note, SIZE, SANS) for note in notes] +
+               [max(text_width(a, SIZE) for a, _ in rows) + 22 + text_width(what, SIZE) for _, what in rows])
+
+
 def stack_panel(svg: Svg, x: float, y: float, head: str, rows: list[tuple[str, str]], w: float,
                 notes: tuple[str, ...] = ()) -> float:
     """A stack drawn as cells, highest address at the top: (address label, content). Returns its bottom."""
@@ -435,10 +441,12 @@ def arm64_stp() -> Svg:
             "single-steps the stp in the XOL slot and takes two.")
     seq = Sequence("arm64: simulating stp x29, x30, [sp, #-16]!", desc, ["user", "kernel"], boxes)
     svg = seq.draw()
-    x, y, w = seq.below("user")
-    bottom = stack_panel(svg, x, y, "the stack, before and after", [
-        ("old sp", "the caller's frame"), ("new sp+8", "x30 (lr)"), ("new sp", "x29 (fp)")], w,
-        notes=("higher addresses at the top",))
+    # the stack beside the stores that build it, not under the lanes: wide and short, it ends above a slide's page bar
+    head, notes = "the stack, before and after", ("higher addresses at the top",)
+    rows = [("old sp", "caller's frame"), ("new sp+8", "x30 (lr)"), ("new sp", "x29 (fp)")]
+    x, w = seq.width - MARGIN + LANE_GAP, stack_panel_width(head, rows, notes)
+    bottom = stack_panel(svg, x, boxes[2].y, head, rows, w, notes)
+    svg.width = x + w + MARGIN
     return seq.finish(bottom)
 
 
