@@ -91,4 +91,5 @@ def test_the_diagrams_say_what_they_mean_in_words():
     # a slide shows a diagram without the chapter's text: a bare "aligned?" or "uprobe_ prefix" reads as a note
     stp, trampolines = diagrams.arm64_stp().render(), diagrams.uretprobe().render()
     assert "aligned?" not in stp and "16-byte aligned: SIGSEGV" in stp
+    assert "v2 only:<" in stp and "v1 calls copy_to_user, unchecked" in stp  # v1 has no alignment check
     assert "uprobe_ prefix" not in trampolines and "uprobe_handle_trampoline)" in trampolines

@@ -424,19 +424,19 @@ def arm64_stp() -> Svg:
     boxes = [
         Box("user", "the probed function entry", [f"{sym.addr:x}: {brk:08x}  {brk_text}",
                                                   f"(was {word:08x}", f"  {stp_text})"], "BRK exception"),
-        Box("kernel", "uprobe_brk_handler -> handle_swbp", ["consumers run (handler_chain)",
-                                                            "arch_uprobe_skip_sstep: simulate"]),
+        Box("kernel", "uprobe_brk_handler -> handle_swbp", ["consumers run (handler_chain)", "arch_uprobe_skip_sstep: simulate"]),
         Box("kernel", "simulate_stp_fp_lr_sp_64b (seed 001)", [
-            "new_sp = sp - 16; if it is not", "16-byte aligned: SIGSEGV;", "pin the stack page (v2) or", "copy_to_user (v1), then store:",
-            "  [new_sp]     = x29 (fp)", "  [new_sp + 8] = x30 (lr)", f"sp = new_sp; pc = {sym.addr + 4:x}"], "eret"),
+            "new_sp = sp - 16; v2 only:", "not 16-byte aligned: SIGSEGV;", "pin the stack page (v2) or",
+            "copy_to_user (v1), then store:", "  [new_sp]     = x29 (fp)",
+            "  [new_sp + 8] = x30 (lr)", f"sp = new_sp; pc = {sym.addr + 4:x}"], "eret"),
         Box("user", "the function goes on", [f"{sym.addr + 4:x}: mov x29, sp", "one exception per hit",
                                              "(upstream: step in XOL, two)"]),
     ]
     desc = (f"The arm64 STP simulation of seed 001 (never merged). The function entry stp x29, x30, [sp, #-0x10]! "
             f"(word {word:08x}) at {sym.addr:#x} is replaced by brk #5 ({brk:08x}). The BRK exception reaches "
             "handle_swbp, the consumers run, and instead of stepping the stp out of line the kernel simulates it: "
-            "new sp is old sp minus 16, checked for 16-byte alignment; the seed pins the stack page (v1 used "
-            "copy_to_user) and stores x29 at the new sp and x30 at new sp plus 8; sp becomes the new sp and pc "
+            "new sp is old sp minus 16; the seed (v2) checks its 16-byte alignment and pins the stack page (v1 "
+            "calls copy_to_user, unchecked) and stores x29 at new sp, x30 at new sp plus 8; sp becomes new sp, pc "
             "moves 4 bytes on. The return by eret lands on mov x29, sp: one exception per hit, where upstream "
             "single-steps the stp in the XOL slot and takes two.")
     seq = Sequence("arm64: simulating stp x29, x30, [sp, #-16]!", desc, ["user", "kernel"], boxes)
