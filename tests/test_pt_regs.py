@@ -1,4 +1,6 @@
 """The pt_regs block: one batch read on entry, one batch write on exit, and only when something changed."""
+import ctypes
+
 import pytest
 from unicorn import arm64_const as A
 from unicorn import x86_const as X
@@ -126,3 +128,21 @@ def test_arm64_pstate_is_as_wide_as_nzcv():
     proc.reg_write(A.UC_ARM64_REG_X5, 0x1122334455667788)
     proc.reg_read(A.UC_ARM64_REG_X5)
     assert proc.reg_read(A.UC_ARM64_REG_NZCV) < 1 << 32  # the one-register read does not keep x5's upper half
+
+
+def test_x86_registers_sit_at_the_kernel_s_pt_regs_offsets():
+    """A BPF program reads its context at struct pt_regs's offsets (arch/x86/include/asm/ptrace.h: r15 ..
+    di, orig_ax, ip, cs, flags, sp, ss, each 8 bytes), and tests hand it PtRegs offsets."""
+    from uprobe_lab.x86.process import PtRegs
+
+    kernel = ["r15", "r14", "r13", "r12", "bp", "bx", "r11", "r10", "r9", "r8", "ax", "cx", "dx", "si", "di",
+              "orig_ax", "ip", "cs", "flags", "sp", "ss"]
+    assert [(name, getattr(PtRegs, name).offset) for name in kernel] == [(name, 8 * k) for k, name in enumerate(kernel)]
+    assert ctypes.sizeof(PtRegs) == 8 * len(kernel)
+    proc = make_process("x86_64")
+    regs = proc.regs()
+    regs.ip, regs.flags, regs.sp = 0x401000, 0x246, 0x7FFF_F000
+    regs.flush()
+    assert (proc.reg_read(X.UC_X86_REG_RIP), proc.reg_read(X.UC_X86_REG_EFLAGS), proc.reg_read(X.UC_X86_REG_RSP)) \
+        == (0x401000, 0x246, 0x7FFF_F000)
+    assert "orig_ax" not in proc.regs().as_dict()  # the places are no registers

@@ -125,10 +125,17 @@ class RegsView(ctypes.Structure):
         return " ".join(f"{n}={v:#x}" for n, v in self.as_dict().items())
 
 
-def pt_regs_fields(uc_regs: dict[str, int], narrow: tuple[str, ...] = ()) -> list[tuple[str, type]]:
+def pt_regs_fields(uc_regs: dict[str, int], narrow: tuple[str, ...] = (),
+                   unfilled: dict[str, str] | None = None) -> list[tuple[str, type]]:
     """ctypes ``_fields_`` for a RegsView subclass: a 64-bit field per register, in order, and a
-    32-bit one for each name in ``narrow`` (Unicorn fills only 4 bytes of those)."""
-    return [(name, ctypes.c_uint32 if name in narrow else ctypes.c_uint64) for name in uc_regs]
+    32-bit one for each name in ``narrow`` (Unicorn fills only 4 bytes of those). ``unfilled`` maps
+    a field the kernel's struct has and no Unicorn register fills to the register it follows: it holds
+    its place, so every register sits at the kernel's offset (where a BPF program reads it)."""
+    fields = []
+    for name in uc_regs:
+        fields.append((name, ctypes.c_uint32 if name in narrow else ctypes.c_uint64))
+        fields += [(extra, ctypes.c_uint64) for extra, after in (unfilled or {}).items() if after == name]
+    return fields
 
 
 class EmulatedProcess:

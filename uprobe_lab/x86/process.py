@@ -34,7 +34,9 @@ from .uprobes import X86ArchOps
 
 
 class PtRegs(RegsView):
-    """x86-64 struct pt_regs, by the kernel's field names (ax, cx, r11, ip, flags, sp, ...)."""
+    """x86-64 struct pt_regs (arch/x86/include/asm/ptrace.h), by the kernel's field names (ax, cx, r11,
+    ip, flags, sp, ...) and at its offsets: orig_ax, cs and ss, which the lab does not use, hold their
+    places and stay 0."""
 
     UC_REGS = {
         "r15": X.UC_X86_REG_R15, "r14": X.UC_X86_REG_R14, "r13": X.UC_X86_REG_R13, "r12": X.UC_X86_REG_R12,
@@ -43,7 +45,7 @@ class PtRegs(RegsView):
         "dx": X.UC_X86_REG_RDX, "si": X.UC_X86_REG_RSI, "di": X.UC_X86_REG_RDI, "ip": X.UC_X86_REG_RIP,
         "flags": X.UC_X86_REG_RFLAGS, "sp": X.UC_X86_REG_RSP,
     }
-    _fields_ = pt_regs_fields(UC_REGS)
+    _fields_ = pt_regs_fields(UC_REGS, unfilled={"orig_ax": "di", "cs": "ip", "ss": "sp"})
     __slots__ = ()
 
 
