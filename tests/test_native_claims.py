@@ -33,7 +33,7 @@ from native_support import native, perf_fds, require_bpf
 from uprobe_lab.errors import LabError, ProcessKilled
 from uprobe_lab.native.bpf import BpfCounter
 from uprobe_lab.native.code import NativeCode
-from uprobe_lab.native.host import parse_maps
+from uprobe_lab.native.host import parse_maps, read_any
 from uprobe_lab.native.perf import UprobeEvent
 from uprobe_lab.own_program import hit_verdict
 from uprobe_lab.program import Assembler
@@ -42,7 +42,8 @@ from uprobe_lab.uprobes import MAX_URETPROBE_DEPTH, CountingConsumer, uprobe_reg
 from uprobe_lab.verify.x86 import host_rules
 from uprobe_lab.usdt import ENXIO
 from uprobe_lab.x86 import asm, optimize
-from uprobe_lab.x86.constants import __NR_uprobe
+from uprobe_lab.x86 import xol_programs as xp
+from uprobe_lab.x86.constants import MAX_UINSN_BYTES, X86_EFLAGS_TF, __NR_getpgid, __NR_uprobe
 from uprobe_lab.x86.programs import emit_at
 from uprobe_lab.x86.process import PtRegs, X86Process
 from uprobe_lab.x86.uretprobe_programs import (AFTER, DATA_BASE, DATA_SIZE, REG_ORDER, SLOT, USER_FLAGS, RegsRecorder,
@@ -56,6 +57,7 @@ RAX, RCX, R11 = 0xA0A0_0000_0000_00A0, 0xC1C1_0000_0000_00C1, 0x1111_0000_0000_0
 FILL = [0x5A5A_0000_0000_0000 | k for k in range(1, 7)]  # rsp-8 .. rsp-48 before the site
 OUT_WORDS = len(FILL) + 3  # the six red-zone words after the site, then rax, rcx, r11
 HITS = 3  # the first takes the int3 (and optimises the site), the others the call
+SEEN_REGS = {"sp": "rsp", "ax": "rax", "cx": "rcx", "r11": "r11"}  # pt_regs name: register
 
 
 def claims_program(base: int = 0x500000):
@@ -88,8 +90,51 @@ def claims_program(base: int = 0x500000):
     a.align(16, asm.INT3)
     a.function("uprobe_syscall_direct")  # syscall 336 (sys_uprobe) from ordinary text
     a.emit(asm.mov_imm_sx("rax", __NR_uprobe) + asm.SYSCALL + asm.RET)
+    a.align(16, asm.INT3)
+    emit_xol_programs(a)
+    a.align(16, asm.INT3)
+    emit_seen_caller(a)
     a.end_function()
     return a.link()
+
+
+def emit_xol_programs(a: Assembler) -> None:
+    """Three sites a hit single-steps in an XOL slot, each with what chapter 01 shows of it (xol_programs):
+
+    * xol_ret: ``ret`` and the 15 bytes after it, which the kernel copies into the slot with it;
+    * xol_riprel(out): rsi = SCRATCH_SI, chapter 01's ``mov rax, [rip+0xff9]`` (its quadword 0xff9 past
+      the instruction), then out = rax, rsi;
+    * xol_syscall(out): flags 0x202, chapter 01's ``syscall`` (getpgid) then ``lea rdx, [rip]``, then
+      out = rcx, rdx, r11."""
+    a.function("xol_ret")
+    a.emit(asm.RET + bytes(range(0x41, 0x50)))
+    a.align(16, asm.INT3)
+    a.function("xol_riprel")
+    a.emit(asm.mov_imm64("rsi", xp.SCRATCH_SI))
+    a.function("xol_riprel_site")
+    site = a.here
+    a.emit(xp.RIPREL_LOAD + asm.mov_store("rdi", 0, "rax") + asm.mov_store("rdi", 8, "rsi") + asm.RET)
+    a.pad_to(site + len(xp.RIPREL_LOAD) + int.from_bytes(xp.RIPREL_LOAD[3:], "little"), asm.INT3)
+    a.emit(struct.pack("<Q", xp.DATA_WORD))
+    a.align(16, asm.INT3)
+    a.function("xol_syscall")
+    a.emit(b"\x68" + struct.pack("<I", xp.SYSCALL_FLAGS) + asm.POPFQ + asm.mov_imm_sx("rax", __NR_getpgid))  # push imm32
+    a.function("xol_syscall_site")
+    a.emit(xp.SYSCALL_THEN_LEA + b"".join(asm.mov_store("rdi", 8 * k, r) for k, r in enumerate(("rcx", "rdx", "r11"))))
+    a.emit(asm.RET)
+
+
+def emit_seen_caller(a: Assembler) -> None:
+    """seen_caller(out): rcx = RCX, r11 = R11, a call to seen_target (rax = 0x42), then out = rsp, rax, rcx,
+    r11 as the caller finds them after the return; seen_caller_return is the call's return address."""
+    a.function("seen_caller")
+    a.emit(asm.mov_imm64("rcx", RCX) + asm.mov_imm64("r11", R11))
+    asm.call(a, "seen_target")
+    a.function("seen_caller_return")
+    a.emit(b"".join(asm.mov_store("rdi", 8 * k, r) for k, r in enumerate(SEEN_REGS.values())) + asm.RET)
+    a.align(16, asm.INT3)
+    a.function("seen_target")
+    a.emit(asm.mov_imm32("rax", 0x42) + asm.RET)
 
 
 @pytest.fixture(scope="module")
@@ -343,3 +388,93 @@ def test_a_70_deep_recursion_reports_the_outer_64_returns_as_the_lab_does(nc, ke
     assert host == (MAX_URETPROBE_DEPTH, sum(range(70 - MAX_URETPROBE_DEPTH + 1, 71)))  # 64 returns, n = 7..70
     assert host_after == (host[0] + 3, host[1] + 1 + 2 + 3)
     assert (lab, lab_after) == (host, host_after)
+
+
+# --- e. the XOL slot: where [uprobes] is, and what a stepped hit copies into it ---------------------
+
+def host_xol_area():
+    xol, = [m for m in parse_maps() if m.name == "[uprobes]"]
+    return xol
+
+
+def lab_xol_copy(nc, kernel, site: str, fn: str, *args) -> tuple[X86Process, bytes, int]:
+    """The lab's hit of ``site`` (calling ``fn``): its process, the instruction copy it stepped, and where."""
+    proc = lab_process(nc, kernel)
+    uprobe = uprobe_register(proc, site, CountingConsumer())
+    proc.call(fn, *args)
+    slot = proc.mm.xol_area.slot_vaddr(1)  # slot 0 holds the return trampoline: a lone step takes slot 1
+    assert proc.read(slot, MAX_UINSN_BYTES) == uprobe.auprobe.ixol
+    return proc, uprobe.auprobe.ixol, slot
+
+
+@pytest.mark.parametrize("site, fn", [("xol_ret", "xol_ret"), ("xol_riprel_site", "xol_riprel")])
+def test_the_xol_slot_holds_the_copy_the_lab_says_where_the_lab_maps_it(nc, kernel, site, fn):
+    """xol_get_insn_slot() copies the 16 bytes of uprobe->arch.ixol (MAX_UINSN_BYTES) into a free slot of a
+    one-page [uprobes] (__create_xol_area: "Try to map as high as possible", VM_EXEC only); for a
+    RIP-relative instruction those are riprel_analyze()'s rewrite, not the original bytes."""
+    out = (ctypes.c_uint64 * 2)()
+    with probe(nc, site) as ev:
+        ctypes.CFUNCTYPE(None, ctypes.c_void_p)(nc.addr(fn))(ctypes.addressof(out))
+        assert ev.count() == 1
+        xol = host_xol_area()
+        proc, copy, slot = lab_xol_copy(nc, kernel, site, fn, DATA_BASE)
+        host_copy, how = read_any(xol.start + slot - proc.mm.xol_area.vaddr, MAX_UINSN_BYTES)
+    lab_xol = proc.find_mapping("[uprobes]")
+    assert host_copy is not None, how
+    assert (xol.start, xol.end, xol.perms) == (lab_xol.start, lab_xol.end, lab_xol.perms)
+    assert host_copy == copy
+    original = nc.program.code[nc.program.resolve(site) - nc.program.base:][:MAX_UINSN_BYTES]
+    if site == "xol_ret":  # copied as it is, with what follows it
+        assert copy == original
+    else:  # the slot loads through rsi, which the hit gives back: the program sees the quadword and its own rsi
+        assert copy[:len(xp.RIPREL_LOAD)] != xp.RIPREL_LOAD and copy[len(xp.RIPREL_LOAD):] == original[len(xp.RIPREL_LOAD):]
+        assert list(out) == [xp.DATA_WORD, xp.SCRATCH_SI] == [proc.read_u64(DATA_BASE + 8 * k) for k in range(2)]
+
+
+def test_a_stepped_syscall_leaves_rcx_rdx_and_r11_where_the_lab_says(nc, kernel):
+    """syscall clears TF on entry and the return restores it, so the #DB comes one instruction late: the lea
+    after it runs in the slot too, and rcx (syscall's return address), rdx (the lea's) and r11 (the flags,
+    TF included) all show the step."""
+    out = (ctypes.c_uint64 * 3)()
+    with probe(nc, "xol_syscall_site") as ev:
+        ctypes.CFUNCTYPE(None, ctypes.c_void_p)(nc.addr("xol_syscall"))(ctypes.addressof(out))
+        assert ev.count() == 1
+        xol = host_xol_area()
+    proc, copy, slot = lab_xol_copy(nc, kernel, "xol_syscall_site", "xol_syscall", DATA_BASE)
+    lab = [proc.read_u64(DATA_BASE + 8 * k) for k in range(3)]
+    assert xol.start <= out[0] < xol.end  # the rcx syscall saved points into [uprobes]
+    assert list(out) == lab == [slot + 2, slot + len(xp.SYSCALL_THEN_LEA), xp.SYSCALL_FLAGS | X86_EFLAGS_TF]
+
+
+# --- f. what a return consumer is shown -----------------------------------------------------------
+
+def test_a_return_consumer_sees_the_caller_s_ip_sp_and_registers_as_the_lab_says(nc, kernel):
+    """Chapter 02's exercises 02.3 and 02.5: uprobe_handle_trampoline() sets ip to the return address, and
+    sys_uretprobe shows sp as the caller finds it after the return (the trampoline's three saves added
+    back) and rax, rcx, r11 from those saves. A BPF program on each of five uretprobe events adds one
+    register of the one hit."""
+    require_bpf()
+    shown = ("ip", *SEEN_REGS)
+    out = (ctypes.c_uint64 * len(SEEN_REGS))()
+    original = nc.read("seen_target", 5)
+    with contextlib.ExitStack() as stack:
+        counters = {}
+        for name in shown:
+            counters[name] = stack.enter_context(BpfCounter(add_reg=getattr(PtRegs, name).offset))
+            counters[name].attach(stack.enter_context(UprobeEvent(nc.path, nc.offset("seen_target"), True)).fd)
+        ctypes.CFUNCTYPE(None, ctypes.c_void_p)(nc.addr("seen_caller"))(ctypes.addressof(out))
+        host_seen = {name: counter.count() for name, counter in counters.items()}
+    assert not perf_fds() and nc.read("seen_target", 5) == original
+    host_after = dict(zip(SEEN_REGS, out))
+
+    proc, rec = lab_process(nc, kernel), RegsRecorder()
+    uprobe_register(proc, "seen_target", rec)
+    proc.call("seen_caller", DATA_BASE)
+    lab_after = {name: proc.read_u64(DATA_BASE + 8 * k) for k, name in enumerate(SEEN_REGS)}
+    (lab_seen,) = rec.seen
+
+    assert host_seen["ip"] == lab_seen["ip"] == nc.addr("seen_caller_return")
+    assert host_seen["sp"] - host_after["sp"] == lab_seen["sp"] - lab_after["sp"] == 0
+    assert {n: host_seen[n] for n in ("ax", "cx", "r11")} == {n: lab_seen[n] for n in ("ax", "cx", "r11")} \
+        == {"ax": 0x42, "cx": RCX, "r11": R11}
+    assert {n: host_after[n] for n in ("ax", "cx", "r11")} == {n: lab_after[n] for n in ("ax", "cx", "r11")}

@@ -4,6 +4,7 @@ into the slot. Chapter 01 shows them; tests/test_x86_vex_riprel.py checks them. 
 from __future__ import annotations
 
 from ..uprobes import CountingConsumer, uprobe_register
+from .constants import __NR_getpgid
 from .process import X86Process
 
 TEXT = 0x400000
@@ -13,6 +14,7 @@ DATA_WORD = 0x1122334455667788
 SCRATCH_SI = 0x5151  # rsi before the run: the slot borrows rsi and must give it back
 SYSCALL_THEN_LEA = bytes.fromhex("0f05488d1500000000")  # syscall (getpgid, 121); lea rdx, [rip]
 SYSCALL_END = TEXT + len(SYSCALL_THEN_LEA)
+SYSCALL_FLAGS = 0x202  # IF and the always-one bit: the flags the syscall is made with
 
 
 def riprel_process(code: bytes = RIPREL_LOAD, kernel: str = "6.18") -> X86Process:
@@ -40,7 +42,7 @@ def syscall_run(probed: bool, kernel: str = "6.18"):
     proc = X86Process(kernel)
     proc.map("/lab/sc", TEXT, 0x1000, "r-xp", SYSCALL_THEN_LEA + b"\xcc")
     regs = proc.regs()
-    regs.ax, regs.flags = 121, 0x202
+    regs.ax, regs.flags = __NR_getpgid, SYSCALL_FLAGS
     regs.flush()
     if probed:
         uprobe_register(proc, TEXT, CountingConsumer())
