@@ -50,6 +50,19 @@ def kernel_at_least(major: int, minor: int) -> bool:
     return bool(m) and (int(m.group(1)), int(m.group(2))) >= (major, minor)
 
 
+def host_kernel_rules():
+    """The lab's rules for the host's release (uprobe_lab.verify.x86.host_rules: the newest modelled version
+    not newer than it, with the release rules it has); a kernel older than every modelled one is a skip,
+    even on CI: that is an old kernel, not missing native support."""
+    from uprobe_lab.errors import LabError
+    from uprobe_lab.verify.x86 import host_rules
+
+    try:
+        return host_rules(os.uname().release)
+    except LabError as err:
+        pytest.skip(str(err))
+
+
 def effective_caps() -> int:
     """CapEff of this process, read from /proc/self/status (0 where it cannot be read)."""
     try:

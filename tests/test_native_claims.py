@@ -14,6 +14,12 @@ address, run under real uprobes and in the lab's model of the host's kernel, lea
 * every register across a uretprobe return (the 6.11+ syscall trampoline saves rax, rcx, r11).
 * MAX_URETPROBE_DEPTH (include/linux/uprobes.h: 64): prepare_uretprobe hijacks no return address once
   64 instances are live, so of 70 nested calls the 64 entered first (the outer ones) are reported.
+* the XOL slot (chapter 01): [uprobes] is one execute-only page at TASK_SIZE - PAGE_SIZE, and a stepped
+  hit's slot holds the 16 bytes the kernel copies (a ``ret`` and the 15 bytes after it; the RIP-relative
+  load rewritten to go through rsi, whose value the program gets back); a stepped ``syscall`` leaves rcx,
+  rdx (the ``lea`` after it, run in the slot too) and r11 (TF set) as the lab does.
+* what a return consumer is shown (exercises 02.3 and 02.5): ip the return address, sp where the caller
+  finds it, rax/rcx/r11 the program's.
 
 Each probe is closed in a ``with`` (Ctrl-C included) and the site checked restored afterwards; the syscall
 one runs in a forked child, which the kernel kills.
@@ -29,8 +35,8 @@ import struct
 
 import pytest
 
-from native_support import native, perf_fds, require_bpf
-from uprobe_lab.errors import LabError, ProcessKilled
+from native_support import host_kernel_rules, native, perf_fds, require_bpf
+from uprobe_lab.errors import ProcessKilled
 from uprobe_lab.native.bpf import BpfCounter
 from uprobe_lab.native.code import NativeCode
 from uprobe_lab.native.host import parse_maps, read_any
@@ -39,7 +45,6 @@ from uprobe_lab.own_program import hit_verdict
 from uprobe_lab.program import Assembler
 from uprobe_lab.sites import calls_uprobe_trampoline
 from uprobe_lab.uprobes import MAX_URETPROBE_DEPTH, CountingConsumer, uprobe_register
-from uprobe_lab.verify.x86 import host_rules
 from uprobe_lab.usdt import ENXIO
 from uprobe_lab.x86 import asm, optimize
 from uprobe_lab.x86 import xol_programs as xp
@@ -139,12 +144,7 @@ def emit_seen_caller(a: Assembler) -> None:
 
 @pytest.fixture(scope="module")
 def kernel():
-    """The lab's rules for the host's release: the newest modelled version not newer than it, with the
-    release rules it has (kernel_for_release)."""
-    try:
-        return host_rules(os.uname().release)
-    except LabError as err:  # an old kernel, not missing native support: a skip even on CI
-        pytest.skip(str(err))
+    return host_kernel_rules()
 
 
 @pytest.fixture(scope="module")
