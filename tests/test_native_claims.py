@@ -20,6 +20,8 @@ address, run under real uprobes and in the lab's model of the host's kernel, lea
   rdx (the ``lea`` after it, run in the slot too) and r11 (TF set) as the lab does.
 * what a return consumer is shown (exercises 02.3 and 02.5): ip the return address, sp where the caller
   finds it, rax/rcx/r11 the program's.
+* where a fresh process's [uprobes-trampoline] lands (chapter 03: find_nearest_trampoline, the free page
+  nearest the call's end), r-x, one page, still there after the probe goes.
 
 Each probe is closed in a ``with`` (Ctrl-C included) and the site checked restored afterwards; the syscall
 one runs in a forked child, which the kernel kills.
@@ -29,13 +31,19 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import faulthandler
+import json
 import os
 import signal
 import struct
+import subprocess
+import sys
+import types
+from pathlib import Path
 
 import pytest
 
 from native_support import host_kernel_rules, native, perf_fds, require_bpf
+from uprobe_lab.arches import make_process
 from uprobe_lab.errors import ProcessKilled
 from uprobe_lab.native.bpf import BpfCounter
 from uprobe_lab.native.code import NativeCode
@@ -44,7 +52,7 @@ from uprobe_lab.native.perf import UprobeEvent
 from uprobe_lab.own_program import hit_verdict
 from uprobe_lab.program import Assembler
 from uprobe_lab.sites import calls_uprobe_trampoline
-from uprobe_lab.uprobes import MAX_URETPROBE_DEPTH, CountingConsumer, uprobe_register
+from uprobe_lab.uprobes import MAX_URETPROBE_DEPTH, CountingConsumer, uprobe_register, uprobe_unregister
 from uprobe_lab.usdt import ENXIO
 from uprobe_lab.x86 import asm, optimize
 from uprobe_lab.x86 import xol_programs as xp
@@ -478,3 +486,52 @@ def test_a_return_consumer_sees_the_caller_s_ip_sp_and_registers_as_the_lab_says
     assert {n: host_seen[n] for n in ("ax", "cx", "r11")} == {n: lab_seen[n] for n in ("ax", "cx", "r11")} \
         == {"ax": 0x42, "cx": RCX, "r11": R11}
     assert {n: host_after[n] for n in ("ax", "cx", "r11")} == {n: lab_after[n] for n in ("ax", "cx", "r11")}
+
+
+# --- g. where a fresh process's [uprobes-trampoline] lands, and that it stays ----------------------
+
+FRESH_TRAMPOLINE = """
+import json
+from uprobe_lab.native.code import NativeCode
+from uprobe_lab.native.perf import UprobeEvent
+
+def maps():
+    with open("/proc/self/maps") as f:
+        return f.read()
+
+with NativeCode() as nc:
+    before = maps()
+    with UprobeEvent(nc.path, nc.offset("uprobe_target_nop5")):
+        nc.run("uprobe_target_nop5", 3)
+        during = maps()
+    print(json.dumps({"site": nc.addr("uprobe_target_nop5"), "before": before, "during": during, "after": maps()}))
+"""
+
+
+def test_a_fresh_process_s_trampoline_lands_where_the_lab_s_find_nearest_trampoline_puts_it(kernel):
+    """Chapter 03: find_nearest_trampoline() takes the free page closest to the call's end, up or down; the
+    page is r-x and stays after the probe goes. The host's process is a fresh one (this one may have a
+    trampoline in reach already, which the kernel would reuse); the lab's twin is given its maps."""
+    if not kernel.optimize_nop5:
+        pytest.skip(f"{kernel} optimises no nop5: it maps no [uprobes-trampoline] for one")
+    repo = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}
+    run = subprocess.run([sys.executable, "-c", FRESH_TRAMPOLINE], capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode == 0, run.stderr
+    host = json.loads(run.stdout)
+    before, during, after = (parse_maps(host[k]) for k in ("before", "during", "after"))
+    new = [m for m in during if m not in before]
+    assert [m.name for m in new] == ["[uprobes-trampoline]"], new
+    (tramp,) = new
+    assert [m for m in after if m not in before] == new  # the probe went, the page stayed
+
+    maps_only = types.SimpleNamespace(mappings=before, kernel=kernel)  # all find_nearest_trampoline reads
+    assert tramp.start == optimize.find_nearest_trampoline(maps_only, host["site"])
+    proc = make_process("x86_64", kernel)
+    consumer = CountingConsumer()
+    uprobe = uprobe_register(proc, "uprobe_target_nop5", consumer)
+    proc.call("producer_loop", 3, uprobe.vaddr)
+    lab = proc.find_mapping("[uprobes-trampoline]")
+    uprobe_unregister(proc, uprobe, consumer)
+    assert proc.find_mapping("[uprobes-trampoline]") == lab
+    assert (tramp.end - tramp.start, tramp.perms) == (lab.end - lab.start, lab.perms) == (PAGE, "r-xp")
