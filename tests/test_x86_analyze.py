@@ -69,6 +69,12 @@ TABLE = [
     ("c5f877", "vzeroupper", "emulate", "emulate"),  # host: emulated as ja (0x77): kernel bug
     ("c5fd74c1", "vpcmpeqb ymm0, ymm0, ymm1", "emulate", "emulate"),  # host: emulated as je: kernel bug
     ("c4e1f890c1", "kmovq k0, k1", "emulate", "emulate"),  # host: "nop" (0x90), optimised on 6.18
+    # the rest of chapter 01's table of the bug
+    ("c5f970ca11", "vpshufd xmm1, xmm2, 0x11", "emulate", "emulate"),  # 0x70: jo, its imm8 the offset
+    ("c5f1e8c2", "vpsubsb xmm0, xmm1, xmm2", "emulate", "emulate"),  # 0xe8: call
+    ("62f17d4870ca11", "vpshufd zmm1, zmm2, 0x11", "emulate", "emulate"),  # EVEX, 0x70: jo
+    ("c5f0c2c201", "vcmpltps xmm0, xmm1, xmm2", "xol", "xol"),  # 0xc2: stepped with no ip fixup
+    ("c5f9fec1", "vpaddd xmm0, xmm0, xmm1", "xol", "xol"),  # 0xfe: stepped, as it should be
     ("f20f78c10102", "insertq xmm0, xmm1, 1, 2", "reject", "reject"),  # host: -ENOEXEC (SSE4a, not in its map)
     ("660f79c1", "extrq xmm0, xmm1", "reject", "reject"),  # host: -ENOEXEC
 ]
