@@ -8,6 +8,7 @@ address, run under real uprobes and in the lab's model of the host's kernel, lea
   values those registers had, so they come back intact - and nothing below rsp-32 is touched. The
   first hit is still the int3 (handle_swbp optimises the site after the consumers ran, then emulates
   the nop): its trap frame is on the kernel stack, so the red zone is intact after it.
+* a VEX kmovq (c4 e1 f8 90 c1) optimised as a nop5 (chapter 01's kernel bug), as the lab's hit_verdict says.
 * sys_uretprobe from ordinary text (tests/test_uretprobes.py): it force_sig(SIGILL)s unless ip is the
   trampoline's, both with no [uprobes] area at all and with a return instance pending; sys_uprobe
   returns -ENXIO (6.18) to ordinary text even once the process has a [uprobes-trampoline].
@@ -244,6 +245,39 @@ def test_a_nop5_at_a_page_s_end_is_optimised_as_the_lab_says(name, kernel):
     assert optimised == (hit_verdict(NOP5, site, kernel)["probe"] == "optimise")
     # can_optimize(): PAGE_SIZE - (vaddr & ~PAGE_MASK) >= 5, on a kernel that optimises a nop5 at all
     assert optimised == (kernel.optimize_nop5 and name == "nop5_fits")
+
+
+KMOVQ = bytes.fromhex("c4e1f890c1")  # kmovq k0, k1: VEX, opcode byte 0x90, five bytes
+
+
+def has_avx512() -> bool:
+    with open("/proc/cpuinfo") as f:
+        return any(line.startswith("flags") and " avx512f" in line for line in f)
+
+
+def test_a_kmovq_passes_for_a_nop5_and_is_optimised_as_the_lab_says(kernel):
+    """Chapter 01: insn_is_nop() ignores the VEX prefix, so a 6.18 kernel takes kmovq for a nop5, emulates its
+    first hit as one and rewrites it into a call; the kmovq itself never runs. It runs if a host steps it,
+    which needs AVX-512 (else the SIGILL would kill this Python)."""
+    if not has_avx512():
+        pytest.skip("no AVX-512 on this CPU: a host that stepped the kmovq would kill this process with SIGILL")
+
+    def program(base: int = 0x500000):
+        a = Assembler("x86_64", base)
+        a.function("kmovq_site")
+        a.emit(KMOVQ + asm.RET)
+        a.end_function()
+        return a.link()
+
+    with NativeCode(program=program) as nc:
+        site = nc.addr("kmovq_site")
+        with probe(nc, "kmovq_site") as ev:
+            for _ in range(HITS):
+                ctypes.CFUNCTYPE(None)(site)()
+            hits = ev.count()
+            optimised = calls_uprobe_trampoline(nc.read("kmovq_site", 5), site, parse_maps())
+    assert hits == HITS
+    assert optimised == (hit_verdict(KMOVQ, site, kernel)["probe"] == "optimise") == kernel.optimize_nop5
 
 
 # --- b. sys_uretprobe from anywhere but the trampoline -------------------------------------------
