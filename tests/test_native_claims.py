@@ -19,8 +19,9 @@ address, run under real uprobes and in the lab's model of the host's kernel, lea
   hit's slot holds the 16 bytes the kernel copies (a ``ret`` and the 15 bytes after it; the RIP-relative
   load rewritten to go through rsi, whose value the program gets back); a stepped ``syscall`` leaves rcx,
   rdx (the ``lea`` after it, run in the slot too) and r11 (TF set) as the lab does.
-* what a return consumer is shown (exercises 02.3 and 02.5): ip the return address, sp where the caller
-  finds it, rax/rcx/r11 the program's.
+* what a consumer is shown: on return (exercises 02.3 and 02.5) ip the return address, sp where the caller
+  finds it, rax/rcx/r11 the program's; at an optimised nop5 (chapter 03's sys_uprobe) the site's ip, sp,
+  rax, rcx and r11.
 * where a fresh process's [uprobes-trampoline] lands (chapter 03: find_nearest_trampoline, the free page
   nearest the call's end), r-x, one page, still there after the probe goes.
 
@@ -53,7 +54,8 @@ from uprobe_lab.native.perf import UprobeEvent
 from uprobe_lab.own_program import hit_verdict
 from uprobe_lab.program import Assembler
 from uprobe_lab.sites import calls_uprobe_trampoline
-from uprobe_lab.uprobes import MAX_URETPROBE_DEPTH, CountingConsumer, uprobe_register, uprobe_unregister
+from uprobe_lab.uprobes import (MAX_URETPROBE_DEPTH, CountingConsumer, UprobeConsumer, uprobe_register,
+                                uprobe_unregister)
 from uprobe_lab.usdt import ENXIO
 from uprobe_lab.x86 import asm, optimize
 from uprobe_lab.x86 import xol_programs as xp
@@ -107,7 +109,7 @@ def claims_program(base: int = 0x500000):
     a.align(16, asm.INT3)
     emit_xol_programs(a)
     a.align(16, asm.INT3)
-    emit_seen_caller(a)
+    emit_seen_programs(a)
     a.end_function()
     return a.link()
 
@@ -138,17 +140,26 @@ def emit_xol_programs(a: Assembler) -> None:
     a.emit(asm.RET)
 
 
-def emit_seen_caller(a: Assembler) -> None:
-    """seen_caller(out): rcx = RCX, r11 = R11, a call to seen_target (rax = 0x42), then out = rsp, rax, rcx,
-    r11 as the caller finds them after the return; seen_caller_return is the call's return address."""
+def emit_seen_programs(a: Assembler) -> None:
+    """What a consumer is shown, and what the program has there:
+
+    * seen_caller(out): rcx = RCX, r11 = R11, a call to seen_target (rax = 0x42), then out = rsp, rax, rcx,
+      r11 as the caller finds them after the return; seen_caller_return is the call's return address;
+    * seen_nop5(out): rax, rcx, r11 = RAX, RCX, R11, a nop5 (seen_nop5_site), then out = rsp, rax, rcx, r11."""
+    store_out = b"".join(asm.mov_store("rdi", 8 * k, r) for k, r in enumerate(SEEN_REGS.values())) + asm.RET
     a.function("seen_caller")
     a.emit(asm.mov_imm64("rcx", RCX) + asm.mov_imm64("r11", R11))
     asm.call(a, "seen_target")
     a.function("seen_caller_return")
-    a.emit(b"".join(asm.mov_store("rdi", 8 * k, r) for k, r in enumerate(SEEN_REGS.values())) + asm.RET)
+    a.emit(store_out)
     a.align(16, asm.INT3)
     a.function("seen_target")
     a.emit(asm.mov_imm32("rax", 0x42) + asm.RET)
+    a.align(16, asm.INT3)
+    a.function("seen_nop5")
+    a.emit(asm.mov_imm64("rax", RAX) + asm.mov_imm64("rcx", RCX) + asm.mov_imm64("r11", R11))
+    a.function("seen_nop5_site")
+    a.emit(NOP5 + store_out)
 
 
 @pytest.fixture(scope="module")
@@ -488,38 +499,75 @@ def test_a_stepped_syscall_leaves_rcx_rdx_and_r11_where_the_lab_says(nc, kernel)
     assert list(out) == lab == [slot + 2, slot + len(xp.SYSCALL_THEN_LEA), xp.SYSCALL_FLAGS | X86_EFLAGS_TF]
 
 
-# --- f. what a return consumer is shown -----------------------------------------------------------
+# --- f. what a consumer is shown -------------------------------------------------------------------
+
+SHOWN = ("ip", *SEEN_REGS)
+
+
+def host_consumer_sums(nc, site: str, fn: str, retprobe: bool, calls: int) -> tuple[dict, list[dict], bool]:
+    """``fn(out)`` called ``calls`` times under five (u|uret)probe events on ``site``, each carrying a BPF program
+    that adds one register (ip, sp, ax, cx, r11) of every hit: those sums, what each call left in out, and
+    whether the site called [uprobes-trampoline] by then."""
+    require_bpf()
+    original, outs = nc.read(site, 5), []
+    call = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(nc.addr(fn))
+    with contextlib.ExitStack() as stack:
+        counters = {}
+        for name in SHOWN:
+            counters[name] = stack.enter_context(BpfCounter(add_reg=getattr(PtRegs, name).offset))
+            counters[name].attach(stack.enter_context(UprobeEvent(nc.path, nc.offset(site), retprobe)).fd)
+        for _ in range(calls):
+            out = (ctypes.c_uint64 * len(SEEN_REGS))()
+            call(ctypes.addressof(out))
+            outs.append(dict(zip(SEEN_REGS, out)))
+        sums = {name: counter.count() for name, counter in counters.items()}
+        optimised = calls_uprobe_trampoline(nc.read(site, 5), nc.addr(site), parse_maps())
+    assert not perf_fds() and nc.read(site, 5) == original
+    return sums, outs, optimised
+
+
+def lab_consumer_seen(nc, kernel, site: str, fn: str, retprobe: bool, calls: int) -> tuple[list[dict], list[dict]]:
+    """The same calls in the lab: the registers its consumer was shown at each hit, and each call's out."""
+    proc, seen, outs = lab_process(nc, kernel), [], []
+
+    def record(regs, *func) -> int:  # a handler (regs) or a ret_handler (regs, func)
+        seen.append({n: regs.get(n) for n in SHOWN})
+        return 0
+
+    uprobe_register(proc, site, UprobeConsumer(ret_handler=record) if retprobe else UprobeConsumer(handler=record))
+    for _ in range(calls):
+        proc.call(fn, DATA_BASE)
+        outs.append({name: proc.read_u64(DATA_BASE + 8 * k) for k, name in enumerate(SEEN_REGS)})
+    return seen, outs
+
 
 def test_a_return_consumer_sees_the_caller_s_ip_sp_and_registers_as_the_lab_says(nc, kernel):
     """Chapter 02's exercises 02.3 and 02.5: uprobe_handle_trampoline() sets ip to the return address, and
     sys_uretprobe shows sp as the caller finds it after the return (the trampoline's three saves added
-    back) and rax, rcx, r11 from those saves. A BPF program on each of five uretprobe events adds one
-    register of the one hit."""
-    require_bpf()
-    shown = ("ip", *SEEN_REGS)
-    out = (ctypes.c_uint64 * len(SEEN_REGS))()
-    original = nc.read("seen_target", 5)
-    with contextlib.ExitStack() as stack:
-        counters = {}
-        for name in shown:
-            counters[name] = stack.enter_context(BpfCounter(add_reg=getattr(PtRegs, name).offset))
-            counters[name].attach(stack.enter_context(UprobeEvent(nc.path, nc.offset("seen_target"), True)).fd)
-        ctypes.CFUNCTYPE(None, ctypes.c_void_p)(nc.addr("seen_caller"))(ctypes.addressof(out))
-        host_seen = {name: counter.count() for name, counter in counters.items()}
-    assert not perf_fds() and nc.read("seen_target", 5) == original
-    host_after = dict(zip(SEEN_REGS, out))
-
-    proc, rec = lab_process(nc, kernel), RegsRecorder()
-    uprobe_register(proc, "seen_target", rec)
-    proc.call("seen_caller", DATA_BASE)
-    lab_after = {name: proc.read_u64(DATA_BASE + 8 * k) for k, name in enumerate(SEEN_REGS)}
-    (lab_seen,) = rec.seen
-
-    assert host_seen["ip"] == lab_seen["ip"] == nc.addr("seen_caller_return")
-    assert host_seen["sp"] - host_after["sp"] == lab_seen["sp"] - lab_after["sp"] == 0
-    assert {n: host_seen[n] for n in ("ax", "cx", "r11")} == {n: lab_seen[n] for n in ("ax", "cx", "r11")} \
+    back) and rax, rcx, r11 from those saves."""
+    host, (host_after,), _ = host_consumer_sums(nc, "seen_target", "seen_caller", True, 1)
+    (lab, ), (lab_after,) = lab_consumer_seen(nc, kernel, "seen_target", "seen_caller", True, 1)
+    assert host["ip"] == lab["ip"] == nc.addr("seen_caller_return")
+    assert host["sp"] - host_after["sp"] == lab["sp"] - lab_after["sp"] == 0
+    assert {n: host[n] for n in ("ax", "cx", "r11")} == {n: lab[n] for n in ("ax", "cx", "r11")} \
         == {"ax": 0x42, "cx": RCX, "r11": R11}
     assert {n: host_after[n] for n in ("ax", "cx", "r11")} == {n: lab_after[n] for n in ("ax", "cx", "r11")}
+
+
+def test_a_consumer_at_an_optimised_nop5_sees_the_site_s_registers_as_the_lab_says(nc, kernel):
+    """Chapter 03: sys_uprobe sets ip = the call's return address - 5 (the site) and sp back above its four
+    words, and restores rax, rcx and r11 from them: the consumer sees the site's registers, on the first
+    hit (the int3) and the optimised ones alike."""
+    site = nc.addr("seen_nop5_site")
+    assert site % PAGE <= PAGE - len(NOP5)  # in one page: optimised on a kernel that optimises nop5s
+    host, host_after, host_optimised = host_consumer_sums(nc, "seen_nop5_site", "seen_nop5", False, HITS)
+    lab, lab_after = lab_consumer_seen(nc, kernel, "seen_nop5_site", "seen_nop5", False, HITS)
+    assert host_optimised == kernel.optimize_nop5
+    assert [s["ip"] for s in lab] == [site] * HITS and host["ip"] == HITS * site
+    assert [s["sp"] for s in lab] == [a["sp"] for a in lab_after] and host["sp"] == sum(a["sp"] for a in host_after)
+    for name, value in (("ax", RAX), ("cx", RCX), ("r11", R11)):
+        assert [s[name] for s in lab] == [value] * HITS and host[name] == HITS * value % (1 << 64)
+        assert [a[name] for a in host_after] == [a[name] for a in lab_after] == [value] * HITS
 
 
 # --- g. where a fresh process's [uprobes-trampoline] lands, and that it stays ----------------------
