@@ -59,7 +59,7 @@ from uprobe_lab.uprobes import (MAX_URETPROBE_DEPTH, CountingConsumer, UprobeCon
 from uprobe_lab.usdt import ENXIO
 from uprobe_lab.x86 import asm, optimize
 from uprobe_lab.x86 import xol_programs as xp
-from uprobe_lab.x86.constants import MAX_UINSN_BYTES, X86_EFLAGS_TF, __NR_getpgid, __NR_uprobe
+from uprobe_lab.x86.constants import MAX_UINSN_BYTES, TASK_SIZE, X86_EFLAGS_TF, __NR_getpgid, __NR_uprobe
 from uprobe_lab.x86.programs import emit_at
 from uprobe_lab.x86.process import PtRegs, X86Process
 from uprobe_lab.x86.uretprobe_programs import (AFTER, DATA_BASE, DATA_SIZE, REG_ORDER, SLOT, USER_FLAGS, RegsRecorder,
@@ -261,16 +261,17 @@ def test_a_nop5_at_a_page_s_end_is_optimised_as_the_lab_says(name, kernel):
 KMOVQ = bytes.fromhex("c4e1f890c1")  # kmovq k0, k1: VEX, opcode byte 0x90, five bytes
 
 
-def has_avx512() -> bool:
+def cpu_has(flag: str) -> bool:
+    """Whether /proc/cpuinfo lists ``flag`` for this machine's CPUs."""
     with open("/proc/cpuinfo") as f:
-        return any(line.startswith("flags") and " avx512f" in line for line in f)
+        return any(line.startswith("flags") and flag in line.split() for line in f)
 
 
 def test_a_kmovq_passes_for_a_nop5_and_is_optimised_as_the_lab_says(kernel):
     """Chapter 01: insn_is_nop() ignores the VEX prefix, so a 6.18 kernel takes kmovq for a nop5, emulates its
     first hit as one and rewrites it into a call; the kmovq itself never runs. It runs if a host steps it,
     which needs AVX-512 (else the SIGILL would kill this Python)."""
-    if not has_avx512():
+    if not cpu_has("avx512f"):
         pytest.skip("no AVX-512 on this CPU: a host that stepped the kmovq would kill this process with SIGILL")
 
     def program(base: int = 0x500000):
@@ -463,8 +464,8 @@ def lab_xol_copy(nc, kernel, site: str, fn: str, *args) -> tuple[X86Process, byt
 @pytest.mark.parametrize("site, fn", [("xol_ret", "xol_ret"), ("xol_riprel_site", "xol_riprel")])
 def test_the_xol_slot_holds_the_copy_the_lab_says_where_the_lab_maps_it(nc, kernel, site, fn):
     """xol_get_insn_slot() copies the 16 bytes of uprobe->arch.ixol (MAX_UINSN_BYTES) into a free slot of a
-    one-page [uprobes] (__create_xol_area: "Try to map as high as possible", VM_EXEC only); for a
-    RIP-relative instruction those are riprel_analyze()'s rewrite, not the original bytes."""
+    one-page [uprobes] (__create_xol_area: VM_EXEC only); for a RIP-relative instruction those are
+    riprel_analyze()'s rewrite, not the original bytes."""
     out = (ctypes.c_uint64 * 2)()
     with probe(nc, site) as ev:
         ctypes.CFUNCTYPE(None, ctypes.c_void_p)(nc.addr(fn))(ctypes.addressof(out))
@@ -474,7 +475,7 @@ def test_the_xol_slot_holds_the_copy_the_lab_says_where_the_lab_maps_it(nc, kern
         host_copy, how = read_any(xol.start + slot - proc.mm.xol_area.vaddr, MAX_UINSN_BYTES)
     lab_xol = proc.find_mapping("[uprobes]")
     assert host_copy is not None, how
-    assert (xol.start, xol.end, xol.perms) == (lab_xol.start, lab_xol.end, lab_xol.perms)
+    assert (xol.end - xol.start, xol.perms) == (lab_xol.end - lab_xol.start, lab_xol.perms) == (PAGE, "--xp")
     assert host_copy == copy
     original = nc.program.code[nc.program.resolve(site) - nc.program.base:][:MAX_UINSN_BYTES]
     if site == "xol_ret":  # copied as it is, with what follows it
@@ -495,8 +496,22 @@ def test_a_stepped_syscall_leaves_rcx_rdx_and_r11_where_the_lab_says(nc, kernel)
         xol = host_xol_area()
     proc, copy, slot = lab_xol_copy(nc, kernel, "xol_syscall_site", "xol_syscall", DATA_BASE)
     lab = [proc.read_u64(DATA_BASE + 8 * k) for k in range(3)]
+    lab_start = proc.mm.xol_area.vaddr
     assert xol.start <= out[0] < xol.end  # the rcx syscall saved points into [uprobes]
-    assert list(out) == lab == [slot + 2, slot + len(xp.SYSCALL_THEN_LEA), xp.SYSCALL_FLAGS | X86_EFLAGS_TF]
+    assert [out[0] - xol.start, out[1] - xol.start, out[2]] == [lab[0] - lab_start, lab[1] - lab_start, lab[2]]
+    assert lab == [slot + 2, slot + len(xp.SYSCALL_THEN_LEA), xp.SYSCALL_FLAGS | X86_EFLAGS_TF]
+
+
+def test_the_xol_area_is_where_the_lab_maps_it(nc, kernel):
+    """__create_xol_area() asks get_unmapped_area() for TASK_SIZE - PAGE_SIZE ("Try to map as high as
+    possible"): free in a process whose stack sits lower, as a randomised one does."""
+    if cpu_has("la57"):
+        pytest.skip("a CPU with 5-level paging: the host's TASK_SIZE may not be the lab's 4-level one")
+    with probe(nc, "xol_ret"):
+        ctypes.CFUNCTYPE(None)(nc.addr("xol_ret"))()  # a stepped hit: [uprobes] is mapped by now
+        xol = host_xol_area()
+    proc, _, _ = lab_xol_copy(nc, kernel, "xol_ret", "xol_ret")
+    assert xol.start == proc.mm.xol_area.vaddr == TASK_SIZE - PAGE
 
 
 # --- f. what a consumer is shown -------------------------------------------------------------------
