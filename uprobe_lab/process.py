@@ -74,7 +74,8 @@ class RegsView(ctypes.Structure):
     are as wide as Unicorn's registers (64 bits; arm64's NZCV 32): values wrap. A block flushed
     after the CPU moved on would put old values back: load, change, flush, within one stop.
     Subclasses set ``UC_REGS`` (pt_regs name -> Unicorn register id, in pt_regs order; the pc is
-    called ``ip``), ``_fields_ = pt_regs_fields(UC_REGS)`` and ``__slots__ = ()``.
+    called ``ip``), ``_fields_ = pt_regs_fields(UC_REGS)`` (with ``unfilled`` for the kernel's fields
+    no Unicorn register fills, so the others keep the kernel's offsets) and ``__slots__ = ()``.
     """
 
     UC_REGS: dict[str, int] = {}
