@@ -24,6 +24,7 @@ address, run under real uprobes and in the lab's model of the host's kernel, lea
   rax, rcx and r11.
 * where a fresh process's [uprobes-trampoline] lands (chapter 03: find_nearest_trampoline, the free page
   nearest the call's end), r-x, one page, still there after the probe goes.
+* how many stepped hits a process's [uprobes] holds at once (the cheat sheet's 31 on x86-64): one more waits.
 
 Each probe is closed in a ``with`` (Ctrl-C included) and the site checked restored afterwards; the syscall
 one runs in a forked child, which the kernel kills.
@@ -54,8 +55,8 @@ from uprobe_lab.native.perf import UprobeEvent
 from uprobe_lab.own_program import hit_verdict
 from uprobe_lab.program import Assembler
 from uprobe_lab.sites import calls_uprobe_trampoline
-from uprobe_lab.uprobes import (MAX_URETPROBE_DEPTH, CountingConsumer, UprobeConsumer, uprobe_register,
-                                uprobe_unregister)
+from uprobe_lab.uprobes import (MAX_URETPROBE_DEPTH, CountingConsumer, UprobeConsumer, get_xol_area,
+                                uprobe_register, uprobe_unregister)
 from uprobe_lab.usdt import ENXIO
 from uprobe_lab.x86 import asm, optimize
 from uprobe_lab.x86 import xol_programs as xp
@@ -605,17 +606,22 @@ with NativeCode() as nc:
 """
 
 
+def run_in_fresh_python(script: str, *args: str) -> dict:
+    """What ``script`` prints as JSON, run by a Python of its own that imports this tree's lab (killed after 2 min)."""
+    repo = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}
+    run = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode == 0, run.stderr
+    return json.loads(run.stdout)
+
+
 def test_a_fresh_process_s_trampoline_lands_where_the_lab_s_find_nearest_trampoline_puts_it(kernel):
     """Chapter 03: find_nearest_trampoline() takes the free page closest to the call's end, up or down; the
     page is r-x and stays after the probe goes. The host's process is a fresh one (this one may have a
     trampoline in reach already, which the kernel would reuse); the lab's twin is given its maps."""
     if not kernel.optimize_nop5:
         pytest.skip(f"{kernel} optimises no nop5: it maps no [uprobes-trampoline] for one")
-    repo = str(Path(__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}
-    run = subprocess.run([sys.executable, "-c", FRESH_TRAMPOLINE], capture_output=True, text=True, env=env, timeout=120)
-    assert run.returncode == 0, run.stderr
-    host = json.loads(run.stdout)
+    host = run_in_fresh_python(FRESH_TRAMPOLINE)
     before, during, after = (parse_maps(host[k]) for k in ("before", "during", "after"))
     new = [m for m in during if m not in before]
     assert [m.name for m in new] == ["[uprobes-trampoline]"], new
@@ -632,3 +638,63 @@ def test_a_fresh_process_s_trampoline_lands_where_the_lab_s_find_nearest_trampol
     uprobe_unregister(proc, uprobe, consumer)
     assert proc.find_mapping("[uprobes-trampoline]") == lab
     assert (tramp.end - tramp.start, tramp.perms) == (lab.end - lab.start, lab.perms) == (PAGE, "r-xp")
+
+
+# --- h. how many steps a process's [uprobes] holds at once ----------------------------------------
+
+XOL_SLOTS = """
+import ctypes, json, sys, threading, time
+from uprobe_lab.native.code import NativeCode
+from uprobe_lab.native.perf import UprobeEvent
+from uprobe_lab.program import Assembler
+from uprobe_lab.x86 import asm
+
+SLEEP = float(sys.argv[1])
+NR_NANOSLEEP = 35  # arch/x86/entry/syscalls/syscall_64.tbl
+
+
+def program(base=0x500000):  # sleeper(ts): nanosleep(ts, NULL) by a syscall the probe steps, a nop, ret
+    a = Assembler("x86_64", base)
+    a.function("sleeper")
+    a.emit(asm.xor_rr32("rsi", "rsi") + asm.mov_imm_sx("rax", NR_NANOSLEEP))
+    a.function("sleeper_site")
+    a.emit(asm.SYSCALL + asm.NOP + asm.RET)
+    a.end_function()
+    return a.link()
+
+
+ts = (ctypes.c_long * 2)(int(SLEEP), round(SLEEP % 1 * 1e9))  # struct timespec: tv_nsec < 1e9
+waited, shortest = {}, SLEEP
+with NativeCode(program=program) as nc:
+    sleeper = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(nc.addr("sleeper"))
+    with UprobeEvent(nc.path, nc.offset("sleeper_site")):  # the breakpoint is in the mm: every thread steps
+        for n in map(int, sys.argv[2:]):
+            start, took = threading.Barrier(n), []
+
+            def run():
+                start.wait()
+                t0 = time.monotonic()
+                sleeper(ctypes.addressof(ts))
+                took.append(time.monotonic() - t0)
+
+            threads = [threading.Thread(target=run) for _ in range(n)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            waited[n] = sum(t > 1.5 * SLEEP for t in took)
+            shortest = min(shortest, *took)
+print(json.dumps({"waited": waited, "shortest": shortest}))
+"""
+
+
+def test_a_process_steps_as_many_hits_at_once_as_the_lab_s_xol_area_has_free_slots(kernel):
+    """Cheat sheet and chapter 07: [uprobes] is one page of UPROBE_XOL_SLOT_BYTES slots, slot 0 the return
+    trampoline's; a stepped hit holds its slot until the step ends, and one that finds none free waits
+    (xol_get_insn_slot's wait_event). A stepped nanosleep holds its slot for the whole sleep: with as many
+    threads as the lab's area has free slots none waits, with two more two do."""
+    slots = get_xol_area(X86Process(kernel)).bitmap.count(False)
+    sleep = 1.0  # seconds: a wide margin on a busy machine
+    host = run_in_fresh_python(XOL_SLOTS, str(sleep), str(slots), str(slots + 2))
+    assert host["shortest"] > 0.9 * sleep  # every call slept: the syscall did not fail
+    assert host["waited"] == {str(slots): 0, str(slots + 2): 2}
