@@ -688,6 +688,7 @@ print(json.dumps({"waited": waited, "shortest": shortest}))
 """
 
 
+@pytest.mark.slow  # two rounds of one-second sleeps
 def test_a_process_steps_as_many_hits_at_once_as_the_lab_s_xol_area_has_free_slots(kernel):
     """Cheat sheet and chapter 07: [uprobes] is one page of UPROBE_XOL_SLOT_BYTES slots, slot 0 the return
     trampoline's; a stepped hit holds its slot until the step ends, and one that finds none free waits

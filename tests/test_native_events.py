@@ -31,7 +31,8 @@ from uprobe_lab.native.perf import PerfEventAttr, UprobeEvent, perf_event_open, 
 from uprobe_lab.uprobes import ENOTSUPP, UnprobeableInstruction
 from uprobe_lab.x86.constants import __NR_uprobe, __NR_uretprobe
 
-pytestmark = [native, pytest.mark.skipif(os.uname().machine != "x86_64", reason="x86-64 exceptions and syscalls")]
+pytestmark = [native, pytest.mark.skipif(os.uname().machine != "x86_64", reason="x86-64 exceptions and syscalls"),
+              pytest.mark.xdist_group("native-events")]  # one worker asks the host once for every bench
 
 TRACEFS = "/sys/kernel/tracing/events"
 PERF_TYPE_TRACEPOINT = 2  # include/uapi/linux/perf_event.h
