@@ -463,7 +463,7 @@ def lab_xol_copy(nc, kernel, site: str, fn: str, *args) -> tuple[X86Process, byt
 
 
 @pytest.mark.parametrize("site, fn", [("xol_ret", "xol_ret"), ("xol_riprel_site", "xol_riprel")])
-def test_the_xol_slot_holds_the_copy_the_lab_says_where_the_lab_maps_it(nc, kernel, site, fn):
+def test_the_xol_slot_holds_the_copy_the_lab_says(nc, kernel, site, fn):
     """xol_get_insn_slot() copies the 16 bytes of uprobe->arch.ixol (MAX_UINSN_BYTES) into a free slot of a
     one-page [uprobes] (__create_xol_area: VM_EXEC only); for a RIP-relative instruction those are
     riprel_analyze()'s rewrite, not the original bytes."""
@@ -495,7 +495,7 @@ def test_a_stepped_syscall_leaves_rcx_rdx_and_r11_where_the_lab_says(nc, kernel)
         ctypes.CFUNCTYPE(None, ctypes.c_void_p)(nc.addr("xol_syscall"))(ctypes.addressof(out))
         assert ev.count() == 1
         xol = host_xol_area()
-    proc, copy, slot = lab_xol_copy(nc, kernel, "xol_syscall_site", "xol_syscall", DATA_BASE)
+    proc, _, slot = lab_xol_copy(nc, kernel, "xol_syscall_site", "xol_syscall", DATA_BASE)
     lab = [proc.read_u64(DATA_BASE + 8 * k) for k in range(3)]
     lab_start = proc.mm.xol_area.vaddr
     assert xol.start <= out[0] < xol.end  # the rcx syscall saved points into [uprobes]
@@ -562,7 +562,7 @@ def test_a_return_consumer_sees_the_caller_s_ip_sp_and_registers_as_the_lab_says
     sys_uretprobe shows sp as the caller finds it after the return (the trampoline's three saves added
     back) and rax, rcx, r11 from those saves."""
     host, (host_after,), _ = host_consumer_sums(nc, "seen_target", "seen_caller", True, 1)
-    (lab, ), (lab_after,) = lab_consumer_seen(nc, kernel, "seen_target", "seen_caller", True, 1)
+    (lab,), (lab_after,) = lab_consumer_seen(nc, kernel, "seen_target", "seen_caller", True, 1)
     assert host["ip"] == lab["ip"] == nc.addr("seen_caller_return")
     assert host["sp"] - host_after["sp"] == lab["sp"] - lab_after["sp"] == 0
     assert {n: host[n] for n in ("ax", "cx", "r11")} == {n: lab[n] for n in ("ax", "cx", "r11")} \
