@@ -18,7 +18,7 @@ from uprobe_lab.verify import x86_gen as G
 from uprobe_lab.verify import x86_harness as H
 from uprobe_lab.x86.analyze import analyze_hex
 
-from native_support import kernel_at_least, require_bpf, require_native
+from native_support import host_kernel_rules, kernel_at_least, require_bpf, require_native
 
 
 @pytest.fixture
@@ -189,6 +189,14 @@ def test_host_kills_a_probed_syscall_followed_by_ret(tmp_path):
     assert plain["signal"] is None and plain["regs"]["rip"] == H.RET_PAD  # the ret landed
     assert report["xol_area"] and probed["signal"] == "SIGSEGV"  # the ret ran in the slot; ip "fixed" wrong
     assert probed["sigaddr"] == probed["regs"]["rip"] != H.RET_PAD
+    # the lab's run of it dies where the host's did: the ret's target moved by the probe address's distance
+    # from the slot (default_post_xol_op's correction), a non-canonical address
+    from uprobe_lab.verify.x86_lab import lab_runs
+
+    lab = lab_runs(G.Case("syscall", bytes.fromhex("0f05c3"), "syscall; ret", 0x202), host_kernel_rules())
+    assert (lab["action"], lab["xol_area"]) == ("xol", True)
+    assert [(r["signal"], r["regs"]["rip"]) for r in (lab["unprobed"], lab["probed"])] \
+        == [(r["signal"], r["regs"]["rip"]) for r in (plain, probed)]
 
 
 CALL_NONCANONICAL = bytes.fromhex("ff159a2b0000")  # call [rip+0x2b9a]: DATA holds 0x2139e073cc643173 there
