@@ -3,8 +3,10 @@
 The table says, per kernel column, whether arch_uprobe_analyze_insn refuses an instruction, emulates
 it, or has it single-stepped out of line. The host tells the three apart as the referee does
 (uprobe_lab.verify.x86_host): perf_event_open fails for a refused probe, and a hit that single-steps
-needs the [uprobes] XOL area, which an emulated hit never maps. All rows run in one HostPool (one
-forked child per instruction, several at a time).
+needs the [uprobes] XOL area, which an emulated hit never maps. The same reports then get the referee's
+whole verdict against the lab's run of each row: whether the probe changed what the program computed,
+and whether the site was optimised. All rows run in one HostPool (one forked child per instruction,
+several at a time).
 """
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ from uprobe_lab.errors import LabError
 from uprobe_lab.kernel import KERNELS, RULES, get_kernel
 from uprobe_lab.native.code import find_exec_dir
 from uprobe_lab.uprobes import ENOTSUPP
-from uprobe_lab.verify.x86 import host_action, host_rules, lab_kernel_for
+from uprobe_lab.verify import x86_gen as G
+from uprobe_lab.verify.x86 import SKIP_SIGILL, host_action, host_rules, judge, lab_kernel_for
 from uprobe_lab.verify.x86_host import HostPool
 from uprobe_lab.x86.analyze import analyze_hex
 
@@ -64,3 +67,15 @@ def test_the_host_refuses_emulates_or_steps_each_row_as_the_table_says(row, kern
         assert report["attach_errno"] == (errno.ENOEXEC if "-ENOEXEC" in lab_reason else ENOTSUPP), lab_reason
     else:
         assert report["hits"] == 1
+
+
+@pytest.mark.parametrize("row", TABLE, ids=[r[0] for r in TABLE])
+def test_the_probe_changes_what_the_program_computes_where_the_lab_says(row, kernel, host_reports):
+    """The referee's whole verdict for each row (verify.x86.judge): besides the action, whether the probed run
+    ends otherwise than the unprobed one (registers, flags, vector state, memory, signal) and whether the
+    site was optimised. Chapter 01's VEX rows are the point: emulated as branches, they change the result."""
+    raw, text = row[:2]
+    verdict = judge(G.Case("table", bytes.fromhex(raw), text, FLAGS), host_reports[raw], host_rules(os.uname().release))
+    if verdict.status == SKIP_SIGILL:
+        pytest.skip(f"{raw} ({text}): {verdict.status}")
+    assert verdict.status == "agree", verdict.line()
