@@ -6,7 +6,6 @@ record."""
 from __future__ import annotations
 
 import html
-import logging
 import re
 import sys
 
