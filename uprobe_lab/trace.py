@@ -58,7 +58,7 @@ class Trace:
         self.record = record
         self.events: list[Event] = []
         self._counts: dict[str, int] = {}  # a plain dict: counting into a Counter costs twice as much
-        self.lines: dict[tuple[str, str], int] = {}  # (kernel state, access kind) -> accesses (``touch``)
+        self._touched: dict[tuple, int] = {}  # accesses -> how often a step made them (``touch``)
         self._holders: dict[str, set[int]] = {}  # kernel state -> the CPUs whose caches hold its line
         self.track_lines = False  # follow lines between CPUs (set while threads run on many CPUs)
         self.transfers: dict[str, int] = {}  # kernel state -> how often its line moved to another CPU
@@ -78,12 +78,21 @@ class Trace:
 
     def touch(self, accesses, cpu: int) -> None:
         """Count ``accesses`` (((kernel state, kind), n) pairs: uprobe_lab.contended says what each kernel
-        touches) made by ``cpu``; with ``track_lines``, follow their lines between CPUs (``_follow``)."""
-        lines = self.lines
-        for key, n in accesses:  # most steps touch one or two; many, nothing
-            lines[key] = lines.get(key, 0) + n
+        touches) made by ``cpu``; with ``track_lines``, follow their lines between CPUs (``_follow``). A hit
+        passes the same few steps every time, so the steps are counted and ``lines`` adds them up."""
+        touched = self._touched
+        touched[accesses] = touched.get(accesses, 0) + 1
         if self.track_lines:
             self._follow(accesses, cpu)
+
+    @property
+    def lines(self) -> dict[tuple[str, str], int]:
+        """(kernel state, access kind) -> accesses so far."""
+        lines = {}
+        for accesses, times in self._touched.items():
+            for key, n in accesses:
+                lines[key] = lines.get(key, 0) + n * times
+        return lines
 
     def _follow(self, accesses, cpu: int) -> None:
         """A CPU that writes a line another CPU holds, or reads one it does not hold, takes it over: a
@@ -116,7 +125,7 @@ class Trace:
     def clear(self) -> None:
         self._counts.clear()
         self.events.clear()
-        self.lines.clear()
+        self._touched.clear()
         self._holders.clear()
         self.transfers.clear()
 
