@@ -2,6 +2,7 @@
 import ast
 import sys
 import inspect
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -118,3 +119,43 @@ def _files_a_hit_runs(arch, kernel, target, ret=False):
 ])
 def test_the_files_a_hit_runs_through_are_the_documented_ones(arch, kernel, target, ret, path):
     assert _files_a_hit_runs(arch, kernel, target, ret) == path
+
+
+def _calls_per_hit(name: str) -> Counter:
+    """The lab's Python functions a steady-state hit of bench ``name`` calls, and its dict lookups, per hit: the
+    calls of a 100-iteration run less those of a 50-iteration one, over 50."""
+    from uprobe_lab.bench import bench_process
+
+    proc, _, target = bench_process(name)
+    proc.call("producer_loop", 4, target)
+    root = str(Path(uprobe_lab.__file__).parent)
+
+    def calls(iterations: int) -> Counter:
+        seen = Counter()
+
+        def profile(frame, event, arg):
+            if event == "call" and frame.f_code.co_filename.startswith(root):
+                seen[frame.f_code.co_name] += 1
+            elif event == "c_call" and getattr(arg, "__qualname__", "") == "dict.get":
+                seen["dict.get"] += 1
+        sys.setprofile(profile)
+        try:
+            proc.call("producer_loop", iterations, target)
+        finally:
+            sys.setprofile(None)
+        return seen
+
+    more, fewer = calls(100), calls(50)
+    return Counter({k: (more[k] - fewer[k]) / 50 for k in more if more[k] != fewer[k]})
+
+
+def test_a_uprobe_nop_hit_calls_its_kernel_path_and_no_more():
+    # docs/performance.md: an emulated hit's time is its Python calls. Each is a step of the kernel's path or
+    # the trace and pt_regs under it; what is the same on every hit (the kernel's rules, the lines a step
+    # touches) is not looked up again: dict lookups are the six events, the two steps touched, the probe
+    # and the emulation op
+    assert _calls_per_hit("uprobe-nop") == {
+        "_on_interrupt": 1, "exc_int3": 1, "kernel_entry": 1, "load": 1, "<lambda>": 1, "flush": 1, "emit": 6,
+        "uprobe_pre_sstep_notifier": 1, "handle_swbp": 1, "uprobe_get_swbp_addr": 1, "uprobe_get_trampoline_vaddr": 1,
+        "find_active_uprobe_rcu": 1, "touch": 2, "handler_chain": 1, "_count": 1, "arch_uprobe_optimize": 1,
+        "arch_uprobe_skip_sstep": 2, "branch_emulate_op": 1, "exit_to_user_mode": 1, "dict.get": 10}

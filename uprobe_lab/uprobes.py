@@ -363,7 +363,7 @@ def handle_swbp(proc, regs) -> None:
     if proc.signal:
         return
     arch.arch_uprobe_optimize(proc, uprobe.auprobe, bp_vaddr)
-    if proc.kernel.ip_change_skips_insn and regs.ip != bp_vaddr:  # execution taken elsewhere: skip the insn
+    if regs.ip != bp_vaddr and proc.kernel.ip_change_skips_insn:  # execution taken elsewhere: skip the insn
         return
     if arch.arch_uprobe_skip_sstep(proc, uprobe.auprobe, regs):
         proc.trace.emit("emulated", ip=bp_vaddr, note=uprobe.auprobe.describe)
