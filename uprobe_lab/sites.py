@@ -41,7 +41,10 @@ class Mapping:
 
 
 def mapping_at(maps, addr: int) -> Mapping | None:
-    return next((m for m in maps if addr in m), None)
+    for m in maps:  # a loop, not next() over a generator: every uaccess and syscall trampoline check asks
+        if m.start <= addr < m.end:
+            return m
+    return None
 
 
 def call_target(site: bytes, site_addr: int) -> int | None:

@@ -37,6 +37,7 @@ lookup, seccomp, the ``.mremap`` hook, compat tasks, the write verification call
 """
 from __future__ import annotations
 
+import struct
 import weakref
 from dataclasses import dataclass
 
@@ -330,7 +331,7 @@ def sys_uprobe(proc, regs, outside: str = "errno") -> int:
     if raw is None:
         proc.force_sig("SIGILL", "sys_uprobe could not read the saved registers")
         return -1
-    ax, r11, cx, retaddr = (int.from_bytes(raw[i : i + 8], "little") for i in range(0, 32, 8))
+    ax, r11, cx, retaddr = struct.unpack("<4Q", raw)
     ip = regs.ip  # in the trampoline, right after syscall
     # the registers of the probe site: what the consumers must see
     regs.ax, regs.r11, regs.cx = ax, r11, cx
@@ -346,7 +347,7 @@ def sys_uprobe(proc, regs, outside: str = "errno") -> int:
         return regs.ax
     regs.sp = regs.sp - skip
     new_ret = regs.ip if retaddr - insn_size != regs.ip else retaddr  # a consumer may have moved ip
-    args = b"".join(v.to_bytes(8, "little") for v in (regs.ax, regs.r11, regs.cx, new_ret))
+    args = struct.pack("<4Q", regs.ax, regs.r11, regs.cx, new_ret)
     regs.ip = ip
     if not proc.copy_to_user(regs.sp, args):
         proc.force_sig("SIGILL", "sys_uprobe could not write the stack")
