@@ -151,9 +151,9 @@ def _calls_per_hit(name: str) -> Counter:
 
 def test_a_uprobe_nop_hit_calls_its_kernel_path_and_no_more():
     # docs/performance.md: an emulated hit's time is its Python calls. Each is a step of the kernel's path or
-    # the trace and pt_regs under it; what is the same on every hit (the kernel's rules, the lines a step
-    # touches) is not looked up again: dict lookups are the six events, the two steps touched, the probe
-    # and the emulation op
+    # the trace and pt_regs under it; the kernel's rule for a consumer that moved ip is asked only when one did,
+    # and a step's lines are added up when read: dict lookups are the six events, the two steps touched, the
+    # probe and the emulation op
     assert _calls_per_hit("uprobe-nop") == {
         "_on_interrupt": 1, "exc_int3": 1, "kernel_entry": 1, "load": 1, "<lambda>": 1, "flush": 1, "emit": 6,
         "uprobe_pre_sstep_notifier": 1, "handle_swbp": 1, "uprobe_get_swbp_addr": 1, "uprobe_get_trampoline_vaddr": 1,
