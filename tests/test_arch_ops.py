@@ -161,8 +161,9 @@ def test_a_uprobe_nop_hit_calls_its_kernel_path_and_no_more():
         "arch_uprobe_skip_sstep": 2, "branch_emulate_op": 1, "exit_to_user_mode": 1, "dict.get": 10}
 
 
-def test_an_optimised_nop5_hit_makes_no_generator():
-    # sys_uprobe unpacks and packs its four saved registers with struct, and mapping_at is a plain loop: the
-    # generators they made on every hit were a fifth of an emulated uprobe-nop5 hit's instructions
-    calls = _calls_per_hit("uprobe-nop5")
-    assert calls["sys_uprobe"] == 1 and calls["<genexpr>"] == 0
+@pytest.mark.parametrize("bench, syscall", [("uprobe-nop5", "sys_uprobe"), ("uretprobe-nop", "sys_uretprobe")])
+def test_a_hit_through_a_uprobe_syscall_makes_no_generator(bench, syscall):
+    # the syscalls unpack and pack the registers their trampoline saved with struct, and mapping_at is a plain
+    # loop: the generators they made on every hit were a fifth of an emulated uprobe-nop5 hit's instructions
+    calls = _calls_per_hit(bench)
+    assert calls[syscall] == 1 and calls["<genexpr>"] == 0 and calls["<dictcomp>"] == 0

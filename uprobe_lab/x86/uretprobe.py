@@ -9,6 +9,7 @@ leaves out: shadow stacks and seccomp.
 """
 from __future__ import annotations
 
+import struct
 from functools import lru_cache
 
 from .. import uprobes as core
@@ -107,8 +108,8 @@ def sys_uretprobe(proc, regs) -> int:
         proc.force_sig("SIGILL", "sys_uretprobe could not read the saved registers")
         return -1
     # expose the "right" values of r11/cx/ax/sp to the consumers
-    for i, name in enumerate(names):
-        regs.set(name, int.from_bytes(raw[8 * i : 8 * i + 8], "little"))
+    for name, value in zip(names, struct.unpack(f"<{len(names)}Q", raw)):
+        regs.set(name, value)
     regs.sp = regs.sp + size
     ip, sp = regs.ip, regs.sp
     core.uprobe_handle_trampoline(proc, regs)
@@ -118,9 +119,7 @@ def sys_uretprobe(proc, regs) -> int:
         return regs.ax
     regs.sp = regs.sp - size
     # ax's slot carries the real return address to the trampoline's ret; r11/cx as the consumers left them
-    values = {name: regs.get(name) for name in names}
-    values["ax"] = regs.ip
-    args = b"".join(values[name].to_bytes(8, "little") for name in names)
+    args = struct.pack(f"<{len(names)}Q", *[regs.ip if name == "ax" else regs.get(name) for name in names])
     regs.ip = ip
     if not proc.copy_to_user(regs.sp, args):
         proc.force_sig("SIGILL", "sys_uretprobe could not write the stack")
