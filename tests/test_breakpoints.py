@@ -6,7 +6,7 @@ import pytest
 
 from uprobe_lab import fuzz as fz
 from uprobe_lab.arches import make_process
-from uprobe_lab.bench import events_per_hit, run_bench
+from uprobe_lab.bench import bench_process, events_per_hit, run_bench
 from uprobe_lab.errors import LabError, ProcessKilled
 from uprobe_lab.uprobes import (UPROBE_HANDLER_IGNORE, UPROBE_HANDLER_REMOVE, CountingConsumer,
                                 UnprobeableInstruction, UprobeConsumer, uprobe_register, uprobe_unregister)
@@ -351,3 +351,35 @@ def test_a_stepped_call_to_a_non_canonical_address_faults_the_same_one_instructi
     for proc, result in ((whole, at_once), (stepped, one)):
         assert result.signal == "SIGSEGV" and "non-canonical" in result.reason
         assert proc.pc == text and proc.regs().sp == STACK_TOP - 0x100
+
+
+def test_a_stepped_branch_keeps_its_start_in_the_context_the_last_hit_let_go():
+    # a stepped ret keeps the CPU's state on every hit, for an Intel #GP on a branch to a non-canonical address;
+    # saving into a new Unicorn context costs four times updating the one the last hit let go
+    proc, _, target = bench_process("uprobe-ret")
+    proc.call("producer_loop", 2, target)
+    real, saves = proc.uc.context_save, []
+    proc.uc.context_save = lambda: saves.append(1) or real()
+    proc.call("producer_loop", 20, target)
+    assert saves == [] and proc.trace.counts["xol_steps"] == 22
+
+
+def test_no_two_threads_hold_one_kept_start():
+    # each thread's kept start is a context of its own, which the next kept start of whichever thread reuses once
+    # let go: a thread made while the first one held a start begins with none (x86 new_task_state)
+    from uprobe_lab.smp import Scheduler
+
+    proc, _, target = bench_process("uprobe-ret")
+    proc.watch_insn(proc.program.instruction_starts("producer_loop")[-1])  # its ret: a start kept as a call ends
+    proc.call("producer_loop", 1, target)
+    assert proc._branch_start is not None
+    scheduler = Scheduler(proc, 3, seed=0, switch_on_exit=1.0)  # every hit's thread is switched out mid-step
+    real_switch_out, shared = scheduler._switch_out, []
+
+    def switch_out(t):
+        real_switch_out(t)
+        held = [id(u.task_state["_branch_start"]) for u in scheduler.threads if u.task_state.get("_branch_start")]
+        shared.append(len(held) != len(set(held)))
+    scheduler._switch_out = switch_out
+    scheduler.run("producer_loop", 5, target, max_insns=100_000)
+    assert len(shared) > 15 and not any(shared)

@@ -193,6 +193,11 @@ class EmulatedProcess:
                            f"and probe analyses follow {self._kernel}); make a new process instead: "
                            f"new_process(kernel={str(version)!r})")
 
+    def new_task_state(self) -> dict:
+        """What of TASK_STATE a new thread does not share with the one that made it (uprobe_lab.smp): its own
+        uprobe_task; the arch subclass adds its own."""
+        return {"utask": UprobeTask()}
+
     def kernel_entry(self) -> RegsView:
         """What the entry code does first (arm64's kernel_entry, x86's PUSH_AND_CLEAR_REGS): save
         the user registers into the task's pt_regs, and hand that block to the kernel.

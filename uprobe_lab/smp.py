@@ -24,7 +24,6 @@ from unicorn import UcError
 from .errors import LabError, ProcessKilled, is_int, shown
 from .interrupt import deliver, sigint_stops
 from .process import DEFAULT_MAX_INSNS, MAX_INSNS, EmulatedProcess, check_max_insns
-from .uprobes import UprobeTask
 
 MAX_CPUS = 256  # the kernel bench's MAX_CPUS
 THREAD_STACK_SIZE = 0x10000
@@ -126,8 +125,7 @@ class Scheduler:
             until = None
             for t in self.threads:
                 t.stack_top = thread_stack_top(proc, t.cpu)  # mapped holding the process: no other call maps
-                t.task_state = {name: getattr(proc, name) for name in proc.TASK_STATE}
-                t.task_state["utask"] = UprobeTask()
+                t.task_state = {**{name: getattr(proc, name) for name in proc.TASK_STATE}, **proc.new_task_state()}
                 self._switch_in(t)
                 start, until = proc.prepare_call(target, *args, stack_top=t.stack_top)
                 proc.reg_write(proc.PC, start)

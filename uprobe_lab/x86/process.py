@@ -83,6 +83,7 @@ class X86Process(EmulatedProcess):
         self.map("[stack]", STACK_TOP - STACK_SIZE, STACK_SIZE, "rw-p")
         self._syscall_tf_ip = None  # a syscall executed with TF set: where its (delayed) step trap is due
         self._branch_start = None  # Unicorn context as a kept instruction began (what a #GP in it restores)
+        self._spare_context = None  # a context no thread holds, for the next kept start (``_keep_branch_start``)
         self.uc.reg_write(X.UC_X86_REG_RFLAGS, 0x2 | X86_EFLAGS_IF)  # user mode always runs with IF set
         self.uc.hook_add(UC_HOOK_INTR, self._on_interrupt)
         self.uc.hook_add(UC_HOOK_INSN, self._on_syscall, None, 1, 0, X.UC_X86_INS_SYSCALL)
@@ -104,7 +105,8 @@ class X86Process(EmulatedProcess):
             # others get UPROBE_FIX_IP), the only kind that can jump to a non-canonical address
             uprobe = self.utask.active_uprobe
             branches = uprobe is not None and not self.signal and not uprobe.auprobe.fixups & UPROBE_FIX_IP
-            self._branch_start = self.uc.context_save() if branches else None
+            if branches or self._branch_start is not None:  # most hits neither keep nor hold a start
+                self._keep_branch_start(branches)
         elif intno == 1:
             if self.arch_fault():
                 return
@@ -116,7 +118,7 @@ class X86Process(EmulatedProcess):
             self._syscall_tf_ip = None
             traps.exc_debug(self)
         else:  # #DE, #UD, #GP...: a fault inside an XOL step is reported at the probed address
-            self._branch_start = None
+            self._keep_branch_start(False)
             pc = self.pc
             uprobe_abort_xol(self)
             self.force_sig("SIGSEGV", f"unexpected interrupt {intno} at pc={pc:#x}")
@@ -126,8 +128,24 @@ class X86Process(EmulatedProcess):
         to a non-canonical address faults as on Intel (see the module doc): one code hook on one
         address, no cost elsewhere."""
         def keep(uc, address, size, user_data):
-            self._branch_start = uc.context_save()
+            self._keep_branch_start(True)
         self.uc.hook_add(UC_HOOK_CODE, keep, None, addr, addr)
+
+    def _keep_branch_start(self, keep: bool) -> None:
+        """Keep the CPU's state as the instruction about to run begins (``keep``), or keep nothing. A context
+        that is let go is the spare the next kept start is written into: a stepped branch keeps one on every
+        hit, and saving into a new context costs four times updating one. A context is held by one thread at a
+        time (a new thread holds none: ``new_task_state``)."""
+        if self._branch_start is not None:
+            self._spare_context = self._branch_start
+        self._branch_start = None
+        if keep:
+            context, self._spare_context = self._spare_context, None
+            if context is None:
+                context = self.uc.context_save()
+            else:
+                self.uc.context_update(context)
+            self._branch_start = context
 
     def arch_fault(self) -> bool:
         """Unicorn stopped at a non-canonical rip (a fetch fault, or the step trap before it): if the
@@ -139,9 +157,10 @@ class X86Process(EmulatedProcess):
         finds arch_uprobe_xol_was_trapped() and handle_singlestep() calls arch_uprobe_abort_xol()
         instead of the post-xol fixups (no return address fixup, no -ERESTART), ip = the probed
         address."""
-        start, self._branch_start = self._branch_start, None
+        start = self._branch_start
         if start is None:
             return False
+        self._keep_branch_start(False)  # start is the spare now: read below before anything keeps again
         target = self.pc
         if is_canonical(target):
             return False
@@ -172,7 +191,10 @@ class X86Process(EmulatedProcess):
     def abandon_run(self) -> None:
         super().abandon_run()
         self._syscall_tf_ip = None  # no delayed step trap is due any more
-        self._branch_start = None
+        self._keep_branch_start(False)
+
+    def new_task_state(self) -> dict:
+        return {**super().new_task_state(), "_branch_start": None}  # a kept start's context is one thread's own
 
     # --- conveniences for notebooks and tests ---
     def prepare_call(self, target, *args: int, stack_top: int | None = None) -> tuple[int, int]:
