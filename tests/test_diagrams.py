@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from uprobe_lab.views import diagrams
+from uprobe_lab.views import diagrams, svg_drawing
 
 REPO = Path(__file__).resolve().parents[1]
 SVG = "{http://www.w3.org/2000/svg}"
@@ -43,14 +43,14 @@ def test_diagram_file_is_what_the_lab_draws_and_its_text_fits(name):
 
 @pytest.mark.parametrize("name", list(diagrams.DIAGRAMS))
 def test_diagram_is_readable_on_a_slide(name):
-    """A slide scales a diagram into diagrams.SLIDE px (at 1280x720); its smallest text must come out at 16 px or
+    """A slide scales a diagram into svg_drawing.SLIDE px (at 1280x720); its smallest text must come out at 16 px or
     more there, and no text may be smaller than that in the drawing itself (a reader's JupyterLab shows it at its
     drawn size, or smaller in a narrow window)."""
     root = ET.parse(diagrams.OUT / f"{name}.svg").getroot()
     width, height = float(root.get("width")), float(root.get("height"))
-    scale = min(diagrams.SLIDE[0] / width, diagrams.SLIDE[1] / height)
+    scale = min(svg_drawing.SLIDE[0] / width, svg_drawing.SLIDE[1] / height)
     sizes = [float(t.get("font-size")) for t in root.iter(f"{SVG}text") if (t.text or "").strip()]
-    assert min(sizes) >= diagrams.SIZE, f"{name}: text of {min(sizes)} px"
+    assert min(sizes) >= svg_drawing.SIZE, f"{name}: text of {min(sizes)} px"
     assert min(sizes) * scale >= 16, f"{name}: {width:.0f}x{height:.0f} is scaled by {scale:.2f} on a slide: " \
                                      f"its {min(sizes)} px text shows at {min(sizes) * scale:.1f} px"
 

@@ -10,13 +10,7 @@ for a screen reader), and ``ALT`` holds the alt text the notebooks give the imag
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
-from functools import lru_cache
-from html import escape
 from pathlib import Path
-
-from matplotlib.font_manager import FontProperties
-from matplotlib.textpath import TextToPath
 
 from ..arm64.process import Arm64Process
 from ..arm64.programs import bench_program
@@ -30,182 +24,10 @@ from ..x86.optimize import REDZONE_SIZE, uprobe_trampoline_code
 from ..x86.redzone_programs import check_transparency
 from ..x86.uretprobe import uretprobe_trampoline
 from .nop5 import patch_run
+from .svg_drawing import (HEAD_SIZE, LANE_GAP, LINE, MARGIN, SANS, SIZE, TITLE_SIZE, TITLE_Y, Box, Sequence, Svg,
+                          stack_panel, stack_panel_width, text_width)
 
 OUT = Path(__file__).resolve().parents[2] / "notebooks" / "diagrams"
-SANS, MONO = "DejaVu Sans, Arial, sans-serif", "DejaVu Sans Mono, Menlo, monospace"
-LANE_FILL = {"user": "#e8f0fe", "kernel": "#fdeee4", "[uprobes]": "#eaf6ea", "cpu": "#f3f3f3"}
-# A slide shows a diagram in a box of SLIDE px at 1280x720 (the lecture's paged.css), scaled to fit: one drawn
-# within that box, with no text under SIZE, shows every word at 16 px or more, enough to read from the back.
-SLIDE = (1184, 640)
-SIZE, HEAD_SIZE, TITLE_SIZE = 16, 17, 21  # body lines and notes; a box's bold head; the title
-LINE, HEAD, PAD = 21, 25, 9  # px per body line; px for a box's head line; a box's inner margin
-LANE_GAP = 40  # the least room between two lanes (more when an arrow's label needs it)
-MARGIN = 14  # left and right of the lanes
-TITLE_Y, LANE_Y, TOP = 26, 58, 74  # the title's and the lane names' baselines; the first box's top
-
-
-@lru_cache(maxsize=None)
-def text_width(text: str, size: float, font: str = MONO, bold: bool = False) -> float:
-    """How wide ``text`` is drawn, from the DejaVu font's own metrics (the first font each family names)."""
-    prop = FontProperties(family=font.split(",")[0], size=size, weight="bold" if bold else "normal")
-    return TextToPath().get_text_width_height_descent(text, prop, ismath=False)[0]
-
-
-@dataclass
-class Box:
-    """A box in a lane: a bold head line and monospace body lines."""
-
-    lane: str
-    head: str
-    lines: list[str] = field(default_factory=list)
-    arrow: str = ""  # the label on the arrow that leads to the next box
-    x: float = 0
-    y: float = 0
-    w: float = 0
-
-    @property
-    def h(self) -> float:
-        return HEAD + PAD + LINE * len(self.lines)
-
-    @property
-    def bottom(self) -> float:
-        return self.y + self.h
-
-    def width_needed(self) -> float:
-        return 2 * PAD + max([text_width(self.head, HEAD_SIZE, SANS, True)] +
-                             [text_width(line, SIZE) for line in self.lines])
-
-
-class Svg:
-    def __init__(self, width: float, height: float, title: str, desc: str):
-        self.width, self.height, self.title, self.desc = width, height, title, desc
-        self.parts: list[str] = []
-        self.fits: list[tuple[str, float]] = []  # (text, room): what must fit where it was put
-
-    def text(self, x, y, s, size=SIZE, font=MONO, weight="normal", anchor="start", color="#222", room=None):
-        self.parts.append(f'<text x="{x:.0f}" y="{y:.0f}" font-family="{font}" font-size="{size}" '
-                          f'font-weight="{weight}" text-anchor="{anchor}" fill="{color}" style="white-space:pre">{escape(s)}</text>')
-        if room is not None:
-            self.fits.append((s, room - text_width(s, size, font, weight == "bold")))
-
-    def rect(self, x, y, w, h, fill="#fff", stroke="#555", rx=6, dash=False):
-        extra = ' stroke-dasharray="4 3"' if dash else ""
-        self.parts.append(f'<rect x="{x:.0f}" y="{y:.0f}" width="{w:.0f}" height="{h:.0f}" rx="{rx}" '
-                          f'fill="{fill}" stroke="{stroke}"{extra}/>')
-
-    def line(self, points, color="#333"):
-        """A line through ``points`` with an arrow head at the last."""
-        path = " ".join(f"{x:.0f},{y:.0f}" for x, y in points)
-        self.parts.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="1.8" '
-                          'marker-end="url(#head)"/>')
-
-    def label(self, x, y, s, anchor="middle"):
-        """An arrow's label."""
-        self.text(x, y, s, size=SIZE, font=SANS, weight="bold", anchor=anchor, color="#a33")
-
-    def box(self, b: Box):
-        self.rect(b.x, b.y, b.w, b.h, fill=LANE_FILL.get(b.lane, "#fff"))
-        self.text(b.x + PAD, b.y + 19, b.head, size=HEAD_SIZE, font=SANS, weight="bold", room=b.w - 2 * PAD)
-        for i, line in enumerate(b.lines):
-            self.text(b.x + PAD, b.y + HEAD + 16 + LINE * i, line, room=b.w - 2 * PAD)
-
-    def render(self) -> str:
-        head = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{self.width:.0f}" height="{self.height:.0f}" '
-                f'viewBox="0 0 {self.width:.0f} {self.height:.0f}" role="img" aria-labelledby="title desc" '
-                'xml:space="preserve">\n'
-                f'<title id="title">{escape(self.title)}</title>\n<desc id="desc">{escape(self.desc)}</desc>\n'
-                '<defs><marker id="head" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" '
-                'orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#333"/></marker></defs>\n'
-                f'<rect width="100%" height="100%" fill="#ffffff"/>\n')
-        return head + "\n".join(self.parts) + "\n</svg>\n"
-
-
-class Sequence:
-    """Lanes side by side (user, kernel, ...), each as wide as its widest box, and the boxes in the order things
-    happen with an arrow from each to the next. A box in another lane than the one before it starts beside that
-    one, a head line lower, not below it: the picture grows across, as a slide does, more than down.
-
-    Draw the boxes with ``draw()``, put panels into the room ``below(lane)`` leaves, then ``finish(bottom)``."""
-
-    def __init__(self, title: str, desc: str, lanes: list[str], boxes: list[Box]):
-        self.lanes, self.boxes = lanes, boxes
-        self.gaps = [LANE_GAP] * (len(lanes) - 1)  # each as wide as the labels drawn in it
-        for a, b in zip(boxes, boxes[1:]):
-            if a.arrow and a.lane != b.lane:
-                i = self.label_gap(a, b)
-                self.gaps[i] = max(self.gaps[i], text_width(a.arrow, SIZE, SANS, True) + 16)
-        self.lane_x, self.lane_w, x = {}, {}, MARGIN
-        for i, lane in enumerate(lanes):
-            mine = [b.width_needed() for b in boxes if b.lane == lane]
-            self.lane_x[lane], self.lane_w[lane] = x, max(mine + [text_width(lane, HEAD_SIZE, SANS, True) + 2 * PAD])
-            x += self.lane_w[lane] + (self.gaps[i] if i < len(self.gaps) else 0)
-        self.width = x + MARGIN
-        bottoms = {lane: TOP - LINE for lane in lanes}  # how far down each lane is taken
-        prev = None
-        for b in boxes:
-            b.x, b.w = self.lane_x[b.lane], self.lane_w[b.lane]
-            if prev is None:
-                y = TOP
-            elif prev.lane == b.lane:
-                y = prev.bottom + LINE + (LINE if prev.arrow else 0)
-            else:
-                y = prev.y + HEAD + 8
-                between = lanes[min(lanes.index(prev.lane), lanes.index(b.lane)) + 1:
-                                max(lanes.index(prev.lane), lanes.index(b.lane))]
-                y = max([y] + [bottoms[lane] + 8 for lane in between])  # the arrow passes under their boxes
-            b.y = max(y, bottoms[b.lane] + LINE)
-            bottoms[b.lane] = b.bottom
-            prev = b
-        self.bottoms = bottoms
-        self.svg = Svg(self.width, 0, title, desc)
-        self.svg.text(MARGIN, TITLE_Y, title, size=TITLE_SIZE, font=SANS, weight="bold", room=self.width - 32)
-
-    def label_gap(self, a: Box, b: Box) -> int:
-        """The gap an arrow from a to another lane's b has its label in: the one beside b, on a's side."""
-        i = self.lanes.index(b.lane)
-        return i - 1 if i > self.lanes.index(a.lane) else i
-
-    def below(self, lane: str) -> tuple[float, float, float]:
-        """Where a panel may go in ``lane``: x, the y under its last box, and the lane's width."""
-        return self.lane_x[lane], self.bottoms[lane] + LINE, self.lane_w[lane]
-
-    def draw(self) -> Svg:
-        svg = self.svg
-        for a, b in zip(self.boxes, self.boxes[1:]):
-            if a.lane == b.lane:
-                x = a.x + a.w / 2
-                svg.line([(x, a.bottom), (x, b.y - 2)])
-                if a.arrow:
-                    svg.label(x + 8, (a.bottom + b.y) / 2 + 6, a.arrow, anchor="start")
-                continue
-            right = b.x > a.x
-            y = b.y + HEAD / 2 + 2
-            end = b.x - 2 if right else b.x + b.w + 2
-            if y <= a.bottom - 10:  # straight across from a's side
-                svg.line([(a.x + a.w if right else a.x, y), (end, y)])
-            else:  # down from a, then across
-                svg.line([(a.x + a.w / 2, a.bottom), (a.x + a.w / 2, y), (end, y)])
-            if a.arrow:
-                gap = self.gaps[self.label_gap(a, b)]
-                svg.label(end - gap / 2 if right else end + gap / 2, y - 7, a.arrow)
-        for b in self.boxes:
-            svg.box(b)
-        return svg
-
-    def finish(self, bottom: float = 0) -> Svg:
-        """The lanes' outlines behind everything, down to ``bottom`` or the last box."""
-        bottom = max([bottom] + [b.bottom for b in self.boxes]) + 10
-        outlines = []
-        for lane in self.lanes:
-            x, w = self.lane_x[lane], self.lane_w[lane]
-            outlines.append(f'<rect x="{x - 6:.0f}" y="36" width="{w + 12:.0f}" height="{bottom - 36:.0f}" rx="0" '
-                            'fill="none" stroke="#bbb" stroke-dasharray="4 3"/>')
-            outlines.append(f'<text x="{x + w / 2:.0f}" y="{LANE_Y}" font-family="{SANS}" font-size="{HEAD_SIZE}" '
-                            f'font-weight="bold" text-anchor="middle" fill="#555" style="white-space:pre">'
-                            f'{escape(lane)}</text>')
-        self.svg.parts[1:1] = outlines  # after the title, under the boxes
-        self.svg.height = bottom + 6
-        return self.svg
 
 
 def code_lines(code: bytes, arch: str, vaddr: int | None = None, width: int = 12) -> list[str]:
@@ -213,29 +35,6 @@ def code_lines(code: bytes, arch: str, vaddr: int | None = None, width: int = 12
     address unless ``vaddr`` is None (a box whose head gives the address)."""
     return [(f"{addr:x}: " if vaddr is not None else "") + f"{raw.hex(' '):<{width}} {text}"
             for addr, raw, text in disasm(code, arch, vaddr or 0)]
-
-
-def stack_panel_width(head: str, rows: list[tuple[str, str]], notes: tuple[str, ...] = ()) -> float:
-    """How wide :func:`stack_panel` needs to be for its words."""
-    return max([text_width(head, SIZE, SANS, True)] + [text_width(note, SIZE, SANS) for note in notes] +
-               [max(text_width(a, SIZE) for a, _ in rows) + 22 + text_width(what, SIZE) for _, what in rows])
-
-
-def stack_panel(svg: Svg, x: float, y: float, head: str, rows: list[tuple[str, str]], w: float,
-                notes: tuple[str, ...] = ()) -> float:
-    """A stack drawn as cells, highest address at the top: (address label, content). Returns its bottom."""
-    svg.text(x, y + 16, head, font=SANS, weight="bold", room=w)
-    y += 26
-    label_w = max(text_width(addr, SIZE) for addr, _ in rows) + 8
-    for addr, what in rows:
-        svg.rect(x + label_w, y, w - label_w, 28, fill="#fff8d8", rx=0)
-        svg.text(x + label_w - 6, y + 20, addr, anchor="end")
-        svg.text(x + label_w + 8, y + 20, what, room=w - label_w - 14)
-        y += 28
-    for note in notes:
-        svg.text(x, y + 20, note, font=SANS, room=w)
-        y += LINE
-    return y + 8
 
 
 # --- the mechanisms -------------------------------------------------------------------------------------
