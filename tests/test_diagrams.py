@@ -55,6 +55,15 @@ def test_diagram_is_readable_on_a_slide(name):
                                      f"its {min(sizes)} px text shows at {min(sizes) * scale:.1f} px"
 
 
+
+@pytest.mark.parametrize("name", list(diagrams.DIAGRAMS))
+def test_diagram_is_wide_and_short(name):
+    """A slide shows a diagram under its heading and a line or two of text, and above the page bar: one drawn at
+    most half as tall as it is wide ends there (tests/browser/test_slides_fit.py measures it on the slides)."""
+    root = ET.parse(diagrams.OUT / f"{name}.svg").getroot()
+    width, height = float(root.get("width")), float(root.get("height"))
+    assert height <= width / 2, f"{name}: {width:.0f}x{height:.0f}"
+
 def test_the_trampolines_and_the_patch_show_the_kernels_bytes():
     tramp = diagrams.uretprobe().render()
     steps = re.findall(r">[0-9a-f]{2}(?: [0-9a-f]{2})* +(push rax|push rcx|push r11|mov rax, 0x14f|syscall|pop r11|pop rcx|ret)<", tramp)

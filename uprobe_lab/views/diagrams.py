@@ -24,8 +24,8 @@ from ..x86.optimize import REDZONE_SIZE, uprobe_trampoline_code
 from ..x86.redzone_programs import check_transparency
 from ..x86.uretprobe import uretprobe_trampoline
 from .nop5 import patch_run
-from .svg_drawing import (HEAD_SIZE, LANE_GAP, LINE, MARGIN, SANS, SIZE, TITLE_SIZE, TITLE_Y, Box, Sequence, Svg,
-                          stack_panel, stack_panel_width, text_width)
+from .svg_drawing import (HEAD_SIZE, LANE_GAP, LINE, MARGIN, SANS, SIZE, SLIDE, TITLE_SIZE, TITLE_Y, Box, Sequence,
+                          Svg, stack_panel, stack_panel_width, text_width, wrap)
 
 OUT = Path(__file__).resolve().parents[2] / "notebooks" / "diagrams"
 
@@ -52,14 +52,15 @@ def int3_hit() -> Svg:
             "pt_regs saved on entry", "(idtentry: PUSH_AND_CLEAR_REGS)", "uprobe_pre_sstep_notifier",
             "-> handle_swbp"]),
         Box("kernel", "handle_swbp: which probe?", [
-            "bp_vaddr = ip - 1 (uprobe_get_swbp_addr)", "the return trampoline? -> chapter 02",
+            "bp_vaddr = ip - 1", "  (uprobe_get_swbp_addr)", "the return trampoline?", "  -> chapter 02",
             "find_active_uprobe_rcu(bp_vaddr)", "none, but int3 there: SIGTRAP"]),
+        # the kernel's second half beside its first: wide and short, it ends above a slide's page bar
         Box("kernel", "handler_chain: the consumers", [
             "each consumer's ->handler(regs)", "a ->ret_handler too: prepare_uretprobe",
-            "then arch_uprobe_optimize (nop5)"]),
+            "then arch_uprobe_optimize (nop5)"], col=1),
         Box("kernel", "emulate or step out of line?", [
             f"{text}: arch_uprobe_skip_sstep emulates", "  store rbp at sp-8; sp -= 8; ip += 1",
-            "ret, mov, ...: pre_ssout -> XOL slot"], "iret"),
+            "ret, mov, ...: pre_ssout -> XOL slot"], "iret", col=1),
         Box("user", "the program goes on", [f"{vaddr + 1:x}: mov rbp, rsp", "one exception per hit"]),
     ]
     desc = (f"A uprobe hit on x86-64, kernel 6.18. The probed push rbp at {vaddr:#x} now begins with int3 (0xcc); "
@@ -148,8 +149,12 @@ def uretprobe() -> Svg:
         w, notes=("rax's slot becomes R",))
     y = stack_panel(svg, x, y + 12, "6.10 and 32-bit: slot 0 is", [(slot0, "cc  int3")], w,
                     notes=("#BP -> handle_swbp ->", "handle_trampoline; iret",
-                           "(6.11 renamed it", "uprobe_handle_trampoline)", "",
-                           f"uretprobe {__NR_uretprobe}, uprobe {__NR_uprobe}"))
+                           "(6.11 renamed it", "uprobe_handle_trampoline)"))
+    # the syscalls' numbers under sys_uretprobe, left of its sysret arrow, not under the stacks: the picture ends
+    # above a slide's page bar
+    x, below_kernel, w = seq.below("kernel")
+    for i, line in enumerate(("syscall numbers:", f"uretprobe {__NR_uretprobe},", f"uprobe {__NR_uprobe}")):
+        svg.text(x, below_kernel + 16 + LINE * i, line, font=SANS, room=w / 2 - 12)
     return seq.finish(y)
 
 
@@ -172,14 +177,15 @@ def nop5_patch() -> Svg:
     text_w = max([text_width(t, SIZE, SANS) for t in whats] + [text_width(t, SIZE) for t in decodes])
     box = Box("[uprobes]", f"[uprobes-trampoline] at {tramp:x}", code_lines(uprobe_trampoline_code(), "x86_64",
                                                                             width=20))
-    box.x, box.w = text_x + text_w + 60, box.width_needed()
+    box.x, box.w = text_x + text_w + 44, box.width_needed()
     last_row = top + (len(stages) - 1) * row + 20  # the middle of the last stage's cells
     box.y = max(top, last_row + 24 - box.h)
-    notes = [f"sys_uprobe ({__NR_uprobe}) runs the consumers", "and returns by sysret: no exception,",
-             "no emulation, no single step.", "",
-             "red: int3 (a CPU that enters traps", "and counts as a hit); green: the call"]
-    width = box.x + box.w + x0
-    height = max(box.y + box.h + 16 + LINE * len(notes), top + len(stages) * row) + 12
+    # the notes beside the trampoline, not under it: the picture as wide as a slide and short, above its page bar
+    width, notes_x = SLIDE[0], box.x + box.w + 24
+    notes = [*wrap(f"sys_uprobe ({__NR_uprobe}) runs the consumers and returns by sysret: no exception, no "
+                   "emulation, no single step.", width - x0 - notes_x), "",
+             *wrap("red: int3 (a CPU that enters traps and counts as a hit); green: the call", width - x0 - notes_x)]
+    height = max(box.y + 16 + LINE * len(notes), box.y + box.h, top + len(stages) * row) + 12
     desc = (f"The nop5 optimisation on kernel 6.18, rewriting the probed nop5 at {run.site:#x}. The probe's int3 "
             "already holds byte 0 (cc 1f 44 00 00); every CPU is synced; bytes 1 to 4 get the call's offset "
             f"({stages[-1].site[1:].hex(' ')}) while byte 0 is still int3, so a CPU entering the site traps and "
@@ -206,7 +212,7 @@ def nop5_patch() -> Svg:
     svg.line([(text_x + text_w + 8, last_row), (box.x - 2, last_row)])
     svg.label((text_x + text_w + box.x) / 2, last_row - 8, "call")
     for i, line in enumerate(notes):
-        svg.text(box.x, box.y + box.h + 24 + LINE * i, line, font=SANS, room=width - box.x - x0)
+        svg.text(notes_x, box.y + 16 + LINE * i, line, font=SANS, room=width - notes_x - x0)
     return svg
 
 

@@ -12,11 +12,12 @@ from matplotlib.textpath import TextToPath
 
 SANS, MONO = "DejaVu Sans, Arial, sans-serif", "DejaVu Sans Mono, Menlo, monospace"
 LANE_FILL = {"user": "#e8f0fe", "kernel": "#fdeee4", "[uprobes]": "#eaf6ea", "cpu": "#f3f3f3"}
-# A slide shows a diagram in a box of SLIDE px at 1280x720 (the lecture's paged.css), scaled to fit: one drawn
-# within that box, with no text under SIZE, shows every word at 16 px or more, enough to read from the back. The
-# slide's heading and text take the top of that box, so a diagram is drawn wide and short (at most about half as
-# tall as it is wide) to end above the page bar.
-SLIDE = (1184, 640)
+# A slide shows a diagram in a box of SLIDE px at 1280x720, scaled to fit: the screen's width less the page's
+# margins (the lecture's paged.css: 48 px each side; Voila's panel 10, the markdown 5) and paged.css's 640 px
+# height. One drawn within that box, with no text under SIZE, shows every word at 16 px or more, enough to read
+# from the back. The slide's heading and text take the top of the screen, so a diagram is drawn wide and short (at
+# most half as tall as it is wide) to end above the page bar.
+SLIDE = (1159, 640)
 SIZE, HEAD_SIZE, TITLE_SIZE = 16, 17, 21  # body lines and notes; a box's bold head; the title
 LINE, HEAD, PAD = 21, 25, 9  # px per body line; px for a box's head line; a box's inner margin
 LANE_GAP = 40  # the least room between two lanes (more when an arrow's label needs it)
