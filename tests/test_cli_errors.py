@@ -129,6 +129,29 @@ def test_predict_still_writes_good_input(capsys, files, tmp_path):
     assert out.read_text().startswith("bench,predicted_mops,low_80,high_80\nsyscall-count,")
 
 
+@pytest.mark.parametrize("release", ["6.8.0-45-generic", "5.15", "4.18.0-553.el8_10.x86_64"])
+def test_predict_takes_a_release_older_than_every_modelled_version(capsys, files, release):
+    """--to prices a release by the row that answers for it, as bench --kernel does: the oldest, 6.10."""
+    measured = files("good.csv", HEADER + GOOD_ROWS)
+    assert cli.main(["predict", "--measured", measured, "--to", "6.10"]) == 0
+    on_6_10 = capsys.readouterr().out
+    assert cli.main(["predict", "--measured", measured, "--to", release]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == on_6_10
+    assert f"kernel {release}: older than every modelled version; the lab's 6.10 row answers for it" in captured.err
+    fails_cleanly(capsys, ["predict", "--measured", measured, "--to", "2.6.32"], "has no uprobes", "3.5")
+
+
+@pytest.mark.parametrize("label", ["xol-stp", "simulated-stp", "simulated-stp-uaccess"])
+def test_predict_takes_the_arm64_stp_labels_its_help_lists(capsys, files, label):
+    measured = files("arm64.csv", HEADER + "arm64,6.18,syscall-count,10.0\narm64,6.18,uprobe-nop,2.0\n"
+                     "arm64,6.18,uprobe-push,1.5\narm64,6.18,uretprobe-nop,1.0\n")
+    assert cli.main(["predict", "--measured", measured, "--to", label]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("bench,predicted_mops,low_80,high_80\nsyscall-count,")
+    assert "not a kernel release" not in captured.err
+
+
 # --- reproduce --out ----------------------------------------------------------------------------
 
 def test_reproduce_out_must_be_a_directory_it_can_make(capsys, files, tmp_path, monkeypatch):

@@ -215,9 +215,10 @@ def cmd_predict(args) -> int:
 
     out = output_file(args.out) if args.out is not None else None
     measured = read_measured(args.measured)
-    _, note = row_for_release(args.to)  # which row prices a release, as bench and analyze say it
-    if note:
-        print(note, file=sys.stderr)
+    if args.to not in model.ARM64_STP:  # an STP label is no release: the arm64 emulator's options (kernel_setup)
+        _, note = row_for_release(args.to)  # which row prices a release, as bench and analyze say it
+        if note:
+            print(note, file=sys.stderr)
     with warnings.catch_warnings(record=True):  # printed below, once each
         warnings.simplefilter("always")
         result = model.predict_from_measured(measured, args.to)

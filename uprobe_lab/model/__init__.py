@@ -25,7 +25,7 @@ from .evaluation import (REPRO_COLUMNS, ROLE_FIT, ROLE_MOVED, ROLE_UNMOVED, cove
                          headline_text, moved_rows, outside_seeds_alone, per_table_alone, reproduction,
                          targets_met, targets_text)
 from .fit import PLAUSIBLE_NS, ROW_SIGMA_FLOOR, Z80, Prior, Profile, fit_profile, mops_interval
-from .prices import (ARM64_KERNEL, BENCH_ALIASES, FIXED_PRICES, PRICE_NAMES, PRICES, breakdown, clear_cache,
+from .prices import (ARM64_KERNEL, ARM64_STP, BENCH_ALIASES, FIXED_PRICES, PRICE_NAMES, PRICES, breakdown, clear_cache,
                      events_for, fixed_ns, hit_ns, kernel_setup, modelled_kernel, price_counts)
 from .priors import TRANSFER_LOG_SD, carried_prior, host_frame, host_profile, load_host_recording, mixed_prior
 from .profiles import (BEFORE_VARIANTS, PROFILES, bench_rows, fit_report, get_profile, outside_rows,

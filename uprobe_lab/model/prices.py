@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from .. import bench as _bench
-from ..kernel import KERNELS, major_minor, modelled_kernel, modelled_row, stable_sublevel  # modelled_kernel: re-exported
+from ..kernel import KERNELS, modelled_kernel, refuse_before_uprobes, row_for_release  # modelled_kernel: re-exported
 from ..errors import shown
 from ..process import LabError
 
@@ -62,24 +62,22 @@ ARM64_KERNEL = "6.18"
 def kernel_setup(arch: str, kernel: str) -> tuple[str, dict]:
     """A kernel label -> (emulator kernel version, emulator options).
 
-    x86-64 labels are versions; a release string (``6.14.2``) maps to the modelled version whose rules
-    it has. The arm64 STP patch was never merged, so its labels (``xol-stp``, ``simulated-stp``,
-    ``simulated-stp-uaccess``) are emulator options on the newest modelled kernel.
+    x86-64 labels are versions; any other release (``6.14.2``, ``6.8.0-45-generic``, ``5.15``) is priced by the
+    modelled row that answers for it, :func:`uprobe_lab.kernel.row_for_release` (the mapping ``bench`` and
+    ``analyze`` use): one older than every modelled version by the oldest. The arm64 STP patch was never merged,
+    so its labels (``xol-stp``, ``simulated-stp``, ``simulated-stp-uaccess``) are emulator options on the newest
+    modelled kernel.
     """
     kernel = str(kernel)
     if arch == "arm64" and kernel in ARM64_STP:
         return ARM64_KERNEL, dict(ARM64_STP[kernel])
     if kernel in KERNELS:
         return kernel, {}
-    line = major_minor(kernel)
-    version = _modelled_row(line, stable_sublevel(kernel)) if line else None
-    if version is None:
-        raise LabError(f"kernel {kernel!r} is not a release the model knows: give a version such as 6.14.2 "
-                       f"(modelled: {', '.join(KERNELS)}; older releases predate them all)")
-    return version, {}
+    refuse_before_uprobes(kernel, arch)
+    return _row_for_release(kernel)[0], {}
 
 
-_modelled_row = functools.lru_cache(maxsize=4096)(modelled_row)  # once per release: a table may name thousands
+_row_for_release = functools.lru_cache(maxsize=4096)(row_for_release)  # once per release: a table may name thousands
 
 
 @functools.lru_cache(maxsize=None)
