@@ -5,6 +5,7 @@ import re
 import pytest
 
 import uprobe_lab as ul
+from uprobe_lab.errors import LabError
 from uprobe_lab.views.stepper import probed_stepper, replay, stepper_widget
 from uprobe_lab.views.uretprobe import ReturnStepper
 
@@ -146,3 +147,16 @@ def test_reset_after_a_lab_error_or_a_signal_mid_walk_gives_a_walk_that_steps():
     assert box.stepper().proc.signal is None and not buttons["Step"].disabled
     buttons["Run to end"].click()
     assert box.stepper().done and box.stepper().steps[-1].signal is None
+
+
+@pytest.mark.parametrize("kernel", ["6.99", "6.12", 6.18])
+def test_a_kernel_the_widgets_buttons_lack_is_refused_by_name(kernel):
+    """A learner editing chapter 01's kernel="6.16" gets the kernels to choose from, not ipywidgets' TraitError."""
+    make = lambda k: probed_stepper("uprobe_target_push", k)  # noqa: E731
+    with pytest.raises(LabError, match=f"the widget's kernel must be one of 6.11, 6.18, got .*{kernel}.*give one of"):
+        stepper_widget(make, kernels=("6.11", "6.18"), kernel=kernel)
+
+
+def test_a_kernel_without_kernels_to_pick_from_is_refused():
+    with pytest.raises(LabError, match="kernel='6.18' picks the first of the widget's kernels: give kernels too"):
+        stepper_widget(lambda: probed_stepper("uprobe_target_push", "6.18"), kernel="6.18")

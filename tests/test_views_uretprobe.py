@@ -4,6 +4,8 @@ import matplotlib
 matplotlib.use("Agg")
 
 from uprobe_lab.views.uretprobe import ReturnStepper, plot_trampoline_events, trampoline_events  # noqa: E402
+from uprobe_lab.errors import LabError  # noqa: E402
+import pytest  # noqa: E402
 
 
 def _step(stepper, insn):
@@ -77,3 +79,10 @@ def test_stepper_lists_every_kernel_event_as_chapter_01s_stepper_does():
     # sys_uretprobe reads the three saves and writes them back: 24 bytes each way
     sysc = _step(ReturnStepper("6.11"), "syscall")
     assert ReturnStepper("6.11").text(sysc.index).count("kernel: uaccess_bytes x24") == 2
+
+
+def test_widget_of_a_stepper_whose_kernel_was_set_to_one_the_lab_lacks_names_the_kernels():
+    s = ReturnStepper("6.11")
+    s.kernel = "6.12"  # a release, not one of the buttons
+    with pytest.raises(LabError, match="the stepper's kernel must be one of 6.10, 6.11, .*got '6.12'"):
+        s.widget()

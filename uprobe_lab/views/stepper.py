@@ -8,7 +8,7 @@ from __future__ import annotations
 import html
 
 from ..arches import make_process
-from ..errors import LabError
+from ..errors import LabError, check_choice
 from ..stepper import Stepper
 from ..uprobes import CountingConsumer, uprobe_register
 from .redraw import lab_error_html, shows_lab_errors
@@ -78,7 +78,12 @@ def stepper_widget(make_stepper, title: str = "", kernels=None, kernel: str | No
     why in place of the walk, with the buttons off, until another kernel is picked."""
     import ipywidgets as w
 
-
+    if kernel is not None and not kernels:
+        raise LabError(f"kernel={kernel!r} picks the first of the widget's kernels: give kernels too, e.g. "
+                       f"kernels=('6.11', '6.18'), or drop kernel and build the stepper on it in make_stepper")
+    if kernels and kernel is not None:  # a value the buttons lack would be ipywidgets' TraitError
+        check_choice(kernel, list(kernels), "the widget's kernel",
+                     "give one of its kernels, or leave kernel out to start on the last")
     picker = w.ToggleButtons(options=list(kernels), value=kernel or list(kernels)[-1], description="kernel") \
         if kernels else None
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from ..bench import events_table
 from ..stepper import Step, where
 from ..kernel import KERNELS
+from ..errors import check_choice
 from ..uprobes import CountingConsumer, uprobe_register
 from ..x86.constants import EXIT_ADDR
 from ..x86.uretprobe_programs import make_uretprobe_process
@@ -82,6 +83,7 @@ class ReturnStepper:
         is recorded again on a new process, and the cells that read this stepper still see what they built."""
         import ipywidgets as w
 
+        check_choice(self.kernel, list(KERNELS), "the stepper's kernel", "set .kernel to one of them")  # not a TraitError
         own = ReturnStepper(self.kernel, self.saves_regs, list(self.steps))
         own.index = self.index
         slider = w.IntSlider(value=own.index, min=0, max=len(own.steps) - 1, description="step")
