@@ -393,3 +393,33 @@ def test_copy_to_user_stops_at_the_first_byte_it_cannot_write():
     assert proc.read(0x10000FFC, 8) == word[:4] + bytes(4)
     assert proc.copy_to_user_nleft(0x10001000, word) == 8 and proc.read(0x10001000, 8) == bytes(8)
     assert proc.copy_to_user(0x10000FF8, word) and proc.read(0x10000FF8, 8) == word
+
+
+def test_a_release_older_than_uretprobes_refuses_the_uretprobe_benches(capsys):
+    """x86 had uprobes from 3.5 and uretprobes from 3.10: 3.5-3.9 get no uretprobe figure, from any of the paths."""
+    from uprobe_lab import bench, cli, model
+    from uprobe_lab.errors import LabError
+
+    assert cli.main(["bench", "--mode", "model", "--kernel", "3.5", "uprobe-nop", "uretprobe-nop"]) == 0
+    captured = capsys.readouterr()
+    nop, ret = captured.out.splitlines()
+    assert "model" in nop and "6.10" in nop
+    assert ret.startswith("uretprobe-nop") and "kernel 3.5 has no uretprobes" in ret and "Linux 3.10" in ret
+    assert "it has no uretprobes, which came in 3.10" in captured.err and "int3 return trampoline" not in captured.err
+    assert cli.main(["bench", "--mode", "model", "--kernel", "3.10", "uretprobe-nop"]) == 0
+    assert "M/s model" in capsys.readouterr().out
+    with pytest.raises(LabError, match="kernel 3.9 has no uretprobes, so no uretprobe-ret: they came in Linux 3.10"):
+        model.events_for("uretprobe-ret", kernel="3.9")
+    assert bench.run_bench_on_cpus("uretprobe-nop", kernel="3.9", iterations=2)["refused"].endswith(
+        "they came in Linux 3.10; give --kernel 3.10 or newer, or a uprobe bench")
+    assert "refused" not in bench.run_bench_on_cpus("uretprobe-nop", kernel="3.10", iterations=2)
+
+
+def test_the_note_for_an_old_release_speaks_of_its_own_arch(capsys):
+    from uprobe_lab import cli
+
+    assert cli.main(["bench", "--mode", "model", "--arch", "arm64", "--kernel", "5.4", "uprobe-nop"]) == 0
+    err = capsys.readouterr().err
+    assert "on arm64 a hit traps on brk" in err and "nop5" not in err and "int3" not in err
+    assert cli.main(["bench", "--mode", "model", "--kernel", "5.4", "uprobe-nop"]) == 0
+    assert "(the int3 return trampoline and the stepped nop5 predate it)" in capsys.readouterr().err

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 
 from .arches import make_process
-from .kernel import get_kernel, release_rules
+from .kernel import get_kernel, refuse_uretprobe_before, release_rules
 from .machine_scaling import scaling_note
 from .process import MAX_INSNS
 from .smp import MAX_CPUS, run_on_cpus
@@ -218,7 +218,11 @@ def run_bench_on_cpus(name: str, arch: str = "x86_64", kernel=None, iterations: 
         raise LabError(f"iterations x cpus is at most {MAX_EMULATED_ITERATIONS:_} on the emulator (its instruction "
                        f"budget), got {iterations!r} x {cpus}: give at most {most:_} iterations (--iterations {most})"
                        f" for -p {cpus}{native}")
+    missing = (refuse_uretprobe_before(kernel, name) if isinstance(kernel, str)
+               and bench_spec(name, arch).probe == "uretprobe" else None)
     kernel = release_rules(kernel)
+    if missing:
+        return refused_row(name, arch, "emulated", kernel.name, missing)
     try:
         proc, consumer, target = bench_process(name, arch, kernel, **options)
     except UnprobeableInstruction as err:
@@ -274,10 +278,15 @@ def refused_row(name: str, arch: str, mode: str, kernel: str, reason: str) -> di
             "refused": f"refused by this kernel ({kernel}) at attach: {reason}"}
 
 
-def refusal(name: str, arch: str = "x86_64", kernel=None) -> str | None:
-    """Why ``kernel`` refuses the probe of bench ``name`` at attach time, or None if it accepts it."""
-    if bench_spec(name, arch).probe is None:
+def refusal(name: str, arch: str = "x86_64", kernel=None, release: str | None = None) -> str | None:
+    """Why ``kernel`` refuses the probe of bench ``name`` at attach time, or None if it accepts it. ``release``: the
+    release ``kernel`` (its modelled row) answers for, which refuses a uretprobe bench if it predates uretprobes."""
+    probe = bench_spec(name, arch).probe
+    if probe is None:
         return None
+    missing = refuse_uretprobe_before(release, name) if release and probe == "uretprobe" else None
+    if missing:
+        return missing
     try:
         bench_process(name, arch, kernel)
     except UnprobeableInstruction as err:

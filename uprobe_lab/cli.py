@@ -17,7 +17,8 @@ from .constants import MAX_ITERATIONS
 from .errors import LabError
 from .interrupt import stop_signals
 from .kernel import (DEFAULT_KERNEL, KERNELS, RULES, major_minor, kernel_for_release, outside_modelled,
-                     refuse_before_uprobes, release_rules, row_for_release, unknown_sublevel_note, version_name)
+                     refuse_before_uprobes, refuse_uretprobe_before, release_rules, row_for_release,
+                     unknown_sublevel_note, version_name)
 from .outputs import OutputDir, output_file, write_output
 
 
@@ -44,7 +45,8 @@ def cmd_bench(args) -> int:
     if args.kernel:
         refuse_before_uprobes(args.kernel, args.arch or "x86_64")
     # with -p the emulator runs the release's own rules (6.13's locks); otherwise the modelled row that answers
-    kernel = args.kernel if args.cpus is not None else kernel_row(args.kernel) if args.kernel else DEFAULT_KERNEL
+    kernel = (args.kernel if args.cpus is not None else kernel_row(args.kernel, args.arch or "x86_64") if args.kernel
+              else DEFAULT_KERNEL)
     if args.cpus is not None and args.kernel and args.mode == "emulated":
         note = release_rules_note(args.kernel, args.arch or "x86_64")
         if note:
@@ -58,14 +60,25 @@ def cmd_bench(args) -> int:
     if args.mode == "emulated":
         args.arch = args.arch or "x86_64"
         names = args.names or bench.bench_names(args.arch)
+        # a uretprobe bench on a release older than uretprobes: its refusal, in the table's order
+        refused = {n: refuse_uretprobe_before(args.kernel, n) for n in names
+                   if args.kernel and bench.bench_spec(n, args.arch).probe == "uretprobe"}
+        refused = {n: why for n, why in refused.items() if why}
+        runs = [n for n in names if n not in refused]
         if args.cpus is None:
-            update, close = _progress(len(names), not args.json)
+            update, close = _progress(len(runs), not args.json)
             try:
-                results = bench.run_benches(names, args.arch, kernel, args.iterations, progress=update, **options)
+                ran = bench.run_benches(runs, args.arch, kernel, args.iterations, progress=update, **options) if runs else []
             finally:
                 close()
         else:
-            results = _emulated_on_cpus(names, args, kernel, options)
+            ran = _emulated_on_cpus(runs, args, kernel, options)
+        if refused:
+            ran = iter(ran)
+            results = [bench.refused_row(n, args.arch, "emulated", args.kernel, refused[n]) if n in refused
+                       else next(ran) for n in names]
+        else:
+            results = ran
     elif args.mode == "native":
         ignored = [flag for flag, value in (("--kernel", args.kernel), ("--stp", args.stp)) if value]
         if ignored:
@@ -103,7 +116,8 @@ def cmd_bench(args) -> int:
             return 2
     else:
         args.arch = args.arch or "x86_64"
-        results = model_rows(args.names or bench.bench_names(args.arch), args.arch, kernel, args.cpu, options)
+        results = model_rows(args.names or bench.bench_names(args.arch), args.arch, kernel, args.cpu, options,
+                             args.kernel)
     print(json.dumps(results, indent=2) if args.json else bench.format_table(results))
     if args.mode == "native":  # after the table, which stays whole
         from .native.bench import spread_note
@@ -133,21 +147,22 @@ def _emulated_on_cpus(names, args, kernel, options) -> list[dict]:
     return results
 
 
-def model_rows(names, arch: str, kernel: str, cpu, options: dict) -> list[dict]:
-    """The model's table, with a refusal row where the kernel refuses the probe, and each row saying
-    whether a published figure exists for it or the model's number is a prediction only."""
+def model_rows(names, arch: str, kernel: str, cpu, options: dict, release: str | None = None) -> list[dict]:
+    """The model's table, with a refusal row where the kernel refuses the probe (or ``release``, which ``kernel``
+    answers for, predates it: a uretprobe before 3.10), and each row saying whether a published figure exists for it
+    or the model's number is a prediction only."""
     from .model import get_profile, model_table
     from .published import cpu_words, load_published
 
     published = load_published()
     cpu_label = get_profile(cpu, arch).cpu  # the published tables' name for the profile's CPU
-    refused = {n: bench.refusal(n, arch, kernel) for n in names}
+    refused = {n: bench.refusal(n, arch, kernel, release) for n in names}
     priced = [n for n in names if refused[n] is None]
     rows = {r["bench"]: r for r in (model_table(priced, arch=arch, kernel=kernel, cpu=cpu, **options) if priced else [])}
     out = []
     for n in names:
         if refused[n] is not None:
-            out.append(bench.refused_row(n, arch, "model", kernel, refused[n]))
+            out.append(bench.refused_row(n, arch, "model", release or kernel, refused[n]))
             continue
         row = rows[n]
         seen = published[(published["bench"] == n) & (published["kernel"].astype(str) == str(kernel))
@@ -175,7 +190,7 @@ def cmd_analyze(args) -> int:
         kernel = kernel_for_release(kernel)
     result = analyze(args.insn, args.arch, kernel, **options)  # a bad instruction is refused before any note
     # outside the modelled releases, or no sublevel: say what answers, and which sublevels answer otherwise
-    for line in ((outside_modelled(args.kernel) or (None, ""))[1], unknown_sublevel_note(args.kernel, args.arch)):
+    for line in ((outside_modelled(args.kernel, args.arch) or (None, ""))[1], unknown_sublevel_note(args.kernel, args.arch)):
         if line:
             print(line, file=sys.stderr)
     if args.json:
@@ -216,7 +231,8 @@ def cmd_predict(args) -> int:
     out = output_file(args.out) if args.out is not None else None
     measured = read_measured(args.measured)
     if args.to not in model.ARM64_STP:  # an STP label is no release: the arm64 emulator's options (kernel_setup)
-        _, note = row_for_release(args.to)  # which row prices a release, as bench and analyze say it
+        arch = str(measured["arch"].iloc[0]) if "arch" in measured and len(measured) else "x86_64"
+        _, note = row_for_release(args.to, arch)  # which row prices a release, as bench and analyze say it
         if note:
             print(note, file=sys.stderr)
     with warnings.catch_warnings(record=True):  # printed below, once each
@@ -395,7 +411,7 @@ def release_rules_note(release: str, arch: str) -> str | None:
     text = str(release).strip()
     if text in KERNELS:
         return None
-    row, _ = row_for_release(text)
+    row, _ = row_for_release(text, arch)
     rules = release_rules(text).rules
     newest = max((r for r in RULES if r.name in rules and r.arch in (arch, "core")), key=lambda r: r.since,
                  default=None)
@@ -403,16 +419,16 @@ def release_rules_note(release: str, arch: str) -> str | None:
     came = (f"a backport of {version_name(newest.since)}'s to {version_name(line)}.{newest.backports[line]}"
             if newest and newest.since > line else f"from {version_name(newest.since)}" if newest else "")
     has = f"the newest rule it has is {newest.name}, {came}" if newest else "it has none of the lab's rules"
-    outside = outside_modelled(text)
+    outside = outside_modelled(text, arch)
     return (f"kernel {text}: the emulator runs the lab's rules of every release up to it: a hit on one CPU is the "
             f"{row} row's, and {has}" + (f"\n{outside[1]}" if outside else ""))
 
 
-def kernel_row(release: str) -> str:
+def kernel_row(release: str, arch: str = "x86_64") -> str:
     """Any release (7.3, 6.19, 6.12.118+deb12-amd64, $(uname -r)) -> the modelled row that answers for it, said on
     stderr when it is another; nonsense is refused with the list. Called once the command's flags are accepted, so
     a refused command prints no note."""
-    row, note = row_for_release(release)
+    row, note = row_for_release(release, arch)
     if note:
         print(note, file=sys.stderr)
     return row

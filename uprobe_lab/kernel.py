@@ -106,6 +106,21 @@ RULES: list[Rule] = [
 OLDEST: Release = (6, 10)  # the oldest modelled version: the int3 return trampoline, every long nop stepped
 # the first release with uprobes on each arch: x86 came with uprobes themselves (3.5), arm64's arch code in 4.10
 UPROBES_SINCE: dict[str, Release] = {"x86_64": (3, 5), "arm64": (4, 10)}
+# uretprobes (uprobe_consumer->ret_handler, the return trampoline in the XOL area, uprobe_events' "r:" probes) came
+# in 3.10, after x86's uprobes: a release from 3.5 to 3.9 has uprobes and no uretprobe (docs/references.md, "Kernel
+# history before the modelled versions"). arm64's uprobes (4.10) came with uretprobes.
+URETPROBES_SINCE: Release = (3, 10)
+
+
+def refuse_uretprobe_before(release: str, bench: str) -> str | None:
+    """Why ``release`` cannot run the uretprobe bench ``bench`` (it predates uretprobes), or None: the one check
+    every uretprobe bench on a release passes through (bench.refusal, the model's events_for)."""
+    line = major_minor(str(release))
+    if line is None or line >= URETPROBES_SINCE:
+        return None
+    return (f"kernel {str(release).strip()} has no uretprobes, so no {bench}: they came in Linux "
+            f"{version_name(URETPROBES_SINCE)}; give --kernel {version_name(URETPROBES_SINCE)} or newer, or a uprobe "
+            "bench")
 
 
 @dataclass(frozen=True)
@@ -270,16 +285,22 @@ def refuse_before_uprobes(release: str, arch: str | None = None) -> None:
                        f"newer release, e.g. --kernel {version_name(first)}, or a modelled version: {', '.join(KERNELS)}")
 
 
-def outside_modelled(release: str) -> tuple[str, str] | None:
+def outside_modelled(release: str, arch: str = "x86_64") -> tuple[str, str] | None:
     """For a release older than the oldest modelled version or newer than the newest, (the row that answers for
-    it, the line saying so); None for any other."""
+    it, the line saying so, in ``arch``'s terms); None for any other."""
     text, line = str(release).strip(), major_minor(release)
     oldest, newest = min(KERNELS, key=major_minor), max(KERNELS, key=major_minor)
     if line is None or text in KERNELS:
         return None
     if line < major_minor(oldest):
-        return oldest, (f"kernel {text}: older than every modelled version; the lab's {oldest} row answers for it "
-                        "(the int3 return trampoline and the stepped nop5 predate it)")
+        if arch == "arm64":  # no nop5 optimisation and no uretprobe syscall on arm64: every hit traps on a brk
+            why = "on arm64 a hit traps on brk and a uretprobe returns through the brk trampoline, as in the 6.10 row"
+        elif line < URETPROBES_SINCE:
+            why = (f"the stepped nop5 predates it; it has no uretprobes, which came in "
+                   f"{version_name(URETPROBES_SINCE)}")
+        else:
+            why = "the int3 return trampoline and the stepped nop5 predate it"
+        return oldest, f"kernel {text}: older than every modelled version; the lab's {oldest} row answers for it ({why})"
     if line > major_minor(newest):
         return newest, (f"kernel {text}: newer than every release the lab models, so it is modelled as {newest}, "
                         f"the newest: the lab's {newest} row answers for it, and what changed after {newest} is not "
@@ -287,10 +308,10 @@ def outside_modelled(release: str) -> tuple[str, str] | None:
     return None
 
 
-def row_for_release(release: str) -> tuple[str, str | None]:
+def row_for_release(release: str, arch: str = "x86_64") -> tuple[str, str | None]:
     """The modelled row that answers for a kernel release ('7.3', '6.12.118+deb12-amd64', ``uname -r``) and,
-    unless the release is that row's own name, a line saying which row and why; LabError for anything else,
-    and for a release older than uprobes."""
+    unless the release is that row's own name, a line saying which row and why (in ``arch``'s terms); LabError
+    for anything else, and for a release older than uprobes."""
     text = str(release).strip()
     if text in KERNELS:
         return text, None
@@ -298,7 +319,7 @@ def row_for_release(release: str) -> tuple[str, str | None]:
         raise LabError(f"{text!r} is not a kernel release: give one such as 7.3, 6.8.0-45-generic or $(uname -r), "
                        f"or a modelled version: {', '.join(KERNELS)}")
     refuse_before_uprobes(text)
-    outside = outside_modelled(text)
+    outside = outside_modelled(text, arch)
     if outside:
         return outside
     row = modelled_kernel(text)

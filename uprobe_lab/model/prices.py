@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from .. import bench as _bench
-from ..kernel import KERNELS, modelled_kernel, refuse_before_uprobes, row_for_release  # modelled_kernel: re-exported
+from ..kernel import KERNELS, modelled_kernel, refuse_before_uprobes, refuse_uretprobe_before, row_for_release  # modelled_kernel: re-exported
 from ..errors import shown
 from ..process import LabError
 
@@ -106,6 +106,10 @@ def events_for(bench: str, arch: str = "x86_64", kernel: str = "6.18", consumers
     if isinstance(consumers, bool) or not isinstance(consumers, numbers.Integral) or consumers < 0:
         raise LabError(f"consumers is an int from 1 (0 for a bench without a probe), got {shown(consumers)}")
     version, extra = kernel_setup(arch, kernel)
+    if _bench.bench_spec(BENCH_ALIASES.get(bench, bench), arch).probe == "uretprobe":
+        missing = refuse_uretprobe_before(kernel, bench)  # a release the oldest row answers for may predate them
+        if missing:
+            raise LabError(missing)
     extra.update(options)
     ev = dict(_events(bench, arch, version, tuple(sorted(extra.items()))))
     if consumers == 0 and ev.get("consumers"):
