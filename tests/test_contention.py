@@ -127,3 +127,25 @@ def test_the_kept_transfers_are_every_run_the_tables_need_as_the_emulator_gives_
     assert not stale, (f"{len(stale)} of {len(kept)} kept runs differ from the emulator now (first: {stale[0]}): make "
                        "them again with python -c 'from uprobe_lab.model.contention import record_transfers; "
                        "record_transfers()'")
+
+
+def test_a_release_before_6_8_is_counted_on_6_8_s_structures_and_every_path_says_so(capsys):
+    """Chapter 07's exercise takes releases from 6.8 on because the layouts (uprobe_lab.contended) start there; the
+    CLI, run_bench_on_cpus and shared_writes count an older release as 6.8 and say so, in the same words."""
+    from uprobe_lab import cli
+    from uprobe_lab.bench import run_bench_on_cpus
+    from uprobe_lab.contended import layout_note
+    from uprobe_lab.views.many_cpus import shared_writes
+
+    said = ("kernel 5.15: older than 6.8, the oldest release whose structures the lab lays out "
+            "(uprobe_lab.contended): its shared lines and writes per hit are 6.8's locking")
+    assert cli.main(["bench", "-p", "2", "--iterations", "5", "--kernel", "5.15", "uprobe-ret"]) == 0
+    assert said in capsys.readouterr().err
+    assert cli.main(["bench", "-p", "2", "--iterations", "5", "--kernel", "6.8", "uprobe-ret"]) == 0
+    assert "older than 6.8" not in capsys.readouterr().err
+    assert run_bench_on_cpus("uprobe-ret", kernel="5.15", iterations=2)["note"].startswith(said)
+    assert "note" not in run_bench_on_cpus("uprobe-ret", kernel="6.8", iterations=2)
+    with pytest.warns(UserWarning, match="kernel 5.15: older than 6.8"):
+        writes = shared_writes("uprobe-ret", ["5.15", "6.8"])
+    assert writes["5.15"] == writes["6.8"]  # the same structures, and neither has a contention rule
+    assert layout_note("6.8") is None and layout_note("6.10") is None and layout_note("banana") is None

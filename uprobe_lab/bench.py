@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 
 from .arches import make_process
+from .contended import layout_note
 from .kernel import get_kernel, refuse_uretprobe_before, release_rules
 from .machine_scaling import scaling_note
 from .process import MAX_INSNS
@@ -205,7 +206,9 @@ def run_bench_on_cpus(name: str, arch: str = "x86_64", kernel=None, iterations: 
     release, with that release's own rules (6.13's locks, for instance). Per hit: the events, the shared kernel
     state touched (``shared_per_hit``, 'state (kind)' -> accesses: uprobe_lab.contended) and the cache lines
     that moved between CPUs (``line_transfers_per_hit``); ``xol_waits``: how often a thread slept for an XOL slot.
-    ``progress(calls)``: told the calls counted so far, a few times a second (benches with a probe: its hits)."""
+    ``progress(calls)``: told the calls counted so far, a few times a second (benches with a probe: its hits).
+    A release older than 6.8 is counted on 6.8's structures, and its row's ``note`` says so
+    (uprobe_lab.contended.layout_note)."""
     if not isinstance(name, str):
         raise LabError(f"the bench is named by a string such as 'uprobe-nop', got {name!r}")
     if not is_int(cpus) or not 1 <= cpus <= MAX_CPUS:
@@ -237,7 +240,9 @@ def run_bench_on_cpus(name: str, arch: str = "x86_64", kernel=None, iterations: 
     elapsed = time.perf_counter() - t0
     hits = consumer.hits - start_hits if consumer else iterations * cpus
     counts = proc.trace.counts
+    note = layout_note(kernel.name)
     return {"bench": name, "arch": arch, "mode": "emulated", "kernel": kernel.name, "cpus": cpus, "seed": seed,
+            **({"note": note} if note else {}),
             "iterations": iterations, "hits": hits, "events_per_hit": per_hit(counts, hits),
             "shared_per_hit": {f"{line} ({kind})": round(n / hits, 3) for (line, kind), n in proc.trace.lines.items()},
             "line_transfers_per_hit": round(counts.get("line_transfers", 0) / hits, 3),

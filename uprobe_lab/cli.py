@@ -14,6 +14,7 @@ import warnings
 from . import analyze, bench
 from .arches import ARCHES
 from .constants import MAX_ITERATIONS
+from .contended import layout_note
 from .errors import LabError
 from .interrupt import stop_signals
 from .kernel import (DEFAULT_KERNEL, KERNELS, RULES, major_minor, kernel_for_release, outside_modelled,
@@ -48,9 +49,9 @@ def cmd_bench(args) -> int:
     kernel = (args.kernel if args.cpus is not None else kernel_row(args.kernel, args.arch or "x86_64") if args.kernel
               else DEFAULT_KERNEL)
     if args.cpus is not None and args.kernel and args.mode == "emulated":
-        note = release_rules_note(args.kernel, args.arch or "x86_64")
-        if note:
-            print(note, file=sys.stderr)
+        for note in (release_rules_note(args.kernel, args.arch or "x86_64"), layout_note(args.kernel)):
+            if note:
+                print(note, file=sys.stderr)
     if args.cpu and args.mode != "model":
         runs = "this machine's own CPU" if args.mode == "native" else "the emulator, which counts events, not time"
         raise LabError(f"--cpu is a --mode model setting (the CPU profile whose prices the model uses); --mode "

@@ -61,7 +61,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .kernel import major_minor
+
 SPINLOCK, ATOMIC, WRITE, READ, PER_CPU, PER_TASK = "spinlock", "atomic", "write", "read", "per-cpu", "per-task"
+# The layouts above were read from 6.8 on. An older release's hit is counted on them, with the rules of
+# uprobe_lab.kernel it has (none of the contention rules: 6.8's locking), so its counts are 6.8's, not its own.
+FIRST_LAID_OUT = (6, 8)
+
+
+def layout_note(release) -> str | None:
+    """For a release older than :data:`FIRST_LAID_OUT`, the line saying its shared lines are counted as 6.8's;
+    None for any other (a modelled version, a newer release, or no release)."""
+    text = str(release).strip()
+    line = major_minor(text)
+    if line is None or line >= FIRST_LAID_OUT:
+        return None
+    return (f"kernel {text}: older than 6.8, the oldest release whose structures the lab lays out "
+            "(uprobe_lab.contended): its shared lines and writes per hit are 6.8's locking, not read from its own "
+            "source")
 WRITES = (SPINLOCK, ATOMIC, WRITE)  # the kinds that take a line away from the CPUs that hold it
 
 

@@ -7,13 +7,13 @@ from .. import LabError
 from ..arches import make_process
 from ..bench import bench_names
 from ..constants import PAGE_SIZE
-from ..kernel import major_minor, release_rules
+from ..contended import layout_note
+from ..kernel import release_rules
 from ..views.many_cpus import shared_writes
 from .core import Remembered, exercise
 from . import judges as j
 
 RELEASES = ("6.8", "6.10", "6.12", "6.13", "6.14", "6.15", "6.18")
-FIRST_COUNTED = (6, 8)  # the oldest release whose structures the lab lays out (uprobe_lab.contended)
 FEW_WRITES = 5  # exercise 07.2: the first release whose uretprobe-ret hit makes no more than this many
 
 
@@ -129,7 +129,7 @@ def _bill(bench: str, release: str) -> dict[str, float]:
     if bench not in bench_names("x86_64"):
         raise LabError(f"{j.shown(bench)} is not a bench; the benches: {', '.join(bench_names('x86_64'))}")
     release_rules(release)  # a clear error for a release the lab cannot read
-    if major_minor(release) < FIRST_COUNTED:
+    if layout_note(release):  # counted as 6.8's: no answer of its own to check a prediction against
         raise LabError(f"{j.shown(release)} is older than 6.8: the lab lays out the structures a hit writes "
                        "(uprobe_lab.contended) from 6.8 on; pick a release from 6.8 on, e.g. \"6.8\" or \"6.10\"")
     return {"shared writes": shared_writes(bench, [release])[release]}

@@ -11,6 +11,7 @@ import json
 import os
 import platform
 import textwrap
+import warnings
 from pathlib import Path
 
 import pandas as pd
@@ -107,7 +108,10 @@ def _written(bench: str, kernel: str) -> dict[str, float]:
 
 
 def shared_writes(bench: str = "uprobe-nop", kernels=KERNELS) -> dict[str, float]:
-    """Writes per hit to lines other CPUs also touch (spinlock, atomic and plain-store accesses), per kernel."""
+    """Writes per hit to lines other CPUs also touch (spinlock, atomic and plain-store accesses), per kernel. A
+    release older than 6.8 is counted on 6.8's structures: a UserWarning says so (contended.layout_note)."""
+    for note in filter(None, map(contended.layout_note, kernels)):
+        warnings.warn(note, stacklevel=2)
     return {k: sum(_written(bench, k).values()) for k in kernels}
 
 
