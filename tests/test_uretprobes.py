@@ -411,7 +411,7 @@ def test_a_release_older_than_uretprobes_refuses_the_uretprobe_benches(capsys):
     with pytest.raises(LabError, match="kernel 3.9 has no uretprobes, so no uretprobe-ret: they came in Linux 3.10"):
         model.events_for("uretprobe-ret", kernel="3.9")
     assert bench.run_bench_on_cpus("uretprobe-nop", kernel="3.9", iterations=2)["refused"].endswith(
-        "they came in Linux 3.10; give --kernel 3.10 or newer, or a uprobe bench")
+        "they came in Linux 3.10; give a release from 3.10 on, or a uprobe bench")
     assert "refused" not in bench.run_bench_on_cpus("uretprobe-nop", kernel="3.10", iterations=2)
 
 

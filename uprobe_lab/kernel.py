@@ -119,7 +119,7 @@ def refuse_uretprobe_before(release: str, bench: str) -> str | None:
     if line is None or line >= URETPROBES_SINCE:
         return None
     return (f"kernel {str(release).strip()} has no uretprobes, so no {bench}: they came in Linux "
-            f"{version_name(URETPROBES_SINCE)}; give --kernel {version_name(URETPROBES_SINCE)} or newer, or a uprobe "
+            f"{version_name(URETPROBES_SINCE)}; give a release from {version_name(URETPROBES_SINCE)} on, or a uprobe "
             "bench")
 
 
