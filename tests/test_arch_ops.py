@@ -163,7 +163,8 @@ def test_a_uprobe_nop_hit_calls_its_kernel_path_and_no_more():
 
 @pytest.mark.parametrize("bench, syscall", [("uprobe-nop5", "sys_uprobe"), ("uretprobe-nop", "sys_uretprobe")])
 def test_a_hit_through_a_uprobe_syscall_makes_no_generator(bench, syscall):
-    # the syscalls unpack and pack the registers their trampoline saved with struct, and mapping_at is a plain
-    # loop: the generators they made on every hit were a fifth of an emulated uprobe-nop5 hit's instructions
+    # a generator made on every hit costs about a fifth of an emulated uprobe-nop5 hit (docs/performance.md): the
+    # syscalls unpack and pack their trampoline's saved registers with struct. (From Python 3.12 a comprehension
+    # runs in its caller's frame, so only a generator expression is seen there.)
     calls = _calls_per_hit(bench)
     assert calls[syscall] == 1 and calls["<genexpr>"] == 0 and calls["<dictcomp>"] == 0

@@ -77,7 +77,7 @@ class Trace:
             self.events.append(Event(len(self.events), kind, n, ip, note() if callable(note) else note))
 
     def touch(self, accesses, cpu: int) -> None:
-        """Count ``accesses`` (((kernel state, kind), n) pairs: uprobe_lab.contended says what each kernel
+        """Count ``accesses`` (a tuple of ((kernel state, kind), n) pairs: uprobe_lab.contended says what each kernel
         touches) made by ``cpu``; with ``track_lines``, follow their lines between CPUs (``_follow``). A hit
         passes the same few steps every time, so the steps are counted and ``lines`` adds them up."""
         touched = self._touched
