@@ -105,6 +105,22 @@ def test_only_marked_copies_of_dead_servers_are_removed(tmp_path):
     assert not stale.exists() and live.exists() and unmarked.exists()
 
 
+def test_a_stale_copy_that_cannot_be_removed_is_left_and_the_others_go(tmp_path, monkeypatch):
+    """In a folder the user cannot write, a dead lecture's copy stays; the start goes on to its one-line refusal."""
+    stuck = lecture.write_copy(_chapter(tmp_path), _dead_pid())
+    other = lecture.write_copy(_chapter(tmp_path), _dead_pid())
+    unlink = Path.unlink
+
+    def refused(path, missing_ok=False):
+        if path == stuck:
+            raise PermissionError(13, "Permission denied", str(path))
+        unlink(path, missing_ok=missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", refused)
+    assert lecture.remove_stale_copies(tmp_path) == [other]
+    assert stuck.exists() and not other.exists()
+
+
 def test_a_copy_is_never_written_over_a_file(tmp_path):
     chapter = _chapter(tmp_path)
     lecture.write_copy(chapter, 4242)

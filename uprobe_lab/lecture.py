@@ -108,7 +108,8 @@ def _alive(pid: int) -> bool:
 
 def remove_stale_copies(folder: Path) -> list[Path]:
     """Remove the lecture copies in ``folder`` whose server is gone; returns them. A file is removed only when its
-    name and its metadata both say it is a lecture copy and its server's pid is not running."""
+    name and its metadata both say it is a lecture copy and its server's pid is not running; one that cannot be
+    removed (a folder the user cannot write) is left, and the lecture goes on to say why it cannot start there."""
     removed = []
     for path in folder.glob(".lecture_pid*_*.ipynb"):
         m = COPY.fullmatch(path.name)
@@ -119,7 +120,10 @@ def remove_stale_copies(folder: Path) -> list[Path]:
         except (OSError, ValueError, AttributeError):
             continue
         if marked == int(m[1]):
-            path.unlink(missing_ok=True)
+            try:
+                path.unlink(missing_ok=True)
+            except OSError:
+                continue
             removed.append(path)
     return removed
 
