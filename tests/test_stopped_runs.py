@@ -19,7 +19,7 @@ import threading
 import pytest
 
 import uprobe_lab as ul
-from uprobe_lab import bench, interrupt
+from uprobe_lab import bench, cli, interrupt, own_program
 from uprobe_lab.process import MAX_INSNS
 from uprobe_lab.stress import HANG_GUARD_S, ctrl_c_once_running, in_a_run
 from uprobe_lab.x86.constants import X86_EFLAGS_TF
@@ -145,6 +145,27 @@ def test_a_collected_engine_is_closed_by_the_next_run_not_by_the_collector():
     other, consumer, target = probed()
     other.call("producer_loop", 2, target)
     assert consumer.hits == 2 and ref not in interrupt._retired and ref not in interrupt._engines
+
+
+BLOCKS = {"interrupt.handling": lambda: interrupt.handling(interrupt.stop_signals(), lambda signum, frame: None),
+          "cli": lambda: cli.terminate_as_ctrl_c(),
+          "own_program": lambda: own_program._ended_by_signal_as_by_ctrl_c()}
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+def test_a_handler_set_outside_python_is_followed_by_the_default_not_the_block_s_own(block, monkeypatch):
+    """signal.signal returns None for a handler set outside Python (by a program embedding it): that one cannot be
+    put back, so after a block that set its own, the signal has its default action again."""
+    expected = dict.fromkeys(interrupt.stop_signals(), signal.SIG_DFL)
+    set_to = {}
+
+    def outside(signum, handler):  # records, changes nothing, and says each previous handler was set outside Python
+        set_to[signum] = handler
+
+    monkeypatch.setattr(signal, "signal", outside)
+    with BLOCKS[block]():
+        assert set(set_to) == set(expected) and all(callable(h) for h in set_to.values())
+    assert set_to == expected
 
 
 # The CLI, with a line on stderr once the bench is under way (inside main()'s handling of Ctrl-C), so the

@@ -8,7 +8,6 @@ import os
 import platform
 import signal
 import sys
-import threading
 import warnings
 
 from . import analyze, bench
@@ -16,7 +15,7 @@ from .arches import ARCHES
 from .constants import MAX_ITERATIONS
 from .contended import layout_note
 from .errors import LabError
-from .interrupt import stop_signals
+from .interrupt import handling, stop_signals
 from .kernel import (DEFAULT_KERNEL, KERNELS, RULES, major_minor, kernel_for_release, outside_modelled,
                      refuse_before_uprobes, refuse_uretprobe_before, release_rules, row_for_release,
                      unknown_sublevel_note, version_name)
@@ -451,23 +450,14 @@ def terminate_as_ctrl_c():
     """SIGTERM and SIGHUP (kill, a closed terminal) act as Ctrl-C: the SIGINT handler in place runs, so the
     probes, children and scratch directories are released as on Ctrl-C, and a step that holds Ctrl-C holds
     them too. Only on the main thread, where Python runs signal handlers."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
     def as_ctrl_c(signum, frame):
         handler = signal.getsignal(signal.SIGINT)
         if not callable(handler):  # SIGINT ignored or left to the OS: stop all the same, through the cleanup
             raise KeyboardInterrupt
         handler(signal.SIGINT, frame)
 
-    previous = {sig: signal.signal(sig, as_ctrl_c) for sig in stop_signals()}
-    try:
+    with handling(stop_signals(), as_ctrl_c):
         yield
-    finally:
-        for sig, handler in previous.items():
-            if handler is not None:  # None: a handler not set from Python, which cannot be put back
-                signal.signal(sig, handler)
 
 
 def main(argv=None) -> int:

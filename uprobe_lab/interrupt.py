@@ -30,6 +30,22 @@ def stop_signals() -> list[signal.Signals]:
     return [sig for sig in (signal.SIGTERM, signal.SIGHUP) if signal.getsignal(sig) is not signal.SIG_IGN]
 
 
+@contextlib.contextmanager
+def handling(signals, handler) -> Iterator[None]:
+    """``handler`` for each of ``signals`` inside the block, the previous handlers put back after it. A previous
+    handler set outside Python (``signal.signal`` returns None for it) cannot be put back: it becomes SIG_DFL, not
+    ``handler`` left in place. Handlers can be set only on the main thread; elsewhere the block runs unchanged."""
+    previous = {}
+    try:
+        if threading.current_thread() is threading.main_thread():
+            for sig in signals:
+                previous[sig] = signal.signal(sig, handler)
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, signal.SIG_DFL if old is None else old)
+
+
 _engines: dict = {}  # weak reference to a live engine -> its handle
 _retired: list = []  # weak references whose engine was collected, closed by close_retired
 

@@ -35,7 +35,7 @@ import pandas as pd
 from . import analyze
 from .bench import events_per_hit
 from .errors import LabError, is_int, shown
-from .interrupt import stop_signals
+from .interrupt import handling, stop_signals
 from .kernel import KERNELS, get_kernel
 from .native.bpf import BpfCounter
 from .native.example import native_reason
@@ -277,21 +277,16 @@ def _ended_by_signal_as_by_ctrl_c():
     """SIGTERM and SIGHUP (``kill``, a closed terminal) raise KeyboardInterrupt inside, as Ctrl-C does, so the
     ``finally`` that deletes a system-wide perf probe runs; on the way out the process then gets the signal it was
     sent. Handlers can be set only in the main thread; elsewhere nothing changes."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
     received = []
 
     def interrupt(signum, _frame):
         received.append(signum)
         raise KeyboardInterrupt(signal.Signals(signum).name)
 
-    previous = {sig: signal.signal(sig, interrupt) for sig in stop_signals()}
     try:
-        yield
+        with handling(stop_signals(), interrupt):
+            yield
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
         if received:
             os.kill(os.getpid(), received[0])
 

@@ -19,12 +19,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 from .cli import terminate_as_ctrl_c
-from .interrupt import stop_signals
+from .interrupt import handling, stop_signals
 from .errors import LabError
 from .outputs import OutputDir
 
@@ -89,20 +88,15 @@ def _execute_interruptibly(client):
         heard.append(signum)
         loop.call_soon_threadsafe(task.cancel)
 
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        signals = stop_signals() + ([signal.SIGINT] if callable(signal.getsignal(signal.SIGINT))
-                                                     else [])
-        previous = {sig: signal.signal(sig, cancel) for sig in signals}
+    signals = stop_signals() + ([signal.SIGINT] if callable(signal.getsignal(signal.SIGINT)) else [])
     try:
-        loop.run_until_complete(task)
+        with handling(signals, cancel):
+            loop.run_until_complete(task)
     except BaseException:
         if heard:  # a cancelled run, or an error of the clean-up it went through
             raise KeyboardInterrupt from None
         raise
     finally:
-        for sig, handler in previous.items():  # None: a handler set outside Python, which cannot be put back
-            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
         left = asyncio.all_tasks(loop)  # nbclient's kernel poll, say: cancelled, so none is destroyed pending
         for t in left:
             t.cancel()
