@@ -142,6 +142,33 @@ def test_a_chapter_in_a_folder_the_user_cannot_write_is_one_line_with_the_way_ou
     assert f"cp -r {folder} /tmp/course && ./lab lecture /tmp/course/01_breakpoint_uprobes.ipynb" in done.stderr
 
 
+NOHUP_LECTURE = """
+import os, signal, sys
+from uprobe_lab import lecture
+
+class Voila:  # the server: its SIGHUP disposition is the one the lecture has as it starts it
+    def __init__(self, args, **kwargs):
+        print("voila ignores SIGHUP:", signal.getsignal(signal.SIGHUP) is signal.SIG_IGN, flush=True)
+    def wait(self):
+        os.kill(os.getpid(), signal.SIGHUP)  # the terminal closed: nohup's lecture goes on
+        print("went on", flush=True)
+        return 0
+    def poll(self):
+        return 0
+
+lecture.subprocess.Popen = Voila
+sys.exit(lecture.serve(sys.argv[1], []))
+"""
+
+
+def test_a_lecture_started_under_nohup_outlives_its_terminal_and_so_does_voila(tmp_path):
+    chapter = _chapter(tmp_path)
+    done = subprocess.run([sys.executable, "-c", NOHUP_LECTURE, str(chapter)], capture_output=True, text=True,
+                          timeout=60, preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    assert (done.returncode, done.stdout) == (0, "voila ignores SIGHUP: True\nwent on\n"), done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == [chapter.name]  # its copy removed on the way out
+
+
 def _chapter(folder: Path) -> Path:
     path = folder / "01_breakpoint_uprobes.ipynb"
     if not path.exists():

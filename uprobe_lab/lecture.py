@@ -20,6 +20,7 @@ from pathlib import Path
 
 from . import presenter
 from .errors import LabError
+from .interrupt import handling, stop_signals
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
@@ -170,22 +171,22 @@ def serve(want: str, voila_args: list[str]) -> int:
     def stop(signum, _frame):
         raise KeyboardInterrupt  # unwinds to the finally below, which stops the server and removes the copy
 
-    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):  # SIGINT too: a script may have started us ignoring it
-        signal.signal(sig, stop)
-    try:
-        env = dict(os.environ, **{presenter.ENV: "1"})
-        env["JUPYTER_PATH"] = os.pathsep.join(filter(None, [str(presenter.SLIDES_PATH), env.get("JUPYTER_PATH")]))
-        voila = Path(sys.executable).with_name("voila")
-        server = subprocess.Popen(
-            [str(voila) if voila.exists() else "voila", str(copy), *VOILA_ARGS, *voila_args],
-            env=env, preexec_fn=_die_with_parent)
-        return server.wait()
-    except KeyboardInterrupt:
-        return 130
-    finally:
-        if server is not None:
-            stop_server(server)
-        copy.unlink(missing_ok=True)
+    # SIGINT even if ignored (a script may have started us so); SIGHUP not under nohup, and Voila inherits that
+    with handling((signal.SIGINT, *stop_signals()), stop):
+        try:
+            env = dict(os.environ, **{presenter.ENV: "1"})
+            env["JUPYTER_PATH"] = os.pathsep.join(filter(None, [str(presenter.SLIDES_PATH), env.get("JUPYTER_PATH")]))
+            voila = Path(sys.executable).with_name("voila")
+            server = subprocess.Popen(
+                [str(voila) if voila.exists() else "voila", str(copy), *VOILA_ARGS, *voila_args],
+                env=env, preexec_fn=_die_with_parent)
+            return server.wait()
+        except KeyboardInterrupt:
+            return 130
+        finally:
+            if server is not None:
+                stop_server(server)
+            copy.unlink(missing_ok=True)
 
 
 def stop_server(server: subprocess.Popen, timeout_s: float = 10) -> None:
