@@ -9,7 +9,7 @@ import pytest
 from uprobe_lab.bench import bench_spec, events_per_hit
 from uprobe_lab.errors import LabError
 from uprobe_lab.native import compat
-from uprobe_lab.native.code import SCRATCH_PREFIX, find_exec_dir
+from uprobe_lab.native.code import find_exec_dir, scratch_prefix
 from uprobe_lab.uprobes import CountingConsumer, uprobe_get_trampoline_vaddr, uprobe_register
 from uprobe_lab.arches import make_process
 from native_support import native
@@ -120,7 +120,7 @@ def _perf_fds() -> int:
 
 def _my_scratch_dirs() -> list[str]:
     parent = find_exec_dir()
-    return [d for d in os.listdir(parent) if d.startswith(f"{SCRATCH_PREFIX}{os.getpid()}-")]
+    return [d for d in os.listdir(parent) if d.startswith(scratch_prefix())]
 
 
 @native

@@ -11,6 +11,7 @@ from uprobe_lab.errors import LabError
 from uprobe_lab.native import NativeUnavailable, code, run_native_benches
 from uprobe_lab.native.arch import host_arch
 from uprobe_lab.native.code import NativeCode
+from uprobe_lab.native.host import pid_namespace
 from uprobe_lab.stress import HANG_GUARD_S
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -106,17 +107,31 @@ def test_ctrl_c_breaks_a_long_native_loop(tmp_path):
 def test_stale_scratch_dirs_of_dead_processes_are_removed(private_scratch):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    stale = private_scratch / f"uprobe_lab-native-{dead.pid}-abc123"
-    live = private_scratch / f"uprobe_lab-native-{os.getppid()}-def456"  # our parent is running
+    here = pid_namespace()
+    stale = private_scratch / f"uprobe_lab-native-{here}-{dead.pid}-abc123"
+    live = private_scratch / f"uprobe_lab-native-{here}-{os.getppid()}-def456"  # our parent is running
     unrelated = private_scratch / "uprobe_lab-native-notapid"
     for d in (stale, live, unrelated):
         d.mkdir()
         (d / code.NativeCode.FILE_NAME).write_bytes(b"\xc3")
     with NativeCode() as nc:
         mine = os.path.dirname(nc.path)
-        assert os.path.basename(mine).startswith(f"uprobe_lab-native-{os.getpid()}-")
+        assert os.path.basename(mine).startswith(f"uprobe_lab-native-{here}-{os.getpid()}-")
         assert not stale.exists() and live.exists() and unrelated.exists()
     assert not os.path.exists(mine)
+
+
+def test_only_this_pid_namespace_s_dead_scratch_dirs_are_removed(tmp_path):
+    """A /tmp mounted into several containers holds their scratch directories too; a pid free here may run there."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    here, other = pid_namespace(), format(int(pid_namespace(), 16) ^ 1, "x")
+    names = [f"uprobe_lab-native-{here}-{dead.pid}-a1", f"uprobe_lab-native-{other}-{dead.pid}-b2",
+             f"uprobe_lab-native-{dead.pid}-c3", f"uprobe_lab-native-{here}-{os.getpid()}-d4"]
+    for name in names:
+        (tmp_path / name).mkdir()
+    assert code.remove_stale_scratch_dirs(str(tmp_path)) == [str(tmp_path / names[0])]
+    assert sorted(os.listdir(tmp_path)) == sorted(names[1:])
 
 
 @can_run_code

@@ -16,6 +16,7 @@ import pytest
 from uprobe_lab import LabError
 from uprobe_lab.own_program import (build_example, function_site, hit_verdict, loaded_library, measure_probe,
                                     overhead, perf_probe_count, probe_verdicts)
+from uprobe_lab.native.host import pid_namespace
 from uprobe_lab.native.perf import run_own_group
 from uprobe_lab.verify import x86_kernels
 from uprobe_lab.verify.x86 import host_rules
@@ -245,6 +246,44 @@ def test_a_real_probe_counts_every_call_and_goes_away():
     assert len(os.listdir("/proc/self/fd")) == before and not perf_fds()
 
 
+def lab_event(symbol: str, pid: int) -> str:
+    """The name perf_probe_count gives its event for ``symbol`` in process ``pid`` of this pid namespace."""
+    return f"lab_{symbol}_{pid_namespace()}_{pid}"
+
+
+def test_a_killed_run_s_probe_is_deleted_only_in_its_own_pid_namespace(monkeypatch):
+    """tracefs is one for the whole machine: a container's run at a pid that is free here is not taken for dead."""
+    from uprobe_lab import own_program
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    dead = gone.pid
+    other = format(int(pid_namespace(), 16) ^ 1, "x")  # another pid namespace's inode
+    events = {"old": f"lab_tick_{dead}", "theirs": f"lab_tick_{other}_{dead}", "stale": lab_event("tick", dead),
+              "live": lab_event("tick", os.getpid())}
+    monkeypatch.setattr(own_program, "_uprobe_events",
+                        lambda: "".join(f"p:probe_tick/{e} /tmp/tick:0x1139\n" for e in events.values()))
+    ran = []
+    monkeypatch.setattr(own_program.subprocess, "run", lambda argv, **kw: ran.append(argv))
+    own_program._delete_stale_lab_events("perf")
+    assert ran == [["perf", "probe", "-q", "-d", f"probe_tick:{events['stale']}"]]
+
+
+def test_the_event_name_of_a_long_symbol_at_the_largest_pid_fits_tracefs(monkeypatch):
+    """An event name is a C identifier shorter than 64 characters (MAX_EVENT_NAME_LEN), pid namespace and pid kept."""
+    from uprobe_lab import own_program
+
+    monkeypatch.setattr(own_program.os, "getpid", lambda: 2**22 - 1)  # PID_MAX_LIMIT - 1 on 64-bit
+    monkeypatch.setattr(own_program, "pid_namespace", lambda: "ffffffff")
+    monkeypatch.setattr(own_program, "_uprobe_events", lambda: "")
+    monkeypatch.setattr(own_program.subprocess, "run",
+                        lambda argv, **kw: subprocess.CompletedProcess(argv, 1, "", "refused\n"))
+    site = own_program.FunctionSite("/bin/true", "_ZN4some4very4long4rust6symbol17h0123456789abcdefE", 0, 0, 0, b"")
+    reason = own_program._perf_probe_count("perf", site, ["true"], 1)["reason"]
+    event = re.search(r"refused (\w+)=", reason)[1]
+    assert len(event) == 63 and event.endswith("_ffffffff_4194303") and event.startswith("lab__ZN4some4very"), event
+
+
 @native
 def test_perf_probe_counts_the_calls_and_deletes_its_event(tick):
     if shutil.which("perf") is None:
@@ -252,7 +291,7 @@ def test_perf_probe_counts_the_calls_and_deletes_its_event(tick):
     got = perf_probe_count(function_site(tick, "tick"), [str(tick), "5000"])
     assert got.get("count") == 5000, got
     listed = subprocess.run(["perf", "probe", "-l"], capture_output=True, text=True).stdout
-    assert f"lab_tick_{os.getpid()}" not in listed
+    assert lab_event("tick", os.getpid()) not in listed
 
 
 def _dead(pid: int, within_s: float = 2.0) -> bool:
@@ -290,7 +329,7 @@ def test_perf_probe_count_stops_a_command_that_outlives_its_timeout(tick, tmp_pa
                            timeout_s=4)  # long enough for perf to start sh on a loaded 2-CPU machine
     assert "ran longer than 4 s under perf stat" in got["reason"]
     assert _dead(int(pid_file.read_text()))  # the measured command went with perf
-    assert f"lab_tick_{os.getpid()}" not in subprocess.run(["perf", "probe", "-l"], capture_output=True, text=True).stdout
+    assert lab_event("tick", os.getpid()) not in subprocess.run(["perf", "probe", "-l"], capture_output=True, text=True).stdout
 
 
 @native
@@ -300,7 +339,7 @@ def test_perf_probe_count_says_what_perf_refused(tick):
         pytest.skip("perf is not installed")
     site = dataclasses.replace(function_site(tick, "tick"), symbol="no.such")
     reason = perf_probe_count(site, ["true"])["reason"]
-    assert "Failed to find symbol no.such" in reason and f"lab_no_such_{os.getpid()}=no.such" in reason
+    assert "Failed to find symbol no.such" in reason and f"{lab_event('no_such', os.getpid())}=no.such" in reason
     assert ("needs root" in reason) == (os.geteuid() != 0) and "tracefs" not in reason
 
 
@@ -334,7 +373,7 @@ def test_perf_probe_count_deletes_a_probe_whose_add_a_signal_cut_short(tick, tmp
               f"perf_probe_count(function_site({str(tick)!r}, 'tick'), ['true'])\n")
     child = subprocess.Popen([sys.executable, "-c", script],
                              env={**os.environ, "PATH": f"{slow.parent}:{os.environ['PATH']}"})
-    event = f"lab_tick_{child.pid}"
+    event = lab_event("tick", child.pid)
     listed = lambda: subprocess.run(["perf", "probe", "-l"], capture_output=True, text=True).stdout  # noqa: E731
     for _ in range(100):  # until the add has made the event (perf then pauses for 5 s)
         time.sleep(0.05)
@@ -354,13 +393,13 @@ def test_perf_probe_count_deletes_a_probe_whose_add_a_signal_cut_short(tick, tmp
 @native
 def test_perf_probe_count_deletes_its_probe_when_killed_and_a_dead_run_s_probe_later(tick, tmp_path):
     """SIGTERM (kill, a closed terminal's SIGHUP likewise) runs the delete as Ctrl-C does, and the process still
-    dies of it; a probe whose run died by SIGKILL (lab_<symbol>_<dead pid>) is deleted by the next run."""
+    dies of it; a probe whose run died by SIGKILL (lab_<symbol>_<pid namespace>_<dead pid>) is deleted by the next run."""
     if shutil.which("perf") is None:
         pytest.skip("perf is not installed")
     script = (f"from uprobe_lab.own_program import perf_probe_count, function_site\n"
               f"perf_probe_count(function_site({str(tick)!r}, 'tick'), ['sleep', '30'])\n")
     child = subprocess.Popen([sys.executable, "-c", script])
-    event = f"lab_tick_{child.pid}"
+    event = lab_event("tick", child.pid)
     for _ in range(100):  # until perf stat runs with the probe in place
         time.sleep(0.1)
         if event in subprocess.run(["perf", "probe", "-l"], capture_output=True, text=True).stdout:
@@ -373,7 +412,7 @@ def test_perf_probe_count_deletes_its_probe_when_killed_and_a_dead_run_s_probe_l
     # a dead run's probe: a pid that has exited
     dead = subprocess.Popen(["true"])
     dead.wait()
-    stale = f"lab_tick_{dead.pid}"
+    stale = lab_event("tick", dead.pid)
     subprocess.run(["perf", "probe", "-q", "-x", str(tick), "--add", f"{stale}=tick"], check=True, capture_output=True)
     perf_probe_count(function_site(tick, "tick"), [str(tick), "10"])
     assert stale not in subprocess.run(["perf", "probe", "-l"], capture_output=True, text=True).stdout
@@ -381,11 +420,11 @@ def test_perf_probe_count_deletes_its_probe_when_killed_and_a_dead_run_s_probe_l
 
 @native
 def test_perf_probe_count_keeps_an_event_of_its_name_it_did_not_make(tick):
-    """An event lab_<symbol>_<pid> already there (another pid namespace's run at the same pid, say) makes perf's add
+    """An event of the name the run would give, already there and added by someone else, makes perf's add
     refuse; the lab deletes only what it added, so that event stays."""
     if shutil.which("perf") is None:
         pytest.skip("perf is not installed")
-    event = f"lab_tick_{os.getpid()}"
+    event = lab_event("tick", os.getpid())
     subprocess.run(["perf", "probe", "-q", "-x", str(tick), "--add", f"{event}=tick"], check=True, capture_output=True)
     try:
         got = perf_probe_count(function_site(tick, "tick"), ["true"])

@@ -39,7 +39,7 @@ from .interrupt import handling, stop_signals
 from .kernel import KERNELS, get_kernel
 from .native.bpf import BpfCounter
 from .native.example import native_reason
-from .native.host import parse_maps
+from .native.host import ended_here, parse_maps, pid_namespace
 from .outputs import Manifest, output_file, record_file, write_output
 from .native.perf import UprobeEvent, run_own_group
 from .native.support import check_native_support
@@ -291,16 +291,6 @@ def _ended_by_signal_as_by_ctrl_c():
             os.kill(os.getpid(), received[0])
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
-
-
 def _uprobe_events() -> str:
     """The kernel's list of uprobe events (tracefs), or "" where it cannot be read."""
     for events in ("/sys/kernel/tracing/uprobe_events", "/sys/kernel/debug/tracing/uprobe_events"):
@@ -313,10 +303,11 @@ def _uprobe_events() -> str:
 
 def _delete_stale_lab_events(perf: str) -> None:
     """Delete the probes a run killed outright (SIGKILL) left behind: perf_probe_count's events are named
-    lab_<symbol>_<pid>, and one whose pid no longer runs is nobody's."""
+    lab_<symbol>_<pid namespace>_<pid>, and one of this pid namespace whose pid no longer runs is nobody's. The
+    events are system-wide: one of another namespace (a container's) is left, its pid cannot be looked up here."""
     text = _uprobe_events()
-    for group, event, pid in re.findall(r"^[pr]:(\w+)/(lab_\w+_(\d+))\s", text, re.M):
-        if not _pid_alive(int(pid)):
+    for group, event, namespace, pid in re.findall(r"^[pr]:(\w+)/(lab_\w+_([0-9a-f]+)_(\d+))\s", text, re.M):
+        if ended_here(namespace, int(pid)):
             subprocess.run([perf, "probe", "-q", "-d", f"{group}:{event}"], capture_output=True)
 
 
@@ -335,12 +326,13 @@ def perf_probe_count(site: FunctionSite, command: list[str], timeout_s: float = 
 
 
 def _perf_probe_count(perf: str, site: FunctionSite, command: list[str], timeout_s: float) -> dict:
-    # perf takes a C identifier as the event's name; the pid keeps two runs at once (tests, two notebooks) apart,
-    # since perf's probe events are system-wide and one run's delete would take the other's event
-    event = re.sub(r"\W", "_", f"lab_{site.symbol}")[:50] + f"_{os.getpid()}"
+    # perf takes a C identifier as the event's name, shorter than MAX_EVENT_NAME_LEN (64, kernel/trace/trace_probe.h):
+    # 46 + 8 hex digits + 7 (pids < 2**22) + 2 = 63. The pid namespace and pid keep two runs at once (tests, two
+    # notebooks, two containers) apart: perf's probe events are system-wide, and one's delete would take the other's
+    event = re.sub(r"\W", "_", f"lab_{site.symbol}")[:46] + f"_{pid_namespace()}_{os.getpid()}"
     add = [perf, "probe", "-x", site.path, "--add", f"{event}={site.symbol}"]
     # until perf names it, the event in any group (an interrupted add may have made it) - unless it was there
-    # before: then the add is refused and the event is someone else's (another pid namespace's run) to keep
+    # before: then the add is refused and the event is someone else's to keep
     name = None if re.search(rf"^[pr]:\w+/{event}\s", _uprobe_events(), re.M) else f"*:{event}"
     try:
         added = subprocess.run(add, capture_output=True, text=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -18,7 +19,7 @@ from typing import Iterator
 from ..errors import LabError, is_int
 from .arch import host_arch, load_bench_program
 from .errors import noexec, unsupported_arch
-from .host import read_mem
+from .host import ended_here, pid_namespace, read_mem
 from .libc import libc as _libc
 from .perf import sigint_deferred
 
@@ -82,21 +83,17 @@ def find_exec_dir(candidates: list[str] | None = None, mounts_file: str | None =
     raise noexec(tried)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, owned by someone else
-        return True
-    return True
+def scratch_prefix() -> str:
+    """The start of this process's scratch directory names."""
+    return f"{SCRATCH_PREFIX}{pid_namespace()}-{os.getpid()}-"
 
 
 def remove_stale_scratch_dirs(parent: str) -> list[str]:
     """Remove the scratch directories of lab processes that died without cleaning up (killed hard).
 
-    Each directory is named after the pid that made it; one whose pid no longer runs is stale.
-    Returns the paths removed.
+    Each directory is named after the pid namespace and pid that made it; one of this namespace whose
+    pid no longer runs is stale (another namespace's pid cannot be looked up here: /tmp, /dev/shm or the
+    working directory may be mounted into several containers). Returns the paths removed.
     """
     removed = []
     try:
@@ -104,10 +101,8 @@ def remove_stale_scratch_dirs(parent: str) -> list[str]:
     except OSError:
         return removed
     for name in names:
-        pid, sep, _ = name[len(SCRATCH_PREFIX):].partition("-")
-        if not name.startswith(SCRATCH_PREFIX) or not sep or not pid.isdigit():
-            continue
-        if int(pid) != os.getpid() and not _pid_alive(int(pid)):
+        m = re.fullmatch(rf"{SCRATCH_PREFIX}([0-9a-f]+)-(\d+)-.*", name, re.S)
+        if m and ended_here(m[1], int(m[2])):
             shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
             removed.append(os.path.join(parent, name))
     return removed
@@ -117,14 +112,14 @@ def remove_stale_scratch_dirs(parent: str) -> list[str]:
 def scratch_dir() -> Iterator[str]:
     """A fresh directory on an exec-capable file system, removed on the way out.
 
-    Named uprobe_lab-native-<pid>-*, so a later run can tell it from a live one and remove it if
-    this process is killed before it can (SIGKILL runs no cleanup)."""
+    Named uprobe_lab-native-<pid namespace>-<pid>-*, so a later run can tell it from a live one and
+    remove it if this process is killed before it can (SIGKILL runs no cleanup)."""
     d = None
     try:
         parent = find_exec_dir()
         remove_stale_scratch_dirs(parent)
         with sigint_deferred():
-            d = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-", dir=parent)
+            d = tempfile.mkdtemp(prefix=scratch_prefix(), dir=parent)
         yield d
     finally:
         if d is not None:

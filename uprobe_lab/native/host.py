@@ -5,6 +5,9 @@ unmapped or unreadable address is an error, never a crash. The uprobe special ma
 which that path refuses, so for them a second way is used: write(2) the bytes from the mapping
 into a pipe. The kernel copies them with the same checks a user load would pass, and answers
 EFAULT (instead of a SIGSEGV) if the page cannot be read.
+
+Probe events and scratch directories outlive a run killed outright; the next run removes them by the
+pid in their names, and only those of its own pid namespace (``pid_namespace``, ``ended_here``).
 """
 from __future__ import annotations
 
@@ -22,6 +25,30 @@ XOL_SLOT_BYTES = {"x86_64": X86_XOL_SLOT_BYTES, "arm64": ARM64_XOL_SLOT_BYTES}
 
 def kernel_release() -> str:
     return os.uname().release
+
+
+def pid_namespace() -> str:
+    """This process's pid namespace: the inode of /proc/self/ns/pid in hex (at most 8 digits), "" where /proc is
+    not mounted. A pid names a process only inside its namespace, and tracefs, or a /tmp mounted into several
+    containers, is shared by processes of many."""
+    try:
+        return format(os.stat("/proc/self/ns/pid").st_ino, "x")
+    except OSError:
+        return ""
+
+
+def ended_here(namespace: str, pid: int) -> bool:
+    """Whether process ``pid`` of pid namespace ``namespace`` (as ``pid_namespace`` gives it) has ended. Only a pid
+    of this namespace can be looked up; one of another namespace, or of none known, is never taken for ended."""
+    if not namespace or namespace != pid_namespace():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # running, another user's
+        return False
+    return False
 
 
 def parse_maps(text: str | None = None) -> list[Mapping]:
