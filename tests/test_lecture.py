@@ -121,6 +121,21 @@ def test_a_stale_copy_that_cannot_be_removed_is_left_and_the_others_go(tmp_path,
     assert stuck.exists() and not other.exists()
 
 
+def test_a_dead_server_s_copy_is_removed_only_in_its_own_pid_namespace(tmp_path):
+    """A course folder mounted into two containers: a pid free here may be the other's live lecture."""
+    from uprobe_lab.native.host import pid_namespace
+
+    dead = _dead_pid()
+    here = lecture.write_copy(_chapter(tmp_path), dead)
+    assert json.loads(here.read_text())["metadata"][lecture.MARK] == {"pid": dead, "pid_namespace": pid_namespace()}
+    theirs = tmp_path / f".lecture_pid{dead}_02_theirs.ipynb"
+    nb = nbformat.read(here, as_version=4)
+    nb.metadata[lecture.MARK] = {"pid": dead, "pid_namespace": format(int(pid_namespace(), 16) ^ 1, "x")}
+    nbformat.write(nb, theirs)
+    assert lecture.remove_stale_copies(tmp_path) == [here]
+    assert theirs.exists()
+
+
 def test_a_copy_is_never_written_over_a_file(tmp_path):
     chapter = _chapter(tmp_path)
     lecture.write_copy(chapter, 4242)
@@ -238,7 +253,7 @@ def test_two_lectures_of_one_chapter_side_by_side_and_each_stop_cleans_only_its_
     first, copy1, voila1 = _start(_free_port())
     second, copy2 = None, None
     try:
-        assert copy1.exists() and json.loads(copy1.read_text())["metadata"][lecture.MARK] == first.pid
+        assert copy1.exists() and json.loads(copy1.read_text())["metadata"][lecture.MARK]["pid"] == first.pid
         assert voila1 and f"{presenter.ENV}=1".encode() in Path(f"/proc/{voila1[0]}/environ").read_bytes()
         assert str(presenter.SLIDES_PATH).encode() in Path(f"/proc/{voila1[0]}/environ").read_bytes()  # JUPYTER_PATH
         assert all(a.encode() in Path(f"/proc/{voila1[0]}/cmdline").read_bytes() for a in lecture.VOILA_ARGS)

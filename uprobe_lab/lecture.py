@@ -3,7 +3,8 @@
 The server owns its copy: ``notebooks/.lecture_pidNNN_<chapter>.ipynb``, named after the process that serves it,
 so two lectures of one chapter never share (or delete) each other's copy. The copy goes and the server stops when
 this process ends by Ctrl-C, a closed terminal (SIGHUP) or SIGTERM; if this process is killed outright, the
-kernel sends Voila SIGTERM (a parent-death signal) and the next lecture removes the copy of the dead server.
+kernel sends Voila SIGTERM (a parent-death signal) and the next lecture removes the copy of the dead server - one
+of its own pid namespace: a folder mounted into several containers holds theirs too, and their pids mean nothing here.
 
     python -m uprobe_lab.lecture CHAPTER [voila args]    (CHAPTER: 01, 03b, or a notebook's path)
 """
@@ -21,12 +22,13 @@ from pathlib import Path
 from . import presenter
 from .errors import LabError
 from .interrupt import handling, stop_signals
+from .native.host import ended_here, pid_namespace
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
 CHAPTER = re.compile(r"(\d\d[a-z]?)_[A-Za-z0-9_]+\.ipynb")  # 03b_nop10_optimization.ipynb; not "-Copy1", not copies
 COPY = re.compile(r"\.lecture_pid(\d+)_.+\.ipynb")
-MARK = "uprobe_lab_lecture_copy"  # notebook metadata: the copy's server pid; only such files are ever removed
+MARK = "uprobe_lab_lecture_copy"  # notebook metadata: the server's pid and pid namespace; only such files are removed
 PR_SET_PDEATHSIG = 1
 # A cell that has not finished after CELL_TIMEOUT_S is interrupted and the page shows what ran, ending in an error
 # the slides name (paged.js, reportStoppedCell), instead of "Executing i of n" for ever; a page that hears nothing
@@ -97,30 +99,22 @@ def read_notebook(path: Path):
                        "or a .ipynb file") from None
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's live process
-        return True
-    return True
-
-
 def remove_stale_copies(folder: Path) -> list[Path]:
     """Remove the lecture copies in ``folder`` whose server is gone; returns them. A file is removed only when its
-    name and its metadata both say it is a lecture copy and its server's pid is not running; one that cannot be
-    removed (a folder the user cannot write) is left, and the lecture goes on to say why it cannot start there."""
+    name and its metadata both say it is a lecture copy and its server, a process of this pid namespace, is not
+    running; one that cannot be removed (a folder the user cannot write) is left, and the lecture goes on to say why
+    it cannot start there."""
     removed = []
     for path in folder.glob(".lecture_pid*_*.ipynb"):
         m = COPY.fullmatch(path.name)
-        if not m or _alive(int(m[1])):
+        if not m:
             continue
         try:
             marked = json.loads(path.read_text()).get("metadata", {}).get(MARK)
         except (OSError, ValueError, AttributeError):
             continue
-        if marked == int(m[1]):
+        if (isinstance(marked, dict) and marked.get("pid") == int(m[1])
+                and ended_here(marked.get("pid_namespace"), int(m[1]))):
             try:
                 path.unlink(missing_ok=True)
             except OSError:
@@ -134,7 +128,7 @@ def write_copy(chapter: Path, pid: int) -> Path:
     import nbformat
 
     nb = presenter.lecture_notebook(read_notebook(chapter))
-    nb.metadata[MARK] = pid
+    nb.metadata[MARK] = {"pid": pid, "pid_namespace": pid_namespace()}
     copy = chapter.parent / f".lecture_pid{pid}_{chapter.name}"
     try:
         with open(copy, "x") as f:  # "x": a file of that name is never overwritten

@@ -6,8 +6,9 @@ which that path refuses, so for them a second way is used: write(2) the bytes fr
 into a pipe. The kernel copies them with the same checks a user load would pass, and answers
 EFAULT (instead of a SIGSEGV) if the page cannot be read.
 
-Probe events and scratch directories outlive a run killed outright; the next run removes them by the
-pid in their names, and only those of its own pid namespace (``pid_namespace``, ``ended_here``).
+Probe events, scratch directories and lecture copies outlive a run killed outright; the next run
+removes them by the pid they carry, and only those of its own pid namespace (``pid_namespace``,
+``ended_here``).
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def pid_namespace() -> str:
         return ""
 
 
-def ended_here(namespace: str, pid: int) -> bool:
+def ended_here(namespace: str | None, pid: int) -> bool:
     """Whether process ``pid`` of pid namespace ``namespace`` (as ``pid_namespace`` gives it) has ended. Only a pid
     of this namespace can be looked up; one of another namespace, or of none known, is never taken for ended."""
     if not namespace or namespace != pid_namespace():
