@@ -156,15 +156,35 @@ def test_a_recording_never_lands_on_a_users_file_and_is_refused_before_the_boots
 
 def test_the_labs_shipped_recordings_may_be_recorded_again():
     shipped = REPO / "uprobe_lab" / "data" / "native_scaling_6.18.json"
-    assert outputs.output_file(str(shipped), recording=True) == shipped  # checked only: nothing is written here
+    assert outputs.output_file(str(shipped), recording=shipped.name) == shipped  # checked only: nothing is written
+    host = REPO / "uprobe_lab" / "data" / "host_prices_another_host.json"  # the price benches name theirs per host
+    assert outputs.output_file(str(host), recording="host_prices_*.json") == host
 
 
-@pytest.mark.parametrize("name, recording", [("published.csv", False), ("published.csv", True), ("tick.c", True),
-                                             ("README.md", True), ("native_scaling_6.18.json", False)])
+@pytest.mark.parametrize("name, recording", [("published.csv", ""), ("published.csv", "native_scaling_6.18.json"),
+                                             ("tick.c", "own_program_6.18.json"), ("README.md", "host_prices_*.json"),
+                                             ("native_scaling_6.18.json", ""),
+                                             ("own_program_6.18.json", "x86_kernels_referee.json"),
+                                             ("host_prices_6.18.json", "native_example_6.18.json"),
+                                             ("host_prices_new.json", "arm64_referee_6.1.json")])
 def test_no_other_file_in_the_packages_data_is_overwritten(name, recording):
     shipped = REPO / "uprobe_lab" / "data" / name
     with pytest.raises(LabError, match="package's source.*nothing was changed"):
         outputs.output_file(str(shipped), recording=recording)
+
+
+def test_a_record_command_never_replaces_another_commands_recording(monkeypatch, capsys):
+    from uprobe_lab.verify import x86_kernels
+
+    monkeypatch.setattr(x86_kernels, "referee", lambda *a, **k: pytest.fail("booted before checking --record"))
+    shipped = REPO / "uprobe_lab" / "data" / "own_program_6.18.json"  # chapter 08's, made by record_own_program
+    before = shipped.read_bytes()
+    assert cli.main(["verify", "--kernels", "6.18", "--record", str(shipped)]) == 2
+    err = capsys.readouterr().err
+    assert "package's source" in err and "records only" in err and "x86_kernels_referee.json" in err
+    assert shipped.read_bytes() == before
+    with pytest.raises(ValueError, match="not in outputs.RECORDINGS"):  # a caller names its own recording
+        outputs.output_file(str(shipped), recording=True)
 
 
 def test_predict_out_never_overwrites_the_labs_data(tmp_path, capsys):
@@ -180,7 +200,7 @@ def test_a_link_into_the_packages_data_is_refused_not_replaced(tmp_path):
     for target in ("published.csv", "native_scaling_6.18.json"):
         link = tmp_path / f"link-{target}"
         os.symlink(REPO / "uprobe_lab" / "data" / target, link)
-        for recording in (False, True):
+        for recording in ("", "native_scaling_6.18.json"):
             with pytest.raises(LabError, match="already exists and the lab did not write it"):
                 outputs.output_file(str(link), recording=recording)
         assert link.is_symlink()
@@ -194,7 +214,7 @@ def test_a_link_in_the_packages_data_is_refused_even_with_a_recordings_name(tmp_
     (tmp_path / "notes.json").write_text("the user's")
     os.symlink(tmp_path / "notes.json", data / "own_program_6.18.json")
     with pytest.raises(LabError, match="package's source"):
-        outputs.write_output(data / "own_program_6.18.json", "{}", recording=True)
+        outputs.write_output(data / "own_program_6.18.json", "{}", recording="own_program_6.18.json")
     assert (tmp_path / "notes.json").read_text() == "the user's" and (data / "own_program_6.18.json").is_symlink()
 
 
@@ -213,7 +233,7 @@ def test_recording_a_shipped_file_leaves_no_manifest_in_the_package(tmp_path, mo
     monkeypatch.setattr(outputs, "DATA", data)
     data.mkdir(parents=True)
     (data / "native_scaling_6.18.json").write_text("old")
-    outputs.write_output(data / "native_scaling_6.18.json", "new", recording=True)
+    outputs.write_output(data / "native_scaling_6.18.json", "new", recording="native_scaling_6.18.json")
     assert (data / "native_scaling_6.18.json").read_text() == "new"
     assert [p.name for p in data.iterdir()] == ["native_scaling_6.18.json"]
 

@@ -7,7 +7,7 @@ another user owns is refused. A file that is not in the manifest, or whose conte
 the user: the command refuses before it writes anything, and a directory the lab did not fill stays. Places no
 command writes into at all: an empty path, the working directory, the checkout, a directory that holds the
 checkout, the package's source tree, the home directory and ``/``. In the package's data (``uprobe_lab/data``)
-only the recordings in :data:`RECORDINGS` are written, by the commands that make them again. A JSON recording
+only the recordings in :data:`RECORDINGS` are written, each by the one command that makes it again. A JSON recording
 such a command wrote is read back with :func:`read_recording`.
 """
 from __future__ import annotations
@@ -29,7 +29,8 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "uprobe_lab"
 DATA = PACKAGE / "data"
 # The files in DATA a command writes (the record functions and ``verify --record``; data/README.md says which
-# command makes which). Every other file there is typed in, and no command overwrites it.
+# command makes which). A command passes its own entry as ``recording`` and may write only a file that entry
+# names; every other file there is typed in, and no command overwrites it.
 RECORDINGS = ("arm64_referee_6.1.json", "contention_transfers.json", "host_prices_*.json", "native_example_6.18.json",
               "native_scaling_6.18.json", "own_program_6.18.json", "x86_kernels_referee.json")
 
@@ -203,10 +204,14 @@ class OutputDir:
         self.manifest.record(self.new)
 
 
-def output_file(path: str, flag: str = "--out", example: str = "predicted.csv", recording: bool = False) -> Path:
+def output_file(path: str, flag: str = "--out", example: str = "predicted.csv", recording: str = "") -> Path:
     """A single file a command writes: a new file, or one the lab wrote there before (per that directory's manifest).
-    Checked before the work, so a typo does not waste a run. ``recording``: a command that makes one of the
-    package's :data:`RECORDINGS` again, the one kind of file that may be written into the package's source."""
+    Checked before the work, so a typo does not waste a run. ``recording``: the entry of :data:`RECORDINGS` (a
+    name or pattern) that the calling command makes again; a file it names is the one kind that may be written
+    into the package's source, and only by that command."""
+    if recording and recording not in RECORDINGS:  # a caller's mistake, not the user's: each names its own entry
+        raise ValueError(f"recording {recording!r} is not in outputs.RECORDINGS")
+
     def eg(value) -> str:  # a good value as the caller writes it: after the flag, or alone for a function's argument
         return f"{flag} {value}" if flag.startswith("-") else str(value)
 
@@ -230,17 +235,18 @@ def output_file(path: str, flag: str = "--out", example: str = "predicted.csv", 
     return out
 
 
-def _refuse_package(out: Path, flag: str, example: str, recording: bool):
-    """Refuse a file in the package's source tree, unless ``recording`` writes one of the package's RECORDINGS
-    (never through a symbolic link: the link is the user's, and where it points is not the lab's to follow)."""
+def _refuse_package(out: Path, flag: str, example: str, recording: str):
+    """Refuse a file in the package's source tree, unless it is in the package's data and ``recording`` (the
+    caller's own entry of RECORDINGS) names it: one command's recording is never another's to replace. Never
+    through a symbolic link: the link is the user's, and where it points is not the lab's to follow."""
     parent = out.parent.resolve()
     if parent != PACKAGE and PACKAGE not in parent.parents:
         return
-    if (recording and parent == DATA and not out.is_symlink()
-            and any(fnmatch.fnmatchcase(out.name, pattern) for pattern in RECORDINGS)):
+    if recording and parent == DATA and not out.is_symlink() and fnmatch.fnmatchcase(out.name, recording):
         return
+    own = f" (this command records only {DATA / recording} there)" if recording else ""
     raise LabError(f"{flag} {out}: that is in the uprobe_lab package's source ({PACKAGE}), whose files no command "
-                   f"overwrites; nothing was changed. Write elsewhere, e.g. {flag} {example}")
+                   f"overwrites{own}; nothing was changed. Write elsewhere, e.g. {flag} {example}")
 
 
 def _shipped(path: Path) -> bool:
@@ -248,7 +254,7 @@ def _shipped(path: Path) -> bool:
     return path.parent.resolve() == DATA
 
 
-def write_output(path, text: str, flag: str = "--record", example: str = "run.json", recording: bool = False) -> Path:
+def write_output(path, text: str, flag: str = "--record", example: str = "run.json", recording: str = "") -> Path:
     """Write ``text`` to ``path`` under ``output_file``'s rule, and note it in the manifest."""
     out = output_file(path, flag, example, recording)
     try:

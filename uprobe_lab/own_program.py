@@ -438,5 +438,5 @@ def record_own_program(tick: Path, path: str | Path = RECORDING) -> dict:
             "command": "uprobe_lab.own_program.record_own_program(build_example(dir))",
             "getpid": run["getpid"], "perf": run["perf"]}
     data["perf"]["commands"] = [c.replace(str(tick), "./tick") for c in data["perf"].get("commands", [])]
-    write_output(path, json.dumps(data, indent=1) + "\n", "path", "own_program.json", recording=True)
+    write_output(path, json.dumps(data, indent=1) + "\n", "path", "own_program.json", recording=RECORDING.name)
     return data

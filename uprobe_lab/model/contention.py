@@ -107,7 +107,7 @@ def record_transfers(path: str | Path = TRANSFERS_PATH) -> dict:
             for b, c, n in needed_runs()]
     data = {"command": "uprobe_lab.model.contention.record_transfers()", "iterations": ITERATIONS, "runs": runs}
     write_output(path, json.dumps(data, indent=1) + "\n", "path", "contention_transfers.json",
-                 recording=True)
+                 recording=TRANSFERS_PATH.name)
     recorded_transfers.cache_clear()
     transfers.cache_clear()
     loto_interval.cache_clear()

@@ -60,7 +60,7 @@ def record_example(path: str | Path = EXAMPLE_PATH, iterations: int = DEFAULT_IT
         "benches": rows,
         "snapshots": snapshots,
     }
-    write_output(path, json.dumps(data, indent=1) + "\n", "path", "example.json", recording=True)
+    write_output(path, json.dumps(data, indent=1) + "\n", "path", "example.json", recording=EXAMPLE_PATH.name)
     return data
 
 

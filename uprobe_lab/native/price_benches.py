@@ -379,7 +379,7 @@ def record_host_prices(path, budget_s: float = 6.0, label: str = "", rounds: int
             "recorded": datetime.date.today().isoformat(), "host": host_description(),
             "command": f"uprobe_lab.native.price_benches.record_host_prices(path, budget_s={budget_s}, rounds={rounds})",
             "rows": rows}
-    write_output(path, json.dumps(data, indent=1) + "\n", "path", "prices.json", recording=True)
+    write_output(path, json.dumps(data, indent=1) + "\n", "path", "prices.json", recording="host_prices_*.json")
     return data
 
 

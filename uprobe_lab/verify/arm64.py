@@ -148,7 +148,7 @@ def verify_arm64(package: str | None = None, deb: str | None = None, cases=None,
                        "(each runs twice under TCG); for more, run several seeds")
     cases = (cases if cases is not None else C.all_cases()) + C.random_cases(sample, seed)
     if record:
-        output_file(record, "--record", "run.json", recording=True)  # refused now, not after the boot
+        output_file(record, "--record", "run.json", recording=RECORDING.name)  # refused now, not after the boot
     if deb:
         image, version = B.unpack_deb(Path(deb))
         package = Path(deb).name
@@ -170,7 +170,7 @@ RECORDING = Path(__file__).resolve().parent.parent / "data" / "arm64_referee_6.1
 
 
 def save_recording(report: Report, path: Path) -> None:
-    write_output(path, json.dumps(report.to_json(), separators=(",", ":")) + "\n", recording=True)
+    write_output(path, json.dumps(report.to_json(), separators=(",", ":")) + "\n", recording=RECORDING.name)
 
 
 def recorded(path: Path = RECORDING) -> dict:

@@ -169,7 +169,7 @@ def run_referee(lines: list[str], record: str | Path | None = None, as_json: boo
                        f"{', '.join(KERNEL_LINES)} (e.g. --kernels {next(iter(KERNEL_LINES))}), or --kernels alone "
                        "for all")
     if record:  # refused now, not after the boots; a LabError of the command line, not of the kernels
-        output_file(record, "--record", "kernels.json", recording=True)
+        output_file(record, "--record", "kernels.json", recording=RECORDING.name)
     try:
         reports = referee(tuple(lines), progress=None if as_json else print)
     except LabError as err:
@@ -188,7 +188,7 @@ def run_referee(lines: list[str], record: str | Path | None = None, as_json: boo
     if record:
         write_output(record, json.dumps({"command": f"python -m uprobe_lab verify --kernels --record {record}",
                                          "reports": reports}, indent=1) + "\n", "--record", "kernels.json",
-                     recording=True)
+                     recording=RECORDING.name)
     return 0 if bad.empty else 2
 
 

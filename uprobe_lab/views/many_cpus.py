@@ -286,7 +286,7 @@ def record_native_scaling(path: str | Path = SCALING_PATH, iterations: int = 200
     data = {"host": f"{platform.release()}, {len(os.sched_getaffinity(0))} CPUs (a virtual machine)",
             "command": f"uprobe_lab.views.many_cpus.record_native_scaling(iterations={iterations}, "
                        f"repeats={repeats})", "rows": run["rows"]}
-    write_output(path, json.dumps(data, indent=1) + "\n", "path", "scaling.json", recording=True)
+    write_output(path, json.dumps(data, indent=1) + "\n", "path", "scaling.json", recording=SCALING_PATH.name)
     return data
 
 
