@@ -23,6 +23,7 @@ from uprobe_lab.native import NativeUnavailable, check_native_support, host_snap
 from uprobe_lab.native.code import NativeCode
 from uprobe_lab.native.perf import PerfEventAttr, UprobeEvent
 from uprobe_lab import sites
+from uprobe_lab.interrupt import stop_deferred
 from uprobe_lab.program import listing_lines
 from kernel_bytes import UPROBE_TRAMPOLINE
 from native_support import (NATIVE_REASON, PMU_TYPE_FILE, REQUIRE_ENV, Uname, host_has_uprobes, kernel_at_least, native,
@@ -500,13 +501,13 @@ def ctrl_c():
 
 
 @needs_sigint
-def test_sigint_deferred_holds_ctrl_c_until_the_block_ends():
+def test_stop_deferred_holds_ctrl_c_until_the_block_ends():
     reached = []
     with pytest.raises(KeyboardInterrupt):
-        with perf.sigint_deferred():
+        with stop_deferred():
             ctrl_c()
             reached.append("after kill")
-            with perf.sigint_deferred():  # nested: the outer block still decides
+            with stop_deferred():  # nested: the outer block still decides
                 reached.append("nested")
             reached.append("end")
     assert reached == ["after kill", "nested", "end"]

@@ -1,5 +1,6 @@
 """No command deletes or overwrites a file it did not write, whatever --out it is given (uprobe_lab/outputs.py)."""
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -367,6 +368,26 @@ def test_the_example_program_and_the_demo_elf_say_what_to_give_in_python(tmp_pat
     with pytest.raises(LabError, match=r"^write_demo_elf's path is empty; give a file name, e\.g\. usdt_demo$"):
         usdt.write_demo_elf("")
     assert os.listdir(tmp_path) == ["tick"] and os.listdir(tmp_path / "tick") == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_as_the_temp_file_is_made_leaves_no_temp_file(sig, tmp_path, monkeypatch):
+    """A signal handled just after os.open made the temp file, before replace_file noted it as its own: the temp
+    file goes all the same, so the next site build (replace_all) does not find a stranger in its directory."""
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        pytest.skip("needs Python's own SIGINT handler")
+    real_open = outputs.os.open
+
+    def open_then_stop(*args, **kwargs):
+        fd = real_open(*args, **kwargs)
+        os.kill(os.getpid(), sig)
+        return fd
+
+    monkeypatch.setattr(outputs.os, "open", open_then_stop)
+    with cli.terminate_as_ctrl_c(), pytest.raises(KeyboardInterrupt):  # the CLI turns SIGTERM into Ctrl-C
+        outputs.replace_file(tmp_path / "x.txt", "x")
+    assert list(tmp_path.iterdir()) == []
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def test_a_write_cut_short_leaves_no_temp_file(tmp_path, monkeypatch):

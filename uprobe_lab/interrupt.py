@@ -11,6 +11,9 @@ so a Ctrl-C that arrives while the garbage collector closes one is swallowed wit
 ``retire_on_collect`` replaces that finalizer with a weak reference whose callback is a C function
 (``list.append``: no Python code runs during collection, so no Ctrl-C can be raised and lost there),
 and ``close_retired`` closes the queued engines when a process is made or run, holding Ctrl-C.
+
+``stop_deferred`` holds Ctrl-C and the stop signals across a step that makes something and notes it as made
+(a kernel probe and its fd, a temp file), so no stop falls between the two.
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from typing import Callable, Iterator
 from unicorn import Uc
 
 from .unicorn_c import close_engine, detach_finalizer
+
 
 def stop_signals() -> list[signal.Signals]:
     """SIGTERM and SIGHUP, the signals that stop a command as Ctrl-C does - less any this process was started
@@ -44,6 +48,54 @@ def handling(signals, handler) -> Iterator[None]:
     finally:
         for sig, old in previous.items():
             signal.signal(sig, signal.SIG_DFL if old is None else old)
+
+
+@contextlib.contextmanager
+def stop_deferred() -> Iterator[None]:
+    """Hold Ctrl-C and the stop signals while the block runs; one that lands inside it is acted on as the block ends.
+
+    Around a step that makes something and stores its handle (or releases it): a kernel probe, mapping or
+    directory, or a temp file that only the code which made it may remove, so a KeyboardInterrupt cannot fall
+    between the two and leave behind what no clean-up will ever see. The handlers are swapped rather than the
+    signals masked: the kernel hands a process-directed SIGINT to any thread that does not block it (tqdm's
+    monitor thread, say), and Python runs the handler in the main thread whichever thread took it. Off the main
+    thread, or for a signal ignored or left to the OS, this does nothing. Nested uses hand a held signal on to
+    the enclosing one.
+    """
+    held, raised = [], []
+
+    def hold(signum, frame):
+        held.append((signum, frame))
+
+    def swap(sig, handler):  # signal.signal runs pending handlers first, so it can raise; keep what it raises
+        while True:
+            try:
+                signal.signal(sig, handler)
+                return
+            except KeyboardInterrupt as err:
+                raised.append(err)
+
+    previous = {}
+    try:
+        while True:  # an interrupt on the way in is held too: the block (a close(), say) still runs
+            try:
+                if threading.current_thread() is threading.main_thread():
+                    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, *stop_signals())}
+                break
+            except KeyboardInterrupt as err:
+                raised.append(err)
+        previous = {sig: handler for sig, handler in previous.items() if callable(handler)}
+        for sig in previous:
+            swap(sig, hold)
+        yield
+    finally:
+        for sig, handler in previous.items():
+            swap(sig, handler)  # a signal that has just arrived goes to ``hold`` before the swap
+        if raised:
+            raise raised[0]
+        if held:
+            signum, frame = held[0]
+            previous[signum](signum, frame)  # Python's SIGINT handler raises KeyboardInterrupt; the CLI's SIGTERM too
 
 
 _engines: dict = {}  # weak reference to a live engine -> its handle

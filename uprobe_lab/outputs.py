@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .errors import LabError, shown
+from .interrupt import stop_deferred
 
 MANIFEST = ".uprobe_lab-written"
 REPO = Path(__file__).resolve().parents[1]
@@ -107,14 +108,18 @@ def replace_file(path: Path, data: str | bytes):
     """Write ``data`` into a new file beside ``path`` and move it over ``path``: a symbolic or hard link planted at
     ``path`` is replaced, never written through, and a reader never sees half a file."""
     temp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
-    made = False  # the temp file is ours to remove only once O_EXCL made it; a Ctrl-C may land on any line
+    made, f = False, None  # the temp file is ours to remove only once O_EXCL made it
     try:
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # O_EXCL: a new file; the umask applies
-        made = True
-        with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as f:
+        with stop_deferred():  # a Ctrl-C or SIGTERM between making the file and ``made`` would leave it behind
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # O_EXCL: a new file; the umask applies
+            made = True
+            f = os.fdopen(fd, "wb" if isinstance(data, bytes) else "w")
+        with f:
             f.write(data)
         os.replace(temp, path)
     except BaseException:
+        if f is not None:
+            f.close()
         if made:
             temp.unlink(missing_ok=True)
         raise

@@ -17,11 +17,11 @@ import time
 from typing import Iterator
 
 from ..errors import LabError, is_int
+from ..interrupt import stop_deferred
 from .arch import host_arch, load_bench_program
 from .errors import noexec, unsupported_arch
 from .host import ended_here, pid_namespace, read_mem
 from .libc import libc as _libc
-from .perf import sigint_deferred
 
 MOUNTS = "/proc/mounts"
 ENV_DIR = "UPROBE_LAB_NATIVE_DIR"
@@ -118,12 +118,12 @@ def scratch_dir() -> Iterator[str]:
     try:
         parent = find_exec_dir()
         remove_stale_scratch_dirs(parent)
-        with sigint_deferred():
+        with stop_deferred():
             d = tempfile.mkdtemp(prefix=scratch_prefix(), dir=parent)
         yield d
     finally:
         if d is not None:
-            with sigint_deferred():
+            with stop_deferred():
                 shutil.rmtree(d, ignore_errors=True)
 
 
@@ -172,17 +172,17 @@ class NativeCode:
     def _open(self) -> None:
         bench_program = self._make_program or load_bench_program(self.arch)
         image = bench_program().code  # position independent: same bytes at any base
-        with sigint_deferred():
+        with stop_deferred():
             dir_cm = scratch_dir()
             directory = dir_cm.__enter__()
             self._dir_cm = dir_cm
         self.path = os.path.join(directory, self.FILE_NAME)
         with open(self.path, "wb") as f:
             f.write(image)
-        with sigint_deferred():
+        with stop_deferred():
             self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         self._size = len(image)
-        with sigint_deferred():
+        with stop_deferred():
             addr = _libc().mmap(None, self._size, PROT_READ | PROT_EXEC, MAP_PRIVATE, self._fd, 0)
             if addr in (None, MAP_FAILED):
                 e = ctypes.get_errno()
@@ -200,7 +200,7 @@ class NativeCode:
         Ctrl-C waits until all of it is released, and a failure releasing one part does not keep
         the later parts.
         """
-        with sigint_deferred():
+        with stop_deferred():
             self._loop = None
             try:
                 base, self.base = self.base, None

@@ -16,10 +16,9 @@ import re
 import signal
 import struct
 import subprocess
-import threading
-from typing import Iterator
 
 from ..errors import LabError, is_int, shown
+from ..interrupt import stop_deferred
 from ..uprobes import ENOTSUPP
 from .arch import perf_event_open_nr
 from .errors import NativeUnavailable, no_uprobe_pmu, permission_denied
@@ -94,52 +93,6 @@ class PerfEventAttr(ctypes.Structure):
 assert ctypes.sizeof(PerfEventAttr) == PERF_ATTR_SIZE_VER8
 
 
-@contextlib.contextmanager
-def sigint_deferred() -> Iterator[None]:
-    """Hold Ctrl-C while the block runs; a SIGINT that lands inside it is acted on as the block ends.
-
-    Around a step that acquires a kernel resource and stores its handle (or releases it), so a
-    KeyboardInterrupt cannot fall between the two and leave a probe, mapping or directory that no
-    close() will ever see. The SIGINT handler is swapped rather than the signal masked: the kernel
-    hands a process-directed SIGINT to any thread that does not block it (tqdm's monitor thread, say),
-    and Python raises KeyboardInterrupt in the main thread whichever thread took it. Off the main
-    thread, or when SIGINT is ignored or left to the OS, this does nothing. Nested uses hand a held
-    SIGINT on to the enclosing one.
-    """
-    held, raised = [], []
-
-    def hold(signum, frame):
-        held.append(frame)
-
-    def swap(handler):  # signal.signal runs pending handlers first, so it can raise; keep what it raises for later
-        while True:
-            try:
-                signal.signal(signal.SIGINT, handler)
-                return
-            except KeyboardInterrupt as err:
-                raised.append(err)
-
-    previous = None
-    try:
-        while True:  # an interrupt on the way in is held too: the block (a close(), say) still runs
-            try:
-                if threading.current_thread() is threading.main_thread():
-                    previous = signal.getsignal(signal.SIGINT)
-                break
-            except KeyboardInterrupt as err:
-                raised.append(err)
-        if callable(previous):
-            swap(hold)
-        yield
-    finally:
-        if callable(previous):
-            swap(previous)  # a SIGINT that has just arrived goes to ``hold`` before the swap
-        if raised:
-            raise raised[0]
-        if held:
-            previous(signal.SIGINT, held[0])  # Python's default handler raises KeyboardInterrupt
-
-
 def _killed_with_parent():  # runs in the child before exec: SIGKILL when this process dies, even by SIGKILL
     _libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
@@ -154,7 +107,7 @@ def run_own_group(command: list[str], timeout_s: float) -> subprocess.CompletedP
     try:
         out, err = child.communicate(timeout=timeout_s)
     except BaseException:
-        with sigint_deferred():
+        with stop_deferred():
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(child.pid, signal.SIGKILL)
             child.communicate()  # reaps it and closes the pipes
@@ -276,7 +229,7 @@ def trial_open(directory: str) -> None:
     with open(path, "wb") as f:
         f.write(b"\x90" * 16)
     try:
-        with sigint_deferred():
+        with stop_deferred():
             os.close(open_uprobe(path, 0))
     finally:
         os.unlink(path)
@@ -308,12 +261,12 @@ class UprobeEvent:
     def open(self) -> "UprobeEvent":
         if self.fd is not None:
             raise RuntimeError("UprobeEvent is already open")
-        with sigint_deferred():  # no Ctrl-C between the probe's registration and storing its fd
+        with stop_deferred():  # no Ctrl-C between the probe's registration and storing its fd
             self.fd = open_uprobe(self.path, self.offset, self.retprobe, pid=self.pid, cpu=self.cpu)
         return self
 
     def close(self) -> None:
-        with sigint_deferred():
+        with stop_deferred():
             fd, self.fd = self.fd, None
             if fd is not None:
                 os.close(fd)

@@ -20,8 +20,9 @@ import struct
 from dataclasses import dataclass
 
 from ..errors import LabError
+from ..interrupt import stop_deferred
 from ..native.libc import libc
-from ..native.perf import PR_SET_PDEATHSIG, open_uprobe, read_count, sigint_deferred
+from ..native.perf import PR_SET_PDEATHSIG, open_uprobe, read_count
 from . import uprobe_multi, x86_harness as H
 
 PROT_READ, PROT_WRITE, PROT_EXEC = 1, 2, 4
@@ -285,7 +286,7 @@ class HostPool:
                         exhausted = True
                         break
                     # Ctrl-C held: one raised in os.fork's hooks is lost, one after it leaves a child unreaped
-                    with sigint_deferred():
+                    with stop_deferred():
                         r, w = os.pipe()
                         parent = os.getpid()
                         pid = os.fork()
