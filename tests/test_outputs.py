@@ -347,6 +347,26 @@ def test_a_directory_whose_manifest_another_user_owns_is_refused_before_any_writ
     assert ours.read_text() == "{}" and sorted(p.name for p in users_dir.iterdir()) == before
 
 
+@pytest.mark.parametrize("place, what", [(".", "the directory you are in"), ("/", "the root directory"),
+                                         ("~", "your home directory"), ("..", "the uprobe_lab checkout"),
+                                         ("../uprobe_lab/data", "inside the uprobe_lab package's source")])
+def test_the_example_program_is_built_only_where_out_may_write(place, what, monkeypatch):
+    """As --out is judged: from a notebook (its working directory the checkout's notebooks/) neither ``.`` nor
+    the checkout, the package, home or / takes the program; nothing is written there."""
+    from uprobe_lab import own_program
+
+    monkeypatch.chdir(REPO / "notebooks")
+    monkeypatch.setattr(own_program.subprocess, "run", lambda *a, **k: pytest.fail(f"compiled into {place}"))
+    target = Path(place).expanduser()
+    before = sorted(os.listdir(target))
+    with pytest.raises(LabError) as err:
+        own_program.build_example(place)
+    assert str(err.value).startswith(f"build_example's directory {place}: that is") and what in str(err.value)
+    assert str(err.value).endswith("give a new directory, e.g. build_example(tempfile.mkdtemp())") or \
+        str(err.value).endswith("give a new directory outside it, e.g. build_example(tempfile.mkdtemp())")
+    assert sorted(os.listdir(target)) == before
+
+
 def test_the_example_program_and_the_demo_elf_say_what_to_give_in_python(tmp_path):
     from uprobe_lab import own_program, usdt
 

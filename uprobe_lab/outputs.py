@@ -5,7 +5,7 @@ A directory remembers the files the lab wrote into it in a manifest (``.uprobe_l
 SHA-256 a line), so a second run replaces exactly those files and nothing else; a directory whose manifest
 another user owns is refused. A file that is not in the manifest, or whose content changed since the lab wrote it, belongs to
 the user: the command refuses before it writes anything, and a directory the lab did not fill stays. Places no
-command writes into at all: an empty path, the working directory, the checkout, a directory that holds the
+command (nor ``own_program.build_example``) writes into at all (:func:`refuse_place`): an empty path, the working directory, the checkout, a directory that holds the
 checkout, the package's source tree, the home directory and ``/``. In the package's data (``uprobe_lab/data``)
 only the recordings in :data:`RECORDINGS` are written, each by the one command that makes it again. A JSON recording
 such a command wrote is read back with :func:`read_recording`.
@@ -44,26 +44,33 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _refuse_place(path: str, flag: str, example: str) -> Path:
-    """The resolved path, unless it is a place no command may write into."""
+def _eg(flag: str, value) -> str:
+    """A good value as the caller writes it: after a command line's flag, or whole for a function's argument."""
+    return f"{flag} {value}" if flag.startswith("-") else str(value)
+
+
+def refuse_place(path: str, flag: str, example: str) -> Path:
+    """The resolved path of a directory to write into, unless it is a place no command or function may write
+    into (the module's docstring lists them). ``flag`` names the path in the error (``--out``, or a function's
+    argument such as "build_example's directory"); ``example`` is a good value, written as ``_eg`` shows it."""
+    eg = _eg(flag, example)
     if not str(path).strip():  # Path("") is "." : the output would land wherever the command was run
-        raise LabError(f"{flag} is empty; give a new directory, e.g. {flag} {example}")
+        raise LabError(f"{flag} is empty; give a new directory, e.g. {eg}")
     try:
         resolved = Path(path).expanduser().resolve()
     except (OSError, RuntimeError, ValueError) as err:
-        raise LabError(f"{flag} {path!r}: not a usable path ({err}); give a new directory, e.g. {flag} {example}") \
-            from None
+        raise LabError(f"{flag} {path!r}: not a usable path ({err}); give a new directory, e.g. {eg}") from None
     forbidden = {Path.cwd().resolve(): "the directory you are in", Path.home().resolve(): "your home directory",
                  Path("/"): "the root directory"}
     if resolved in forbidden:
         raise LabError(f"{flag} {path}: that is {forbidden[resolved]}, which holds files the lab did not write; "
-                       f"give a new directory, e.g. {flag} {example}")
+                       f"give a new directory, e.g. {eg}")
     if resolved == REPO or resolved in REPO.parents:
         raise LabError(f"{flag} {path}: that is the uprobe_lab checkout or a directory holding it; "
-                       f"give a new directory, e.g. {flag} {example}")
+                       f"give a new directory, e.g. {eg}")
     if resolved == PACKAGE or PACKAGE in resolved.parents:
         raise LabError(f"{flag} {path}: that is inside the uprobe_lab package's source ({PACKAGE}); "
-                       f"give a new directory outside it, e.g. {flag} {example}")
+                       f"give a new directory outside it, e.g. {eg}")
     return resolved
 
 
@@ -134,7 +141,7 @@ class OutputDir:
 
     def __init__(self, path, flag: str = "--out", example: str = "charts"):
         self.flag, self.example, self.given = flag, example, path
-        self.path = _refuse_place(path, flag, example)
+        self.path = refuse_place(path, flag, example)
         if self.path.exists() and not self.path.is_dir():
             raise LabError(f"{flag} {path} is a file, not a directory; give a new directory, e.g. {flag} {example}")
         try:
@@ -216,27 +223,23 @@ def output_file(path: str, flag: str = "--out", example: str = "predicted.csv", 
     into the package's source, and only by that command."""
     if recording and recording not in RECORDINGS:  # a caller's mistake, not the user's: each names its own entry
         raise ValueError(f"recording {recording!r} is not in outputs.RECORDINGS")
-
-    def eg(value) -> str:  # a good value as the caller writes it: after the flag, or alone for a function's argument
-        return f"{flag} {value}" if flag.startswith("-") else str(value)
-
     if not isinstance(path, (str, os.PathLike)):
-        raise LabError(f"{flag} is {shown(path)}, not a path; give a file name, e.g. {eg(example)}")
+        raise LabError(f"{flag} is {shown(path)}, not a path; give a file name, e.g. {_eg(flag, example)}")
     if not str(path).strip():
-        raise LabError(f"{flag} is empty; give a file name, e.g. {eg(example)}"
+        raise LabError(f"{flag} is empty; give a file name, e.g. {_eg(flag, example)}"
                        + (f", or drop {flag} to print the table" if flag == "--out" else ""))
     out = Path(path)
     if out.is_dir():
-        raise LabError(f"{flag} {path} is a directory; give a file name, e.g. {eg(out / example)}")
+        raise LabError(f"{flag} {path} is a directory; give a file name, e.g. {_eg(flag, out / example)}")
     if not out.parent.is_dir():
         raise LabError(f"{flag} {path}: {out.parent} is not an existing directory; make it first or write elsewhere")
     _refuse_package(out, flag, example, recording)
     manifest = Manifest(out.parent)  # refuses a planted manifest link now, before the work
     if not os.access(out.parent, os.W_OK | os.X_OK) or (out.exists() and not os.access(out, os.W_OK)):
-        raise LabError(f"{flag} {path} is not writable; give a path you can write, e.g. {eg(example)}")
+        raise LabError(f"{flag} {path} is not writable; give a path you can write, e.g. {_eg(flag, example)}")
     if (out.exists() or out.is_symlink()) and not manifest.is_ours(out.name) and not (recording and _shipped(out)):
         raise LabError(f"{flag} {path} already exists and the lab did not write it; nothing was changed. "
-                       f"Give a new file name, e.g. {eg(example)}")
+                       f"Give a new file name, e.g. {_eg(flag, example)}")
     return out
 
 

@@ -40,7 +40,7 @@ from .kernel import KERNELS, get_kernel
 from .native.bpf import BpfCounter
 from .native.example import native_reason
 from .native.host import ended_here, parse_maps, pid_namespace
-from .outputs import Manifest, output_file, record_file, write_output
+from .outputs import Manifest, output_file, record_file, refuse_place, write_output
 from .native.perf import UprobeEvent, run_own_group
 from .native.support import check_native_support
 from .program import disassembler
@@ -366,8 +366,9 @@ def build_example(directory: str | Path, pie: bool = True) -> Path:
     way_out = "a new directory, e.g. build_example(tempfile.mkdtemp())"
     if not isinstance(directory, (str, os.PathLike)):
         raise LabError(f"build_example's directory is {shown(directory)}, not a path; give {way_out}")
-    if not str(directory).strip():  # Path("") is ".": the program would land wherever the notebook runs
-        raise LabError(f"build_example's directory is empty; give {way_out}")
+    # Judged as --out is: not the working directory (a notebook's is the checkout's notebooks/), the checkout,
+    # the package, home or /; another directory is guarded by its manifest below
+    refuse_place(directory, "build_example's directory", "build_example(tempfile.mkdtemp())")
     cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if cc is None:
         raise LabError("no C compiler here (Debian/Ubuntu: apt install gcc; Fedora: dnf install gcc): the chapter "
