@@ -1,14 +1,15 @@
 """Where a command may write: an output directory or file that never costs a user a file.
 
-Every command that writes files (``./lab site``, ``reproduce --out``, ``predict --out``) goes through here.
-A directory remembers the files the lab wrote into it in a manifest (``.uprobe_lab-written``: a path and a
-SHA-256 a line), so a second run replaces exactly those files and nothing else; a directory whose manifest
-another user owns is refused. A file that is not in the manifest, or whose content changed since the lab wrote it, belongs to
-the user: the command refuses before it writes anything, and a directory the lab did not fill stays. Places no
-command (nor ``own_program.build_example``) writes into at all (:func:`refuse_place`): an empty path, the working directory, the checkout, a directory that holds the
-checkout, the package's source tree, the home directory and ``/``. In the package's data (``uprobe_lab/data``)
-only the recordings in :data:`RECORDINGS` are written, each by the one command that makes it again. A JSON recording
-such a command wrote is read back with :func:`read_recording`.
+Every command that writes files (``./lab site``, ``reproduce --out``, ``predict --out``) goes through here. A
+directory remembers the files the lab wrote into it in a manifest (``.uprobe_lab-written``: a path and a SHA-256 a
+line), so a second run replaces exactly those files and nothing else; a directory whose manifest another user owns
+is refused. A file that is not in the manifest, or whose content changed since the lab wrote it, belongs to the
+user: the command refuses before it writes anything, and a directory the lab did not fill stays. Places no command
+(nor ``own_program.build_example``) writes into at all (:func:`refuse_place`): an empty path, the working
+directory, the checkout, a directory that holds the checkout, the package's source tree, the home directory and
+``/``. In the package's data (``uprobe_lab/data``) only the recordings in :data:`RECORDINGS` are written, each by
+the one command that makes it again. A JSON recording such a command wrote is read back with
+:func:`read_recording`.
 """
 from __future__ import annotations
 
