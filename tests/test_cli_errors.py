@@ -79,8 +79,8 @@ def test_predict_refuses_a_named_pipe_without_waiting_for_a_writer(capsys, tmp_p
     os.mkfifo(fifo)
     done = subprocess.run([sys.executable, "-m", "uprobe_lab", "predict", "--measured", str(fifo), "--to", "6.11"],
                           capture_output=True, text=True, timeout=60)  # the old reader blocked here for ever
-    assert done.returncode == 2 and done.stderr.startswith(f"error: --measured {fifo} is not a regular file (a named "
-                                                           "pipe or a device); save the measurements to a file first")
+    assert done.returncode == 2 and done.stderr.startswith(f"error: --measured {fifo} is not a regular file (a FIFO); "
+                                                           "save the measurements to a file first")
     fails_cleanly(capsys, ["predict", "--measured", "/dev/null", "--to", "6.11"], "is not a regular file")
 
 

@@ -1,5 +1,8 @@
 """The helpers a notebook calls, given a value they do not take, raise a LabError that names the value, what is
 taken and the way out, instead of a KeyError, IndexError, TraitError or JSONDecodeError from inside."""
+import os
+import threading
+
 import pytest
 
 import uprobe_lab as ul
@@ -19,7 +22,7 @@ ROW = {"bench": "uprobe-nop", "arch": "x86_64", "kernel": "6.18.1", "mops": 1.0}
 LOADERS = {"load_example": load_example, "load_recording": load_recording, "referee.recorded": referee.recorded,
            "load_host_recording": load_host_recording}
 FILES = {"not JSON": ("x.json", "not json{", "not JSON \\(Expecting value, line 1 column 1\\)"),
-         "a directory": (None, None, "a directory, not a file"), "missing": ("nope.json", None, "no such file"),
+         "a directory": (None, None, "a directory, not a regular file"), "missing": ("nope.json", None, "no such file"),
          "JSON of another shape": ("x.json", "[1, 2]", "JSON without .*, so not such a recording")}
 
 # each: a call (given a temporary directory) and a regex its message must match: the bad value, what is taken
@@ -82,6 +85,22 @@ def test_a_helper_names_the_value_it_does_not_take(case, tmp_path):
     with pytest.raises(ul.LabError, match=message) as info:
         call(tmp_path)
     assert len(str(info.value)) < 700, str(info.value)  # a message, not a dump
+
+
+@pytest.mark.parametrize("loader", LOADERS)
+def test_a_recording_loader_refuses_a_fifo_without_waiting_for_a_writer(loader, tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    raised = []
+    thread = threading.Thread(target=lambda: raised.append(pytest.raises(ul.LabError, LOADERS[loader], fifo)),
+                              daemon=True)
+    thread.start()
+    thread.join(10)
+    if thread.is_alive():
+        with open(fifo, "wb"):  # a writer comes and goes, so the blocked reader ends
+            pass
+        pytest.fail(f"{loader} blocked on a FIFO")
+    assert str(raised[0].value).startswith(f"'{fifo}': a FIFO, not a regular file; give the path of a file that ")
 
 
 def test_what_the_helpers_take_still_works():

@@ -10,6 +10,7 @@ tools/testing/selftests/bpf/prog_tests/usdt.c (analogdevicesinc/linux 06dfa707ba
 at addr_2 + 1 ({ 0x48, 0x8d, 0x64, 0x24, 0x80, 0xe8 }) with the nop left at addr_2; the page-crossing
 subtest says libbpf keeps the probe on the preceding 1-byte nop.
 """
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -152,6 +153,20 @@ def test_read_errors_are_clear(tmp_path):
     junk.write_bytes(b"not an elf")
     with pytest.raises(LabError, match="not an ELF"):
         read_usdt_sites(junk)
+
+
+def test_what_is_no_regular_file_is_named_without_waiting_for_it(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    held = os.open(fifo, os.O_RDWR)  # both ends held open, so a reader that does get in is never stuck
+    try:
+        os.write(held, b"x" * 64)
+        with pytest.raises(LabError, match=f"^{fifo} is a FIFO, not a regular file; give the path of an ELF binary$"):
+            read_usdt_sites(fifo)
+    finally:
+        os.close(held)
+    with pytest.raises(LabError, match="^/dev/null is a device, not a regular file"):
+        read_usdt_sites("/dev/null")
 
 
 def test_cost_table_of_the_demo_elf(tmp_path):

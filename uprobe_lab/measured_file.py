@@ -13,6 +13,7 @@ from .constants import MAX_ITERATIONS
 from .errors import LabError
 from .model.text import MAX_MOPS, MIN_MOPS
 from .native.calibrate import figure_rel_err
+from .outputs import NotRegularFile, open_regular
 
 
 def _finite(value) -> float | None:
@@ -102,12 +103,9 @@ def read_measured(path: str):
              "your machine), or the output of bench --mode native --json")
     if os.path.isdir(path):
         raise LabError(f"--measured {path} is a directory; give {shape}")
-    if os.path.exists(path) and not os.path.isfile(path):  # a named pipe would block, and it is read more than once
-        raise LabError(f"--measured {path} is not a regular file (a named pipe or a device); save the measurements "
-                       f"to a file first and give {shape}")
     header = []  # a CSV's column names as written (JSON rows have no header)
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:  # a named pipe would block, and the file is read more than once
             head = f.read(4096)
         if b"\0" in head:
             raise UnicodeDecodeError("utf-8", head, head.index(b"\0"), len(head), "NUL byte")
@@ -117,6 +115,9 @@ def read_measured(path: str):
         else:
             table = pd.read_csv(path, dtype=str, keep_default_na=False)
             header = list(pd.read_csv(path, dtype=str, header=None, nrows=1, keep_default_na=False).iloc[0])
+    except NotRegularFile as err:
+        raise LabError(f"--measured {path} is not a regular file ({err.kind}); save the measurements to a file first "
+                       f"and give {shape}") from None
     except FileNotFoundError:
         raise LabError(f"--measured {path}: no such file; give the path of {shape}") from None
     except OSError as err:

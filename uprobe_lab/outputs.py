@@ -19,9 +19,11 @@ import json
 import os
 import secrets
 import shutil
+import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 from .errors import LabError, shown
 from .interrupt import stop_deferred
@@ -282,15 +284,40 @@ def record_file(out: Path):
         Manifest(out.parent).record([out.name])
 
 
+class NotRegularFile(Exception):
+    """What :func:`open_regular` raises for a path that is there but is no regular file; ``kind`` says what it is."""
+
+    def __init__(self, kind: str):
+        super().__init__(kind)
+        self.kind = kind
+
+
+_KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a device", stat.S_IFBLK: "a device",
+          stat.S_IFSOCK: "a socket"}
+
+
+def open_regular(path) -> BinaryIO:
+    """A user's ``path`` opened for reading (binary), or :class:`NotRegularFile`: opened non-blocking, as a FIFO
+    would block the open until a writer came, and judged on the opened file, so nothing can be swapped in between.
+    OSError (no such file, no permission) goes to the caller, which names the file and what it wants."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise NotRegularFile(_KINDS.get(stat.S_IFMT(mode), "not a regular file"))
+    return os.fdopen(fd, "rb")
+
+
 def read_recording(path, keys: tuple[str, ...], made_by: str) -> dict:
     """The JSON object a recording at ``path`` holds, with at least ``keys``; every way the file can be wrong ends
     in one LabError naming the file, the problem and ``made_by``, what writes such a file."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        with open_regular(path) as f:
+            data = json.loads(f.read().decode("utf-8"))
     except FileNotFoundError:
         problem = "no such file"
-    except IsADirectoryError:
-        problem = "a directory, not a file"
+    except NotRegularFile as err:
+        problem = f"{err.kind}, not a regular file"
     except OSError as err:
         problem = f"cannot read it ({err.strerror})"
     except UnicodeDecodeError:

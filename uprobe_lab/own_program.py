@@ -21,7 +21,6 @@ import platform
 import re
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import threading
@@ -40,7 +39,8 @@ from .kernel import KERNELS, get_kernel
 from .native.bpf import BpfCounter
 from .native.example import native_reason
 from .native.host import ended_here, parse_maps, pid_namespace
-from .outputs import Manifest, output_file, record_file, refuse_place, write_output
+from .outputs import (Manifest, NotRegularFile, open_regular, output_file, record_file, refuse_place,
+                      write_output)
 from .native.perf import UprobeEvent, run_own_group
 from .native.support import check_native_support
 from .program import disassembler
@@ -100,18 +100,17 @@ def open_elf_file(path) -> tuple[Path, object]:
         raise LabError(f"the path {shown(str(path))} holds a NUL byte, which no file name can: give the "
                        "path of an ELF executable or library")
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        f = open_regular(path)
+    except NotRegularFile as err:
+        raise LabError(f"{shorten(str(path))} is {err.kind}: give the path of an ELF executable or library") from None
     except OSError as err:
         raise LabError(f"cannot open {shorten(str(path))}: {err.strerror}; give the path of an ELF executable or "
                        "library") from None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
-        os.close(fd)
-        kind = ("an empty file (a /proc file reads as one)" if stat.S_ISREG(st.st_mode) else
-                {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a device", stat.S_IFBLK: "a device",
-                 stat.S_IFSOCK: "a socket"}.get(stat.S_IFMT(st.st_mode), "not a regular file"))
-        raise LabError(f"{shorten(str(path))} is {kind}: give the path of an ELF executable or library")
-    return path, os.fdopen(fd, "rb")
+    if os.fstat(f.fileno()).st_size == 0:
+        f.close()
+        raise LabError(f"{shorten(str(path))} is an empty file (a /proc file reads as one): give the path of an ELF "
+                       "executable or library")
+    return path, f
 
 
 def shorten(text: str, limit: int = 200) -> str:

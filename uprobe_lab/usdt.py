@@ -38,7 +38,7 @@ from elftools.elf.elffile import ELFFile
 from .constants import PAGE_SIZE
 from .errors import LabError
 from .kernel import get_kernel
-from .outputs import output_file, record_file, replace_file
+from .outputs import NotRegularFile, open_regular, output_file, record_file, replace_file
 from .uprobes import uprobe_register
 from .x86.asm import NOP10, X86_NOPS
 from .x86.constants import ENOSYS, ENXIO, EPROTO  # the kernel's errno values, not the host's
@@ -180,7 +180,9 @@ def _parse_note_desc(desc: bytes) -> tuple[int, int, int, str, str, str]:
 def read_usdt_sites(path) -> list[UsdtSite]:
     """Every USDT site of an x86-64 ELF file (executable or shared library), in note order."""
     try:
-        f = open(path, "rb")
+        f = open_regular(path)  # a FIFO would block the open until a writer came
+    except NotRegularFile as err:
+        raise LabError(f"{path} is {err.kind}, not a regular file; give the path of an ELF binary") from None
     except OSError as err:
         raise LabError(f"cannot open {path}: {err.strerror}; give the path of an ELF binary") from None
     with f:
