@@ -246,6 +246,18 @@ def test_every_json_file_in_the_packages_data_is_a_recording_a_command_makes_aga
     assert names and all(any(fnmatch.fnmatchcase(n, pat) for pat in outputs.RECORDINGS) for n in names)
 
 
+def test_every_recording_has_a_row_in_the_datas_readme_saying_what_makes_it():
+    import fnmatch
+
+    rows = [line.split(" | ") for line in (REPO / "uprobe_lab" / "data" / "README.md").read_text().splitlines()
+            if line.startswith("| `")]
+    made_by = {row[0].removeprefix("| `").removesuffix("`"): row[-1] for row in rows}
+    for pattern in outputs.RECORDINGS:
+        names = [name for name in made_by if fnmatch.fnmatchcase(name, pattern)]
+        assert names, f"uprobe_lab/data/README.md has no row for {pattern}"
+        assert all(made_by[name].strip(" |") for name in names), names
+
+
 def test_the_example_program_is_never_built_over_a_users_file(tmp_path):
     from uprobe_lab import own_program
 
