@@ -811,6 +811,62 @@ def test_a_private_lock_directory_keeps_a_bench_clear_of_the_machine_s_others(mo
     assert native_bench.cpu_lock_dir() == native_bench.CPU_LOCK_DIR
 
 
+LOCK_AS_NOBODY = """
+import sys
+from uprobe_lab.native.bench import cpu_lock
+with cpu_lock(0) as mine:
+    print("held" if mine else "taken")
+"""
+
+
+def test_another_user_s_lock_directory_is_shared_read_only_not_a_traceback(tmp_path):
+    """A bench run by one user made the shared lock directory (0755) and its files (0644): another user's bench
+    (here nobody, with setpriv) takes the lock read-only, which flock allows, instead of dying on EACCES."""
+    import shutil
+    import tempfile
+
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv to run a bench as another user")
+    shared = Path(tempfile.mkdtemp(prefix="uprobe_lab-locks-"))  # not under tmp_path: nobody must reach it
+    try:
+        shared.chmod(0o755)
+        (shared / "cpu0.lock").write_text("1\n")
+        (shared / "cpu0.lock").chmod(0o644)
+        repo = str(Path(__file__).resolve().parents[1])
+        env = {**os.environ, native_bench.CPU_LOCK_DIR_ENV: str(shared), "PYTHONPATH": repo, "HOME": str(shared)}
+        run = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
+                              "-c", LOCK_AS_NOBODY], capture_output=True, text=True, env=env, cwd="/", timeout=60)
+        assert (run.returncode, run.stdout, run.stderr) == (0, "held\n", "")
+        assert (shared / "cpu0.lock").read_text() == "1\n"  # another user's file, not written
+        with cpu_held_elsewhere(0, shared):  # and the read-only lock still keeps two benches apart
+            run = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
+                                  "-c", LOCK_AS_NOBODY], capture_output=True, text=True, env=env, cwd="/", timeout=60)
+            assert run.stdout == "taken\n", run.stderr
+    finally:
+        shutil.rmtree(shared)
+
+
+def test_a_link_planted_in_the_lock_directory_is_not_followed_to_truncate_its_target(monkeypatch, tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("not the lab's\n")
+    locks = tmp_path / "locks"
+    locks.mkdir()
+    (locks / "cpu0.lock").symlink_to(victim)
+    monkeypatch.setenv(native_bench.CPU_LOCK_DIR_ENV, str(locks))
+    with pytest.warns(RuntimeWarning, match=rf"bench locks in {locks} cannot be taken .*may share a CPU"):
+        with native_bench.cpu_lock(0) as mine:
+            assert mine
+    assert victim.read_text() == "not the lab's\n"
+
+
+def test_a_lock_directory_that_cannot_be_made_warns_with_the_way_out_and_the_bench_runs(monkeypatch, tmp_path):
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv(native_bench.CPU_LOCK_DIR_ENV, str(tmp_path / "file" / "locks"))
+    with pytest.warns(RuntimeWarning, match=f"set {native_bench.CPU_LOCK_DIR_ENV} to a directory of your own"):
+        with native_bench.cpu_lock(0) as mine:
+            assert mine
+
+
 def test_a_cpu_another_bench_holds_is_waited_for_saying_who_how_long_and_how_to_stop(monkeypatch, tmp_path, capsys):
     from uprobe_lab.native.many_cpus import held_cpu
 

@@ -106,21 +106,42 @@ def cpu_lock_dir() -> Path:
 @contextlib.contextmanager
 def cpu_lock(cpu: int):
     """True inside the block if this process holds ``cpu``'s bench lock (another lab bench holds it: False).
-    The holder writes its pid in the file, so a bench that finds it taken can say who has it."""
+    The holder writes its pid in the file, so a bench that finds it taken can say who has it. A lock this user
+    cannot open (another user's lab made the shared directory) is taken read-only, which flock allows; where not
+    even that opens, the bench runs without the lock and a warning says so, rather than failing."""
     if fcntl is None:
         yield True
         return
-    cpu_lock_dir().mkdir(parents=True, exist_ok=True)
-    with open(cpu_lock_dir() / f"cpu{cpu}.lock", "a+") as lock:
+    try:
+        lock = _open_lock(cpu_lock_dir() / f"cpu{cpu}.lock")
+    except OSError as err:
+        warnings.warn(f"the CPU bench locks in {cpu_lock_dir()} cannot be taken ({err.strerror}), so this bench "
+                      f"may share a CPU with another user's; set {CPU_LOCK_DIR_ENV} to a directory of your "
+                      "own to keep your benches apart", RuntimeWarning, stacklevel=3)
+        yield True
+        return
+    with lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             yield False
             return
-        lock.truncate(0)
-        lock.write(f"{os.getpid()}\n")
-        lock.flush()
+        if lock.writable():
+            lock.truncate(0)
+            lock.write(f"{os.getpid()}\n")
+            lock.flush()
         yield True  # closing the file releases the lock, also when the process dies
+
+
+def _open_lock(path: Path):
+    """``path`` opened for flock: read-write (to write the holder's pid), else read-only (another user's file).
+    O_NOFOLLOW: a link planted in the shared directory is never followed to truncate the file it names."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        return os.fdopen(fd, "r+")
+    except PermissionError:
+        return open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC))
 
 
 def cpu_lock_holder(cpu: int) -> str:
