@@ -151,7 +151,7 @@ def pmu_ok(monkeypatch, tmp_path, linux_x86):
 
 def test_not_linux(monkeypatch):
     monkeypatch.setattr(os, "uname", lambda: Uname("Darwin", "h", "23.0", "#1", "arm64"))
-    with pytest.raises(NativeUnavailable, match="needs Linux.*Darwin.*emulated"):
+    with pytest.raises(NativeUnavailable, match=r"needs Linux.*Darwin.*the emulator \(uprobe_lab\.bench\.run_benches\)"):
         check_native_support()
 
 
@@ -178,6 +178,25 @@ def test_permission_denied(monkeypatch, pmu_ok, err):
         check_native_support()
     with pytest.raises(NativeUnavailable, match=errno.errorcode[err]):
         UprobeEvent("/bin/true", 0).open()
+
+
+def test_the_way_out_a_notebook_is_shown_names_a_function_that_runs_the_emulated_benches(monkeypatch, pmu_ok):
+    """Chapters 06-08 print the refusal as it is: its way out must be something Python can call."""
+    import importlib
+
+    from uprobe_lab.native import errors
+
+    def refuse(*a, **k):
+        raise OSError(errno.EACCES, os.strerror(errno.EACCES))
+
+    monkeypatch.setattr(perf, "perf_event_open", refuse)
+    with pytest.raises(NativeUnavailable) as info:
+        check_native_support()
+    said = str(info.value)
+    assert said.endswith(f"or the emulator ({errors.EMULATOR}) runs everywhere"), said
+    module, name = errors.EMULATOR.rsplit(".", 1)
+    emulator = getattr(importlib.import_module(module), name)
+    assert emulator("uprobe-nop", iterations=100)[0]["bench"] == "uprobe-nop"
 
 
 @native

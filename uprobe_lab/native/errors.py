@@ -11,7 +11,8 @@ import os
 
 from .arch import ARCHES
 
-WAY_OUT = "the emulated mode (mode='emulated') runs everywhere"
+EMULATOR = "uprobe_lab.bench.run_benches"  # the emulated benches as Python calls them; the CLI says --mode emulated
+WAY_OUT = f"the emulator ({EMULATOR}) runs everywhere"
 
 
 class NativeUnavailable(Exception):
