@@ -121,6 +121,15 @@ def require_bpf() -> None:
         skip_or_fail(f"BPF consumers cannot be loaded here: {reason}")
 
 
+def refuse_bpf(*args, **kwargs):
+    """A stand-in for any native call: bpf(2) refusing the consumer, as on a kernel without CONFIG_BPF_SYSCALL."""
+    import errno
+
+    from uprobe_lab.native.errors import bpf_refused
+
+    raise bpf_refused(OSError(errno.EPERM, os.strerror(errno.EPERM)))
+
+
 def perf_fds() -> list[int]:
     """This process's open perf event fds."""
     out = []

@@ -625,6 +625,18 @@ def test_an_unknown_native_bench_is_named_before_any_cpu_is_pinned_or_held(capsy
                   "known: usermode-count")
 
 
+def test_a_refused_bpf_consumer_offers_the_command_line_s_way_out(capsys, monkeypatch):
+    """bench --mode native where bpf(2) refuses the consumer: the way out is --mode emulated, not a notebook function."""
+    import uprobe_lab.native as native_mod
+    from native_support import refuse_bpf
+
+    monkeypatch.setattr(native_mod, "run_native_benches", refuse_bpf)
+    assert cli.main(["bench", "--mode", "native", "uprobe-nop"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("native benchmarks are not possible here: bpf(2) refused the BPF consumer"), err
+    assert err.endswith("run as root on such a kernel, or the emulated mode (--mode emulated) runs everywhere\n"), err
+
+
 def test_a_native_refusal_names_the_emulated_mode_as_the_command_line_spells_it(capsys, monkeypatch):
     """bench: --mode emulated, not the Python keyword; verify has no emulated mode, so none is offered."""
     import uprobe_lab.native as native_mod

@@ -20,7 +20,7 @@ from uprobe_lab.native.host import pid_namespace
 from uprobe_lab.native.perf import run_own_group
 from uprobe_lab.verify import x86_kernels
 from uprobe_lab.verify.x86 import host_rules
-from native_support import native, perf_fds, require_bpf
+from native_support import native, perf_fds, refuse_bpf, require_bpf
 
 
 @pytest.fixture(scope="module")
@@ -432,3 +432,14 @@ def test_perf_probe_count_keeps_an_event_of_its_name_it_did_not_make(tick):
         assert event in subprocess.run(["perf", "probe", "-l"], capture_output=True, text=True).stdout
     finally:
         subprocess.run(["perf", "probe", "-q", "-d", f"*:{event}"], capture_output=True)
+
+
+def test_a_probe_refused_past_the_trial_open_sends_the_chapter_to_the_recording_with_the_reason(monkeypatch):
+    """perf_event_open may pass where bpf(2) does not: chapter 08 shows the recording and says why, and the kernel
+    does not die of a NativeUnavailable."""
+    from uprobe_lab import own_program
+    monkeypatch.setattr(own_program, "native_reason", lambda: None)
+    monkeypatch.setattr(own_program, "measure_probe", refuse_bpf)
+    run = own_program.measured_or_recorded()
+    assert run["recorded"] and run["reason"].startswith("bpf(2) refused the BPF consumer")
+    assert run["getpid"]["hits"] > 0 and "count" in run["perf"]  # the recording's figures

@@ -3,7 +3,7 @@ import os
 
 from uprobe_lab.native import example
 from uprobe_lab.views import many_cpus as v
-from native_support import native
+from native_support import native, refuse_bpf
 
 
 def test_the_shared_state_table_has_a_column_per_kernel_and_the_kernels_accesses():
@@ -43,6 +43,17 @@ def test_without_native_probes_the_machine_section_shows_the_recording(monkeypat
         "uprobe-nop", "uretprobe-nop", "uprobe-ret", "usermode-count", "syscall-count"]
     # the recording's hits are exact: every producer's calls counted
     assert all(r["hits"] == r["cpus"] * r["iterations"] * r["repeats"] for r in run["rows"])
+
+
+def test_a_consumer_refused_past_the_trial_open_sends_the_chapter_to_the_recording_with_the_reason(monkeypatch):
+    """perf_event_open may pass where bpf(2) does not (a kernel without CONFIG_BPF_SYSCALL, an LSM): the chapter
+    shows the recording and says why, and the kernel does not die of a NativeUnavailable."""
+    monkeypatch.setattr(v, "native_reason", lambda: None)
+    monkeypatch.setattr(v, "run_native_benches_on_cpus", refuse_bpf)
+    run = v.native_scaling()
+    assert run["recorded"] and run["reason"].startswith("bpf(2) refused the BPF consumer the native benches attach")
+    assert run["reason"].endswith("run as root on such a kernel, or the emulator (uprobe_lab.bench.run_benches) "
+                                  "runs everywhere")
 
 
 @native

@@ -37,6 +37,7 @@ from .errors import LabError, is_int, shown
 from .interrupt import handling, stop_signals
 from .kernel import KERNELS, get_kernel
 from .native.bpf import BpfCounter
+from .native.errors import NativeUnavailable
 from .native.example import native_reason
 from .native.host import ended_here, parse_maps, pid_namespace
 from .outputs import (Manifest, NotRegularFile, open_regular, output_file, record_file, refuse_place,
@@ -421,10 +422,14 @@ def measured_or_recorded(tick: Path | None = None) -> dict:
 
     reason = native_reason()
     if reason is None:
-        getpid = measure_probe(function_site(loaded_library("libc.so"), "getpid"), os.getpid, calls=50_000)
-        perf = (perf_probe_count(function_site(tick, "tick"), [str(tick), "100000"]) if tick
-                else {"reason": "no example program (no C compiler)"})
-        return {"recorded": False, "reason": None, "host": platform.release(), "getpid": getpid, "perf": perf}
+        try:
+            getpid = measure_probe(function_site(loaded_library("libc.so"), "getpid"), os.getpid, calls=50_000)
+        except NativeUnavailable as err:  # refused past the trial open: the BPF consumer, say
+            reason = str(err)
+        else:
+            perf = (perf_probe_count(function_site(tick, "tick"), [str(tick), "100000"]) if tick
+                    else {"reason": "no example program (no C compiler)"})
+            return {"recorded": False, "reason": None, "host": platform.release(), "getpid": getpid, "perf": perf}
     return {"recorded": True, "reason": reason, **json.loads(RECORDING.read_text())}
 
 

@@ -2,20 +2,22 @@
 
 Everything in uprobe_lab.native raises ``NativeUnavailable`` (never a bare OSError) for the
 conditions a reader can meet on an ordinary machine, so a notebook or the CLI can print the
-message and skip to the emulator instead of dying.
+message and skip to the emulator instead of dying. It is a LabError, so whatever catches the
+lab's errors (a chapter's helper falling back to a recording, the CLI) catches it too.
 """
 from __future__ import annotations
 
 import errno
 import os
 
+from ..errors import LabError
 from .arch import ARCHES
 
 EMULATOR = "uprobe_lab.bench.run_benches"  # the emulated benches as Python calls them; the CLI says --mode emulated
 WAY_OUT = f"the emulator ({EMULATOR}) runs everywhere"
 
 
-class NativeUnavailable(Exception):
+class NativeUnavailable(LabError):
     """Native measurement is impossible on this host; the message names the problem and the way out."""
 
     def said(self, emulated: str | None) -> str:
@@ -86,6 +88,5 @@ def bpf_refused(err: OSError) -> NativeUnavailable:
     return NativeUnavailable(
         f"bpf(2) refused the BPF consumer the native benches attach ({name}, running as uid {os.geteuid()}): "
         f"loading it needs CAP_BPF and CAP_PERFMON (root), and a kernel with CONFIG_BPF_SYSCALL and "
-        f"CONFIG_BPF_EVENTS; run as root, or use the bundled recordings (native_or_recorded and "
-        f"price_rows_or_recorded fall back to them)"
+        f"CONFIG_BPF_EVENTS; run as root on such a kernel, or {WAY_OUT}"
     )
