@@ -151,7 +151,7 @@ def pmu_ok(monkeypatch, tmp_path, linux_x86):
 
 def test_not_linux(monkeypatch):
     monkeypatch.setattr(os, "uname", lambda: Uname("Darwin", "h", "23.0", "#1", "arm64"))
-    with pytest.raises(NativeUnavailable, match=r"needs Linux.*Darwin.*the emulator \(uprobe_lab\.bench\.run_benches\)"):
+    with pytest.raises(NativeUnavailable, match=r"needs Linux.*Darwin.*emulator \(uprobe_lab\.bench\.run_benches\)"):
         check_native_support()
 
 
@@ -197,6 +197,36 @@ def test_the_way_out_a_notebook_is_shown_names_a_function_that_runs_the_emulated
     module, name = errors.EMULATOR.rsplit(".", 1)
     emulator = getattr(importlib.import_module(module), name)
     assert emulator("uprobe-nop", iterations=100)[0]["bench"] == "uprobe-nop"
+
+
+REFUSING_CHILD = """
+import errno
+from uprobe_lab.native.errors import permission_denied
+raise permission_denied(OSError(errno.EACCES, "Permission denied"))
+"""
+
+
+def test_a_child_s_refusal_reaches_the_parent_as_native_unavailable_not_a_traceback(monkeypatch, tmp_path):
+    """A host question asked in a new Python or a forked child (chapter 03b's fork table, chapter 06's
+    snapshots) may be refused where the parent's trial open was not: the reader gets the one-line refusal with
+    its way out, which the callers catch, not a RuntimeError carrying the child's traceback."""
+    from uprobe_lab.native import fresh
+
+    (tmp_path / "refusing_child.py").write_text(REFUSING_CHILD)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    with pytest.raises(NativeUnavailable) as info:
+        fresh.in_new_python("refusing_child", [], "the question")
+    assert str(info.value).startswith("perf_event_open refused the uprobe (EACCES, running as uid")
+    assert "Traceback" not in str(info.value)
+
+    def refused():
+        raise NativeUnavailable("refused here; the way out")
+
+    with pytest.raises(NativeUnavailable, match=r"^refused here; the way out$"):
+        fresh.in_forked_child("the question", refused)
+    (tmp_path / "failing_child.py").write_text("raise ValueError('bad')")
+    with pytest.raises(RuntimeError, match="(?s)the question failed in the child process:.*ValueError: bad"):
+        fresh.in_new_python("failing_child", [], "the question")
 
 
 @native
