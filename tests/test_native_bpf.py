@@ -88,5 +88,5 @@ def test_refusal_names_the_way_out(monkeypatch):
         raise OSError(errno.EPERM, "Operation not permitted")
 
     monkeypatch.setattr(bpf_mod, "bpf", refuse)
-    with pytest.raises(NativeUnavailable, match="CAP_BPF.*root.*recording"):
+    with pytest.raises(NativeUnavailable, match="CAP_BPF.*root.*emulator"):
         BpfCounter()

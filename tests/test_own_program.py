@@ -396,8 +396,9 @@ def test_perf_probe_count_deletes_its_probe_when_killed_and_a_dead_run_s_probe_l
     dies of it; a probe whose run died by SIGKILL (lab_<symbol>_<pid namespace>_<dead pid>) is deleted by the next run."""
     if shutil.which("perf") is None:
         pytest.skip("perf is not installed")
+    sleep = ["sleep", f"30.{os.getpid()}"]  # a command line no other run of this test has at the same time
     script = (f"from uprobe_lab.own_program import perf_probe_count, function_site\n"
-              f"perf_probe_count(function_site({str(tick)!r}, 'tick'), ['sleep', '30'])\n")
+              f"perf_probe_count(function_site({str(tick)!r}, 'tick'), {sleep!r})\n")
     child = subprocess.Popen([sys.executable, "-c", script])
     event = lab_event("tick", child.pid)
     for _ in range(100):  # until perf stat runs with the probe in place
@@ -408,7 +409,7 @@ def test_perf_probe_count_deletes_its_probe_when_killed_and_a_dead_run_s_probe_l
     child.send_signal(signal.SIGTERM)
     assert child.wait(timeout=20) == -signal.SIGTERM
     assert event not in subprocess.run(["perf", "probe", "-l"], capture_output=True, text=True).stdout
-    assert "sleep 30" not in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert " ".join(sleep) not in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     # a dead run's probe: a pid that has exited
     dead = subprocess.Popen(["true"])
     dead.wait()
