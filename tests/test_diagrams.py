@@ -1,6 +1,6 @@
 """The course's diagrams: each one is a file beside the chapters, valid SVG with a title and a description for
 a screen reader, shown by a chapter with alt text, drawn from what the lab does (the file is what
-``uprobe_lab.views.diagrams`` writes today), and with every line of text inside its box."""
+``uprobe_lab.views.diagrams`` writes now), and with every line of text inside its box."""
 import json
 import re
 import xml.etree.ElementTree as ET

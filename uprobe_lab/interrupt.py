@@ -13,7 +13,9 @@ so a Ctrl-C that arrives while the garbage collector closes one is swallowed wit
 and ``close_retired`` closes the queued engines when a process is made or run, holding Ctrl-C.
 
 ``stop_deferred`` holds Ctrl-C and the stop signals across a step that makes something and notes it as made
-(a kernel probe and its fd, a temp file), so no stop falls between the two.
+(a kernel probe and its fd, a temp file), so no stop falls between the two. ``stop_signals`` names the signals
+that stop a command as Ctrl-C does (less any started ignored, as under nohup), and ``handling`` sets a handler
+for them around a command and puts the previous ones back.
 """
 from __future__ import annotations
 

@@ -9,7 +9,8 @@ user: the command refuses before it writes anything, and a directory the lab did
 directory, the checkout, a directory that holds the checkout, the package's source tree, the home directory and
 ``/``. In the package's data (``uprobe_lab/data``) only the recordings in :data:`RECORDINGS` are written, each by
 the one command that makes it again. A JSON recording such a command wrote is read back with
-:func:`read_recording`.
+:func:`read_recording`; every path a user gives the lab to read goes through :func:`open_regular`, which takes a
+regular file only (a FIFO would block the read for ever).
 """
 from __future__ import annotations
 
