@@ -84,6 +84,37 @@ def test_predict_refuses_a_named_pipe_without_waiting_for_a_writer(capsys, tmp_p
     fails_cleanly(capsys, ["predict", "--measured", "/dev/null", "--to", "6.11"], "is not a regular file")
 
 
+def test_predict_parses_the_file_it_judged_regular(files, tmp_path, monkeypatch):
+    """The file is read once, through the open that judged it a regular file: a file renamed over the path after
+    that open is not what gets parsed."""
+    measured = files("good.csv", HEADER + GOOD_ROWS)
+    other = files("other.csv", HEADER + "x86_64,6.10,uprobe-nop,9.0\n")
+    opened = measured_file.open_regular
+
+    def then_swapped(path):
+        f = opened(path)
+        os.replace(other, measured)
+        return f
+    monkeypatch.setattr(measured_file, "open_regular", then_swapped)
+    table = measured_file.read_measured(measured)
+    assert list(table["bench"]) == ["syscall-count", "uprobe-nop", "uprobe-ret", "uretprobe-nop", "uretprobe-ret"]
+    assert table.set_index("bench").loc["uprobe-nop", "mops"] == 3.0
+
+
+def test_predict_reads_a_json_file_once(files, monkeypatch):
+    """The JSON form too is parsed from the bytes the one open read."""
+    rows = [{"arch": "x86_64", "kernel": "6.10", "bench": "uprobe-nop", "mops": 3.0, "mode": "native"}]
+    measured = files("mine.json", "\ufeff" + json.dumps(rows), "w")
+    opened = measured_file.open_regular
+
+    def then_swapped(path):
+        f = opened(path)
+        os.unlink(path)
+        return f
+    monkeypatch.setattr(measured_file, "open_regular", then_swapped)
+    assert list(measured_file.read_measured(measured)["bench"]) == ["uprobe-nop"]
+
+
 def test_predict_out_must_be_a_writable_file(capsys, files, tmp_path):
     measured = files("good.csv", HEADER + GOOD_ROWS)
     fails_cleanly(capsys, ["predict", "--measured", measured, "--to", "6.11", "--out", str(tmp_path)],

@@ -3,6 +3,7 @@ read into one table, with every way such a file can be wrong named in one LabErr
 from __future__ import annotations
 
 import codecs
+import io
 import json
 import math
 import os
@@ -105,16 +106,17 @@ def read_measured(path: str):
         raise LabError(f"--measured {path} is a directory; give {shape}")
     header = []  # a CSV's column names as written (JSON rows have no header)
     try:
-        with open_regular(path) as f:  # a named pipe would block, and the file is read more than once
-            head = f.read(4096)
-        if b"\0" in head:
-            raise UnicodeDecodeError("utf-8", head, head.index(b"\0"), len(head), "NUL byte")
-        if head.removeprefix(codecs.BOM_UTF8).lstrip()[:1] in (b"[", b"{"):
-            with open(path, encoding="utf-8-sig") as f:  # a byte order mark (Windows editors write one) is no text
-                table = native_json_rows(path, f.read(), shape)
+        with open_regular(path) as f:  # read once: what is judged regular is what is parsed
+            data = f.read()
+        if b"\0" in data:
+            raise UnicodeDecodeError("utf-8", data, data.index(b"\0"), len(data), "NUL byte")
+        if data.removeprefix(codecs.BOM_UTF8).lstrip()[:1] in (b"[", b"{"):
+            # a byte order mark (Windows editors write one) is no text
+            table = native_json_rows(path, data.decode("utf-8-sig"), shape)
         else:
-            table = pd.read_csv(path, dtype=str, keep_default_na=False)
-            header = list(pd.read_csv(path, dtype=str, header=None, nrows=1, keep_default_na=False).iloc[0])
+            table = pd.read_csv(io.BytesIO(data), dtype=str, keep_default_na=False)
+            header = list(pd.read_csv(io.BytesIO(data), dtype=str, header=None, nrows=1,
+                                      keep_default_na=False).iloc[0])
     except NotRegularFile as err:
         raise LabError(f"--measured {path} is not a regular file ({err.kind}); save the measurements to a file first "
                        f"and give {shape}") from None
