@@ -434,3 +434,13 @@ def test_a_write_cut_short_leaves_no_temp_file(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         outputs.replace_file(tmp_path / "out.csv", "x")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_open_regular_reads_block(tmp_path):
+    """O_NONBLOCK only for the open (a FIFO would block it): the file it returns reads blocking, as a FUSE file or one
+    under a lease could otherwise answer a read with EWOULDBLOCK."""
+    path = tmp_path / "rates.csv"
+    path.write_text("x")
+    with outputs.open_regular(path) as f:
+        assert os.get_blocking(f.fileno())
+        assert f.read() == b"x"

@@ -299,13 +299,16 @@ _KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a 
 
 def open_regular(path) -> BinaryIO:
     """A user's ``path`` opened for reading (binary), or :class:`NotRegularFile`: opened non-blocking, as a FIFO
-    would block the open until a writer came, and judged on the opened file, so nothing can be swapped in between.
+    would block the open until a writer came, and judged on the opened file, so nothing can be swapped in between;
+    its reads block, as a regular file's do.
     OSError (no such file, no permission) goes to the caller, which names the file and what it wants."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
         raise NotRegularFile(_KINDS.get(stat.S_IFMT(mode), "not a regular file"))
+    # blocking reads from here: a FUSE file or one under a lease could answer a non-blocking read with EWOULDBLOCK
+    os.set_blocking(fd, True)  # clears O_NONBLOCK (fcntl F_SETFL)
     return os.fdopen(fd, "rb")
 
 
