@@ -284,6 +284,24 @@ def test_the_event_name_of_a_long_symbol_at_the_largest_pid_fits_tracefs(monkeyp
     assert len(event) == 63 and event.endswith("_ffffffff_4194303") and event.startswith("lab__ZN4some4very"), event
 
 
+
+@pytest.mark.parametrize("symbol", ["caf\u00e9_\u00e9t\u00e9", "\u6f22" * 60])
+def test_the_event_name_of_a_non_ascii_symbol_is_ascii(monkeypatch, symbol):
+    """A symbol's non-ASCII letters (a UTF-8 C identifier, two or three bytes each) become '_': perf takes only an
+    ASCII C identifier, and the 63-byte limit counts bytes."""
+    from uprobe_lab import own_program
+
+    monkeypatch.setattr(own_program.os, "getpid", lambda: 2**22 - 1)
+    monkeypatch.setattr(own_program, "pid_namespace", lambda: "ffffffff")
+    monkeypatch.setattr(own_program, "_uprobe_events", lambda: "")
+    monkeypatch.setattr(own_program.subprocess, "run",
+                        lambda argv, **kw: subprocess.CompletedProcess(argv, 1, "", "refused\n"))
+    site = own_program.FunctionSite("/bin/true", symbol, 0, 0, 0, b"")
+    reason = own_program._perf_probe_count("perf", site, ["true"], 1)["reason"]
+    event = re.search(r"refused (\S+)=", reason)[1]
+    assert re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", event) and len(event.encode()) <= 63, event
+    assert event == ("lab_caf___t_" if symbol.startswith("caf") else "lab_" + "_" * 42) + "_ffffffff_4194303"
+
 @native
 def test_perf_probe_counts_the_calls_and_deletes_its_event(tick):
     if shutil.which("perf") is None:

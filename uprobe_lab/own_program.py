@@ -326,10 +326,10 @@ def perf_probe_count(site: FunctionSite, command: list[str], timeout_s: float = 
 
 
 def _perf_probe_count(perf: str, site: FunctionSite, command: list[str], timeout_s: float) -> dict:
-    # perf takes a C identifier as the event's name, shorter than MAX_EVENT_NAME_LEN (64, kernel/trace/trace_probe.h):
+    # perf takes a C identifier (ASCII: a byte each) as the event's name, shorter than MAX_EVENT_NAME_LEN (64, kernel/trace/trace_probe.h):
     # 46 + 8 hex digits + 7 (pids < 2**22) + 2 = 63. The pid namespace and pid keep two runs at once (tests, two
     # notebooks, two containers) apart: perf's probe events are system-wide, and one's delete would take the other's
-    event = re.sub(r"\W", "_", f"lab_{site.symbol}")[:46] + f"_{pid_namespace()}_{os.getpid()}"
+    event = re.sub(r"\W", "_", f"lab_{site.symbol}", flags=re.ASCII)[:46] + f"_{pid_namespace()}_{os.getpid()}"
     add = [perf, "probe", "-x", site.path, "--add", f"{event}={site.symbol}"]
     # until perf names it, the event in any group (an interrupted add may have made it) - unless it was there
     # before: then the add is refused and the event is someone else's to keep
