@@ -1,6 +1,9 @@
 """Chapter 07's views: the tables and figures it shows are the library's counts, arranged."""
 import os
 
+import pytest
+
+from uprobe_lab.errors import LabError
 from uprobe_lab.native import example
 from uprobe_lab.views import many_cpus as v
 from native_support import native, refuse_bpf
@@ -18,6 +21,22 @@ def test_the_shared_state_table_has_a_column_per_kernel_and_the_kernels_accesses
     # 6.8: mmap_lock 2, the tree's spinlock 2, the probe's line 4 (get/put_uprobe, down/up_read), nhit++ 1, the
     # filter's read_lock/unlock 2
     assert v.shared_writes("uprobe-nop", ["6.8", "6.14"]) == {"6.8": 11, "6.14": 0}
+
+
+@pytest.mark.filterwarnings("ignore:kernel 3.9")  # shared_writes' layout note: 3.9 counted on 6.8's structures
+@pytest.mark.parametrize("view", [
+    lambda: v.shared_writes("uretprobe-nop", ["3.9"]),
+    lambda: v.shared_per_hit("uretprobe-nop", ["6.10", "3.9"]),
+    lambda: v.transfers_curve("uretprobe-nop", ["3.9"], cpus=(1, 2)),
+    lambda: v.exact_hits(["uretprobe-nop"], ["3.9"], cpus=(1,)),
+    lambda: v.lines_figure("uretprobe-nop", "3.9", 2),
+], ids=["shared_writes", "shared_per_hit", "transfers_curve", "exact_hits", "lines_figure"])
+def test_a_uretprobe_bench_before_uretprobes_is_refused_in_its_own_words(view):
+    """A release from 3.5 to 3.9 has uprobes and no uretprobes: each view says so, naming the release and the way
+    out, where it indexed counts that a refused row has not."""
+    with pytest.raises(LabError, match=r"kernel 3\.9 has no uretprobes, so no uretprobe-nop: they came in Linux "
+                                       r"3\.10; give a release from 3\.10 on"):
+        view()
 
 
 def test_every_state_any_kernel_touches_has_a_box():

@@ -72,6 +72,15 @@ def boxes(kernel: str, touched=()) -> list[str]:
     return picked
 
 
+def _bench_row(bench: str, arch: str, kernel: str, iterations: int, cpus: int) -> dict:
+    """run_bench_on_cpus's row, or its refusal as a LabError (a uretprobe bench on a release before uretprobes,
+    a probe the kernel refuses): a refused row has none of the counts the views read."""
+    row = run_bench_on_cpus(bench, arch, kernel, iterations, cpus)
+    if "refused" in row:
+        raise LabError(row["refused"])
+    return row
+
+
 def exact_hits(benches=("uprobe-nop", "uprobe-ret"), kernels=("6.8", "6.18"), cpus=(1, 8, 64),
                iterations: int = 10, arch: str = "x86_64") -> pd.DataFrame:
     """Hits counted by the consumer against iterations x CPUs, per bench, kernel and CPU count."""
@@ -79,7 +88,7 @@ def exact_hits(benches=("uprobe-nop", "uprobe-ret"), kernels=("6.8", "6.18"), cp
     for bench in benches:
         for kernel in kernels:
             for n in cpus:
-                r = run_bench_on_cpus(bench, arch, kernel, iterations, n)
+                r = _bench_row(bench, arch, kernel, iterations, n)
                 rows.append({"bench": bench, "kernel": kernel, "cpus": n, "hits": r["hits"],
                              "iterations x cpus": iterations * n, "xol_waits": r["xol_waits"]})
     return pd.DataFrame(rows)
@@ -90,7 +99,7 @@ def shared_per_hit(bench: str = "uprobe-nop", kernels=KERNELS) -> pd.DataFrame:
     '1 read', '' (untouched); several accesses of one line are one line, as '4 atomic' or '1 read, 2 atomic'."""
     table = {}
     for k in kernels:
-        row = run_bench_on_cpus(bench, "x86_64", k, iterations=5, cpus=1)["shared_per_hit"]
+        row = _bench_row(bench, "x86_64", k, iterations=5, cpus=1)["shared_per_hit"]
         cells = {}
         for key, v in row.items():
             line, kind = key.rsplit(" (", 1)
@@ -103,7 +112,7 @@ def shared_per_hit(bench: str = "uprobe-nop", kernels=KERNELS) -> pd.DataFrame:
 
 def _written(bench: str, kernel: str) -> dict[str, float]:
     """One hit's writes to shared lines on ``kernel``: 'line (kind)' -> accesses per hit."""
-    row = run_bench_on_cpus(bench, "x86_64", kernel, iterations=5, cpus=1)["shared_per_hit"]
+    row = _bench_row(bench, "x86_64", kernel, iterations=5, cpus=1)["shared_per_hit"]
     return {key: v for key, v in row.items() if key.endswith(tuple(f"({w})" for w in contended.WRITES))}
 
 
@@ -118,7 +127,7 @@ def shared_writes(bench: str = "uprobe-nop", kernels=KERNELS) -> dict[str, float
 def lines_figure(bench: str = "uprobe-nop", kernel: str = "6.10", cpus: int = 8) -> Figure:
     """Each cache line a box, lit by what one hit does to it on ``kernel``; under it, how often the line moved to
     another CPU per hit with ``cpus`` threads."""
-    r = run_bench_on_cpus(bench, "x86_64", kernel, iterations=20, cpus=cpus)
+    r = _bench_row(bench, "x86_64", kernel, iterations=20, cpus=cpus)
     touched = {}  # line -> {kind: accesses per hit}
     for key, v in r["shared_per_hit"].items():
         line, kind = key.rsplit(" (", 1)
@@ -186,7 +195,7 @@ def lines_widget(bench: str = "uprobe-nop", kernel: str = "6.10", cpus: int = 8)
 def transfers_curve(bench: str = "uprobe-nop", kernels=("6.10", "6.13", "6.14"), cpus=(1, 2, 4, 8, 16, 32, 64),
                     iterations: int = 10) -> pd.DataFrame:
     """Line transfers per hit against the number of CPUs, per kernel (the emulator's interleaving, seed 0)."""
-    return pd.DataFrame({k: [run_bench_on_cpus(bench, "x86_64", k, iterations, n)["line_transfers_per_hit"]
+    return pd.DataFrame({k: [_bench_row(bench, "x86_64", k, iterations, n)["line_transfers_per_hit"]
                              for n in cpus] for k in kernels}, index=pd.Index(cpus, name="CPUs"))
 
 
