@@ -170,7 +170,33 @@ def test_predict_takes_a_release_older_than_every_modelled_version(capsys, files
     captured = capsys.readouterr()
     assert captured.out == on_6_10
     assert f"kernel {release}: older than every modelled version; the lab's 6.10 row answers for it" in captured.err
-    fails_cleanly(capsys, ["predict", "--measured", measured, "--to", "2.6.32"], "has no uprobes", "3.5")
+    err = fails_cleanly(capsys, ["predict", "--measured", measured, "--to", "2.6.32"], "has no uprobes", "e.g. 3.5")
+    assert "--kernel" not in err  # predict's flag is --to
+
+
+def test_predict_to_a_release_before_uretprobes_says_what_predict_can_do(capsys, files):
+    """3.5-3.9 have uprobes and no uretprobes: the refusal is the only line, and its way out is one predict can take
+    (the table of figures has no row for a bench the release cannot run)."""
+    measured = files("good.csv", HEADER + GOOD_ROWS)
+    err = fails_cleanly(capsys, ["predict", "--measured", measured, "--to", "3.5"],
+                        "kernel 3.5 has no uretprobes (they came in Linux 3.10)",
+                        "rows of uretprobe-nop, uretprobe-ret cannot be carried",
+                        "drop them from the measured table, or predict a release from 3.10 on")
+    assert "uprobe bench" not in err
+    uprobes_only = files("uprobes.csv", HEADER + "".join(GOOD_ROWS.splitlines(True)[:3]))
+    assert cli.main(["predict", "--measured", uprobes_only, "--to", "3.5"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("bench,predicted_mops,low_80,high_80\nsyscall-count,")
+    assert "kernel 3.5: older than every modelled version" in captured.err
+
+
+@pytest.mark.parametrize("release", ["3.5", "4.9"])
+def test_predict_refuses_a_release_before_arm64s_uprobes_first(capsys, files, release):
+    """arm64 measurements carried to a release before arm64's uprobes (4.10): the arm64 refusal, with no line about
+    the row that would have answered."""
+    measured = files("arm64.csv", HEADER + "arm64,6.18,syscall-count,10.0\narm64,6.18,uprobe-nop,2.0\n")
+    fails_cleanly(capsys, ["predict", "--measured", measured, "--to", release],
+                  f"kernel {release} has no uprobes on arm64", "e.g. 4.10")
 
 
 @pytest.mark.parametrize("label", ["xol-stp", "simulated-stp", "simulated-stp-uaccess"])

@@ -169,6 +169,18 @@ def test_the_api_points_a_release_to_its_row():
         kernel.get_kernel("7.2.13")
 
 
+def test_a_release_before_an_arch_s_uprobes_has_no_row_on_it():
+    """4.9 has uprobes on x86-64 (6.10's row answers) and none on arm64 (4.10): the refusal names the arch, and as
+    the library's it names no command-line flag."""
+    assert row_for_release("4.9", "x86_64")[0] == "6.10"
+    with pytest.raises(kernel.LabError) as refused:
+        row_for_release("4.9", "arm64")
+    assert str(refused.value).startswith("kernel 4.9 has no uprobes on arm64") and "e.g. 4.10," in str(refused.value)
+    assert "--" not in str(refused.value)
+    with pytest.raises(kernel.LabError, match="kernel 3.4 has no uprobes at all"):
+        row_for_release("3.4")
+
+
 def test_a_7_2_release_says_why_its_row_answers():
     assert "7.3 row answers" in row_for_release("7.2.6")[1] and "optimize_nop10 at 7.2.6" in row_for_release("7.2.6")[1]
     bare = row_for_release("7.2")[1]  # mainline 7.2, and the sublevel to give for the backport

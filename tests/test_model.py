@@ -534,6 +534,19 @@ def test_release_strings_map_to_the_modelled_kernel():
         predict(m, "3.4")
 
 
+def test_predict_to_a_release_before_uretprobes_names_the_rows_to_drop():
+    m = table_003()
+    ret = sorted(b for b in m["bench"].unique() if b.startswith("uretprobe"))
+    assert ret
+    with pytest.raises(model.LabError, match=rf"kernel 3\.9 has no uretprobes .* rows of {', '.join(ret)} cannot be "
+                                             r"carried to it: drop them from the measured table, or predict a "
+                                             r"release from 3\.10 on"):
+        predict(m, "3.9")
+    kept = m[~m["bench"].isin(ret)]
+    assert predict(kept, "3.9")["predicted_mops"].to_numpy() == pytest.approx(
+        predict(kept, "6.10")["predicted_mops"].to_numpy())  # 6.10's row answers for 3.9's uprobes
+
+
 def test_a_7_2_release_before_the_nop10_backport_is_priced_as_6_18():
     assert model.kernel_setup("x86_64", "7.2.3") == ("6.18", {})
     assert model.kernel_setup("x86_64", "7.2.6") == ("7.3", {})  # the backport: it hits as 7.3

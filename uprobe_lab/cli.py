@@ -230,14 +230,15 @@ def cmd_predict(args) -> int:
 
     out = output_file(args.out) if args.out is not None else None
     measured = read_measured(args.measured)
+    note = None
     if args.to not in model.ARM64_STP:  # an STP label is no release: the arm64 emulator's options (kernel_setup)
         arch = str(measured["arch"].iloc[0]) if "arch" in measured and len(measured) else "x86_64"
         _, note = row_for_release(args.to, arch)  # which row prices a release, as bench and analyze say it
-        if note:
-            print(note, file=sys.stderr)
     with warnings.catch_warnings(record=True):  # printed below, once each
         warnings.simplefilter("always")
         result = model.predict_from_measured(measured, args.to)
+    if note:  # once the prediction is made: a refusal is the only line
+        print(note, file=sys.stderr)
     bad = result[~(result["predicted_mops"] > 0)]  # NaN too
     if len(bad):
         raise LabError(f"the fit on {args.measured} predicts {bad.iloc[0]['predicted_mops']} M/s for "

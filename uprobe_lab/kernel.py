@@ -282,7 +282,7 @@ def refuse_before_uprobes(release: str, arch: str | None = None) -> None:
         where = f"on {arch}" if arch in UPROBES_SINCE else "at all"
         since = ", ".join(f"{version_name(v)} on {a}" for a, v in UPROBES_SINCE.items())
         raise LabError(f"kernel {str(release).strip()} has no uprobes {where} (they came in Linux {since}); give a "
-                       f"newer release, e.g. --kernel {version_name(first)}, or a modelled version: {', '.join(KERNELS)}")
+                       f"newer release, e.g. {version_name(first)}, or a modelled version: {', '.join(KERNELS)}")
 
 
 def outside_modelled(release: str, arch: str = "x86_64") -> tuple[str, str] | None:
@@ -308,18 +308,18 @@ def outside_modelled(release: str, arch: str = "x86_64") -> tuple[str, str] | No
     return None
 
 
-def row_for_release(release: str, arch: str = "x86_64") -> tuple[str, str | None]:
+def row_for_release(release: str, arch: str | None = None) -> tuple[str, str | None]:
     """The modelled row that answers for a kernel release ('7.3', '6.12.118+deb12-amd64', ``uname -r``) and,
-    unless the release is that row's own name, a line saying which row and why (in ``arch``'s terms); LabError
-    for anything else, and for a release older than uprobes."""
+    unless the release is that row's own name, a line saying which row and why (in ``arch``'s terms; None: x86-64's);
+    LabError for anything else, and for a release older than uprobes on ``arch`` (None: on every arch)."""
     text = str(release).strip()
     if text in KERNELS:
         return text, None
     if major_minor(text) is None:
         raise LabError(f"{text!r} is not a kernel release: give one such as 7.3, 6.8.0-45-generic or $(uname -r), "
                        f"or a modelled version: {', '.join(KERNELS)}")
-    refuse_before_uprobes(text)
-    outside = outside_modelled(text, arch)
+    refuse_before_uprobes(text, arch)
+    outside = outside_modelled(text, arch or "x86_64")
     if outside:
         return outside
     row = modelled_kernel(text)

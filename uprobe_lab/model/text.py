@@ -10,9 +10,9 @@ import pandas as pd
 from .. import bench as _bench
 from ..process import LabError
 from .fit import ROW_SIGMA_FLOOR, Z80
-from .prices import ARM64_KERNEL, events_for, kernel_label, kernel_setup
+from .prices import ARM64_KERNEL, BENCH_ALIASES, events_for, kernel_label, kernel_setup
 from .profiles import bench_rows, fit_with_carried_prior, get_profile
-from ..kernel import DEFAULT_KERNEL
+from ..kernel import DEFAULT_KERNEL, URETPROBES_SINCE, refuse_uretprobe_before, version_name
 from ..published import format_bench_line
 
 # Rows a calibration leans on, and what is left to the carried prior without them.
@@ -108,7 +108,7 @@ def predict_from_measured(measured: pd.DataFrame, to_kernel: str) -> pd.DataFram
 
     Returns bench, predicted_mops, low_80, high_80; ``.attrs["warnings"]`` names what the calibration
     lacked (each also issued as a UserWarning). Refuses tables with no probe row, several arches, or a
-    rate that is not a positive number."""
+    rate that is not a positive number, and uretprobe rows for a ``to_kernel`` older than uretprobes (3.10)."""
     missing = {"arch", "kernel", "bench", "mops"} - set(measured.columns)
     if missing:
         raise LabError(f"measured table lacks columns: {', '.join(sorted(missing))}")
@@ -135,6 +135,14 @@ def predict_from_measured(measured: pd.DataFrame, to_kernel: str) -> pd.DataFram
     notes = [f"no {b} row: {what} is set by the prior carried from the host recordings"
              for b, what in NEEDED_ROWS.items() if b not in have]
     prof = fit_with_carried_prior(rows, arch, [], "measured", "measured machine")
+    # the output is a table of figures, one per measured bench: a bench the target cannot run has none to give
+    none = [b for b in have if _bench.bench_spec(BENCH_ALIASES.get(b, b), arch).probe == "uretprobe"
+            and refuse_uretprobe_before(str(to_kernel), b)]
+    if none:
+        raise LabError(f"kernel {str(to_kernel).strip()} has no uretprobes (they came in Linux "
+                       f"{version_name(URETPROBES_SINCE)}), so the measured rows of {', '.join(sorted(none))} cannot be "
+                       f"carried to it: drop them from the measured table, or predict a release from "
+                       f"{version_name(URETPROBES_SINCE)} on")
     notes += [f"fitted price {w}" for w in prof.warnings]
     for n in notes:
         warnings.warn(n, stacklevel=2)
