@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -23,7 +24,8 @@ from uprobe_lab.native import NativeUnavailable, check_native_support, host_snap
 from uprobe_lab.native.code import NativeCode
 from uprobe_lab.native.perf import PerfEventAttr, UprobeEvent
 from uprobe_lab import sites
-from uprobe_lab.interrupt import stop_deferred
+from uprobe_lab.cli import terminate_as_ctrl_c
+from uprobe_lab.interrupt import handling, stop_deferred
 from uprobe_lab.program import listing_lines
 from kernel_bytes import UPROBE_TRAMPOLINE
 from native_support import (NATIVE_REASON, PMU_TYPE_FILE, REQUIRE_ENV, Uname, host_has_uprobes, kernel_at_least, native,
@@ -561,6 +563,56 @@ def test_stop_deferred_holds_ctrl_c_until_the_block_ends():
             reached.append("end")
     assert reached == ["after kill", "nested", "end"]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def _handler_names():
+    return [getattr(signal.getsignal(sig), "__name__", "") for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)]
+
+
+@needs_sigint
+def test_a_ctrl_c_as_stop_deferred_puts_its_handlers_back_leaves_none_held(monkeypatch):
+    """A Ctrl-C that lands just after SIGINT's handler is back raises there; SIGTERM and SIGHUP are back too."""
+    real = signal.signal
+
+    def set_then_ctrl_c(sig, handler):
+        old = real(sig, handler)
+        if sig == signal.SIGINT and handler is signal.default_int_handler:
+            ctrl_c()
+        return old
+
+    with terminate_as_ctrl_c():
+        with pytest.raises(KeyboardInterrupt):
+            with stop_deferred():
+                monkeypatch.setattr(signal, "signal", set_then_ctrl_c)
+        monkeypatch.undo()
+        assert _handler_names() == ["default_int_handler", "as_ctrl_c", "as_ctrl_c"]
+
+
+def test_a_hold_left_in_place_after_the_block_passes_the_signal_on():
+    got = []
+    with handling([signal.SIGTERM], lambda signum, frame: got.append(signum)):
+        with stop_deferred():
+            hold = signal.getsignal(signal.SIGTERM)
+        hold(signal.SIGTERM, None)  # as if a restore cut short had left it in place
+    assert got == [signal.SIGTERM]
+
+
+@needs_sigint
+def test_sigterm_stops_a_child_forked_inside_stop_deferred():
+    """The child never leaves the block, so nothing would ever act on a signal it held."""
+    with terminate_as_ctrl_c(), stop_deferred():
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)
+                os._exit(0)
+            except KeyboardInterrupt:
+                os._exit(3)
+            finally:
+                os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 3  # SIGTERM acted as Ctrl-C, as the CLI has it
 
 
 @native

@@ -20,6 +20,7 @@ for them around a command and puts the previous ones back.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 import weakref
@@ -62,18 +63,25 @@ def stop_deferred() -> Iterator[None]:
     signals masked: the kernel hands a process-directed SIGINT to any thread that does not block it (tqdm's
     monitor thread, say), and Python runs the handler in the main thread whichever thread took it. Off the main
     thread, or for a signal ignored or left to the OS, this does nothing. Nested uses hand a held signal on to
-    the enclosing one.
+    the enclosing one. A child forked inside the block, which never leaves it, holds nothing: its signals go to
+    the handlers in place before the block, as they would in a child forked outside it.
     """
     held, raised = [], []
+    owner, holding = os.getpid(), [True]
 
     def hold(signum, frame):
-        held.append((signum, frame))
+        if holding and os.getpid() == owner:
+            held.append((signum, frame))
+        else:  # a forked child, or a hold left in place by an interrupted restore: act as if never swapped
+            previous[signum](signum, frame)
 
-    def swap(sig, handler):  # signal.signal runs pending handlers first, so it can raise; keep what it raises
-        while True:
+    def set_each(handlers):  # every handler set even if one raises: signal.signal runs pending handlers first
+        todo = list(handlers.items())
+        while todo:
             try:
-                signal.signal(sig, handler)
-                return
+                while todo:
+                    signal.signal(*todo[0])
+                    del todo[0]
             except KeyboardInterrupt as err:
                 raised.append(err)
 
@@ -87,18 +95,17 @@ def stop_deferred() -> Iterator[None]:
             except KeyboardInterrupt as err:
                 raised.append(err)
         previous = {sig: handler for sig, handler in previous.items() if callable(handler)}
-        for sig in previous:
-            swap(sig, hold)
+        set_each({sig: hold for sig in previous})
         yield
     finally:
-        for sig, handler in previous.items():
-            swap(sig, handler)  # a signal that has just arrived goes to ``hold`` before the swap
+        # SIGINT last: the CLI's SIGTERM handler calls the SIGINT one, which holds until then
+        set_each({sig: previous[sig] for sig in sorted(previous, key=lambda sig: sig == signal.SIGINT)})
+        holding.clear()
         if raised:
             raise raised[0]
         if held:
             signum, frame = held[0]
             previous[signum](signum, frame)  # Python's SIGINT handler raises KeyboardInterrupt; the CLI's SIGTERM too
-
 
 _engines: dict = {}  # weak reference to a live engine -> its handle
 _retired: list = []  # weak references whose engine was collected, closed by close_retired

@@ -191,7 +191,6 @@ def _child(job: Job, run, w: int, parent: int) -> None:
     status = 0
     signal.signal(signal.SIGALRM, signal.SIG_DFL)  # its default action ends the child, whatever the parent set
     signal.alarm(CHILD_TIMEOUT_S)
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C ends it, not the fork's hold in the parent
     try:
         libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # dies with the parent, even one killed hard
         if os.getppid() != parent:  # the parent died before the prctl: nobody is left to read the report
