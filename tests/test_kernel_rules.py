@@ -2,11 +2,12 @@
 the release mapping, the CLI and the calibration's kernels all follow from it."""
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
+import reference_tables
+from reference_tables import section_rows
 from uprobe_lab import cli, kernel
 from uprobe_lab.kernel import KERNELS, RULES, Rule, kernel_for_release, modelled_kernel, row_for_release
 from uprobe_lab.native import calibrate, example
@@ -74,7 +75,7 @@ def test_the_rule_table_is_back_after_the_fake_rule():
 
 # --- each rule against its row of docs/references.md ("Rule sources") ---
 
-REFERENCES = Path(__file__).resolve().parents[1] / "docs" / "references.md"
+REFERENCES = reference_tables.REFERENCES
 
 
 def _release(text: str) -> tuple[int, int]:
@@ -91,14 +92,8 @@ def _sublevels(text: str) -> dict[tuple[int, int], int]:
 
 def rule_sources() -> dict[str, dict]:
     """The rows of the table under "## Rule sources": rule -> commit, since, until, backports, removed, source."""
-    text = REFERENCES.read_text()
-    section = text.split("## Rule sources", 1)[1].split("\n## ", 1)[0]
     rows = {}
-    for line in section.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) != 5 or not cells[0].startswith("`"):
-            continue
-        name, commit, mainline, stable, source = cells
+    for name, commit, mainline, stable, source in section_rows("Rule sources", 5, "`"):
         since, _, until = mainline.partition(", until ")
         gone = [part for part in stable.split(",") if "gone from" in part]
         kept = [part for part in stable.split(",") if "gone from" not in part]
@@ -124,7 +119,7 @@ def test_the_table_reader_sees_a_disagreement(monkeypatch, tmp_path):
     doc = REFERENCES.read_text().replace("| 6.12.77 |", "| 6.12.78 |")
     fake = tmp_path / "references.md"
     fake.write_text(doc)
-    monkeypatch.setattr(sys.modules[__name__], "REFERENCES", fake)
+    monkeypatch.setattr(reference_tables, "REFERENCES", fake)
     with pytest.raises(AssertionError, match="rcu_tasks_trace"):
         test_every_rule_has_its_row_of_sources_and_they_agree()
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from reference_tables import section_rows
 from uprobe_lab.kernel import RULES, version_name
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,14 +24,8 @@ BESIDE = [RELEASE + r"\**(?:'s)? \(?" + COMMIT_ID, COMMIT_ID + r",? \(?" + RELEA
 
 def commit_rows(text: str | None = None) -> dict[str, dict]:
     """The rows of the tables under "## Kernel commits the course cites": id -> mainline release, release, source."""
-    text = REFERENCES.read_text() if text is None else text
-    section = text.split("## Kernel commits the course cites", 1)[1].split("\n## ", 1)[0]
     rows = {}
-    for line in section.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) != 4 or not cells[0].startswith("["):
-            continue
-        commits, _, release, source = cells
+    for commits, _, release, source in section_rows("Kernel commits the course cites", 4, "[", text):
         mainline = re.match(r"(\d+\.\d+)\b", release)
         for commit in re.findall(r"\[([0-9a-f]{12})\]", commits):
             rows[commit] = {"mainline": mainline and mainline.group(1), "release": release, "source": source}
